@@ -1,0 +1,34 @@
+# pqlab: the two commands of the README are `make report` and `make test`.
+# Both set up everything first (scripts/bootstrap.sh, idempotent).
+.PHONY: setup engine report test lint unit benchmarks clean
+
+VENV := .venv
+PQLAB := $(VENV)/bin/pqlab
+
+setup:
+	scripts/bootstrap.sh
+
+engine:
+	cd engine && cargo build --release --locked
+
+# The default suite: every document's experiment at a size that fits ~15 minutes.
+report: setup
+	$(PQLAB) suite --out results/default
+
+lint:
+	cd engine && cargo fmt --check
+	cd engine && cargo clippy --release --locked -q -- -D warnings
+	$(VENV)/bin/ruff check src tests benchmarks
+	$(VENV)/bin/ruff format --check src tests benchmarks
+
+unit:
+	cd engine && cargo test --release --locked -q
+	$(VENV)/bin/pytest -q -ra
+
+test: setup lint unit
+
+benchmarks: setup
+	$(VENV)/bin/python benchmarks/run_all.py
+
+clean:
+	rm -rf build $(VENV) results

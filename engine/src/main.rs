@@ -1,0 +1,58 @@
+//! pqlab-engine: the timed half of pqlab. Arguments in, JSON lines out (protocol in
+//! `docs/engine-protocol.md`); no statistics, no plots.
+
+mod aead;
+mod capture;
+mod info;
+mod linkem;
+mod out;
+mod primitives;
+mod tls;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(
+    name = "pqlab-engine",
+    version,
+    about = "pqlab's measuring engine (JSON lines out)"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Library versions, build and the algorithms each backend provides.
+    Info(info::Args),
+    /// Time KEM / key-agreement operations (keygen, encaps, decaps).
+    Kem(primitives::KemArgs),
+    /// Time signature operations (keygen, sign, verify).
+    Sig(primitives::SigArgs),
+    /// TLS server, client, certificates (OpenSSL libssl).
+    #[command(subcommand)]
+    Tls(tls::Command),
+    /// Packet capture with kernel timestamps.
+    Capture(capture::Args),
+    /// Userspace link emulator between two TUN devices.
+    Linkem(linkem::Args),
+    /// AEAD / cipher throughput.
+    Aead(aead::Args),
+}
+
+fn main() {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Info(a) => info::run(a),
+        Command::Kem(a) => primitives::run_kem(a),
+        Command::Sig(a) => primitives::run_sig(a),
+        Command::Tls(c) => tls::run(c),
+        Command::Capture(a) => capture::run(a),
+        Command::Linkem(a) => linkem::run(a),
+        Command::Aead(a) => aead::run(a),
+    };
+    if let Err(e) = result {
+        out::fail(&e);
+    }
+}

@@ -1,0 +1,25 @@
+"""`pqlab report RUN`: rebuild tables, figures and report.html from a run's database."""
+
+from __future__ import annotations
+
+import sys
+
+from pqlab.report import export_all
+from pqlab.store import RunStore
+
+
+def register(sub) -> None:
+    p = sub.add_parser("report", help="rebuild tables, figures and report.html of a run",
+                       description=__doc__)
+    p.add_argument("run", metavar="RUN", help="a run directory (results/...)")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    store = RunStore.open(args.run)
+    try:
+        sections = export_all(store, html=True)
+    finally:
+        store.close()
+    print(f"report: {store.path / 'report.html'} ({len(sections)} sections)", file=sys.stderr)
+    return 0

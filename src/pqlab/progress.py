@@ -1,0 +1,50 @@
+"""Progress display: cells done, the current cell, time left (rich), quiet when not a TTY."""
+
+from __future__ import annotations
+
+import sys
+
+from rich.console import Console
+from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
+                           TimeElapsedColumn, TimeRemainingColumn)
+
+console = Console(stderr=True)
+
+
+class CellProgress:
+    def __init__(self, title: str, total: int):
+        self.title = title
+        self.total = total
+        self._progress = Progress(
+            TextColumn("[bold]{task.fields[title]}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("cells"),
+            TimeElapsedColumn(),
+            TextColumn("left"),
+            TimeRemainingColumn(),
+            TextColumn("{task.description}"),
+            console=console,
+            transient=False,
+            disable=not sys.stderr.isatty(),
+        )
+        self._task = None
+
+    def __enter__(self) -> CellProgress:
+        self._progress.__enter__()
+        self._task = self._progress.add_task("", total=self.total, title=self.title)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._progress.__exit__(*exc)
+
+    def start(self, description: str) -> None:
+        self._progress.update(self._task, description=description)
+        if not sys.stderr.isatty():
+            print(f"[{self.title}] {description}", file=sys.stderr, flush=True)
+
+    def advance(self, n: int = 1) -> None:
+        self._progress.advance(self._task, n)
+
+    def log(self, text: str) -> None:
+        self._progress.console.print(text)

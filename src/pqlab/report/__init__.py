@@ -1,0 +1,167 @@
+"""The report: tables, figures and report.html, rebuilt from the results database alone.
+
+Each experiment module in pqlab.experiments has `export(store) -> Section`; the report
+stitches the sections of the experiments present in the run into one self-contained HTML
+file (figures embedded), so `pqlab report RUN` can rebuild it at any time.
+"""
+
+from __future__ import annotations
+
+import base64
+import csv
+import html
+import importlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pqlab.store import RunStore
+
+# Report order.
+EXPERIMENTS = ["primitives", "sizes", "certs", "handshake", "ttlb", "linktest", "aead", "tls12"]
+
+
+@dataclass
+class Section:
+    """One experiment's part of the report."""
+
+    title: str
+    intro: str = ""  # HTML: what it shows and how to read it
+    blocks: list = field(default_factory=list)
+
+    def text(self, html_text: str) -> None:
+        self.blocks.append(("html", html_text))
+
+    def figure(self, png: Path, caption: str) -> None:
+        self.blocks.append(("figure", Path(png), caption))
+
+    def table(self, csv_path: Path, caption: str, max_rows: int = 60) -> None:
+        self.blocks.append(("table", Path(csv_path), caption, max_rows))
+
+
+def export_all(store: RunStore, html: bool = True) -> list[Section]:
+    sections = []
+    present = set(store.experiments())
+    for name in EXPERIMENTS:
+        if name not in present:
+            continue
+        module = importlib.import_module(f"pqlab.experiments.{name}")
+        section = module.export(store)
+        if section is not None:
+            sections.append(section)
+    if html:
+        write_html(store, sections)
+    return sections
+
+
+def _table_html(csv_path: Path, max_rows: int) -> str:
+    with open(csv_path, newline="") as f:
+        rows = list(csv.reader(f))
+    if not rows:
+        return "<p>(empty)</p>"
+    head, body = rows[0], rows[1:]
+    more = len(body) - max_rows
+    out = ["<table><thead><tr>"]
+    out += [f"<th>{html.escape(h)}</th>" for h in head]
+    out.append("</tr></thead><tbody>")
+    for row in body[:max_rows]:
+        cells = []
+        for v in row:
+            try:
+                x = float(v)
+                v = f"{x:.4g}" if not x.is_integer() else str(int(x))
+                cells.append(f"<td class=num>{v}</td>")
+            except ValueError:
+                cells.append(f"<td>{html.escape(v)}</td>")
+        out.append("<tr>" + "".join(cells) + "</tr>")
+    out.append("</tbody></table>")
+    if more > 0:
+        out.append(f"<p class=note>{more} more rows in {html.escape(csv_path.name)}</p>")
+    return "".join(out)
+
+
+CSS = """
+body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;
+color:#222;line-height:1.45}
+h1{font-size:1.6em} h2{border-bottom:1px solid #ccc;padding-bottom:.2em;margin-top:2em}
+table{border-collapse:collapse;font-size:.85em;margin:.5em 0}
+td,th{border:1px solid #ddd;padding:2px 6px} th{background:#f4f4f4} td.num{text-align:right;
+font-variant-numeric:tabular-nums}
+figure{margin:1em 0} figcaption{font-size:.85em;color:#555} img{max-width:100%}
+.warn{background:#fff6e0;border-left:4px solid #e0a000;padding:.4em .8em;margin:.3em 0}
+.note{font-size:.85em;color:#666} code{background:#f4f4f4;padding:0 3px}
+details{margin:.5em 0}
+"""
+
+
+def write_html(store: RunStore, sections: list[Section]) -> Path:
+    meta = store.metadata()
+    cpu = meta.get("cpu", {})
+    eng = meta.get("engine", {})
+    parts = [f"<!doctype html><html><head><meta charset=utf-8><title>pqlab report: "
+             f"{html.escape(store.path.name)}</title><style>{CSS}</style></head><body>",
+             f"<h1>pqlab report: {html.escape(store.path.name)}</h1>"]
+    parts.append("<p>Every number below is derived from the raw samples in "
+                 "<code>results.duckdb</code>; tables are also in <code>tables/</code> as CSV "
+                 "and Parquet, figures in <code>figures/</code> as PNG and SVG. Rebuild this "
+                 "page with <code>pqlab report " + html.escape(str(store.path)) + "</code>.</p>")
+    machine = [
+        ("CPU", f"{cpu.get('model', '?')} ({cpu.get('count', '?')} logical CPUs)"),
+        ("AES-NI / AVX2 / AVX-512", " / ".join(
+            "yes" if cpu.get("features", {}).get(f) else "no"
+            for f in ("aes", "avx2", "avx512f"))),
+        ("Frequency governor / turbo", f"{cpu.get('governor')} / {cpu.get('turbo')}"),
+        ("Kernel", meta.get("kernel", "?")),
+        ("TCP congestion control (host)", meta.get("network", {}).get("congestion_control")),
+        ("OpenSSL", eng.get("openssl", {}).get("version_text", "?")),
+        ("liboqs", eng.get("liboqs", {}).get("version", "?")),
+        ("pqlab", f"{meta.get('pqlab_version')} ({meta.get('pqlab_commit')})"),
+    ]
+    parts.append("<h2>Machine and libraries</h2><table>")
+    parts += [f"<tr><th>{html.escape(k)}</th><td>{html.escape(str(v))}</td></tr>"
+              for k, v in machine]
+    parts.append("</table>")
+    invocations = meta.get("invocations", [])
+    if not invocations:
+        try:
+            invocations = json.loads((store.path / "metadata.json").read_text()).get(
+                "invocations", [])
+        except (OSError, ValueError):
+            invocations = []
+    if invocations:
+        parts.append("<details><summary>Commands in this run</summary><ul>")
+        parts += [f"<li><code>{html.escape(i['command_line'])}</code> ({i['status']})</li>"
+                  for i in invocations]
+        parts.append("</ul></details>")
+    warnings = store.query("SELECT * FROM warnings ORDER BY experiment, subject")
+    if warnings:
+        parts.append("<h2>Warnings</h2>")
+        for w in warnings[:50]:
+            parts.append(f"<div class=warn><b>{html.escape(w['subject'])}</b>: "
+                         f"{html.escape(w['message'])}. <i>{html.escape(w['advice'])}</i></div>")
+        if len(warnings) > 50:
+            parts.append(f"<p class=note>{len(warnings) - 50} more in the warnings table</p>")
+    for s in sections:
+        parts.append(f"<h2>{html.escape(s.title)}</h2>{s.intro}")
+        for block in s.blocks:
+            if block[0] == "html":
+                parts.append(block[1])
+            elif block[0] == "figure":
+                png, caption = block[1], block[2]
+                if png.exists():
+                    data = base64.b64encode(png.read_bytes()).decode()
+                    parts.append(f"<figure><img alt='{html.escape(caption)}' "
+                                 f"src='data:image/png;base64,{data}'><figcaption>"
+                                 f"{html.escape(caption)} ({html.escape(png.name)})"
+                                 "</figcaption></figure>")
+            elif block[0] == "table":
+                csv_path, caption, max_rows = block[1], block[2], block[3]
+                parts.append(f"<p><b>{html.escape(caption)}</b> "
+                             f"(<code>tables/{html.escape(csv_path.name)}</code>)</p>")
+                parts.append(_table_html(csv_path, max_rows))
+    parts.append("</body></html>")
+    out = store.path / "report.html"
+    tmp = out.with_suffix(".html.tmp")
+    tmp.write_text("".join(parts))
+    tmp.replace(out)
+    return out

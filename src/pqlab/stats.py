@@ -1,0 +1,91 @@
+"""Statistics derived from raw samples: the documents' summary, percentiles, bootstrap CIs,
+and noise warnings that say what to do.
+
+Quantiles use numpy's default (linear interpolation, Hyndman-Fan type 7), the same as
+pandas and Excel's PERCENTILE.INC that the documents' tables were made with.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+SUMMARY_FIELDS = ("n", "mean", "sd", "q1", "median", "q3", "robust_cv", "min", "max",
+                  "p90", "p99")
+
+
+def summarize(values) -> dict:
+    """n, mean, sd (sample, ddof=1), Q1, median, Q3, robust CV = IQR/median, min, max, p90, p99."""
+    a = np.asarray(values, dtype=float)
+    if a.size == 0:
+        raise ValueError("no samples to summarize")
+    q1, median, q3, p90, p99 = np.percentile(a, [25, 50, 75, 90, 99])
+    return {
+        "n": int(a.size),
+        "mean": float(a.mean()),
+        "sd": float(a.std(ddof=1)) if a.size > 1 else 0.0,
+        "q1": float(q1),
+        "median": float(median),
+        "q3": float(q3),
+        "robust_cv": float((q3 - q1) / median) if median else float("nan"),
+        "min": float(a.min()),
+        "max": float(a.max()),
+        "p90": float(p90),
+        "p99": float(p99),
+    }
+
+
+def percentiles(values, ps=(50, 75, 90)) -> dict[str, float]:
+    a = np.asarray(values, dtype=float)
+    return {f"p{p:g}": float(np.percentile(a, p)) for p in ps}
+
+
+def bootstrap_ci(a, b=None, stat=np.median, n_boot: int = 2000, level: float = 0.95,
+                 seed: int = 12345) -> tuple[float, float, float]:
+    """Bootstrap CI of stat(a), or of the relative difference stat(b)/stat(a) - 1 if b is given.
+
+    Returns (estimate, low, high). Deterministic for a given seed.
+    """
+    rng = np.random.default_rng(seed)
+    a = np.asarray(a, dtype=float)
+    if b is None:
+        est = float(stat(a))
+        boots = np.array([stat(rng.choice(a, a.size)) for _ in range(n_boot)])
+    else:
+        b = np.asarray(b, dtype=float)
+        est = float(stat(b) / stat(a) - 1)
+        boots = np.array([stat(rng.choice(b, b.size)) / stat(rng.choice(a, a.size)) - 1
+                          for _ in range(n_boot)])
+    lo, hi = np.percentile(boots, [(1 - level) / 2 * 100, (1 + level) / 2 * 100])
+    return est, float(lo), float(hi)
+
+
+@dataclass(frozen=True)
+class Warning_:
+    """A noise warning: what was seen and what to do about it."""
+
+    code: str
+    subject: str
+    message: str
+    advice: str
+
+    def as_text(self) -> str:
+        return f"{self.subject}: {self.message} - {self.advice}"
+
+
+def noise_warnings(subject: str, summary: dict, min_n: int = 30) -> list[Warning_]:
+    out = []
+    if summary["n"] < min_n:
+        out.append(Warning_("few-samples", subject, f"only {summary['n']} samples",
+                            "use more iterations (--iterations / -n) for stable quantiles"))
+    cv = summary.get("robust_cv")
+    if cv is not None and cv == cv and cv > 0.10:
+        out.append(Warning_("noisy", subject, f"robust CV {cv:.0%} is above 10%",
+                            "close other programs, pin the CPU governor to 'performance', "
+                            "or run more iterations; compare medians, not means"))
+    if summary["mean"] > 0 and summary["sd"] >= 0.5 * summary["mean"] and summary["n"] > 1:
+        out.append(Warning_("outliers", subject, "standard deviation is over half the mean",
+                            "outliers dominate the mean (interrupts, page faults); "
+                            "rely on the median and quartiles"))
+    return out
