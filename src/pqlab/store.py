@@ -213,9 +213,9 @@ class RunStore:
 
     def arrow(self, sql: str, params: list | None = None) -> pa.Table:
         """Query result as a pyarrow Table (DuckDB 1.x and 2.x spell this differently)."""
-        cur = self.con.execute(sql, params or [])
+        rel = self.con.sql(sql, params=params or None)
         for method in ("to_arrow_table", "fetch_arrow_table", "arrow"):
-            fn = getattr(cur, method, None)
+            fn = getattr(rel, method, None)
             if fn is not None:
                 table = fn()
                 return table.read_all() if hasattr(table, "read_all") else table
