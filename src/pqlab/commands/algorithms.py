@@ -73,14 +73,22 @@ def register(sub) -> None:
         help="list the algorithm catalogue and what this build provides",
         description=__doc__,
     )
-    p.add_argument("names", nargs="*", metavar="NAME",
-                   help="show only these algorithms (any alias; e.g. P-256 '2048-bit RSA')")
+    p.add_argument(
+        "names",
+        nargs="*",
+        metavar="NAME",
+        help="show only these algorithms (any alias; e.g. P-256 '2048-bit RSA')",
+    )
     p.add_argument("--kind", type=parse_kind, help="kem (KEMs and key agreement), kex or sig")
-    p.add_argument("--backend", type=parse_backend,
-                   help="only algorithms this build provides through openssl / liboqs / any "
-                        "backend, or 'none' for catalogued algorithms without one")
-    p.add_argument("--document", type=parse_document,
-                   help="only algorithms that source document 000..004 uses")
+    p.add_argument(
+        "--backend",
+        type=parse_backend,
+        help="only algorithms this build provides through openssl / liboqs / any "
+        "backend, or 'none' for catalogued algorithms without one",
+    )
+    p.add_argument(
+        "--document", type=parse_document, help="only algorithms that source document 000..004 uses"
+    )
     p.add_argument("--family", help="only this family (e.g. ML-KEM, CROSS, UOV)")
     p.add_argument("--json", action="store_true", help="print JSON (every catalogue field)")
     p.set_defaults(func=run)
@@ -105,6 +113,7 @@ def select(args, have: dict[str, set[str]] | None) -> list[catalog.Algorithm]:
             raise UserError(f"family {args.family!r} is not known; families: {', '.join(families)}")
         algs = [a for a in algs if catalog.normalize(a.family) == fam]
     if args.backend:
+
         def keep(a: catalog.Algorithm) -> bool:
             avail = available_backends(a, have)
             if args.backend == "any":
@@ -112,6 +121,7 @@ def select(args, have: dict[str, set[str]] | None) -> list[catalog.Algorithm]:
             if args.backend == "none":
                 return not avail
             return args.backend in avail
+
         algs = [a for a in algs if keep(a)]
     return algs
 
@@ -140,19 +150,37 @@ def rows(algs: list[catalog.Algorithm], have: dict[str, set[str]] | None) -> lis
         backends = ",".join(avail) or "-"
         if missing:
             backends += f" (not built: {','.join(missing)})"
-        out.append([
-            a.name, a.kind, a.family,
-            "-" if a.nist_level is None else str(a.nist_level),
-            _size(a, "public_key"), _size(a, "secret_key"),
-            _size(a, "signature" if a.kind == "sig" else "ciphertext"),
-            _size(a, "shared_secret"),
-            tls, backends, ",".join(a.documents) or "-",
-        ])
+        out.append(
+            [
+                a.name,
+                a.kind,
+                a.family,
+                "-" if a.nist_level is None else str(a.nist_level),
+                _size(a, "public_key"),
+                _size(a, "secret_key"),
+                _size(a, "signature" if a.kind == "sig" else "ciphertext"),
+                _size(a, "shared_secret"),
+                tls,
+                backends,
+                ",".join(a.documents) or "-",
+            ]
+        )
     return out
 
 
-HEADER = ["algorithm", "kind", "family", "level", "pk", "sk", "ct/sig", "ss", "tls", "backends",
-          "documents"]
+HEADER = [
+    "algorithm",
+    "kind",
+    "family",
+    "level",
+    "pk",
+    "sk",
+    "ct/sig",
+    "ss",
+    "tls",
+    "backends",
+    "documents",
+]
 
 
 def format_table(table: list[list[str]]) -> str:
@@ -160,7 +188,10 @@ def format_table(table: list[list[str]]) -> str:
     right = {3, 4, 5, 6, 7}
     lines = []
     for r in [HEADER, *table]:
-        cells = [c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths))]
+        cells = [
+            c.rjust(w) if i in right else c.ljust(w)
+            for i, (c, w) in enumerate(zip(r, widths, strict=True))
+        ]
         lines.append("  ".join(cells).rstrip())
     return "\n".join(lines)
 
@@ -181,10 +212,12 @@ def run(args) -> int:
             print("no catalogued algorithm matches these filters")
         else:
             print(format_table(rows(algs, have)))
-            print(f"\n{len(algs)} algorithms. Sizes in bytes as the algorithm defines them "
-                  "(pk public key, sk secret key, ct ciphertext or sig signature, ss shared "
-                  "secret). level: NIST category ('-' classical). tls: TLS NamedGroup / "
-                  "SignatureScheme code point; * = oqs-provider's private-use value, not IANA.")
+            print(
+                f"\n{len(algs)} algorithms. Sizes in bytes as the algorithm defines them "
+                "(pk public key, sk secret key, ct ciphertext or sig signature, ss shared "
+                "secret). level: NIST category ('-' classical). tls: TLS NamedGroup / "
+                "SignatureScheme code point; * = oqs-provider's private-use value, not IANA."
+            )
     if warning:
         print(warning, file=sys.stderr)
     return 0
