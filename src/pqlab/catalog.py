@@ -22,18 +22,18 @@ BACKENDS = ("openssl", "liboqs")
 
 @dataclass(frozen=True)
 class Algorithm:
-    name: str                      # canonical name, e.g. "ML-KEM-768"
-    kind: str                      # "kem" | "kex" | "sig"
-    family: str                    # "ML-KEM", "RSA", "ECDSA", "MAYO", ...
-    nist_level: int | None         # claimed NIST security category (None: classical)
+    name: str  # canonical name, e.g. "ML-KEM-768"
+    kind: str  # "kem" | "kex" | "sig"
+    family: str  # "ML-KEM", "RSA", "ECDSA", "MAYO", ...
+    nist_level: int | None  # claimed NIST security category (None: classical)
     aliases: tuple[str, ...] = ()
-    openssl: str | None = None     # name for EVP_PKEY_CTX_new_from_name / TLS group, or None
-    liboqs: str | None = None      # liboqs method name, or None
-    standard: str | None = None    # "FIPS 203", "RFC 7748", ...
+    openssl: str | None = None  # name for EVP_PKEY_CTX_new_from_name / TLS group, or None
+    liboqs: str | None = None  # liboqs method name, or None
+    standard: str | None = None  # "FIPS 203", "RFC 7748", ...
     oid: str | None = None
-    tls_group: int | None = None   # TLS NamedGroup code point (key exchange)
+    tls_group: int | None = None  # TLS NamedGroup code point (key exchange)
     tls_sigscheme: int | None = None  # TLS SignatureScheme code point
-    tls_name: str | None = None    # the name OpenSSL's TLS layer uses (groups / sigalgs lists)
+    tls_name: str | None = None  # the name OpenSSL's TLS layer uses (groups / sigalgs lists)
     sizes: dict = field(default_factory=dict)  # raw sizes in bytes as the algorithm defines them
     params: dict = field(default_factory=dict)  # backend parameters (bits, curve, padding, ...)
     note: str = ""
@@ -71,8 +71,13 @@ def _load() -> tuple[tuple[Algorithm, ...], dict[str, Algorithm]]:
         if alg.kind not in KINDS:
             raise ValueError(f"catalogue: {alg.name} has unknown kind {alg.kind!r}")
         algorithms.append(alg)
-        for key in (alg.name, *alg.aliases, alg.openssl or "", alg.liboqs or "",
-                    alg.tls_name or ""):
+        for key in (
+            alg.name,
+            *alg.aliases,
+            alg.openssl or "",
+            alg.liboqs or "",
+            alg.tls_name or "",
+        ):
             if not key:
                 continue
             k = _norm(key)
@@ -109,7 +114,9 @@ def resolve(name: str, kind: str | None = None) -> Algorithm:
     close = difflib.get_close_matches(_norm(name), list(candidates), n=8, cutoff=0.5)
     names = list(dict.fromkeys(candidates[c] for c in close))[:5]
     hint = f"; did you mean {', '.join(names)}?" if names else "; see 'pqlab algorithms'"
-    label = {"kem": "KEM or key exchange", "sig": "signature algorithm"}.get(kind or "", "algorithm")
+    label = {"kem": "KEM or key exchange", "sig": "signature algorithm"}.get(
+        kind or "", "algorithm"
+    )
     raise UserError(f"unknown {label} {name!r}{hint}")
 
 
