@@ -14,26 +14,43 @@ from pqlab.units import parse_size, split_list
 
 
 def register(sub) -> None:
-    p = sub.add_parser("aead", help="AEAD / cipher throughput, AES-NI on and off",
-                       description=__doc__)
-    p.add_argument("--ciphers", default=",".join(experiment.CIPHERS),
-                   help="comma-separated ciphers (default: all): " + ", ".join(experiment.CIPHERS))
-    p.add_argument("--sizes", default="16,64,256,1024,8192,16384",
-                   help="record sizes in bytes, comma separated (default: %(default)s)")
-    p.add_argument("--aesni", default="on,off",
-                   help="on, off or on,off (default: %(default)s)")
-    p.add_argument("--mask", default="documents",
-                   help="CPU mask for AES-NI off: documents (~0x200000200000000, as the "
-                        "documents; also disables AVX2/AVX-512/VAES), precise (AES-NI, "
-                        "PCLMULQDQ, VAES, VPCLMULQDQ only), or both (default: %(default)s)")
-    p.add_argument("--mode", default="fair",
-                   help="fair, speed-compatible or both (default: %(default)s)")
-    p.add_argument("--speed-compatible", action="store_true",
-                   help="same as --mode speed-compatible")
-    p.add_argument("--directions", default="encrypt,decrypt",
-                   help="encrypt, decrypt or both (default: %(default)s)")
-    p.add_argument("--seconds", default="3",
-                   help="timed seconds per cell, like openssl speed's 3 s (default: %(default)s)")
+    p = sub.add_parser(
+        "aead", help="AEAD / cipher throughput, AES-NI on and off", description=__doc__
+    )
+    p.add_argument(
+        "--ciphers",
+        default=",".join(experiment.CIPHERS),
+        help="comma-separated ciphers (default: all): " + ", ".join(experiment.CIPHERS),
+    )
+    p.add_argument(
+        "--sizes",
+        default="16,64,256,1024,8192,16384",
+        help="record sizes in bytes, comma separated (default: %(default)s)",
+    )
+    p.add_argument("--aesni", default="on,off", help="on, off or on,off (default: %(default)s)")
+    p.add_argument(
+        "--mask",
+        default="documents",
+        help="CPU mask for AES-NI off: documents (~0x200000200000000, as the "
+        "documents; also disables AVX2/AVX-512/VAES), precise (AES-NI, "
+        "PCLMULQDQ, VAES, VPCLMULQDQ only), or both (default: %(default)s)",
+    )
+    p.add_argument(
+        "--mode", default="fair", help="fair, speed-compatible or both (default: %(default)s)"
+    )
+    p.add_argument(
+        "--speed-compatible", action="store_true", help="same as --mode speed-compatible"
+    )
+    p.add_argument(
+        "--directions",
+        default="encrypt,decrypt",
+        help="encrypt, decrypt or both (default: %(default)s)",
+    )
+    p.add_argument(
+        "--seconds",
+        default="3",
+        help="timed seconds per cell, like openssl speed's 3 s (default: %(default)s)",
+    )
     runner.add_run_options(p)
     p.set_defaults(func=run)
 
@@ -45,8 +62,9 @@ def parse_args(args) -> experiment.Plan:
         raise UserError("--ciphers is empty; choose from " + ", ".join(experiment.CIPHERS))
     for c in ciphers:
         if c not in experiment.CIPHERS:
-            raise UserError(f"unknown cipher {c!r} in --ciphers; choose from "
-                            + ", ".join(experiment.CIPHERS))
+            raise UserError(
+                f"unknown cipher {c!r} in --ciphers; choose from " + ", ".join(experiment.CIPHERS)
+            )
     sizes = []
     for text in split_list(args.sizes):
         n = parse_size(text, "record size")
@@ -59,8 +77,10 @@ def parse_args(args) -> experiment.Plan:
         if c.endswith("-ecb"):
             bad = [s for s in sizes if s % 16]
             if bad:
-                raise UserError(f"{c} encrypts whole 16-byte blocks; record size {bad[0]} is "
-                                "not a multiple of 16")
+                raise UserError(
+                    f"{c} encrypts whole 16-byte blocks; record size {bad[0]} is "
+                    "not a multiple of 16"
+                )
     aesni = split_list(args.aesni)
     if not aesni or any(a not in ("on", "off") for a in aesni):
         raise UserError(f"--aesni {args.aesni!r}: use on, off or on,off")
@@ -70,7 +90,7 @@ def parse_args(args) -> experiment.Plan:
     if not masks or any(m not in experiment.MASKS for m in masks):
         raise UserError(f"--mask {args.mask!r}: use documents, precise or both")
     mode_text = "speed-compatible" if args.speed_compatible else args.mode
-    modes = (["fair", "speed-compatible"] if mode_text == "both" else split_list(mode_text))
+    modes = ["fair", "speed-compatible"] if mode_text == "both" else split_list(mode_text)
     if not modes or any(m not in ("fair", "speed-compatible") for m in modes):
         raise UserError(f"--mode {mode_text!r}: use fair, speed-compatible or both")
     directions = split_list(args.directions)
@@ -83,16 +103,26 @@ def parse_args(args) -> experiment.Plan:
     except ValueError:
         raise UserError(f"--seconds {args.seconds!r} is not a number of seconds") from None
     if not 0 < seconds <= experiment.MAX_SECONDS:
-        raise UserError(f"--seconds {args.seconds!r} must be above 0 and at most "
-                        f"{experiment.MAX_SECONDS:g}")
-    return experiment.Plan(ciphers=ciphers, sizes=list(dict.fromkeys(sizes)),
-                           aesni=list(dict.fromkeys(aesni)), masks=list(dict.fromkeys(masks)),
-                           modes=list(dict.fromkeys(modes)),
-                           directions=list(dict.fromkeys(directions)), seconds=seconds)
+        raise UserError(
+            f"--seconds {args.seconds!r} must be above 0 and at most {experiment.MAX_SECONDS:g}"
+        )
+    return experiment.Plan(
+        ciphers=ciphers,
+        sizes=list(dict.fromkeys(sizes)),
+        aesni=list(dict.fromkeys(aesni)),
+        masks=list(dict.fromkeys(masks)),
+        modes=list(dict.fromkeys(modes)),
+        directions=list(dict.fromkeys(directions)),
+        seconds=seconds,
+    )
 
 
 def run(args) -> int:
     plan = parse_args(args)
-    runner.run_experiment("aead", args, lambda store: experiment.measure(store, plan),
-                          extra_meta={"aead_plan": plan.as_dict()})
+    runner.run_experiment(
+        "aead",
+        args,
+        lambda store: experiment.measure(store, plan),
+        extra_meta={"aead_plan": plan.as_dict()},
+    )
     return 0

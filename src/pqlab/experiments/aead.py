@@ -21,8 +21,16 @@ from pqlab.stats import Warning_
 
 EXPERIMENT = "aead"
 CIPHERS = [
-    "aes-128-gcm", "aes-256-gcm", "aes-128-ccm", "aes-256-ccm", "chacha20-poly1305",
-    "aes-128-ecb", "aes-256-ecb", "aes-128-ctr", "aes-256-ctr", "chacha20",
+    "aes-128-gcm",
+    "aes-256-gcm",
+    "aes-128-ccm",
+    "aes-256-ccm",
+    "chacha20-poly1305",
+    "aes-128-ecb",
+    "aes-256-ecb",
+    "aes-128-ctr",
+    "aes-256-ctr",
+    "chacha20",
 ]
 AEADS = {"aes-128-gcm", "aes-256-gcm", "aes-128-ccm", "aes-256-ccm", "chacha20-poly1305"}
 MAX_RECORD = 16 * 1024 * 1024 - 1  # CCM with a 12-byte nonce has a 3-byte length field
@@ -100,9 +108,18 @@ def measure(store, plan: Plan) -> None:
         store.ensure_table(ddl)
     user_mask = os.environ.pop(ENV_VAR, None)
     if user_mask is not None:
-        store.add_warnings(EXPERIMENT, "-", [Warning_(
-            "env-mask-ignored", ENV_VAR, f"the environment had {ENV_VAR}={user_mask}, which "
-            "pqlab removed", "pqlab sets the mask itself per --aesni/--mask; unset it")])
+        store.add_warnings(
+            EXPERIMENT,
+            "-",
+            [
+                Warning_(
+                    "env-mask-ignored",
+                    ENV_VAR,
+                    f"the environment had {ENV_VAR}={user_mask}, which pqlab removed",
+                    "pqlab sets the mask itself per --aesni/--mask; unset it",
+                )
+            ],
+        )
     done = store.cells_done(EXPERIMENT)
     envs = plan.environments()
     cpus = {}
@@ -111,22 +128,44 @@ def measure(store, plan: Plan) -> None:
         cpus[(aesni, mask)] = cpu
         feats = cpu.get("features", {})
         if cpu.get("arch") != "x86_64" and aesni == "off":
-            raise EngineError("--aesni off needs an x86_64 CPU: OPENSSL_ia32cap has no effect "
-                              f"on {cpu.get('arch')}")
+            raise EngineError(
+                "--aesni off needs an x86_64 CPU: OPENSSL_ia32cap has no effect "
+                f"on {cpu.get('arch')}"
+            )
         if aesni == "off" and feats.get("aesni"):
-            raise EngineError(f"the {mask} mask {value} did not turn AES-NI off: OpenSSL still "
-                              f"reports {cpu.get('openssl_ia32cap')}")
+            raise EngineError(
+                f"the {mask} mask {value} did not turn AES-NI off: OpenSSL still "
+                f"reports {cpu.get('openssl_ia32cap')}"
+            )
         if aesni == "on" and not feats.get("aesni"):
-            store.add_warnings(EXPERIMENT, "-", [Warning_(
-                "no-aesni", "AES-NI on", "this CPU (or OpenSSL) has no AES-NI, so 'on' "
-                "measures software AES", "run on a CPU with AES-NI to compare")])
+            store.add_warnings(
+                EXPERIMENT,
+                "-",
+                [
+                    Warning_(
+                        "no-aesni",
+                        "AES-NI on",
+                        "this CPU (or OpenSSL) has no AES-NI, so 'on' measures software AES",
+                        "run on a CPU with AES-NI to compare",
+                    )
+                ],
+            )
         cid = f"cpu|{aesni}|{mask}"
         if cid not in done:
             with store.cell(EXPERIMENT, cid, {"aesni": aesni, "mask": mask}):
-                store.insert_rows("aead_cpu", [{
-                    "aesni": aesni, "mask": mask, "ia32cap_env": value,
-                    "openssl_ia32cap": cpu["openssl_ia32cap"],
-                    "aes_gcm_path": cpu["aes_gcm_path"], "features": json.dumps(feats)}])
+                store.insert_rows(
+                    "aead_cpu",
+                    [
+                        {
+                            "aesni": aesni,
+                            "mask": mask,
+                            "ia32cap_env": value,
+                            "openssl_ia32cap": cpu["openssl_ia32cap"],
+                            "aes_gcm_path": cpu["aes_gcm_path"],
+                            "features": json.dumps(feats),
+                        }
+                    ],
+                )
 
     window_ms = max(1.0, min(100.0, plan.seconds * 1000 / 10))
     jobs = []
@@ -134,30 +173,48 @@ def measure(store, plan: Plan) -> None:
         for mode in plan.modes:
             for cipher in plan.ciphers:
                 for direction in plan.directions:
-                    todo = [s for s in plan.sizes
-                            if cell_id(cipher, aesni, mask, mode, direction, s) not in done]
+                    todo = [
+                        s
+                        for s in plan.sizes
+                        if cell_id(cipher, aesni, mask, mode, direction, s) not in done
+                    ]
                     if todo:
                         jobs.append((aesni, mask, value, mode, cipher, direction, todo))
     total = sum(len(j[-1]) for j in jobs)
     with CellProgress("aead", total) as progress:
         for aesni, mask, value, mode, cipher, direction, todo in jobs:
-            progress.start(f"{cipher} {mode} {direction} AES-NI {aesni}"
-                           + (f" ({mask} mask)" if aesni == "off" else ""))
-            args = ["aead", "--cipher", cipher, "--mode", mode, "--directions", direction,
-                    "--sizes", ",".join(map(str, todo)), "--seconds", f"{plan.seconds:g}",
-                    "--window-ms", f"{window_ms:g}"]
+            progress.start(
+                f"{cipher} {mode} {direction} AES-NI {aesni}"
+                + (f" ({mask} mask)" if aesni == "off" else "")
+            )
+            args = [
+                "aead",
+                "--cipher",
+                cipher,
+                "--mode",
+                mode,
+                "--directions",
+                direction,
+                "--sizes",
+                ",".join(map(str, todo)),
+                "--seconds",
+                f"{plan.seconds:g}",
+                "--window-ms",
+                f"{window_ms:g}",
+            ]
             windows: list[dict] = []
             timeout = len(todo) * (plan.seconds * 20 + 30)
             for rec in engine.stream(args, env=_engine_env(value), timeout=timeout):
                 if rec["type"] == "cpu":
                     if rec["openssl_ia32cap"] != cpus[(aesni, mask)]["openssl_ia32cap"]:
-                        raise EngineError("OpenSSL's capability vector changed between runs: "
-                                          f"{rec['openssl_ia32cap']}")
+                        raise EngineError(
+                            "OpenSSL's capability vector changed between runs: "
+                            f"{rec['openssl_ia32cap']}"
+                        )
                 elif rec["type"] == "window":
                     windows.append(rec)
                 elif rec["type"] == "cell":
-                    _save_cell(store, plan, rec, windows, aesni, mask, value,
-                               cpus[(aesni, mask)])
+                    _save_cell(store, plan, rec, windows, aesni, mask, value, cpus[(aesni, mask)])
                     windows = []
                     progress.advance()
 
@@ -166,35 +223,64 @@ def _save_cell(store, plan, rec, windows, aesni, mask, value, cpu) -> None:
     size = rec["record_bytes"]
     cid = cell_id(rec["cipher"], aesni, mask, rec["mode"], rec["direction"], size)
     if rec["verified_records"] != rec["records"] or rec["records"] <= 0:
-        raise EngineError(f"{cid}: {rec['verified_records']} of {rec['records']} records "
-                          "verified; refusing to store an unverified number")
+        raise EngineError(
+            f"{cid}: {rec['verified_records']} of {rec['records']} records "
+            "verified; refusing to store an unverified number"
+        )
     if sum(w["records"] for w in windows) != rec["records"]:
         raise EngineError(f"{cid}: window samples do not add up to the cell total")
-    params = {"cipher": rec["cipher"], "aesni": aesni, "mask": mask, "mode": rec["mode"],
-              "direction": rec["direction"], "record_bytes": size}
+    params = {
+        "cipher": rec["cipher"],
+        "aesni": aesni,
+        "mask": mask,
+        "mode": rec["mode"],
+        "direction": rec["direction"],
+        "record_bytes": size,
+    }
     with store.cell(EXPERIMENT, cid, params):
-        store.insert("aead_windows", {
-            "cell_id": [cid] * len(windows),
-            "cipher": [rec["cipher"]] * len(windows),
-            "aesni": [aesni] * len(windows),
-            "mask": [mask] * len(windows),
-            "mode": [rec["mode"]] * len(windows),
-            "direction": [rec["direction"]] * len(windows),
-            "record_bytes": [size] * len(windows),
-            "window_index": [w["index"] for w in windows],
-            "records": [w["records"] for w in windows],
-            "bytes": [w["bytes"] for w in windows],
-            "ns": [w["ns"] for w in windows],
-        })
-        store.insert_rows("aead_cells", [{
-            "cell_id": cid, "cipher": rec["cipher"], "aesni": aesni, "mask": mask,
-            "ia32cap_env": value, "openssl_ia32cap": cpu["openssl_ia32cap"],
-            "aes_gcm_path": cpu["aes_gcm_path"], "mode": rec["mode"],
-            "direction": rec["direction"], "record_bytes": size, "records": rec["records"],
-            "bytes": rec["bytes"], "ns": rec["ns"], "verified_records": rec["verified_records"],
-            "windows": rec["windows"], "batch_records": rec["batch_records"],
-            "aad_bytes": rec["aad_bytes"], "key_set_per_record": rec["key_set_per_record"],
-            "nonce": rec["nonce"], "seconds_requested": plan.seconds}])
+        store.insert(
+            "aead_windows",
+            {
+                "cell_id": [cid] * len(windows),
+                "cipher": [rec["cipher"]] * len(windows),
+                "aesni": [aesni] * len(windows),
+                "mask": [mask] * len(windows),
+                "mode": [rec["mode"]] * len(windows),
+                "direction": [rec["direction"]] * len(windows),
+                "record_bytes": [size] * len(windows),
+                "window_index": [w["index"] for w in windows],
+                "records": [w["records"] for w in windows],
+                "bytes": [w["bytes"] for w in windows],
+                "ns": [w["ns"] for w in windows],
+            },
+        )
+        store.insert_rows(
+            "aead_cells",
+            [
+                {
+                    "cell_id": cid,
+                    "cipher": rec["cipher"],
+                    "aesni": aesni,
+                    "mask": mask,
+                    "ia32cap_env": value,
+                    "openssl_ia32cap": cpu["openssl_ia32cap"],
+                    "aes_gcm_path": cpu["aes_gcm_path"],
+                    "mode": rec["mode"],
+                    "direction": rec["direction"],
+                    "record_bytes": size,
+                    "records": rec["records"],
+                    "bytes": rec["bytes"],
+                    "ns": rec["ns"],
+                    "verified_records": rec["verified_records"],
+                    "windows": rec["windows"],
+                    "batch_records": rec["batch_records"],
+                    "aad_bytes": rec["aad_bytes"],
+                    "key_set_per_record": rec["key_set_per_record"],
+                    "nonce": rec["nonce"],
+                    "seconds_requested": plan.seconds,
+                }
+            ],
+        )
 
 
 # --- export --------------------------------------------------------------------------------
@@ -220,7 +306,7 @@ SELECT c.cipher, c.aesni, c.mode, c.record_bytes, c.direction,
        round(c.ns / 1e9, 3) AS timed_seconds,
        c.aad_bytes, c.key_set_per_record, c.nonce
 FROM aead_cells c JOIN w USING (cell_id)
-ORDER BY c.mode, c.aesni DESC, c.mask, {_ORDER.replace('cipher', 'c.cipher')},
+ORDER BY c.mode, c.aesni DESC, c.mask, {_ORDER.replace("cipher", "c.cipher")},
          c.direction DESC, c.record_bytes
 """
 
@@ -228,8 +314,8 @@ ORDER BY c.mode, c.aesni DESC, c.mask, {_ORDER.replace('cipher', 'c.cipher')},
 def _ratio_sql(num: str, den: str, name: str) -> str:
     return f"""
 SELECT a.aesni, a.mask AS cpu_mask, a.mode, a.direction, a.record_bytes,
-       round(a.bytes * 1000.0 / a.ns, 2) AS {num.replace('-', '_')}_mb_per_s,
-       round(b.bytes * 1000.0 / b.ns, 2) AS {den.replace('-', '_')}_mb_per_s,
+       round(a.bytes * 1000.0 / a.ns, 2) AS {num.replace("-", "_")}_mb_per_s,
+       round(b.bytes * 1000.0 / b.ns, 2) AS {den.replace("-", "_")}_mb_per_s,
        round((a.bytes * 1.0 / a.ns) / (b.bytes * 1.0 / b.ns), 3) AS {name}
 FROM aead_cells a JOIN aead_cells b
   ON a.aesni = b.aesni AND a.mask = b.mask AND a.mode = b.mode
@@ -261,7 +347,7 @@ FROM aead_cells f JOIN aead_cells s
   ON f.cipher = s.cipher AND f.aesni = s.aesni AND f.mask = s.mask
  AND f.direction = s.direction AND f.record_bytes = s.record_bytes
 WHERE f.mode = 'fair' AND s.mode = 'speed-compatible'
-ORDER BY f.aesni DESC, f.mask, {_ORDER.replace('cipher', 'f.cipher')}, f.direction DESC,
+ORDER BY f.aesni DESC, f.mask, {_ORDER.replace("cipher", "f.cipher")}, f.direction DESC,
          f.record_bytes
 """
 
@@ -273,8 +359,10 @@ def _count(store, sql: str) -> int:
 def _figures(store, section: Section) -> None:
     import matplotlib.pyplot as plt
 
-    rows = store.query("SELECT cipher, aesni, mask, mode, direction, record_bytes, "
-                       "bytes * 1000.0 / ns AS mbps FROM aead_cells")
+    rows = store.query(
+        "SELECT cipher, aesni, mask, mode, direction, record_bytes, "
+        "bytes * 1000.0 / ns AS mbps FROM aead_cells"
+    )
     combos = sorted({(r["mode"], r["direction"]) for r in rows}, reverse=True)
     off_masks = sorted({r["mask"] for r in rows if r["aesni"] == "off"})
     for mode, direction in combos:
@@ -282,18 +370,29 @@ def _figures(store, section: Section) -> None:
         panels += [("off", m) for m in off_masks]
         if not panels:
             continue
-        fig, axes = plt.subplots(1, len(panels), figsize=(5.2 * len(panels), 4),
-                                 sharey=True, squeeze=False)
+        fig, axes = plt.subplots(
+            1, len(panels), figsize=(5.2 * len(panels), 4), sharey=True, squeeze=False
+        )
         for ax, (aesni, mask) in zip(axes[0], panels, strict=True):
             for cipher in CIPHERS:
-                pts = sorted((r["record_bytes"], r["mbps"]) for r in rows
-                             if r["cipher"] == cipher and r["aesni"] == aesni
-                             and r["mask"] == mask and r["mode"] == mode
-                             and r["direction"] == direction)
+                pts = sorted(
+                    (r["record_bytes"], r["mbps"])
+                    for r in rows
+                    if r["cipher"] == cipher
+                    and r["aesni"] == aesni
+                    and r["mask"] == mask
+                    and r["mode"] == mode
+                    and r["direction"] == direction
+                )
                 if pts:
-                    ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o",
-                            markersize=3, label=cipher,
-                            linestyle="-" if cipher in AEADS else "--")
+                    ax.plot(
+                        [p[0] for p in pts],
+                        [p[1] for p in pts],
+                        marker="o",
+                        markersize=3,
+                        label=cipher,
+                        linestyle="-" if cipher in AEADS else "--",
+                    )
             ax.set_xscale("log", base=2)
             ax.set_yscale("log")
             ax.set_xlabel("record size (bytes)")
@@ -302,9 +401,12 @@ def _figures(store, section: Section) -> None:
         axes[0][-1].legend(fontsize=7, loc="lower right")
         fig.suptitle(f"{direction}, {mode} mode")
         png = figures.save(fig, store, f"aead_{mode}_{direction}")
-        section.figure(png, f"Throughput against record size, {direction}, {mode} mode: "
-                            "one line per cipher (solid: authenticated, dashed: "
-                            "unauthenticated baselines), AES-NI on and off side by side.")
+        section.figure(
+            png,
+            f"Throughput against record size, {direction}, {mode} mode: "
+            "one line per cipher (solid: authenticated, dashed: "
+            "unauthenticated baselines), AES-NI on and off side by side.",
+        )
 
 
 def export(store) -> Section | None:
@@ -330,7 +432,8 @@ def export(store) -> Section | None:
         "<p><b>fair</b> mode (the default) does for every record what a TLS record layer "
         "does: the key is set once, then each record is a complete init with a fresh nonce, "
         "(CCM: message length), 13 bytes of additional data, update, final and tag, for "
-        "every cipher, the unauthenticated ones included (fresh IV, no AAD).</p>")
+        "every cipher, the unauthenticated ones included (fresh IV, no AAD).</p>"
+    )
     section.text(
         "<h3>Why CCM looked so fast in the documents, and what <code>openssl speed</code> "
         "does</h3><p>In the documents' tables (OpenSSL 1.1.0f) AES-CCM grows in exact "
@@ -351,24 +454,33 @@ def export(store) -> Section | None:
         "written to separate slots so they can be checked); the <code>aead_modes</code> "
         "table shows the ratio speed-compatible / fair per cell. Expect speed-compatible "
         "GCM/CCM to be <i>slower</i> than fair at small records (key schedule per call) and "
-        "ChaCha20-Poly1305 to be <i>faster</i> (no per-record nonce, AAD or tag).</p>")
+        "ChaCha20-Poly1305 to be <i>faster</i> (no per-record nonce, AAD or tag).</p>"
+    )
     section.text(_mask_html(cpu_rows))
 
-    section.table(store.export_table("aead", MAIN_SQL),
-                  "Throughput per cipher, AES-NI setting, mode, direction and record size")
+    section.table(
+        store.export_table("aead", MAIN_SQL),
+        "Throughput per cipher, AES-NI setting, mode, direction and record size",
+    )
     if _count(store, POLY_SQL):
-        section.table(store.export_table("aead_poly1305_overhead", POLY_SQL),
-                      "Poly1305 overhead: extra time of ChaCha20-Poly1305 over ChaCha20 "
-                      "alone, in % (the documents found ~30 %)")
+        section.table(
+            store.export_table("aead_poly1305_overhead", POLY_SQL),
+            "Poly1305 overhead: extra time of ChaCha20-Poly1305 over ChaCha20 "
+            "alone, in % (the documents found ~30 %)",
+        )
     for gcm in ("aes-128-gcm", "aes-256-gcm"):
         sql = _ratio_sql(gcm, "chacha20-poly1305", "gcm_over_chacha")
         if _count(store, sql):
             name = f"aead_{gcm.replace('-', '_')}_vs_chacha"
-            section.table(store.export_table(name, sql),
-                          f"{gcm} / ChaCha20-Poly1305 throughput ratio (above 1: GCM faster)")
+            section.table(
+                store.export_table(name, sql),
+                f"{gcm} / ChaCha20-Poly1305 throughput ratio (above 1: GCM faster)",
+            )
     if "fair" in modes and "speed-compatible" in modes and _count(store, MODES_SQL):
-        section.table(store.export_table("aead_modes", MODES_SQL),
-                      "speed-compatible / fair throughput, per cell")
+        section.table(
+            store.export_table("aead_modes", MODES_SQL),
+            "speed-compatible / fair throughput, per cell",
+        )
     _figures(store, section)
     return section
 
@@ -391,7 +503,8 @@ def _mask_html(cpu_rows: list[dict]) -> str:
         "info -cpusettings</code>) and the AES-GCM code path that vector selects in OpenSSL "
         "3.5.4.</p><table><tr><th>AES-NI</th><th>mask</th><th>OPENSSL_ia32cap</th>"
         "<th>vector OpenSSL used</th><th>AES-GCM path</th><th>features on</th>"
-        "<th>features off</th></tr>"]
+        "<th>features off</th></tr>"
+    ]
     for r in cpu_rows:
         feats = json.loads(r["features"]) if isinstance(r["features"], str) else r["features"]
         on = ", ".join(k for k, v in sorted(feats.items()) if v)
@@ -401,6 +514,7 @@ def _mask_html(cpu_rows: list[dict]) -> str:
             f"<td><code>{html.escape(r['ia32cap_env'] or '(unset)')}</code></td>"
             f"<td><code>{html.escape(r['openssl_ia32cap'])}</code></td>"
             f"<td>{html.escape(r['aes_gcm_path'])}</td><td>{html.escape(on)}</td>"
-            f"<td>{html.escape(off or '-')}</td></tr>")
+            f"<td>{html.escape(off or '-')}</td></tr>"
+        )
     parts.append("</table>")
     return "".join(parts)
