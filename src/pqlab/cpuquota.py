@@ -1,6 +1,11 @@
 """Limit a process to a fraction of one CPU core, as a stand-in for a weaker machine.
 
-A pqlab-created cgroup gets a CFS quota of `fraction x period` per period: cgroup v2
+A pqlab-created cgroup gets a CFS quota of `fraction x period` per period, with the
+shortest period the kernel allows for that quota (the quota must be at least 1 ms): a
+process that needs the CPU for longer than the quota is then paused within milliseconds,
+so a CPU-bound burst such as one handshake takes about 1/fraction times longer, which is
+what a slower CPU does. With the kernel's default 100 ms period a mostly idle server would
+almost never be throttled. cgroup v2
 `cpu.max` where the cpu controller is on the unified hierarchy, else cgroup v1
 `cpu.cfs_quota_us` / `cpu.cfs_period_us`. Processes join it from `preexec_fn` (before
 exec), and the cgroup is removed on exit, errors and Ctrl-C. When neither is usable the
@@ -10,13 +15,14 @@ caller gets a UserError that says why, never a silent unlimited run.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import time
 from pathlib import Path
 
 from pqlab.errors import UserError
 
-PERIOD_US = 100_000
+MIN_QUOTA_US = 1000  # kernel minimum for cfs quota (and period)
 V2_ROOT = Path("/sys/fs/cgroup")
 V2_ALT = Path("/sys/fs/cgroup/unified")
 V1_CPU = Path("/sys/fs/cgroup/cpu")
@@ -51,7 +57,8 @@ class CpuQuota:
 
     def __init__(self, fraction: float, name: str | None = None):
         self.fraction = fraction
-        self.quota_us = max(1000, int(round(fraction * PERIOD_US)))
+        self.period_us = max(MIN_QUOTA_US, math.ceil(MIN_QUOTA_US / fraction))
+        self.quota_us = max(MIN_QUOTA_US, int(round(fraction * self.period_us)))
         self.name = name or f"pqlab-{os.getpid()}-{int(time.time() * 1000) % 10**9}"
         self.path: Path | None = None
         self.mechanism = ""
@@ -88,18 +95,18 @@ class CpuQuota:
             (root / "cgroup.subtree_control").write_text("+cpu")
         self.path = root / self.name
         self.path.mkdir()
-        (self.path / "cpu.max").write_text(f"{self.quota_us} {PERIOD_US}")
-        self.mechanism = f"cgroup v2 cpu.max {self.quota_us} {PERIOD_US} ({self.path})"
+        (self.path / "cpu.max").write_text(f"{self.quota_us} {self.period_us}")
+        self.mechanism = f"cgroup v2 cpu.max {self.quota_us} {self.period_us} ({self.path})"
         self._procs_file = str(self.path / "cgroup.procs")
 
     def _make_v1(self) -> None:
         self.path = V1_CPU / self.name
         self.path.mkdir()
-        (self.path / "cpu.cfs_period_us").write_text(str(PERIOD_US))
+        (self.path / "cpu.cfs_period_us").write_text(str(self.period_us))
         (self.path / "cpu.cfs_quota_us").write_text(str(self.quota_us))
         self.mechanism = (
             f"cgroup v1 cpu.cfs_quota_us={self.quota_us} "
-            f"cpu.cfs_period_us={PERIOD_US} ({self.path})"
+            f"cpu.cfs_period_us={self.period_us} ({self.path})"
         )
         self._procs_file = str(self.path / "cgroup.procs")
 
@@ -140,7 +147,7 @@ class CpuQuota:
             "fraction_of_one_core": self.fraction,
             "mechanism": self.mechanism,
             "quota_us": self.quota_us,
-            "period_us": PERIOD_US,
+            "period_us": self.period_us,
         }
 
     def _remove(self) -> None:

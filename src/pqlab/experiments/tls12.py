@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import contextlib
 import html
+import os
 import subprocess
 import threading
+import time
 from dataclasses import dataclass
 
 from pqlab import engine, figures, stats
@@ -156,7 +158,7 @@ DDL = [
     """CREATE TABLE IF NOT EXISTS tls12_cells (
         cell_id TEXT, version TEXT, kex TEXT, cert TEXT, suite TEXT, grp TEXT,
         dh_bits INTEGER, n INTEGER, note TEXT, server_cpu DOUBLE, cpu_mechanism TEXT,
-        server_cpu_used_us BIGINT, profile TEXT, link TEXT, client_security_level INTEGER)""",
+        server_cpu_ms DOUBLE, connections INTEGER, profile TEXT, link TEXT, client_security_level INTEGER)""",
 ]
 
 
@@ -246,7 +248,7 @@ def measure(store, plan: Plan) -> None:
                         )
                     progress.advance()
                     continue
-                rows, used_us, level = _run_cell(topo, spec, plan, certs[spec.cert], quota)
+                rows, used_ms, level = _run_cell(topo, spec, plan, certs[spec.cert], quota)
                 with store.cell(
                     EXPERIMENT,
                     spec.cell_id,
@@ -266,7 +268,7 @@ def measure(store, plan: Plan) -> None:
                                 plan,
                                 len(rows),
                                 quota,
-                                used_us,
+                                used_ms,
                                 profile_name,
                                 link_desc,
                                 level,
@@ -284,7 +286,7 @@ def measure(store, plan: Plan) -> None:
                 progress.advance()
 
 
-def _cell_row(spec, plan, n, quota, used_us, profile_name, link_desc, level) -> dict:
+def _cell_row(spec, plan, n, quota, used_ms, profile_name, link_desc, level) -> dict:
     return {
         "cell_id": spec.cell_id,
         "version": spec.version,
@@ -297,7 +299,8 @@ def _cell_row(spec, plan, n, quota, used_us, profile_name, link_desc, level) -> 
         "note": spec.note,
         "server_cpu": plan.server_cpu,
         "cpu_mechanism": quota.mechanism if quota is not None else None,
-        "server_cpu_used_us": used_us,
+        "server_cpu_ms": used_ms,
+        "connections": (plan.n + plan.warmup) if n else 0,
         "profile": profile_name,
         "link": link_desc,
         "client_security_level": level,
@@ -323,7 +326,6 @@ def _run_cell(topo, spec: CellSpec, plan: Plan, cert: dict, quota):
         ]
     )
     kw = {"preexec_fn": quota.join} if quota is not None else {}
-    before = quota.usage_us() if quota is not None else None
     proc = topo.popen(
         "server", server_argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw
     )
@@ -356,14 +358,15 @@ def _run_cell(topo, spec: CellSpec, plan: Plan, cert: dict, quota):
         if expect:
             args += ["--expect-group", expect]
         records = engine.run(args, netns=topo.client_ns, timeout=600 + plan.n * 30)
-        proc.wait(timeout=60)
+        usage = _wait_rusage(proc, timeout=60)
         drain.join(timeout=10)
     except BaseException:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
         raise
-    used = (quota.usage_us() - before) if quota is not None and before is not None else None
+    # The server's own CPU time (user + system) for the whole cell, start-up included.
+    used = (usage.ru_utime + usage.ru_stime) * 1000.0
     server_recs = [engine.parse_line(x) for x in drain.lines[1:] if x.strip()]
     bad = [r for r in server_recs if r["type"] != "connection"]
     if bad:
@@ -407,6 +410,19 @@ def _run_cell(topo, spec: CellSpec, plan: Plan, cert: dict, quota):
             }
         )
     return rows, used, level
+
+
+def _wait_rusage(proc: subprocess.Popen, timeout: float):
+    """Wait for the server to exit and return its resource usage (CPU time)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+        if pid:
+            proc.returncode = os.waitstatus_to_exitcode(status)
+            return usage
+        if time.monotonic() > deadline:
+            raise subprocess.TimeoutExpired(proc.args, timeout)
+        time.sleep(0.01)
 
 
 def _check(spec: CellSpec, c: dict, expect: str | None) -> None:
@@ -490,6 +506,8 @@ def _summary_rows(store) -> list[dict]:
                     "bytes_from_server": int(m["server_bytes"]) if m["server_bytes"] else None,
                 }
             )
+        if c.get("server_cpu_ms") is not None and c.get("connections"):
+            row["server_cpu_ms_per_handshake"] = round(c["server_cpu_ms"] / c["connections"], 4)
         row.update({"server_cpu": c["server_cpu"], "profile": c["profile"], "note": c["note"]})
         rows.append(row)
     return rows
@@ -512,6 +530,7 @@ COLUMNS = [
     "group",
     "server_sigalg",
     "bytes_from_server",
+    "server_cpu_ms_per_handshake",
     "server_cpu",
     "profile",
     "note",
