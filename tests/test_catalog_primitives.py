@@ -21,12 +21,10 @@ FIELDS = ("public_key", "secret_key", "ciphertext", "shared_secret", "signature"
 def primitives_engine():
     """Skip only while the engine is the skeleton's placeholder (branch prim not merged)."""
     try:
-        engine.run(["kem", "--backend", "openssl", "--alg", "X25519", "--iterations", "1",
-                    "--warmup", "0", "--no-samples"], timeout=60)  # fmt: skip
+        engine.run(["kem"], timeout=60)  # the real one refuses this (no --backend)
     except EngineError as e:
         if "not built into this engine yet" in str(e):
             pytest.skip("pqlab-engine kem/sig are placeholders in this build")
-        raise
 
 
 def _observe(alg: catalog.Algorithm, backend: str) -> dict:
