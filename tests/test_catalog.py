@@ -285,3 +285,22 @@ def test_backend_name_explains_a_missing_backend():
     assert catalog.resolve("ML-KEM-768").backend_name("liboqs") == "ML-KEM-768"
     with pytest.raises(UserError, match="provided by openssl"):
         catalog.resolve("X25519").backend_name("liboqs")
+
+
+def test_code_points_do_not_collide():
+    """One code point per group; one per signature scheme except RSA key sizes (TLS names
+    the scheme, not the modulus: RSA-2048/3072/4096 all use rsa_pss_rsae_sha256)."""
+    groups: dict[int, str] = {}
+    schemes: dict[int, set[str]] = {}
+    for a in catalog.all_algorithms():
+        if a.tls_group is not None:
+            assert groups.setdefault(a.tls_group, a.name) == a.name, f"{a.tls_group:#06x}"
+        if a.tls_sigscheme is not None:
+            schemes.setdefault(a.tls_sigscheme, set()).add(
+                a.family if a.family == "RSA" else a.name
+            )
+    shared = {f"{c:#06x}": n for c, n in schemes.items() if len(n) > 1}
+    assert not shared, shared
+    for a in catalog.all_algorithms():
+        if a.tls_registry == "oqs-provider":
+            assert 0xFE00 <= a.tls_code <= 0xFFFF, f"{a.name}: not in the private-use range"
