@@ -160,3 +160,14 @@ def test_pqlab_algorithms_unknown_name_is_one_line_and_exit_2():
     )
     proc = run_pqlab("algorithms", "--document", "9")
     assert proc.returncode == 2 and "000, 001, 002, 003, 004" in proc.stderr
+
+
+def test_classical_strength_matches_openssl_security_bits(info):
+    """classical_bits (SP 800-57) must equal what OpenSSL's TLS layer assumes per group."""
+    groups = {g["name"]: g for g in info["openssl"]["tls_groups"]}
+    checked = 0
+    for a in catalog.all_algorithms("kex"):
+        if a.tls_registry == "iana" and a.classical_bits is not None:
+            assert groups[a.tls_name]["sec_bits"] == a.classical_bits, a.name
+            checked += 1
+    assert checked >= 10
