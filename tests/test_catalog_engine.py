@@ -171,3 +171,16 @@ def test_classical_strength_matches_openssl_security_bits(info):
             assert groups[a.tls_name]["sec_bits"] == a.classical_bits, a.name
             checked += 1
     assert checked >= 10
+
+
+def test_nist_levels_match_openssl_security_bits(info):
+    """OpenSSL gives PQ groups and schemes the AES strength of their NIST category."""
+    bits = {1: 128, 2: 128, 3: 192, 4: 192, 5: 256}
+    by_name = {g["name"]: g for g in info["openssl"]["tls_groups"]}
+    by_name.update({s["iana_name"]: s for s in info["openssl"]["tls_sigalgs"]})
+    checked = 0
+    for a in catalog.all_algorithms():
+        if a.nist_level is not None and a.tls_registry == "iana":
+            assert by_name[a.tls_name]["sec_bits"] == bits[a.nist_level], a.name
+            checked += 1
+    assert checked >= 9  # 3 ML-KEM, 3 hybrids, 3 ML-DSA
