@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import sys
 
@@ -205,6 +206,16 @@ def run(args) -> int:
         have = None
         warning = f"note: cannot ask the engine what this build provides ({e}); backends shown are the catalogue's"
     algs = select(args, have)
+    try:
+        _print(args, algs, have)
+    except BrokenPipeError:  # `pqlab algorithms | head`: the reader has what it wanted
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    if warning:
+        print(warning, file=sys.stderr)
+    return 0
+
+
+def _print(args, algs: list[catalog.Algorithm], have: dict[str, set[str]] | None) -> None:
     if args.json:
         print(json.dumps([to_json(a, have) for a in algs], indent=2))
     else:
@@ -218,6 +229,3 @@ def run(args) -> int:
                 "secret). level: NIST category ('-' classical). tls: TLS NamedGroup / "
                 "SignatureScheme code point; * = oqs-provider's private-use value, not IANA."
             )
-    if warning:
-        print(warning, file=sys.stderr)
-    return 0
