@@ -80,15 +80,24 @@ def register(sub) -> None:
         metavar="NAME",
         help="show only these algorithms (any alias; e.g. P-256 '2048-bit RSA')",
     )
-    p.add_argument("--kind", type=parse_kind, help="kem (KEMs and key agreement), kex or sig")
+    p.add_argument(
+        "--kind",
+        type=parse_kind,
+        metavar="{kem,kex,sig}",
+        help="kem (KEMs and key agreement), kex or sig",
+    )
     p.add_argument(
         "--backend",
         type=parse_backend,
+        metavar="{openssl,liboqs,any,none}",
         help="only algorithms this build provides through openssl / liboqs / any "
         "backend, or 'none' for catalogued algorithms without one",
     )
     p.add_argument(
-        "--document", type=parse_document, help="only algorithms that source document 000..004 uses"
+        "--document",
+        type=parse_document,
+        metavar="000..004",
+        help="only algorithms that this source document uses",
     )
     p.add_argument("--family", help="only this family (e.g. ML-KEM, CROSS, UOV)")
     p.add_argument("--json", action="store_true", help="print JSON (every catalogue field)")
