@@ -304,3 +304,19 @@ def test_code_points_do_not_collide():
     for a in catalog.all_algorithms():
         if a.tls_registry == "oqs-provider":
             assert 0xFE00 <= a.tls_code <= 0xFFFF, f"{a.name}: not in the private-use range"
+
+
+def test_availability_from_an_engine_info_record():
+    from pqlab.commands.algorithms import available_backends, provided
+
+    info = {
+        "openssl": {"keymgmt": [{"name": "X25519", "names": ["X25519", "1.3.101.110"]}]},
+        "liboqs": {"kems": [{"name": "ML-KEM-768"}], "sigs": []},
+    }
+    have = provided(info)
+    assert available_backends(catalog.resolve("X25519"), have) == ["openssl"]
+    assert available_backends(catalog.resolve("ML-KEM-768"), have) == ["liboqs"]
+    assert available_backends(catalog.resolve("HQC-128"), have) == []
+    # An engine whose info predates the OpenSSL listing: trust the catalogue for OpenSSL.
+    old = provided({"openssl": {"version_text": "OpenSSL 3.5.4"}, "liboqs": info["liboqs"]})
+    assert available_backends(catalog.resolve("ML-KEM-768"), old) == ["openssl", "liboqs"]
