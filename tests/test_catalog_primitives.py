@@ -12,19 +12,8 @@ from __future__ import annotations
 import pytest
 
 from pqlab import catalog, engine
-from pqlab.errors import EngineError
 
 FIELDS = ("public_key", "secret_key", "ciphertext", "shared_secret", "signature")
-
-
-@pytest.fixture(scope="module", autouse=True)
-def primitives_engine():
-    """Skip only while the engine is the skeleton's placeholder (branch prim not merged)."""
-    try:
-        engine.run(["kem"], timeout=60)  # the real one refuses this (no --backend)
-    except EngineError as e:
-        if "not built into this engine yet" in str(e):
-            pytest.skip("pqlab-engine kem/sig are placeholders in this build")
 
 
 def _observe(alg: catalog.Algorithm, backend: str) -> dict:
