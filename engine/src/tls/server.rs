@@ -75,7 +75,9 @@ fn context(a: &Args) -> Result<(SslContext, u32)> {
     if let Some(bits) = a.dh_bits {
         let dh = common::dh_params(bits)?;
         b.set_tmp_dh(&dh).map_err(|e| {
-            crate::out::Error(format!("--dh-bits {bits} refused at the security level in force: {e}"))
+            crate::out::Error(format!(
+                "--dh-bits {bits} refused at the security level in force: {e}"
+            ))
         })?;
     }
     let ctx = b.build();
