@@ -25,9 +25,18 @@ RAW_FIELDS = ("public_key", "secret_key", "ciphertext", "shared_secret", "signat
 ENCODED_FIELDS = ("public_key_der", "secret_key_der", "signature_der")
 LEADING = ["algorithm", "kind", *RAW_FIELDS]
 COLUMNS = LEADING + [
-    "public_key_der_min", "public_key_der_max", "secret_key_der_min", "secret_key_der_max",
-    "signature_der_min", "signature_der_max", "signature_min", "secret_key_min",
-    "encoding_source", "catalogue_check", "backends", "notes",
+    "public_key_der_min",
+    "public_key_der_max",
+    "secret_key_der_min",
+    "secret_key_der_max",
+    "signature_der_min",
+    "signature_der_max",
+    "signature_min",
+    "secret_key_min",
+    "encoding_source",
+    "catalogue_check",
+    "backends",
+    "notes",
 ]
 
 
@@ -37,15 +46,21 @@ def store_sizes(store: RunStore, experiment: str, cell, record: dict) -> None:
     rows = []
     for field in RAW_FIELDS + ENCODED_FIELDS:
         v = record.get(field)
-        rows.append({
-            "experiment": experiment, "algorithm": cell.algorithm.name,
-            "backend": cell.backend, "kind": cell.algorithm.kind, "field": field,
-            "min_bytes": v["min"] if v else None, "max_bytes": v["max"] if v else None,
-            "observed": record.get("outputs_observed") if field in (
-                "ciphertext", "shared_secret", "signature", "signature_der")
-            else record.get("keys_observed"),
-            "note": notes.get(field) if isinstance(notes.get(field), str) else None,
-        })
+        rows.append(
+            {
+                "experiment": experiment,
+                "algorithm": cell.algorithm.name,
+                "backend": cell.backend,
+                "kind": cell.algorithm.kind,
+                "field": field,
+                "min_bytes": v["min"] if v else None,
+                "max_bytes": v["max"] if v else None,
+                "observed": record.get("outputs_observed")
+                if field in ("ciphertext", "shared_secret", "signature", "signature_der")
+                else record.get("keys_observed"),
+                "note": notes.get(field) if isinstance(notes.get(field), str) else None,
+            }
+        )
     store.insert_rows("primitive_sizes", rows)
 
 
@@ -73,11 +88,13 @@ def _catalogue_check(alg_name: str, raw: dict) -> str:
 def rows(store: RunStore) -> list[dict]:
     data = store.query(
         "SELECT algorithm, backend, kind, field, min(min_bytes) AS lo, max(max_bytes) AS hi, "
-        "any_value(note) AS note FROM primitive_sizes GROUP BY ALL")
+        "any_value(note) AS note FROM primitive_sizes GROUP BY ALL"
+    )
     by_alg: dict[str, dict] = {}
     order: list[str] = []
-    for r in store.query("SELECT algorithm, min(rowid) AS k FROM primitive_sizes GROUP BY 1 "
-                         "ORDER BY 2"):
+    for r in store.query(
+        "SELECT algorithm, min(rowid) AS k FROM primitive_sizes GROUP BY 1 ORDER BY 2"
+    ):
         order.append(r["algorithm"])
     for r in data:
         a = by_alg.setdefault(r["algorithm"], {"kind": r["kind"], "backends": {}})
@@ -90,15 +107,19 @@ def rows(store: RunStore) -> list[dict]:
         raw: dict[str, tuple | None] = {}
         disagree = []
         for field in RAW_FIELDS:
-            vals = {b: f[field][:2] for b, f in backends.items()
-                    if f.get(field) and f[field][0] is not None}
+            vals = {
+                b: f[field][:2]
+                for b, f in backends.items()
+                if f.get(field) and f[field][0] is not None
+            }
             if not vals:
                 raw[field] = None
                 continue
             distinct = set(vals.values())
             if len(distinct) > 1 and field not in ("secret_key",):
-                disagree.append(f"{field}: " + ", ".join(f"{b} {v[0]}-{v[1]}"
-                                                         for b, v in vals.items()))
+                disagree.append(
+                    f"{field}: " + ", ".join(f"{b} {v[0]}-{v[1]}" for b, v in vals.items())
+                )
             raw[field] = (min(v[0] for v in vals.values()), max(v[1] for v in vals.values()))
         # Encodings: OpenSSL's own encoder where it has one, else the computed liboqs form.
         source = None
@@ -113,15 +134,25 @@ def rows(store: RunStore) -> list[dict]:
         if source == "liboqs":
             notes.append("encodings computed from the catalogue OID (liboqs has no encoder)")
         if source is None:
-            notes.append("no DER encoding: " + next(
-                (f["public_key_der"][2] for f in backends.values()
-                 if f.get("public_key_der") and f["public_key_der"][2]),
-                "no encoder for this algorithm"))
+            notes.append(
+                "no DER encoding: "
+                + next(
+                    (
+                        f["public_key_der"][2]
+                        for f in backends.values()
+                        if f.get("public_key_der") and f["public_key_der"][2]
+                    ),
+                    "no encoder for this algorithm",
+                )
+            )
         if disagree:
             notes.append("backends disagree on " + "; ".join(disagree))
-        if name in by_alg and backends.get("openssl", {}).get("secret_key") and \
-                backends.get("liboqs", {}).get("secret_key") and \
-                backends["openssl"]["secret_key"][:2] != backends["liboqs"]["secret_key"][:2]:
+        if (
+            name in by_alg
+            and backends.get("openssl", {}).get("secret_key")
+            and backends.get("liboqs", {}).get("secret_key")
+            and backends["openssl"]["secret_key"][:2] != backends["liboqs"]["secret_key"][:2]
+        ):
             notes.append("secret key formats differ between backends; shown: both ranges")
 
         def enc_val(field, i, enc=enc):
@@ -134,22 +165,25 @@ def rows(store: RunStore) -> list[dict]:
         def raw_min(field, raw=raw):
             return raw[field][0] if raw.get(field) else None
 
-        out.append({
-            "algorithm": name, "kind": a["kind"],
-            **{f: raw_max(f) for f in RAW_FIELDS},
-            "public_key_der_min": enc_val("public_key_der", 0),
-            "public_key_der_max": enc_val("public_key_der", 1),
-            "secret_key_der_min": enc_val("secret_key_der", 0),
-            "secret_key_der_max": enc_val("secret_key_der", 1),
-            "signature_der_min": enc_val("signature_der", 0),
-            "signature_der_max": enc_val("signature_der", 1),
-            "signature_min": raw_min("signature"),
-            "secret_key_min": raw_min("secret_key"),
-            "encoding_source": source or "",
-            "catalogue_check": _catalogue_check(name, {k: v for k, v in raw.items() if v}),
-            "backends": ",".join(sorted(backends)),
-            "notes": "; ".join(notes),
-        })
+        out.append(
+            {
+                "algorithm": name,
+                "kind": a["kind"],
+                **{f: raw_max(f) for f in RAW_FIELDS},
+                "public_key_der_min": enc_val("public_key_der", 0),
+                "public_key_der_max": enc_val("public_key_der", 1),
+                "secret_key_der_min": enc_val("secret_key_der", 0),
+                "secret_key_der_max": enc_val("secret_key_der", 1),
+                "signature_der_min": enc_val("signature_der", 0),
+                "signature_der_max": enc_val("signature_der", 1),
+                "signature_min": raw_min("signature"),
+                "secret_key_min": raw_min("secret_key"),
+                "encoding_source": source or "",
+                "catalogue_check": _catalogue_check(name, {k: v for k, v in raw.items() if v}),
+                "backends": ",".join(sorted(backends)),
+                "notes": "; ".join(notes),
+            }
+        )
     return out
 
 
@@ -159,8 +193,9 @@ def write_table(store: RunStore):
     types = {c: "BIGINT" for c in COLUMNS}
     for c in ("algorithm", "kind", "encoding_source", "catalogue_check", "backends", "notes"):
         types[c] = "TEXT"
-    store.con.execute("CREATE TABLE sizes_summary (" +
-                      ", ".join(f"{c} {types[c]}" for c in COLUMNS) + ")")
+    store.con.execute(
+        "CREATE TABLE sizes_summary (" + ", ".join(f"{c} {types[c]}" for c in COLUMNS) + ")"
+    )
     if table:
         store.insert_rows("sizes_summary", table)
     return store.export_table("sizes", "SELECT * FROM sizes_summary ORDER BY rowid"), table
@@ -175,11 +210,19 @@ def _figure(store: RunStore, table: list[dict]):
     fig, ax = plt.subplots(figsize=(8, max(2.5, 0.28 * len(names) + 1)))
     y = range(len(names))
     pk = [r["public_key_der_max"] or r["public_key"] or 0 for r in table]
-    second = [(r["signature_der_max"] or r["signature"] or 0) if r["kind"] == "sig"
-              else (r["ciphertext"] or 0) for r in table]
+    second = [
+        (r["signature_der_max"] or r["signature"] or 0)
+        if r["kind"] == "sig"
+        else (r["ciphertext"] or 0)
+        for r in table
+    ]
     ax.barh([i - 0.2 for i in y], pk, height=0.4, label="public key (SPKI DER, else raw)")
-    ax.barh([i + 0.2 for i in y], second, height=0.4,
-            label="signature (DER) / ciphertext or peer key share")
+    ax.barh(
+        [i + 0.2 for i in y],
+        second,
+        height=0.4,
+        label="signature (DER) / ciphertext or peer key share",
+    )
     ax.set_yticks(list(y), names)
     ax.invert_yaxis()
     ax.set_xscale("log")
@@ -206,18 +249,21 @@ def export(store: RunStore) -> Section | None:
             "X.509), with the smallest and largest value observed over the run's keys and "
             "signatures: RSA private keys and ECDSA signatures vary because DER integers "
             "drop leading zeros. <code>catalogue_check</code> compares the raw sizes with the "
-            "standards' values in pqlab's catalogue.</p>"),
+            "standards' values in pqlab's catalogue.</p>"
+        ),
     )
     section.table(csv_path, "Sizes (bytes): raw, then encoded min/max")
     bad = [r for r in table if r["catalogue_check"].startswith("mismatch")]
     if bad:
-        section.text("<div class=warn>Size mismatches with the catalogue: " + ", ".join(
-            f"{r['algorithm']} ({r['catalogue_check']})" for r in bad) + "</div>")
+        section.text(
+            "<div class=warn>Size mismatches with the catalogue: "
+            + ", ".join(f"{r['algorithm']} ({r['catalogue_check']})" for r in bad)
+            + "</div>"
+        )
     png = _figure(store, table)
     if png:
         section.figure(png, "Public key and ciphertext/signature sizes per algorithm")
     return section
-
 
 
 def run_cells(store: RunStore, cells, samples: int, max_seconds: float | None) -> None:
@@ -234,8 +280,13 @@ def run_cells(store: RunStore, cells, samples: int, max_seconds: float | None) -
         progress.advance(len(cells) - len(todo))
         for cell in todo:
             progress.start(f"{cell.algorithm.name} ({cell.backend})")
-            args = cell.engine_args() + ["--iterations", str(samples), "--warmup", "0",
-                                         "--no-samples"]
+            args = cell.engine_args() + [
+                "--iterations",
+                str(samples),
+                "--warmup",
+                "0",
+                "--no-samples",
+            ]
             if max_seconds:
                 args += ["--max-seconds", f"{max_seconds:g}"]
             try:
