@@ -46,7 +46,9 @@ from pqlab import engine  # noqa: E402
 TARGET = 0.10
 
 
-def find_openssl() -> Path:
+def find_openssl(explicit: str | None = None) -> Path:
+    if explicit:
+        return Path(explicit)
     for cand in (
         os.environ.get("PQLAB_OPENSSL"),
         ROOT / "build/openssl/bin/openssl",
@@ -218,11 +220,12 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--seconds", type=int, default=2, help="per reference-tool run")
     ap.add_argument("--json", metavar="FILE", help="also write the raw results as JSON")
+    ap.add_argument("--openssl", metavar="PATH", help="the openssl command to compare with")
     a = ap.parse_args()
     if a.rounds < 1 or a.seconds < 1:
         print("error: --rounds and --seconds must be at least 1", file=sys.stderr)
         return 2
-    openssl = find_openssl()
+    openssl = find_openssl(a.openssl)
     oqs = find_liboqs_speed()
     items = comparisons(openssl, oqs)
     results = {label: {"pqlab": [], "ref": []} for label, *_ in items}
@@ -238,12 +241,12 @@ def main() -> int:
         f"{load[0]:.2f} on {os.cpu_count()} CPUs"
     )
     print(
-        "ratio = pqlab / reference, median over rounds of the per-round ratio; "
-        "best = best round of each side\n"
+        "ratio = pqlab / reference, median over rounds of the per-round ratio; best = best "
+        "round of each side; basis = the pqlab statistic comparable to the tool's\n"
     )
     hdr = (
         f"{'algorithm':27} {'op':13} {'tool':13} {'pqlab med':>10} {'pqlab mean':>10} "
-        f"{'ref':>10} {'r(med)':>7} {'r(mean)':>7} {'r(best)':>7}  verdict"
+        f"{'ref':>10} {'r(med)':>7} {'r(mean)':>7} {'r(best)':>7}  basis   verdict"
     )
     print(hdr)
     print("-" * len(hdr))
@@ -257,10 +260,15 @@ def main() -> int:
             ref = [x[ref_op] for x in res["ref"]]
             r_med = statistics.median(m / x for m, x in zip(med, ref, strict=True))
             r_mean = statistics.median(m / x for m, x in zip(mean, ref, strict=True))
-            r_best = min(med) / min(ref)
-            ok = abs(r_med - 1) <= TARGET or abs(r_best - 1) <= TARGET
-            worst = max(worst, min(abs(r_med - 1), abs(r_best - 1)))
-            verdict = "ok" if ok else "OFF"
+            # Like for like: openssl speed divides by CPU user time, so preemption is
+            # excluded, as it is from pqlab's median; liboqs's programs divide wall-clock
+            # time by the count, a mean that preemption inflates exactly as pqlab's mean.
+            basis = "median" if tool == "openssl speed" else "mean"
+            r_best = (min(med) if basis == "median" else min(mean)) / min(ref)
+            r_basis = r_med if basis == "median" else r_mean
+            dev = min(abs(r_basis - 1), abs(r_best - 1))
+            worst = max(worst, dev)
+            verdict = "ok" if dev <= TARGET else "OFF"
             rows.append(
                 {
                     "algorithm": label,
@@ -272,13 +280,14 @@ def main() -> int:
                     "ratio_median": r_med,
                     "ratio_mean": r_mean,
                     "ratio_best": r_best,
+                    "basis": basis,
                     "verdict": verdict,
                 }
             )
             print(
                 f"{label:27} {op:13} {tool:13} {statistics.median(med):10.2f} "
                 f"{statistics.median(mean):10.2f} {statistics.median(ref):10.2f} "
-                f"{r_med:7.3f} {r_mean:7.3f} {r_best:7.3f}  {verdict}"
+                f"{r_med:7.3f} {r_mean:7.3f} {r_best:7.3f}  {basis:7} {verdict}"
             )
     print(
         "\nOpenSSL ML-DSA-44: no reference (openssl speed 3.5.4 cannot run ML-DSA, "

@@ -11,10 +11,12 @@ def add_selection_options(p) -> None:
     p.add_argument(
         "--kem",
         metavar="LIST",
-        help="KEMs / key exchanges, comma-separated (e.g. ML-KEM-768,X25519)",
+        help="KEMs / key exchanges, comma-separated (e.g. ML-KEM-768,X25519), or all",
     )
     p.add_argument(
-        "--sig", metavar="LIST", help="signature algorithms, comma-separated (e.g. ML-DSA-44,P-256)"
+        "--sig",
+        metavar="LIST",
+        help="signature algorithms, comma-separated (e.g. ML-DSA-44,P-256), or all",
     )
     p.add_argument(
         "--backend",

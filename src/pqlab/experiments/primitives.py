@@ -126,6 +126,13 @@ def _param_str(v) -> str:
     return str(v)
 
 
+def _resolve(names: list[str], kind: str) -> list[Algorithm]:
+    """Catalogue lookup; the single name "all" means every algorithm of that kind."""
+    if [n.lower() for n in names] == ["all"]:
+        return catalog.all_algorithms(kind)
+    return catalog.resolve_list(names, kind)
+
+
 def select_cells(
     kem_names: list[str], sig_names: list[str], backend: str
 ) -> tuple[list[Cell], list[str]]:
@@ -138,7 +145,11 @@ def select_cells(
         raise UserError(f"--backend {backend!r} is not one of openssl, liboqs, all")
     explicit = bool(kem_names or sig_names)
     if explicit:
-        algs = catalog.resolve_list(kem_names, "kem") + catalog.resolve_list(sig_names, "sig")
+        algs = _resolve(kem_names, "kem") + _resolve(sig_names, "sig")
+        # "all" asks for what the build provides: filter like the default set.
+        explicit = not any(
+            [n.lower() for n in names] == ["all"] for names in (kem_names, sig_names)
+        )
     else:
         algs = [a for a in catalog.all_algorithms() if "000" in a.documents]
         if not algs:
