@@ -209,26 +209,37 @@ def _figure(store: RunStore, table: list[dict]):
     names = [r["algorithm"] for r in table]
     fig, ax = plt.subplots(figsize=(8, max(2.5, 0.28 * len(names) + 1)))
     y = range(len(names))
-    pk = [r["public_key_der_max"] or r["public_key"] or 0 for r in table]
+    # What a TLS handshake carries: the raw key share for key exchange, the SPKI inside the
+    # certificate for signature keys.
+    pk = [
+        (r["public_key_der_max"] or r["public_key"] or 0)
+        if r["kind"] == "sig"
+        else (r["public_key"] or 0)
+        for r in table
+    ]
     second = [
         (r["signature_der_max"] or r["signature"] or 0)
         if r["kind"] == "sig"
         else (r["ciphertext"] or 0)
         for r in table
     ]
-    ax.barh([i - 0.2 for i in y], pk, height=0.4, label="public key (SPKI DER, else raw)")
+    ax.barh(
+        [i - 0.2 for i in y],
+        pk,
+        height=0.4,
+        label="public key (key share; signatures: certificate SPKI)",
+    )
     ax.barh(
         [i + 0.2 for i in y],
         second,
         height=0.4,
-        label="signature (DER) / ciphertext or peer key share",
+        label="ciphertext or peer key share; signatures: DER signature",
     )
     ax.set_yticks(list(y), names)
     ax.invert_yaxis()
     ax.set_xscale("log")
     ax.set_xlabel("bytes (log scale)")
-    ax.axvline(1448, color="grey", lw=0.8, ls="--")
-    ax.text(1448, -0.8, " one TCP segment (MSS 1448)", fontsize=7, color="grey")
+    ax.axvline(1448, color="grey", lw=0.8, ls="--", label="one TCP segment (MSS 1448)")
     ax.legend(fontsize=7, loc="lower right")
     ax.set_title("What travels in a handshake: public key and ciphertext / signature")
     return figures.save(fig, store, "sizes")
