@@ -222,8 +222,11 @@ fn handshake_and_respond(
     out["request_bytes"] = json!(request);
     out["app_bytes_sent"] = json!(sent_app);
     out["tcp_info"] = common::tcp_info(&stream.get_ref().tcp);
-    // close_notify; the peer may already have gone, which is not an error here.
-    let _ = stream.shutdown();
+    // close_notify both ways (bounded by --io-timeout); the peer may already have gone,
+    // which is not an error here.
+    if let Ok(openssl::ssl::ShutdownResult::Sent) = stream.shutdown() {
+        let _ = stream.shutdown();
+    }
     out["t_closed"] = json!(common::realtime_ns());
     Ok(())
 }

@@ -281,7 +281,8 @@ class TwoHosts:
         avail = open("/proc/sys/net/ipv4/tcp_available_congestion_control").read().split()
         if cc not in avail:
             # Loading the module makes it available (tcp_cubic is usually built in).
-            subprocess.run(["modprobe", f"tcp_{cc}"], capture_output=True)
+            with contextlib.suppress(OSError):
+                subprocess.run(["modprobe", f"tcp_{cc}"], capture_output=True, timeout=30)
             avail = open("/proc/sys/net/ipv4/tcp_available_congestion_control").read().split()
             if cc not in avail:
                 raise TopologyError(
@@ -296,7 +297,6 @@ class TwoHosts:
 
     def _apply_tcp(self) -> None:
         tcp = self.tcp
-        self._ensure_cc_allowed(tcp.congestion_control)
         for side in SIDES:
             self.sh(
                 side, ["sysctl", "-qw", f"net.ipv4.tcp_congestion_control={tcp.congestion_control}"]
@@ -329,6 +329,7 @@ class TwoHosts:
     def start(self) -> TwoHosts:
         privileges.require_net_admin()
         cleanup_stale()
+        self._ensure_cc_allowed(self.tcp.congestion_control)
         with _lock:
             _active.append(self)
         self._install_handlers()
