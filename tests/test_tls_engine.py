@@ -338,3 +338,21 @@ def test_port_in_use(rsa_chain):
         )
     assert out.returncode == 2
     assert "cannot listen" in records(out.stdout)[-1]["message"]
+
+
+def test_keylog_for_wireshark(ec_chain, tmp_path):
+    d, _ = ec_chain
+    keylog = tmp_path / "keys.log"
+    with Server(d, "--keylog", str(keylog), max_connections=2) as srv:
+        client(srv.port, d / "root.crt.pem", "-n", "2", "--events", "off")
+        srv.finish()
+    lines = keylog.read_text().splitlines()
+    labels = {line.split()[0] for line in lines}
+    assert {
+        "CLIENT_HANDSHAKE_TRAFFIC_SECRET",
+        "SERVER_HANDSHAKE_TRAFFIC_SECRET",
+        "CLIENT_TRAFFIC_SECRET_0",
+        "SERVER_TRAFFIC_SECRET_0",
+    } <= labels
+    # One set per connection: two distinct client randoms.
+    assert len({line.split()[1] for line in lines}) == 2
