@@ -48,6 +48,14 @@ def test_certs_tables(tmp_path):
         assert 2100 < grow < 2250, (srv, grow)
     # Root of ML-DSA-44: 1312-byte key + 2420-byte signature inside.
     assert int(roots["ML-DSA-44"]["root_der_bytes"]) > 1312 + 2420
+    # One root per CA algorithm, signing every server certificate of that CA.
+    for ca in ("RSA-2048", "ML-DSA-44"):
+        assert roots[ca]["n_roots"] == "1"
+        ders = {
+            (out / "certs" / f"{ca}__{srv}" / "root.crt.der").read_bytes()
+            for srv in ("ECDSA-P256", "ML-DSA-44")
+        }
+        assert len(ders) == 1
     # Resume: nothing to redo, same tables.
     again = run_pqlab(
         "certs",
