@@ -370,3 +370,86 @@ pub fn run(args: Args) -> Result<()> {
     }));
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(ca: &str, server: &str) -> Args {
+        Args {
+            ca_alg: ca.into(),
+            server_alg: server.into(),
+            out_dir: std::env::temp_dir(),
+            cn: "server.pqlab.test".into(),
+            san: vec!["localhost".into(), "127.0.0.1".into()],
+            days: 30,
+            chain_with_root: false,
+            ca_cert: None,
+            ca_key: None,
+        }
+    }
+
+    #[test]
+    fn key_specs_parse_and_reject() {
+        let s = KeySpec::parse("RSA:3072").unwrap();
+        assert_eq!((s.name.as_str(), s.param.as_deref()), ("RSA", Some("3072")));
+        assert!(KeySpec::parse(":x").is_err());
+        assert!(KeySpec::parse("RSA:lots").unwrap().generate().is_err());
+        assert!(KeySpec::parse("EC:P-999").unwrap().generate().is_err());
+        assert!(KeySpec::parse("NO-SUCH-ALG").unwrap().generate().is_err());
+    }
+
+    #[test]
+    fn chains_verify_for_classical_and_pq() {
+        for (ca, srv) in [
+            ("EC:P-256", "ML-DSA-44"),
+            ("ML-DSA-44", "RSA:2048"),
+            ("ED25519", "EC:P-384"),
+        ] {
+            let (chain, _, srv_key) = build(&args(ca, srv)).unwrap();
+            assert!(
+                chain
+                    .server
+                    .verify(&chain.root.public_key().unwrap())
+                    .unwrap(),
+                "{ca}/{srv}"
+            );
+            assert!(chain
+                .root
+                .verify(&chain.root.public_key().unwrap())
+                .unwrap());
+            assert!(chain.server.public_key().unwrap().public_eq(&srv_key));
+            assert_eq!(
+                chain.server.issuer_name().to_der().unwrap(),
+                chain.root.subject_name().to_der().unwrap()
+            );
+        }
+    }
+
+    #[test]
+    fn reused_root_signs_the_server_certificate() {
+        let dir = std::env::temp_dir().join(format!("pqlab-certs-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (first, ca_key, _) = build(&args("EC:P-256", "EC:P-256")).unwrap();
+        std::fs::write(dir.join("r.pem"), first.root.to_pem().unwrap()).unwrap();
+        std::fs::write(
+            dir.join("k.pem"),
+            ca_key.private_key_to_pem_pkcs8().unwrap(),
+        )
+        .unwrap();
+        let mut a = args("EC:P-256", "ED25519");
+        a.ca_cert = Some(dir.join("r.pem"));
+        a.ca_key = Some(dir.join("k.pem"));
+        let (second, _, _) = build(&a).unwrap();
+        assert_eq!(second.root.to_der().unwrap(), first.root.to_der().unwrap());
+        assert!(second
+            .server
+            .verify(&first.root.public_key().unwrap())
+            .unwrap());
+        // A key that does not match the root is refused.
+        let other = KeySpec::parse("EC:P-256").unwrap().generate().unwrap();
+        std::fs::write(dir.join("k.pem"), other.private_key_to_pem_pkcs8().unwrap()).unwrap();
+        assert!(build(&a).is_err());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

@@ -578,3 +578,46 @@ pub fn emit_with_events(record: &Value, events: Option<&[Event]>) {
     }
     let _ = lock.flush();
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn offsets_follow_record_headers() {
+        let mut r = Recorder {
+            events_on: true,
+            ..Default::default()
+        };
+        // ServerHello record (22, 1210 bytes) then an encrypted record of 2042 bytes.
+        r.on_message(true, 256, &[22, 3, 3, 0x04, 0xba]);
+        r.on_message(true, 22, &[2, 0, 4, 0xb6]);
+        r.on_message(true, 256, &[23, 3, 3, 0x07, 0xfa]);
+        r.on_message(true, 257, &[22]);
+        r.on_message(true, 22, &[11, 0, 7, 0xe9]);
+        r.on_message(false, 256, &[21, 3, 3, 0, 19]);
+        assert_eq!(r.record_bytes, [5 + 1210 + 5 + 2042, 5 + 19]);
+        assert_eq!(r.records, [2, 1]);
+        let hs: Vec<_> = r.events.iter().filter(|e| e.ev == "handshake").collect();
+        assert_eq!(hs[0].msg, Some("server_hello"));
+        assert_eq!(hs[0].offset_end, Some(1215));
+        assert_eq!(hs[1].msg, Some("certificate"));
+        assert_eq!(hs[1].offset_end, Some(1215 + 2047));
+        r.on_io(SENT, 0, 4096);
+        assert_eq!(r.io_bytes, [4096, 0]);
+    }
+
+    #[test]
+    fn events_off_still_counts_bytes() {
+        let mut r = Recorder::default();
+        r.on_message(false, 256, &[22, 3, 3, 0, 100]);
+        assert_eq!(r.record_bytes, [0, 105]);
+        assert!(r.events.is_empty());
+    }
+
+    #[test]
+    fn dh_sizes() {
+        assert!(dh_params(1024).is_ok() && dh_params(4096).is_ok());
+        assert!(dh_params(1536).is_err());
+    }
+}
