@@ -100,9 +100,16 @@ def _delete_namespace(ns: str) -> None:
 def cleanup_stale() -> list[str]:
     """Delete pqlab namespaces (and processes in them) whose creating process is gone."""
     removed = []
+    with _lock:
+        ours = {n for t in _active for n in (t.client_ns, t.server_ns)}
     for ns in list_namespaces():
         m = _NS_RE.match(ns)
-        if m and int(m.group(1)) != os.getpid() and not _pid_alive(int(m.group(1))):
+        if not m:
+            continue
+        pid = int(m.group(1))
+        # Also a namespace carrying our own pid but no live topology of ours: left by an
+        # earlier process that had this pid.
+        if (pid == os.getpid() and ns not in ours) or (pid != os.getpid() and not _pid_alive(pid)):
             _delete_namespace(ns)
             removed.append(ns)
     return removed
