@@ -177,3 +177,18 @@ def test_bad_settings_are_user_errors():
     with pytest.raises(UserError, match="congestion control"):
         with TwoHosts(tcp=TcpSettings(congestion_control="nosuchcc")):
             pass
+
+
+def test_signal_handlers_restored_after_nested_topologies():
+    from pqlab.net.topology import TwoHosts
+
+    before = (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM))
+    outer = TwoHosts().start()
+    try:
+        with TwoHosts():
+            pass
+        # The outer topology is still up: SIGTERM must still unwind it.
+        assert signal.getsignal(signal.SIGTERM) not in (signal.SIG_DFL, before[1])
+    finally:
+        outer.stop()
+    assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == before
