@@ -25,16 +25,23 @@ def _need(name: str, kind: str):
         pytest.skip(f"the catalogue has no {name} yet")
 
 
+def _new_group_with_default_sigint():
+    os.setpgid(0, 0)
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 class Serve:
     def __init__(self, *args):
         self.port = free_port()
+        # Own process group, so stop() can send Ctrl-C to it like a terminal does (to the
+        # pqlab process and the engine server alike).
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "pqlab", "serve", "--port", str(self.port), *args],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
             env=pqlab_env(),
-            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+            preexec_fn=_new_group_with_default_sigint,
         )
         self.lines = []
         deadline = time.monotonic() + 120
@@ -49,7 +56,7 @@ class Serve:
         self.root = re.search(r"root certificate: (\S+)", text).group(1)
 
     def stop(self) -> tuple[str, str]:
-        self.proc.send_signal(signal.SIGINT)
+        os.killpg(self.proc.pid, signal.SIGINT)
         out, err = self.proc.communicate(timeout=20)
         return out, err
 
