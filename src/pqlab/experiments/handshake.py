@@ -1,0 +1,991 @@
+"""The TLS 1.3 handshake lab (document 000, section 4-3): for every (group, server
+signature, CA signature) cell, N full handshakes between two network namespaces, captured
+on both hosts and taken apart message by message (pqlab.experiments.handshake_phases).
+
+A cell: captures start in both namespaces, then the engine's TLS server, then the client
+runs warm-up + N handshakes; everything stops, the two pcaps are analysed, and the raw
+per-handshake rows, per-phase rows and capture statistics are committed with the cell.
+`export(store)` rebuilds every table and figure from the database alone.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import selectors
+import shutil
+import signal
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from pqlab import catalog, engine, pcap
+from pqlab.errors import EngineError, UserError
+from pqlab.experiments import handshake_phases as hp
+
+EXPERIMENT = "handshake"
+DEFAULT_GROUPS = ["X25519", "ML-KEM-512", "ML-KEM-768", "ML-KEM-1024", "X25519MLKEM768"]
+DEFAULT_SIGS = ["RSA-2048", "RSA-3072", "P-256", "ML-DSA-44"]
+DEFAULT_PORT = 4433
+DEFAULT_INITCWND = 10
+CONTENT_TYPES = {"change_cipher_spec": 20, "alert": 21, "handshake": 22, "application_data": 23}
+MESSAGE_NAMES = {
+    "client_hello": "ClientHello",
+    "server_hello": "ServerHello",
+    "encrypted_extensions": "EncryptedExtensions",
+    "certificate": "Certificate",
+    "certificate_verify": "CertificateVerify",
+    "finished": "Finished",
+    "new_session_ticket": "NewSessionTicket",
+    "certificate_request": "CertificateRequest",
+}
+# Sizes reported per handshake (handshake message bytes, 4-byte header included).
+SIZE_COLUMNS = [
+    ("client", "ClientHello", "client_hello_bytes"),
+    ("server", "ServerHello", "server_hello_bytes"),
+    ("server", "EncryptedExtensions", "encrypted_extensions_bytes"),
+    ("server", "Certificate", "certificate_bytes"),
+    ("server", "CertificateVerify", "certificate_verify_bytes"),
+    ("server", "Finished", "server_finished_bytes"),
+    ("client", "Finished", "client_finished_bytes"),
+]
+
+RAW_DDL = """
+CREATE TABLE IF NOT EXISTS handshake_raw (
+    cell_id TEXT, "group" TEXT, server_sig TEXT, ca_sig TEXT, idx INTEGER,
+    client_port INTEGER, t_syn_ns BIGINT,
+    handshake_ns BIGINT, total_ns BIGINT, client_processing_ns BIGINT,
+    sh_to_cert_ns BIGINT, sh_to_fin_ns BIGINT,
+    server_flight_segments INTEGER, server_flight_bytes INTEGER,
+    bytes_through_certificate INTEGER, server_flight_retransmissions INTEGER,
+    writes_predicted INTEGER, flush_offsets_predicted TEXT, short_segment_ends TEXT,
+    split_by_write_buffer BOOLEAN, cwnd_stalls INTEGER, cwnd_stall_wait_ns BIGINT,
+    client_bytes INTEGER, server_bytes INTEGER,
+    client_hello_bytes INTEGER, server_hello_bytes INTEGER,
+    encrypted_extensions_bytes INTEGER, certificate_bytes INTEGER,
+    certificate_verify_bytes INTEGER, server_finished_bytes INTEGER,
+    client_finished_bytes INTEGER,
+    negotiated_group TEXT, negotiated_sigalg TEXT,
+    server_snd_cwnd INTEGER, server_total_retrans INTEGER, server_snd_mss INTEGER,
+    points JSON)
+"""
+PHASE_DDL = """
+CREATE TABLE IF NOT EXISTS handshake_phase (
+    cell_id TEXT, "group" TEXT, server_sig TEXT, ca_sig TEXT, idx INTEGER,
+    view TEXT, phase_order INTEGER, phase TEXT, family TEXT, ns BIGINT)
+"""
+CAPTURE_DDL = """
+CREATE TABLE IF NOT EXISTS handshake_capture (
+    cell_id TEXT, side TEXT, packets BIGINT, kernel_packets BIGINT, kernel_drops BIGINT,
+    userspace_timestamps BIGINT, pcap TEXT, seconds DOUBLE, handshakes INTEGER,
+    topology JSON)
+"""
+
+
+@dataclass
+class Plan:
+    groups: list[catalog.Algorithm]
+    server_sigs: list[catalog.Algorithm]
+    ca_sigs: list[catalog.Algorithm]
+    n: int
+    warmup: int
+    keep_pcap: bool
+    port: int
+    profile: str | None
+    initcwnd: int = DEFAULT_INITCWND
+    congestion_control: str = "cubic"
+
+    def cells(self):
+        for g in self.groups:
+            for s in self.server_sigs:
+                for c in self.ca_sigs:
+                    yield g, s, c
+
+
+def cell_id(group, server_sig, ca_sig) -> str:
+    return f"{group.name}|{server_sig.name}|{ca_sig.name}"
+
+
+def _tls_capable(alg: catalog.Algorithm, option: str) -> catalog.Algorithm:
+    if not alg.tls_name:
+        raise UserError(
+            f"{option} {alg.name}: no TLS code point in this build's TLS stack "
+            "(see 'pqlab algorithms')"
+        )
+    return alg
+
+
+def resolve_matrix(groups: list[str], server_sigs: list[str], ca_sigs: list[str]):
+    g = [_tls_capable(a, "--groups") for a in catalog.resolve_list(groups, "kem")]
+    s = [_tls_capable(a, "--server-sig") for a in catalog.resolve_list(server_sigs, "sig")]
+    c = catalog.resolve_list(ca_sigs, "sig")
+    return g, s, c
+
+
+# --- the network seam ------------------------------------------------------------------------
+
+
+def topology_for(profile: str | None, plan: Plan):
+    """The two hosts a cell runs on. This is the one place that knows about links: with a
+    profile, the network-emulation module provides a shaped link behind the same
+    interface."""
+    from pqlab.net.topology import TcpSettings, TwoHosts
+
+    tcp = TcpSettings(congestion_control=plan.congestion_control, initcwnd=plan.initcwnd)
+    if profile is None:
+        return TwoHosts(tcp=tcp)
+    from pqlab.net import profiles
+
+    return TwoHosts(tcp=tcp, link=profiles.link_for(profiles.resolve(profile)))
+
+
+def check_profile(profile: str | None) -> None:
+    if profile is None:
+        return
+    try:
+        from pqlab.net import profiles
+    except ImportError:
+        raise UserError(
+            f"--profile {profile!r}: network profiles are not part of this "
+            "build yet (pqlab.net.profiles); run without --profile"
+        ) from None
+    profiles.resolve(profile)
+
+
+# --- processes ----------------------------------------------------------------------------------
+
+
+class Proc:
+    """An engine process inside a namespace whose JSON records we read line by line."""
+
+    def __init__(self, args: list[str], netns: str, what: str):
+        self.what = what
+        self.p = subprocess.Popen(
+            engine.command(args, netns),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
+        self.records: list[dict] = []
+
+    def wait_for(self, rtype: str, timeout: float) -> dict:
+        """Read records until one of type `rtype` arrives (bounded by `timeout`)."""
+        assert self.p.stdout is not None
+        sel = selectors.DefaultSelector()
+        sel.register(self.p.stdout, selectors.EVENT_READ)
+        deadline = time.monotonic() + timeout
+        try:
+            while time.monotonic() < deadline:
+                if not sel.select(timeout=max(0.0, deadline - time.monotonic())):
+                    continue
+                line = self.p.stdout.readline()
+                if not line:
+                    break
+                rec = engine.parse_line(line)
+                self.records.append(rec)
+                if rec["type"] == rtype:
+                    return rec
+        finally:
+            sel.close()
+        self.stop()
+        err = (self.p.stderr.read() if self.p.stderr else "").strip()
+        raise EngineError(
+            f"{self.what} did not report {rtype!r} within {timeout:.0f} s"
+            + (f": {err.splitlines()[-1]}" if err else "")
+        )
+
+    def finish(self, timeout: float) -> list[dict]:
+        """Collect the remaining records and the exit status."""
+        try:
+            out, err = self.p.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.stop()
+            raise EngineError(f"{self.what} did not finish within {timeout:.0f} s") from None
+        for line in out.splitlines():
+            if line.strip():
+                self.records.append(engine.parse_line(line))
+        if self.p.returncode != 0:
+            last = err.strip().splitlines()[-1] if err.strip() else f"exit {self.p.returncode}"
+            raise EngineError(f"{self.what} failed: {last}")
+        return self.records
+
+    def signal(self, sig: int) -> None:
+        if self.p.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.p.pid, sig)  # the session holds ip netns exec and the engine
+
+    def stop(self) -> None:
+        """Terminate (then kill) this process and its children; never leaves them."""
+        if self.p.poll() is None:
+            self.signal(signal.SIGTERM)
+            try:
+                self.p.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.signal(signal.SIGKILL)
+                self.p.wait(timeout=5)
+        for f in (self.p.stdout, self.p.stderr):
+            if f:
+                with contextlib.suppress(Exception):
+                    f.close()
+
+
+# --- engine records -> TLS records ---------------------------------------------------------------
+
+
+def tls_records(conn_record: dict, sender: str) -> list[hp.TlsRecord]:
+    """The records one side wrote (dir "sent"), with the handshake messages they carried."""
+    out: list[hp.TlsRecord] = []
+    messages: dict[int, list] = {}
+    for ev in conn_record.get("events", []):
+        if ev.get("dir") != "sent":
+            continue
+        if ev.get("ev") == "record":
+            out.append(
+                hp.TlsRecord(
+                    sender, int(ev["offset_end"]), CONTENT_TYPES.get(ev["content_type"], 0)
+                )
+            )
+        elif ev.get("ev") == "handshake":
+            name = MESSAGE_NAMES.get(ev["msg"], ev["msg"])
+            messages.setdefault(int(ev["offset_end"]), []).append((name, int(ev["length"])))
+    return [
+        hp.TlsRecord(r.sender, r.end, r.content_type, tuple(messages.get(r.end, ()))) for r in out
+    ]
+
+
+def _port(addr: str) -> int:
+    return int(addr.rsplit(":", 1)[1])
+
+
+def pair_records(client_recs: list[dict], server_recs: list[dict]) -> list[tuple[dict, dict]]:
+    """Measured (non-warm-up) client connections with their server record, by client port
+    (in order, should a port ever be reused within a cell)."""
+    by_port: dict[int, list[dict]] = {}
+    for r in server_recs:
+        by_port.setdefault(_port(r["peer"]), []).append(r)
+    pairs = []
+    for c in client_recs:
+        lst = by_port.get(_port(c["local"]))
+        if not lst:
+            raise EngineError(f"client connection from {c['local']} has no server record")
+        s = lst.pop(0)
+        if not c.get("warmup"):
+            pairs.append((c, s))
+    return pairs
+
+
+def analyse_cell(
+    client_pcap: Path,
+    server_pcap: Path,
+    pairs: list[tuple[dict, dict]],
+    port: int,
+    initcwnd: int,
+    expect_group: str,
+    expect_sigalg: str,
+):
+    """Per-handshake rows and phase rows for one cell (without the cell's labels)."""
+    c_conns = pcap.split_connections(pcap.tcp_packets(client_pcap), port)
+    s_conns = pcap.split_connections(pcap.tcp_packets(server_pcap), port)
+    c_by_port: dict[int, list] = {}
+    s_by_port: dict[int, list] = {}
+    for conn in c_conns:
+        c_by_port.setdefault(conn.client[1], []).append(conn)
+    for conn in s_conns:
+        s_by_port.setdefault(conn.client[1], []).append(conn)
+    rows, phase_rows = [], []
+    for idx, (crec, srec) in enumerate(pairs):
+        cport = _port(crec["local"])
+        neg_c, neg_s = crec.get("negotiated", {}), srec.get("negotiated", {})
+        if str(neg_c.get("group", "")).lower() != expect_group.lower():
+            raise EngineError(
+                f"handshake {idx} negotiated group {neg_c.get('group')!r}, expected {expect_group}"
+            )
+        if str(neg_s.get("sigalg", neg_c.get("sigalg", ""))).lower() != expect_sigalg.lower():
+            raise EngineError(
+                f"handshake {idx} used signature {neg_s.get('sigalg')!r}, expected {expect_sigalg}"
+            )
+        if not crec.get("verified"):
+            raise EngineError(f"handshake {idx}: the client did not verify the chain")
+        cl, sl = c_by_port.get(cport), s_by_port.get(cport)
+        if not cl or not sl:
+            raise EngineError(
+                f"handshake {idx} (client port {cport}) is missing from the "
+                f"{'client' if not cl else 'server'} capture"
+            )
+        cconn, sconn = cl.pop(0), sl.pop(0)
+        records = tls_records(crec, "client") + tls_records(srec, "server")
+        mss = int((srec.get("tcp_info") or {}).get("snd_mss") or 1448)
+        try:
+            h = hp.analyse(cconn, sconn, records, mss=mss, initcwnd=initcwnd)
+        except hp.AnalysisError as e:
+            raise EngineError(f"handshake {idx} (client port {cport}): {e}") from None
+        f = h.flight
+        p = h.points
+        sizes = f["message_sizes"]
+        info = srec.get("tcp_info") or {}
+        row = {
+            "idx": idx,
+            "client_port": cport,
+            "t_syn_ns": p["1"],
+            "handshake_ns": h.handshake_ns,
+            "total_ns": h.total_ns,
+            "client_processing_ns": h.client_processing_ns,
+            "sh_to_cert_ns": p["F"] - p["E"],
+            "sh_to_fin_ns": p["H"] - p["E"],
+            "server_flight_segments": f["segments"],
+            "server_flight_bytes": f["bytes"],
+            "bytes_through_certificate": f["bytes_through_certificate"],
+            "server_flight_retransmissions": f["retransmissions"],
+            "writes_predicted": f["writes_predicted"],
+            "flush_offsets_predicted": json.dumps(f["flush_offsets_predicted"]),
+            "short_segment_ends": json.dumps(f["short_segment_ends"]),
+            "split_by_write_buffer": f["split_by_write_buffer"],
+            "cwnd_stalls": f["cwnd_stalls"],
+            "cwnd_stall_wait_ns": f["cwnd_stall_wait_ns"],
+            "client_bytes": f["client_wire_bytes"],
+            "server_bytes": f["server_wire_bytes"],
+            "negotiated_group": neg_c.get("group"),
+            "negotiated_sigalg": neg_s.get("sigalg") or neg_c.get("sigalg"),
+            "server_snd_cwnd": info.get("snd_cwnd"),
+            "server_total_retrans": info.get("total_retrans"),
+            "server_snd_mss": info.get("snd_mss"),
+            "points": json.dumps({k: v - p["1"] for k, v in p.items()}),
+        }
+        for side, name, col in SIZE_COLUMNS:
+            row[col] = sizes.get(f"{side} {name}")
+        rows.append(row)
+        for view, table in hp.VIEWS.items():
+            for order, ((name, ns), (_, _, _, family)) in enumerate(
+                zip(h.phases[view], table, strict=True)
+            ):
+                phase_rows.append(
+                    {
+                        "idx": idx,
+                        "view": view,
+                        "phase_order": order,
+                        "phase": name,
+                        "family": family,
+                        "ns": ns,
+                    }
+                )
+    return rows, phase_rows
+
+
+# --- running ---------------------------------------------------------------------------------------
+
+
+def _columns(rows: list[dict], extra: dict) -> dict[str, list]:
+    if not rows:
+        return {}
+    keys = list(extra) + list(rows[0])
+    return {k: [extra[k]] * len(rows) if k in extra else [r[k] for r in rows] for k in keys}
+
+
+def run_cell(
+    store, hosts, plan: Plan, group, server_sig, ca_sig, chain, work: Path, progress=None
+) -> None:
+    cid = cell_id(group, server_sig, ca_sig)
+    name = f"{group.name}_{server_sig.name}_{ca_sig.name}".replace("/", "_")
+    pcap_dir = store.path / "pcap" if plan.keep_pcap else work
+    pcap_dir.mkdir(parents=True, exist_ok=True)
+    client_pcap, server_pcap = pcap_dir / f"{name}.client.pcap", pcap_dir / f"{name}.server.pcap"
+    keylog = pcap_dir / f"{name}.keys.log" if plan.keep_pcap else None
+    total = plan.warmup + plan.n
+    budget = 120 + total * 0.2  # generous bound on one cell (seconds)
+    procs: list[Proc] = []
+    started = time.monotonic()
+    try:
+        caps = {}
+        for side, ns, ifname, path in (
+            ("client", hosts.client_ns, hosts.client_if, client_pcap),
+            ("server", hosts.server_ns, hosts.server_if, server_pcap),
+        ):
+            cap = Proc(
+                [
+                    "capture",
+                    "--interface",
+                    ifname,
+                    "--port",
+                    plan.port,
+                    "--pcap",
+                    path,
+                    "--snaplen",
+                    128,
+                    "--max-seconds",
+                    f"{budget:.0f}",
+                ],
+                ns,
+                f"capture in {side} namespace",
+            )
+            procs.append(cap)
+            caps[side] = cap
+            cap.wait_for("capturing", 30)
+        tls = ["--groups", group.tls_name, "--sigalgs", server_sig.tls_name]
+        server_args = [
+            "tls",
+            "server",
+            "--listen",
+            f"{hosts.server_ip}:{plan.port}",
+            "--cert-chain",
+            chain["chain"],
+            "--key",
+            chain["key"],
+            *tls,
+            "--max-connections",
+            total,
+            "--response-mode",
+            "none",
+        ]
+        client_args = [
+            "tls",
+            "client",
+            "--connect",
+            f"{hosts.server_ip}:{plan.port}",
+            "--ca",
+            chain["root"],
+            "--servername",
+            chain.get("servername", "localhost"),
+            *tls,
+            "-n",
+            plan.n,
+            "--warmup",
+            plan.warmup,
+            "--time-limit",
+            f"{budget:.0f}",
+        ]
+        if keylog:
+            server_args += ["--keylog", keylog]
+        server = Proc(server_args, hosts.server_ns, "TLS server")
+        procs.append(server)
+        server.wait_for("listening", 30)
+        client = Proc(client_args, hosts.client_ns, "TLS client")
+        procs.append(client)
+        client_recs = [r for r in client.finish(budget) if r["type"] == "connection"]
+        server_recs = [r for r in server.finish(30) if r["type"] == "connection"]
+        bad = [r for r in client.records + server.records if r["type"] == "connection_error"]
+        if bad:
+            raise EngineError(f"{len(bad)} connection(s) failed: {bad[0].get('message')}")
+        summaries = {}
+        for side, cap in caps.items():
+            cap.signal(signal.SIGTERM)
+            summaries[side] = next(r for r in cap.finish(30) if r["type"] == "capture_summary")
+        elapsed = time.monotonic() - started
+        if len(client_recs) != total or len(server_recs) != total:
+            raise EngineError(
+                f"expected {total} connections, the client reported "
+                f"{len(client_recs)} and the server {len(server_recs)}"
+            )
+        pairs = pair_records(client_recs, server_recs)
+        rows, phase_rows = analyse_cell(
+            client_pcap,
+            server_pcap,
+            pairs,
+            plan.port,
+            plan.initcwnd,
+            group.tls_name,
+            server_sig.tls_name,
+        )
+        labels = {
+            "cell_id": cid,
+            "group": group.name,
+            "server_sig": server_sig.name,
+            "ca_sig": ca_sig.name,
+        }
+        topo = json.dumps(hosts.describe(), default=str)
+        with store.cell(
+            EXPERIMENT,
+            cid,
+            {
+                **labels,
+                "n": plan.n,
+                "warmup": plan.warmup,
+                "port": plan.port,
+                "profile": plan.profile,
+            },
+        ):
+            store.insert("handshake_raw", _columns(rows, labels))
+            store.insert("handshake_phase", _columns(phase_rows, labels))
+            store.insert_rows(
+                "handshake_capture",
+                [
+                    {
+                        "cell_id": cid,
+                        "side": side,
+                        "packets": s["packets"],
+                        "kernel_packets": s["kernel_packets"],
+                        "kernel_drops": s["kernel_drops"],
+                        "userspace_timestamps": s["userspace_timestamps"],
+                        "pcap": str(client_pcap if side == "client" else server_pcap)
+                        if plan.keep_pcap
+                        else None,
+                        "seconds": elapsed,
+                        "handshakes": total,
+                        "topology": topo,
+                    }
+                    for side, s in summaries.items()
+                ],
+            )
+            drops = sum(s["kernel_drops"] for s in summaries.values())
+            if drops:
+                from pqlab.stats import Warning_
+
+                store.add_warnings(
+                    EXPERIMENT,
+                    cid,
+                    [
+                        Warning_(
+                            "capture-drops",
+                            cid,
+                            f"the kernel dropped {drops} captured packets",
+                            "rerun the cell with fewer parallel jobs on the machine",
+                        )
+                    ],
+                )
+    finally:
+        for p in reversed(procs):
+            p.stop()
+        if not plan.keep_pcap:
+            for f in (client_pcap, server_pcap):
+                with contextlib.suppress(FileNotFoundError):
+                    f.unlink()
+
+
+def body(plan: Plan, store, progress_cls=None) -> None:
+    from pqlab.experiments import certs
+    from pqlab.progress import CellProgress
+
+    store.ensure_table(RAW_DDL)
+    store.ensure_table(PHASE_DDL)
+    store.ensure_table(CAPTURE_DDL)
+    done = store.cells_done(EXPERIMENT)
+    todo = [c for c in plan.cells() if cell_id(*c) not in done]
+    if not todo:
+        return
+    cert_dir = store.path / "certs"
+    work = store.path / ".work"
+    work.mkdir(exist_ok=True)
+    try:
+        with (
+            topology_for(plan.profile, plan) as hosts,
+            CellProgress("handshake", len(todo)) as progress,
+        ):
+            for group, ssig, csig in todo:
+                progress.start(f"{group.name} / {ssig.name} / CA {csig.name}")
+                chain = certs.ensure_chain(csig, ssig, cert_dir)
+                run_cell(store, hosts, plan, group, ssig, csig, _chain_paths(chain), work, progress)
+                progress.advance()
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _chain_paths(chain) -> dict:
+    """ensure_chain's result as a dict of paths (root, chain, key, servername)."""
+    if isinstance(chain, dict):
+        return chain
+    out = {k: getattr(chain, k) for k in ("root", "chain", "key") if hasattr(chain, k)}
+    if hasattr(chain, "servername"):
+        out["servername"] = chain.servername
+    return out
+
+
+# --- tables, figures, report --------------------------------------------------------------------
+
+THRESHOLDS = [
+    (4096, "4096 B: write buffer"),
+    (8192, "8192 B: two buffers"),
+    (14232, "14232 B: 4096 + 7 x 1448 (10 segments)"),
+]
+FAMILY_COLOURS = {
+    "transmission": ["#1b7837", "#5aae61", "#a6dba0", "#d9f0d3"],
+    "tcp": ["#525252", "#969696", "#cccccc"],
+    "client": ["#08519c", "#4292c6", "#9ecae1"],
+    "server": ["#a50f15", "#de2d26", "#fb6a4a", "#fcae91"],
+    "waiting": ["#b8860b", "#e6b800", "#ffe066"],
+}
+HATCHED = {"server", "waiting"}
+
+
+def phase_colours() -> dict[str, tuple[str, str]]:
+    """Colour and hatch of every phase name: one shade per phase within its family."""
+    out: dict[str, tuple[str, str]] = {}
+    used: dict[str, int] = {}
+    for table in (hp.CLIENT_PHASES, hp.SERVER_PHASES):
+        for name, _, _, family in table:
+            if name in out:
+                continue
+            i = used.get(family, 0)
+            used[family] = i + 1
+            shades = FAMILY_COLOURS[family]
+            out[name] = (shades[i % len(shades)], "//" if family in HATCHED else "")
+    return out
+
+
+def _order_sql(store) -> None:
+    """A temporary table giving each algorithm name its position (the documents' order
+    first, then catalogue order), so every table lists cells the same way."""
+    names = [
+        r["n"]
+        for r in store.query(
+            'SELECT DISTINCT "group" AS n FROM handshake_raw UNION '
+            "SELECT DISTINCT server_sig FROM handshake_raw UNION "
+            "SELECT DISTINCT ca_sig FROM handshake_raw"
+        )
+    ]
+    pref = DEFAULT_GROUPS + DEFAULT_SIGS
+    ranked = sorted(names, key=lambda n: (pref.index(n) if n in pref else len(pref), n))
+    store.con.execute("CREATE OR REPLACE TEMP TABLE hs_order (name TEXT, pos INTEGER)")
+    if ranked:
+        store.con.executemany(
+            "INSERT INTO hs_order VALUES (?, ?)", [[n, i] for i, n in enumerate(ranked)]
+        )
+
+
+ORDER_JOIN = """
+JOIN hs_order og ON og.name = t."group" JOIN hs_order os ON os.name = t.server_sig
+JOIN hs_order oc ON oc.name = t.ca_sig
+"""
+
+
+def export(store):
+    from pqlab.report import Section
+
+    section = Section("TLS 1.3 handshakes, message by message", intro=INTRO)
+    if not store.has_table("handshake_raw"):
+        section.text("<p>No handshake cell finished.</p>")
+        return section
+    _order_sql(store)
+    ms = "/ 1e6"
+    summary = store.export_table(
+        "handshake_summary",
+        f"""
+        SELECT t."group", t.server_sig, t.ca_sig, count(*) AS n,
+          median(handshake_ns) {ms} AS median_ms, avg(handshake_ns) {ms} AS mean_ms,
+          quantile_cont(handshake_ns, 0.9) {ms} AS p90_ms,
+          median(server_flight_segments) AS server_flight_segments,
+          median(server_flight_bytes) AS server_flight_bytes,
+          median(client_bytes) AS client_bytes, median(server_bytes) AS server_bytes,
+          median(total_ns) {ms} AS median_total_ms,
+          median(client_processing_ns) {ms} AS median_client_processing_ms,
+          median(bytes_through_certificate) AS bytes_through_certificate,
+          median(server_hello_bytes) + median(certificate_bytes) AS server_hello_certificate_bytes,
+          median(writes_predicted) AS flight_writes,
+          avg(CASE WHEN split_by_write_buffer THEN 1 ELSE 0 END) AS flight_split_fraction,
+          avg(CASE WHEN cwnd_stalls > 0 THEN 1 ELSE 0 END) AS cwnd_stall_fraction,
+          avg(cwnd_stall_wait_ns) {ms} AS mean_cwnd_stall_wait_ms,
+          avg(sh_to_cert_ns) {ms} AS mean_sh_to_cert_ms,
+          avg(sh_to_fin_ns) {ms} AS mean_sh_to_fin_ms,
+          sum(server_flight_retransmissions) AS retransmissions,
+          median(server_snd_cwnd) AS server_snd_cwnd_after
+        FROM handshake_raw t {ORDER_JOIN}
+        GROUP BY t."group", t.server_sig, t.ca_sig, og.pos, os.pos, oc.pos
+        ORDER BY og.pos, os.pos, oc.pos""",
+    )
+    phases = store.export_table(
+        "handshake_phases",
+        f"""
+        SELECT t."group", t.server_sig, t.ca_sig, t.view, t.phase,
+          avg(ns) {ms} AS mean_ms, median(ns) {ms} AS median_ms, t.phase_order, t.family
+        FROM handshake_phase t {ORDER_JOIN}
+        GROUP BY t."group", t.server_sig, t.ca_sig, t.view, t.phase, t.phase_order, t.family,
+          og.pos, os.pos, oc.pos
+        ORDER BY og.pos, os.pos, oc.pos, t.view, t.phase_order""",
+    )
+    sizes = store.export_table(
+        "handshake_message_sizes",
+        f"""
+        SELECT t."group", t.server_sig, t.ca_sig,
+          {", ".join(f"median({c}) AS {c}" for _, _, c in SIZE_COLUMNS)},
+          median(bytes_through_certificate) AS bytes_through_certificate,
+          median(server_flight_bytes) AS server_flight_bytes,
+          median(server_flight_segments) AS server_flight_segments,
+          any_value(flush_offsets_predicted) AS flush_offsets_predicted,
+          any_value(short_segment_ends) AS short_segment_ends
+        FROM handshake_raw t {ORDER_JOIN}
+        GROUP BY t."group", t.server_sig, t.ca_sig, og.pos, os.pos, oc.pos
+        ORDER BY og.pos, os.pos, oc.pos""",
+    )
+    cas = [
+        r["ca_sig"]
+        for r in store.query(
+            "SELECT DISTINCT ca_sig, pos FROM handshake_raw JOIN hs_order ON name = ca_sig "
+            "ORDER BY pos"
+        )
+    ]
+    pivot = ", ".join(
+        f"avg(CASE WHEN t.ca_sig = '{c.replace(chr(39), chr(39) * 2)}' THEN "
+        f'client_processing_ns END) {ms} AS "CA {c}"'
+        for c in cas
+    )
+    processing = store.export_table(
+        "handshake_client_processing",
+        f"""
+        SELECT t."group", t.server_sig, {pivot}
+        FROM handshake_raw t {ORDER_JOIN}
+        GROUP BY t."group", t.server_sig, og.pos, os.pos ORDER BY og.pos, os.pos""",
+    )
+    section.table(
+        summary,
+        "Per cell: handshake time (SYN sent to the server's Finished "
+        "received at the client), server flight, bytes each way, write-buffer "
+        "splits and congestion-window stalls (table 9 and more)",
+    )
+    section.table(
+        phases, "Mean and median of every phase of the legend, client and server view", max_rows=48
+    )
+    section.table(
+        sizes,
+        "Handshake message sizes (bytes, 4-byte handshake header included) "
+        "and where OpenSSL's 4096-byte write buffer flushes the server flight",
+    )
+    section.table(
+        processing,
+        "Client processing time: ServerHello received to client "
+        "Finished sent, mean ms, server signer x CA signer per group (tables 10-12)",
+    )
+    for png, caption in _figures(store):
+        section.figure(png, caption)
+    section.text(MECHANISMS)
+    return section
+
+
+def _stacked(store, title: str, name: str, labels: list[str], rows: dict) -> Path:
+    """One stacked-bar figure: client view left, server view right, one bar per label."""
+    from pqlab import figures
+
+    plt = figures.plt
+    colours = phase_colours()
+    fig, axes = plt.subplots(1, 2, figsize=(12, 0.5 * len(labels) + 2.2), sharey=True)
+    for ax, view in zip(axes, ("client", "server"), strict=True):
+        table = hp.VIEWS[view]
+        left = [0.0] * len(labels)
+        for pname, *_ in table:
+            vals = [rows.get((lab, view, pname), 0.0) for lab in labels]
+            colour, hatch = colours[pname]
+            ax.barh(
+                range(len(labels)),
+                vals,
+                left=left,
+                color=colour,
+                hatch=hatch,
+                edgecolor="white",
+                linewidth=0.4,
+                label=pname,
+            )
+            left = [a + b for a, b in zip(left, vals, strict=True)]
+        ax.set_title(f"{view} view")
+        ax.set_xlabel("mean time (ms)")
+        ax.set_yticks(range(len(labels)), labels)
+        ax.invert_yaxis()
+        ax.legend(
+            fontsize=6, loc="upper center", bbox_to_anchor=(0.5, -0.18), ncol=2, frameon=False
+        )
+    fig.suptitle(title)
+    return figures.save(fig, store, name)
+
+
+def _figures(store) -> list[tuple[Path, str]]:
+    from pqlab import figures
+
+    out = []
+    data = store.query(
+        'SELECT "group", server_sig, ca_sig, view, phase, avg(ns) / 1e6 AS ms '
+        "FROM handshake_phase GROUP BY ALL"
+    )
+    cells = store.query(
+        'SELECT DISTINCT t."group", t.server_sig, t.ca_sig, og.pos AS gp, os.pos AS sp, '
+        f"oc.pos AS cp FROM handshake_raw t {ORDER_JOIN} ORDER BY gp, sp, cp"
+    )
+    groups = list(dict.fromkeys(c["group"] for c in cells))
+    ssigs = list(dict.fromkeys(c["server_sig"] for c in cells))
+    cas = list(dict.fromkeys(c["ca_sig"] for c in cells))
+    means = {
+        (d["group"], d["server_sig"], d["ca_sig"], d["view"], d["phase"]): d["ms"] for d in data
+    }
+    present = {(c["group"], c["server_sig"], c["ca_sig"]) for c in cells}
+
+    def family(vary: str, fixed: dict):
+        axis = {"server_sig": ssigs, "group": groups, "ca_sig": cas}[vary]
+        labels, rows = [], {}
+        for v in axis:
+            key = {**fixed, vary: v}
+            k = (key["group"], key["server_sig"], key["ca_sig"])
+            if k not in present:
+                continue
+            labels.append(v)
+            for (g, s, c, view, phase), ms in means.items():
+                if (g, s, c) == k:
+                    rows[(v, view, phase)] = ms
+        return labels, rows
+
+    # Per server signer for a fixed group and CA (figures 8, 13, 14).
+    for g in groups:
+        for c in cas:
+            labels, rows = family("server_sig", {"group": g, "ca_sig": c})
+            if len(labels) > 1:
+                title = f"group {g}, CA {c}: by server signature"
+                out.append(
+                    (
+                        _stacked(
+                            store,
+                            title,
+                            figures.safe_name(f"handshake_phases_group-{g}_ca-{c}"),
+                            labels,
+                            rows,
+                        ),
+                        f"Mean phases, {title} (as figures 8, 13, 14)",
+                    )
+                )
+    # Per group for a fixed server signer and CA (figures 15, 16, 18).
+    for s in ssigs:
+        for c in cas:
+            labels, rows = family("group", {"server_sig": s, "ca_sig": c})
+            if len(labels) > 1:
+                title = f"server {s}, CA {c}: by key exchange"
+                out.append(
+                    (
+                        _stacked(
+                            store,
+                            title,
+                            figures.safe_name(f"handshake_phases_server-{s}_ca-{c}"),
+                            labels,
+                            rows,
+                        ),
+                        f"Mean phases, {title} (as figures 15, 16, 18)",
+                    )
+                )
+    # Per CA for a fixed group and server signer (figure 17).
+    for g in groups:
+        for s in ssigs:
+            labels, rows = family("ca_sig", {"group": g, "server_sig": s})
+            if len(labels) > 1:
+                title = f"group {g}, server {s}: by CA signature"
+                out.append(
+                    (
+                        _stacked(
+                            store,
+                            title,
+                            figures.safe_name(f"handshake_phases_group-{g}_server-{s}"),
+                            labels,
+                            rows,
+                        ),
+                        f"Mean phases, {title} (as figure 17)",
+                    )
+                )
+    out += _size_time_figures(store)
+    return out
+
+
+def _size_time_figures(store) -> list[tuple[Path, str]]:
+    from pqlab import figures
+
+    plt = figures.plt
+    rows = store.query(
+        'SELECT "group", server_sig, ca_sig, median(server_flight_bytes) AS flight, '
+        "median(bytes_through_certificate) AS through_cert, avg(sh_to_fin_ns) / 1e6 AS "
+        "sh_fin, avg(sh_to_cert_ns) / 1e6 AS sh_cert FROM handshake_raw GROUP BY ALL"
+    )
+    out = []
+    for key_x, key_y, name, xlabel, ylabel, zoom, caption in (
+        (
+            "flight",
+            "sh_fin",
+            "handshake_flight_size_vs_sh_to_fin",
+            "server flight: bytes from ServerHello through Finished (TCP stream)",
+            "ServerHello send -> Finished send, mean (ms)",
+            0.1,
+            "Server flight size against ServerHello-to-Finished time at the server "
+            "(figures 9 and 10; right: zoomed to 0-0.1 ms)",
+        ),
+        (
+            "through_cert",
+            "sh_cert",
+            "handshake_sh_cert_size_vs_sh_to_cert",
+            "bytes from ServerHello through Certificate (TCP stream)",
+            "ServerHello send -> Certificate send, mean (ms)",
+            0.5,
+            "ServerHello+Certificate size against ServerHello-to-Certificate time at the "
+            "server (figures 11 and 12; right: zoomed to 0-0.5 ms)",
+        ),
+    ):
+        fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
+        for ax, limit in zip(axes, (None, zoom), strict=True):
+            for r in rows:
+                ax.scatter(r[key_x], r[key_y], s=18)
+                if len(rows) <= 24:
+                    ax.annotate(
+                        f"{r['group']}/{r['server_sig']}/{r['ca_sig']}",
+                        (r[key_x], r[key_y]),
+                        fontsize=5,
+                        alpha=0.7,
+                    )
+            for x, label in THRESHOLDS:
+                ax.axvline(x, color="#888", linestyle="--", linewidth=0.8)
+                ax.text(
+                    x,
+                    1.0,
+                    f" {label}",
+                    rotation=90,
+                    fontsize=6,
+                    va="top",
+                    transform=ax.get_xaxis_transform(),
+                )
+            ax.set_xlabel(xlabel)
+            ax.set_ylabel(ylabel)
+            if limit is not None:
+                ax.set_ylim(0, limit)
+        out.append((figures.save(fig, store, name), caption))
+    return out
+
+
+INTRO = """
+<p>Each cell runs N full TLS 1.3 handshakes (fresh TCP connection, no resumption, the group
+and server signature forced and checked, the chain validated) between a client and a server
+network namespace joined by a 1500-byte-MTU link with offloads off. Both hosts capture with
+kernel timestamps; both namespaces share one kernel clock (CLOCK_REALTIME), so a difference
+between a client-side and a server-side timestamp needs no clock correction. Each TLS message
+is placed at the TCP segment that carried the last byte of the record completing it (found
+from the library's record sizes and stream offsets and the segments' sequence numbers, without
+decrypting).</p>
+<p><b>The points.</b> Client: 1 sends SYN, 2 receives SYN/ACK, 3 sends ACK, 4 sends
+ClientHello, 5/6/7/8 receive ServerHello / Certificate / CertificateVerify / Finished, 9 sends
+its Finished. Server: A receives SYN, B sends SYN/ACK, C receives ACK, D receives ClientHello,
+E/F/G/H send ServerHello / Certificate / CertificateVerify / Finished. The handshake counts as
+established at 8 (<code>median_ms</code>, <code>mean_ms</code>, <code>p90_ms</code> are 1 to
+8); the stacked bars run to 9, adding the client's own Finished processing
+("Finished rcv -&gt; Finished send"). Each view's phases add up exactly to 1-9.</p>
+<p><b>Stacked bars.</b> Left: the client view, right: the server view. Colours follow the
+document's legend: green = transmission (one capture point to the other), grey = the TCP
+layer, blue = client processing or waiting for the client, red (hatched) = server
+processing, yellow (hatched) = the client waiting for data from the server. A phase that is
+missing or very thin was either very short or simultaneous at the TLS level (ServerHello
+and Certificate often leave in the same write).</p>
+"""
+
+MECHANISMS = """
+<h3>Two mechanisms behind the server's timing</h3>
+<p><b>OpenSSL's 4096-byte write buffer.</b> During the handshake OpenSSL writes records into
+a 4096-byte buffering BIO. Records that fit are held; when one does not fit, the buffer is
+topped up and flushed, data of 4096 bytes or more goes straight to the socket, and a smaller
+rest is held until the flight ends with Finished. So a flight of at most 4096 bytes leaves in
+one piece when Finished is ready (ServerHello-to-Finished near zero, and ServerHello is
+"sent" late); between 4096 and 8192 bytes of ServerHello+Certificate, the first 4096 bytes
+leave at once and the rest of the Certificate waits for CertificateVerify (the signature):
+ServerHello-to-Certificate then shows the signing time. <code>flight_writes</code>,
+<code>flight_split_fraction</code> and the predicted flush offsets in the sizes table come
+from this model applied to the measured record sizes; <code>short_segment_ends</code> are the
+stream offsets where the capture shows a segment shorter than the MSS inside the flight (a
+write boundary) and should match.</p>
+<p><b>The initial congestion window.</b> A new connection may send 10 segments (initcwnd)
+before the first ACK; Linux counts segments, not bytes. With a 1448-byte MSS, 4096 bytes
+take 3 segments, so a ServerHello+Certificate over 14232 bytes (4096 + 7 x 1448) cannot
+leave before an ACK comes back: ServerHello-to-Certificate then includes a round trip.
+<code>cwnd_stall_fraction</code> is the share of handshakes in which the server had a full
+window outstanding when an ACK arrived and sent more of the flight after it (read from the
+server's capture, with slow start replayed segment by segment); the TCP_INFO congestion
+window after the handshake is <code>server_snd_cwnd_after</code>.</p>
+<p>On this lab's link the round trip is tens of microseconds, so a stall costs little
+here; over a real network each one costs a full RTT. Run with a network profile to see it.</p>
+"""
