@@ -13,10 +13,10 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import selectors
 import shutil
 import signal
 import subprocess
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -158,7 +158,9 @@ def check_profile(profile: str | None) -> None:
 
 
 class Proc:
-    """An engine process inside a namespace whose JSON records we read line by line."""
+    """An engine process inside a namespace. Its output is read by background threads, so a
+    chatty process (the server prints one large record per connection) never blocks on a
+    full pipe while we wait for another one."""
 
     def __init__(self, args: list[str], netns: str, what: str):
         self.what = what
@@ -170,46 +172,81 @@ class Proc:
             start_new_session=True,
         )
         self.records: list[dict] = []
+        self._lines: list[str] = []
+        self._err: list[str] = []
+        self._cond = threading.Condition()
+        self._eof = False
+        self._threads = [
+            threading.Thread(target=self._read_out, daemon=True),
+            threading.Thread(target=self._read_err, daemon=True),
+        ]
+        for t in self._threads:
+            t.start()
+
+    def _read_out(self) -> None:
+        assert self.p.stdout is not None
+        with contextlib.suppress(ValueError, OSError):  # pipe closed by stop()
+            for line in self.p.stdout:
+                with self._cond:
+                    self._lines.append(line)
+                    self._cond.notify_all()
+        with self._cond:
+            self._eof = True
+            self._cond.notify_all()
+
+    def _read_err(self) -> None:
+        assert self.p.stderr is not None
+        with contextlib.suppress(ValueError, OSError):
+            for line in self.p.stderr:
+                self._err.append(line)
+
+    def _parse_pending(self) -> list[dict]:
+        with self._cond:
+            lines, self._lines = self._lines, []
+        new = [engine.parse_line(line) for line in lines if line.strip()]
+        self.records.extend(new)
+        return new
+
+    def _last_error(self) -> str:
+        err = "".join(self._err).strip()
+        return err.splitlines()[-1] if err else ""
 
     def wait_for(self, rtype: str, timeout: float) -> dict:
-        """Read records until one of type `rtype` arrives (bounded by `timeout`)."""
-        assert self.p.stdout is not None
-        sel = selectors.DefaultSelector()
-        sel.register(self.p.stdout, selectors.EVENT_READ)
+        """Wait until a record of type `rtype` arrives (bounded by `timeout`)."""
         deadline = time.monotonic() + timeout
-        try:
-            while time.monotonic() < deadline:
-                if not sel.select(timeout=max(0.0, deadline - time.monotonic())):
-                    continue
-                line = self.p.stdout.readline()
-                if not line:
-                    break
-                rec = engine.parse_line(line)
-                self.records.append(rec)
+        while True:
+            for rec in self._parse_pending():
                 if rec["type"] == rtype:
                     return rec
-        finally:
-            sel.close()
+            with self._cond:
+                if self._eof and not self._lines:
+                    break
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                if not self._lines:
+                    self._cond.wait(timeout=min(left, 0.5))
         self.stop()
-        err = (self.p.stderr.read() if self.p.stderr else "").strip()
+        err = self._last_error()
         raise EngineError(
             f"{self.what} did not report {rtype!r} within {timeout:.0f} s"
-            + (f": {err.splitlines()[-1]}" if err else "")
+            + (f": {err}" if err else "")
         )
 
     def finish(self, timeout: float) -> list[dict]:
-        """Collect the remaining records and the exit status."""
+        """Wait for the process to exit; all its records, or EngineError."""
         try:
-            out, err = self.p.communicate(timeout=timeout)
+            self.p.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             self.stop()
             raise EngineError(f"{self.what} did not finish within {timeout:.0f} s") from None
-        for line in out.splitlines():
-            if line.strip():
-                self.records.append(engine.parse_line(line))
+        for t in self._threads:
+            t.join(timeout=10)
+        self._parse_pending()
         if self.p.returncode != 0:
-            last = err.strip().splitlines()[-1] if err.strip() else f"exit {self.p.returncode}"
-            raise EngineError(f"{self.what} failed: {last}")
+            raise EngineError(
+                f"{self.what} failed: {self._last_error() or f'exit {self.p.returncode}'}"
+            )
         return self.records
 
     def signal(self, sig: int) -> None:
@@ -226,6 +263,8 @@ class Proc:
             except subprocess.TimeoutExpired:
                 self.signal(signal.SIGKILL)
                 self.p.wait(timeout=5)
+        for t in self._threads:
+            t.join(timeout=2)
         for f in (self.p.stdout, self.p.stderr):
             if f:
                 with contextlib.suppress(Exception):
@@ -413,7 +452,8 @@ def run_cell(
                     "--pcap",
                     path,
                     "--snaplen",
-                    128,
+                    # Headers suffice for the analysis; Wireshark needs whole packets.
+                    262144 if plan.keep_pcap else 128,
                     "--max-seconds",
                     f"{budget:.0f}",
                 ],
@@ -446,8 +486,6 @@ def run_cell(
             f"{hosts.server_ip}:{plan.port}",
             "--ca",
             chain["root"],
-            "--servername",
-            chain.get("servername", "localhost"),
             *tls,
             "-n",
             plan.n,
@@ -599,11 +637,11 @@ THRESHOLDS = [
     (14232, "14232 B: 4096 + 7 x 1448 (10 segments)"),
 ]
 FAMILY_COLOURS = {
-    "transmission": ["#1b7837", "#5aae61", "#a6dba0", "#d9f0d3"],
-    "tcp": ["#525252", "#969696", "#cccccc"],
-    "client": ["#08519c", "#4292c6", "#9ecae1"],
-    "server": ["#a50f15", "#de2d26", "#fb6a4a", "#fcae91"],
-    "waiting": ["#b8860b", "#e6b800", "#ffe066"],
+    "transmission": ["#00441b", "#1b7837", "#41ab5d", "#74c476", "#a1d99b", "#c7e9c0"],
+    "tcp": ["#525252", "#969696"],
+    "client": ["#08306b", "#2171b5", "#6baed6", "#c6dbef"],
+    "server": ["#67000d", "#a50f15", "#ef3b2c", "#fc9272", "#fcbba1"],
+    "waiting": ["#8c6d00", "#e6b800", "#ffe680"],
 }
 HATCHED = {"server", "waiting"}
 
@@ -824,7 +862,7 @@ def _figures(store) -> list[tuple[Path, str]]:
     for g in groups:
         for c in cas:
             labels, rows = family("server_sig", {"group": g, "ca_sig": c})
-            if len(labels) > 1:
+            if labels:  # always drawn, even for one cell
                 title = f"group {g}, CA {c}: by server signature"
                 out.append(
                     (
