@@ -1,0 +1,199 @@
+"""End to end: real namespaces, real handshakes, real captures (root only).
+
+The issue's check at small n: tables and figures exist, each view's phases add up to the
+handshake time, and the server-flight segment counts equal a count made independently from
+the kept pcap with tcpdump. Nothing is left behind, also after Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import duckdb
+import pytest
+from conftest import netns_list, pqlab_env, run_pqlab
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (network namespaces)")
+
+TCPDUMP_LINE = re.compile(r"IP (\S+)\.(\d+) > (\S+)\.(\d+): Flags \[([^\]]*)\].* length (\d+)")
+
+
+def tcpdump_flight_counts(pcap_path, port: int) -> dict[int, int]:
+    """Per client port: data segments the server sent between the client's first data
+    segment (ClientHello) and its second (Finished), counted from tcpdump's text."""
+    out = subprocess.run(
+        ["tcpdump", "-nn", "-r", str(pcap_path)], capture_output=True, text=True, check=True
+    ).stdout
+    client_data = collections.Counter()
+    counts: dict[int, int] = {}
+    for line in out.splitlines():
+        m = TCPDUMP_LINE.search(line)
+        if not m:
+            continue
+        sport, dport, length = int(m.group(2)), int(m.group(4)), int(m.group(6))
+        if length == 0:
+            continue
+        if dport == port:
+            client_data[sport] += 1
+            counts.setdefault(sport, 0)
+        elif sport == port and client_data[dport] == 1:
+            counts[dport] += 1
+    return counts
+
+
+def pqlab_processes(marker: str) -> list[str]:
+    """Processes whose command line contains `marker` (a run directory, an address)."""
+    out = subprocess.run(["pgrep", "-af", marker], capture_output=True, text=True).stdout
+    return [line for line in out.splitlines() if int(line.split()[0]) != os.getpid()]
+
+
+def leaked_namespaces(before: set[str]) -> set[str]:
+    """New pqlab namespaces whose creating process is gone (other jobs on the machine may
+    own live ones)."""
+    leaked = set()
+    for name in set(netns_list()) - before:
+        m = re.match(r"pqlab-(\d+)-", name)
+        if m and not os.path.exists(f"/proc/{m.group(1)}"):
+            leaked.add(name)
+    return leaked
+
+
+@pytest.mark.skipif(shutil.which("tcpdump") is None, reason="needs tcpdump")
+def test_issue_check_small_matrix(tmp_path):
+    before = set(netns_list())
+    out = tmp_path / "D"
+    run_pqlab(
+        "handshake",
+        "--groups",
+        "X25519,X25519MLKEM768",
+        "--server-sig",
+        "ML-DSA-44,RSA-2048",
+        "--ca-sig",
+        "RSA-2048",
+        "-n",
+        "50",
+        "--warmup",
+        "5",
+        "--keep-pcap",
+        "--port",
+        "4455",
+        "--out",
+        out,
+        check=True,
+        timeout=900,
+    )
+    tables = out / "tables"
+    for name in (
+        "handshake_summary",
+        "handshake_phases",
+        "handshake_message_sizes",
+        "handshake_client_processing",
+    ):
+        assert (tables / f"{name}.csv").stat().st_size > 0
+    header = (tables / "handshake_summary.csv").read_text().splitlines()[0]
+    assert header.replace('"', "").startswith(
+        "group,server_sig,ca_sig,n,median_ms,mean_ms,p90_ms,server_flight_segments,"
+        "server_flight_bytes,client_bytes,server_bytes"
+    )
+    figures = {p.name for p in (out / "figures").glob("*.png")}
+    assert "handshake_flight_size_vs_sh_to_fin.png" in figures
+    assert "handshake_sh_cert_size_vs_sh_to_cert.png" in figures
+    assert any(f.startswith("handshake_phases_group-") for f in figures)
+    assert (out / "report.html").exists()
+
+    con = duckdb.connect(str(out / "results.duckdb"), read_only=True)
+    assert con.execute("SELECT count(*) FROM handshake_raw").fetchone()[0] == 4 * 50
+    # Each view's phases add up to 1 -> 9, and without the last phase to 1 -> 8.
+    bad = con.execute("""
+        SELECT count(*) FROM (
+          SELECT p.cell_id, p.idx, p.view, sum(p.ns) AS s,
+                 sum(p.ns) FILTER (WHERE p.phase_order < 11) AS s8,
+                 any_value(r.total_ns) AS total, any_value(r.handshake_ns) AS hs
+          FROM handshake_phase p JOIN handshake_raw r USING (cell_id, idx)
+          GROUP BY p.cell_id, p.idx, p.view) WHERE s != total OR s8 != hs""").fetchone()[0]
+    assert bad == 0
+    n_views = con.execute("SELECT count(DISTINCT view) FROM handshake_phase").fetchone()[0]
+    assert n_views == 2
+    assert con.execute("SELECT min(handshake_ns) FROM handshake_raw").fetchone()[0] > 0
+    # Segment counts against tcpdump, connection by connection.
+    rows = con.execute(
+        'SELECT "group", server_sig, ca_sig, client_port, server_flight_segments FROM handshake_raw'
+    ).fetchall()
+    con.close()
+    by_cell = collections.defaultdict(dict)
+    for g, s, c, port, segs in rows:
+        by_cell[(g, s, c)][port] = segs
+    for (g, s, c), ours in by_cell.items():
+        pcap_path = out / "pcap" / f"{g}_{s}_{c}.server.pcap"
+        theirs = tcpdump_flight_counts(pcap_path, 4455)
+        assert len(theirs) == 55  # warm-up connections are in the capture too
+        assert {p: theirs[p] for p in ours} == ours
+        keylog = out / "pcap" / f"{g}_{s}_{c}.keys.log"
+        assert "SERVER_HANDSHAKE_TRAFFIC_SECRET" in keylog.read_text()
+    assert not leaked_namespaces(before)
+    assert not pqlab_processes(str(out))
+
+
+def test_bad_names_fail_before_anything_is_created(tmp_path):
+    before = set(netns_list())
+    proc = run_pqlab("handshake", "--groups", "X25519,NOPE", "--out", tmp_path / "x")
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("error:") and "NOPE" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+    proc = run_pqlab("handshake", "-n", "0", "--out", tmp_path / "y")
+    assert proc.returncode == 2 and "-n" in proc.stderr
+    assert not leaked_namespaces(before)
+    assert not (tmp_path / "x").exists()
+
+
+def test_ctrl_c_leaves_nothing(tmp_path):
+    before = set(netns_list())
+    out = tmp_path / "C"
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "pqlab",
+            "handshake",
+            "--groups",
+            "X25519",
+            "--server-sig",
+            "RSA-2048",
+            "--ca-sig",
+            "RSA-2048",
+            "-n",
+            "100000",
+            "--port",
+            "4456",
+            "--out",
+            str(out),
+        ],
+        env=pqlab_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not pqlab_processes("198.18.0.2:4456"):
+            time.sleep(0.2)
+        time.sleep(1.0)
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode != 0
+    time.sleep(0.5)
+    assert not leaked_namespaces(before)
+    assert not any(n.startswith(f"pqlab-{proc.pid}-") for n in netns_list())
+    assert not pqlab_processes(str(out))
+    assert not list(out.glob(".work/*"))
