@@ -566,6 +566,13 @@ def run_cell(
                     for side, s in summaries.items()
                 ],
             )
+            from pqlab.stats import noise_warnings, summarize
+
+            store.add_warnings(
+                EXPERIMENT,
+                cid,
+                noise_warnings(f"handshake {cid}", summarize([r["handshake_ns"] for r in rows])),
+            )
             drops = sum(s["kernel_drops"] for s in summaries.values())
             if drops:
                 from pqlab.stats import Warning_
@@ -739,8 +746,8 @@ def export(store):
           median(bytes_through_certificate) AS bytes_through_certificate,
           median(server_flight_bytes) AS server_flight_bytes,
           median(server_flight_segments) AS server_flight_segments,
-          any_value(flush_offsets_predicted) AS flush_offsets_predicted,
-          any_value(short_segment_ends) AS short_segment_ends
+          mode(flush_offsets_predicted) AS flush_offsets_predicted,
+          mode(short_segment_ends) AS short_segment_ends
         FROM handshake_raw t {ORDER_JOIN}
         GROUP BY t."group", t.server_sig, t.ca_sig, og.pos, os.pos, oc.pos
         ORDER BY og.pos, os.pos, oc.pos""",
