@@ -227,3 +227,37 @@ def test_ctrl_c_leaves_nothing(tmp_path):
     assert not any(n.startswith(f"pqlab-{proc.pid}-") for n in netns_list())
     assert not pqlab_processes(str(out))
     assert not list(out.glob(".work/*"))
+
+
+def test_cwnd_stalls_seen_only_when_the_window_is_small(tmp_path):
+    """Real handshakes whose first 4096-byte write (3 segments) meets initcwnd 2: the
+    server must wait for ACKs; with initcwnd 10 it never does."""
+    from pqlab import catalog
+    from pqlab.experiments import handshake as hs
+    from pqlab.store import RunStore
+
+    result = {}
+    for initcwnd in (2, 10):
+        plan = hs.Plan(
+            groups=[catalog.resolve("X25519", "kem")],
+            server_sigs=[catalog.resolve("ML-DSA-44", "sig")],
+            ca_sigs=[catalog.resolve("ML-DSA-44", "sig")],
+            n=20,
+            warmup=2,
+            keep_pcap=False,
+            port=4471,
+            profile=None,
+            initcwnd=initcwnd,
+        )
+        store = RunStore.create(tmp_path / f"cw{initcwnd}", "handshake")
+        try:
+            hs.body(plan, store)
+            result[initcwnd] = store.query(
+                "SELECT avg(cwnd_stalls) AS stalls, min(writes_predicted) AS writes "
+                "FROM handshake_raw"
+            )[0]
+        finally:
+            store.close()
+    assert result[2]["writes"] >= 2
+    assert result[2]["stalls"] >= 1.0
+    assert result[10]["stalls"] == 0

@@ -1027,9 +1027,10 @@ write boundary) and should match.</p>
 before the first ACK; Linux counts segments, not bytes. With a 1448-byte MSS, 4096 bytes
 take 3 segments, so a ServerHello+Certificate over 14232 bytes (4096 + 7 x 1448) cannot
 leave before an ACK comes back: ServerHello-to-Certificate then includes a round trip.
-<code>cwnd_stall_fraction</code> is the share of handshakes in which the server had a full
-window outstanding when an ACK arrived and sent more of the flight after it (read from the
-server's capture, with slow start replayed segment by segment); the TCP_INFO congestion
+<code>cwnd_stall_fraction</code> is the share of handshakes in which part of the server
+flight left only when an ACK arrived: the window (replayed from the server's capture with
+slow start) was full at that ACK, or a segment written together with its predecessor left
+right after the ACK rather than with it; the TCP_INFO congestion
 window after the handshake is <code>server_snd_cwnd_after</code>.</p>
 <p>On this lab's link the round trip is tens of microseconds, so a stall costs little
 here; over a real network each one costs a full RTT. Run with a network profile to see it.</p>
