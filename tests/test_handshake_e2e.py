@@ -179,6 +179,8 @@ def test_bad_names_fail_before_anything_is_created(tmp_path):
     assert len(proc.stderr.strip().splitlines()) == 1
     proc = run_pqlab("handshake", "-n", "0", "--out", tmp_path / "y")
     assert proc.returncode == 2 and "-n" in proc.stderr
+    proc = run_pqlab("handshake", "--profile", "no-such-profile", "--out", tmp_path / "z")
+    assert proc.returncode == 2 and "profile" in proc.stderr
     assert not leaked_namespaces(before)
     assert not (tmp_path / "x").exists()
 

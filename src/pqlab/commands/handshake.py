@@ -82,8 +82,7 @@ def plan_from_args(args) -> hs.Plan:
     port = units.parse_positive_int(args.port, "--port")
     if port > 65535:
         raise UserError(f"--port {port} is not a TCP port; use 1-65535")
-    hs.check_profile(args.profile)
-    return hs.Plan(
+    plan = hs.Plan(
         groups=g,
         server_sigs=s,
         ca_sigs=c,
@@ -93,6 +92,8 @@ def plan_from_args(args) -> hs.Plan:
         port=port,
         profile=args.profile,
     )
+    hs.check_profile(plan)
+    return plan
 
 
 def run(args) -> int:

@@ -67,7 +67,7 @@ CREATE TABLE IF NOT EXISTS handshake_raw (
     encrypted_extensions_bytes INTEGER, certificate_bytes INTEGER,
     certificate_verify_bytes INTEGER, server_finished_bytes INTEGER,
     client_finished_bytes INTEGER,
-    negotiated_group TEXT, negotiated_sigalg TEXT,
+    negotiated_group TEXT, negotiated_sigalg TEXT, congestion_control TEXT,
     server_snd_cwnd INTEGER, server_total_retrans INTEGER, server_snd_mss INTEGER,
     points JSON)
 """
@@ -96,6 +96,7 @@ class Plan:
     profile: str | None
     initcwnd: int = DEFAULT_INITCWND
     congestion_control: str = "cubic"
+    rtt_s: float = 0.0  # configured round trip of the link (0: the bare link)
 
     def cells(self):
         for g in self.groups:
@@ -128,30 +129,39 @@ def resolve_matrix(groups: list[str], server_sigs: list[str], ca_sigs: list[str]
 
 
 def topology_for(profile: str | None, plan: Plan):
-    """The two hosts a cell runs on. This is the one place that knows about links: with a
-    profile, the network-emulation module provides a shaped link behind the same
-    interface."""
+    """The two hosts a cell runs on. This is the one place that knows about links: without
+    a profile a bare veth link; with one, the network-emulation module's shaped link
+    (netem or the userspace emulator) behind the same interface, with the profile's MTU
+    and TCP settings."""
     from pqlab.net.topology import TcpSettings, TwoHosts
 
-    tcp = TcpSettings(congestion_control=plan.congestion_control, initcwnd=plan.initcwnd)
     if profile is None:
+        tcp = TcpSettings(congestion_control=plan.congestion_control, initcwnd=plan.initcwnd)
         return TwoHosts(tcp=tcp)
-    from pqlab.net import profiles
+    from pqlab.net.profiles import parse_profile
+    from pqlab.net.shaping import make_link
 
-    return TwoHosts(tcp=tcp, link=profiles.link_for(profiles.resolve(profile)))
+    lp = parse_profile(profile)
+    return TwoHosts(link=make_link(lp), mtu=lp.mtu, tcp=lp.tcp_settings())
 
 
-def check_profile(profile: str | None) -> None:
-    if profile is None:
+def check_profile(plan: Plan) -> None:
+    """Validate --profile before anything is created, and take its TCP settings and round
+    trip into the plan (the analysis replays the window from initcwnd; timeouts scale
+    with the RTT)."""
+    if plan.profile is None:
         return
     try:
-        from pqlab.net import profiles
+        from pqlab.net.profiles import parse_profile
     except ImportError:
         raise UserError(
-            f"--profile {profile!r}: network profiles are not part of this "
-            "build yet (pqlab.net.profiles); run without --profile"
+            f"--profile {plan.profile!r}: network profiles are not part of this "
+            "build (pqlab.net.profiles); run without --profile"
         ) from None
-    profiles.resolve(profile)
+    lp = parse_profile(plan.profile)
+    plan.initcwnd = lp.initcwnd or DEFAULT_INITCWND
+    plan.congestion_control = lp.congestion_control
+    plan.rtt_s = lp.rtt_s
 
 
 # --- processes ----------------------------------------------------------------------------------
@@ -324,6 +334,7 @@ def analyse_cell(
     initcwnd: int,
     expect_group: str,
     expect_sigalg: str,
+    expect_cc: str | None = None,
 ):
     """Per-handshake rows and phase rows for one cell (without the cell's labels)."""
     c_conns = pcap.split_connections(pcap.tcp_packets(client_pcap), port)
@@ -345,6 +356,12 @@ def analyse_cell(
         if str(neg_s.get("sigalg", neg_c.get("sigalg", ""))).lower() != expect_sigalg.lower():
             raise EngineError(
                 f"handshake {idx} used signature {neg_s.get('sigalg')!r}, expected {expect_sigalg}"
+            )
+        cc = srec.get("congestion_control")
+        if expect_cc and cc and cc != expect_cc:
+            raise EngineError(
+                f"handshake {idx}: the server socket used congestion control {cc!r}, "
+                f"the lab set {expect_cc!r}"
             )
         if not crec.get("verified"):
             raise EngineError(f"handshake {idx}: the client did not verify the chain")
@@ -388,6 +405,7 @@ def analyse_cell(
             "server_bytes": f["server_wire_bytes"],
             "negotiated_group": neg_c.get("group"),
             "negotiated_sigalg": neg_s.get("sigalg") or neg_c.get("sigalg"),
+            "congestion_control": cc,
             "server_snd_cwnd": info.get("snd_cwnd"),
             "server_total_retrans": info.get("total_retrans"),
             "server_snd_mss": info.get("snd_mss"),
@@ -433,7 +451,8 @@ def run_cell(
     client_pcap, server_pcap = pcap_dir / f"{name}.client.pcap", pcap_dir / f"{name}.server.pcap"
     keylog = pcap_dir / f"{name}.keys.log" if plan.keep_pcap else None
     total = plan.warmup + plan.n
-    budget = 120 + total * 0.2  # generous bound on one cell (seconds)
+    # A generous bound on one cell (seconds): a handshake takes 2 RTTs plus processing.
+    budget = 120 + total * (0.2 + 4 * plan.rtt_s)
     procs: list[Proc] = []
     started = time.monotonic()
     try:
@@ -525,6 +544,7 @@ def run_cell(
             plan.initcwnd,
             group.tls_name,
             server_sig.tls_name,
+            plan.congestion_control,
         )
         labels = {
             "cell_id": cid,
