@@ -810,10 +810,47 @@ def export(store):
         "Client processing time: ServerHello received to client "
         "Finished sent, mean ms, server signer x CA signer per group (tables 10-12)",
     )
+    if store.has_table("handshake_capture"):
+        captures = store.export_table(
+            "handshake_captures",
+            "SELECT cell_id, side, handshakes, packets, kernel_packets, kernel_drops, "
+            "userspace_timestamps, round(seconds, 3) AS seconds, pcap "
+            "FROM handshake_capture ORDER BY cell_id, side",
+        )
+        section.text(_lab_text(store))
+        section.table(
+            captures,
+            "Captures per cell and host: packets written, packets the kernel's filter "
+            "saw, drops (must be 0), time the cell's handshakes took",
+        )
     for png, caption in _figures(store):
         section.figure(png, caption)
     section.text(MECHANISMS)
     return section
+
+
+def _lab_text(store) -> str:
+    """The link and TCP settings the cells ran with, from the stored topology."""
+    import html
+
+    rows = store.query("SELECT DISTINCT topology FROM handshake_capture")
+    parts = []
+    for r in rows:
+        try:
+            t = json.loads(r["topology"])
+        except (TypeError, ValueError):
+            continue
+        server = t.get("sides", {}).get("server", {})
+        offloads = ", ".join(f"{k} {v}" for k, v in server.get("offloads", {}).items())
+        parts.append(
+            f"link {t.get('link', {}).get('kind', '?')}, MTU {t.get('mtu')}, MSS payload "
+            f"{t.get('mss_payload')} bytes, congestion control "
+            f"{t.get('congestion_control')}, initcwnd {t.get('initcwnd') or 'kernel default'}"
+            f"; server interface offloads: {offloads}"
+        )
+    if not parts:
+        return ""
+    return "<p><b>Lab:</b> " + "<br>".join(html.escape(p) for p in parts) + "</p>"
 
 
 def _stacked(store, title: str, name: str, labels: list[str], rows: dict) -> Path:
