@@ -263,3 +263,45 @@ def test_cwnd_stalls_seen_only_when_the_window_is_small(tmp_path):
     assert result[2]["writes"] >= 2
     assert result[2]["stalls"] >= 1.0
     assert result[10]["stalls"] == 0
+
+
+def test_send_root_reproduces_table_9_of_the_document(tmp_path):
+    """With the root CA sent too (as the document's servers did), the server flight of
+    X25519 handshakes takes the document's table 9 segment counts."""
+    out = tmp_path / "R"
+    run_pqlab(
+        "handshake",
+        "--groups",
+        "X25519",
+        "--server-sig",
+        "RSA-2048,ML-DSA-44",
+        "--ca-sig",
+        "RSA-2048,ML-DSA-44",
+        "-n",
+        "10",
+        "--warmup",
+        "2",
+        "--send-root",
+        "--port",
+        "4472",
+        "--no-report",
+        "--out",
+        out,
+        check=True,
+        timeout=600,
+    )
+    con = duckdb.connect(str(out / "results.duckdb"), read_only=True)
+    rows = con.execute(
+        "SELECT server_sig, ca_sig, min(server_flight_segments), "
+        "max(server_flight_segments), any_value(chain_sent) FROM handshake_raw "
+        "GROUP BY ALL"
+    ).fetchall()
+    con.close()
+    got = {(s, c): (lo, hi, chain) for s, c, lo, hi, chain in rows}
+    table_9 = {
+        ("RSA-2048", "RSA-2048"): 2,
+        ("ML-DSA-44", "RSA-2048"): 5,
+        ("RSA-2048", "ML-DSA-44"): 6,
+        ("ML-DSA-44", "ML-DSA-44"): 9,
+    }
+    assert got == {k: (v, v, "server+root") for k, v in table_9.items()}

@@ -54,6 +54,13 @@ def register(sub) -> None:
         "so Wireshark shows the handshakes decrypted",
     )
     p.add_argument(
+        "--send-root",
+        action="store_true",
+        help="send the root CA certificate after the server certificate, as the servers of "
+        "document 000 did (its table 9 segment counts assume it); default: server "
+        "certificate only",
+    )
+    p.add_argument(
         "--port",
         metavar="PORT",
         default=str(hs.DEFAULT_PORT),
@@ -91,6 +98,7 @@ def plan_from_args(args) -> hs.Plan:
         keep_pcap=args.keep_pcap,
         port=port,
         profile=args.profile,
+        send_root=args.send_root,
     )
     hs.check_profile(plan)
     return plan
@@ -115,6 +123,7 @@ def run(args) -> int:
                 "congestion_control": plan.congestion_control,
                 "profile": plan.profile,
                 "keep_pcap": plan.keep_pcap,
+                "send_root": plan.send_root,
             }
         },
     )

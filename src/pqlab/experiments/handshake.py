@@ -67,7 +67,7 @@ CREATE TABLE IF NOT EXISTS handshake_raw (
     encrypted_extensions_bytes INTEGER, certificate_bytes INTEGER,
     certificate_verify_bytes INTEGER, server_finished_bytes INTEGER,
     client_finished_bytes INTEGER,
-    negotiated_group TEXT, negotiated_sigalg TEXT, congestion_control TEXT,
+    negotiated_group TEXT, negotiated_sigalg TEXT, congestion_control TEXT, chain_sent TEXT,
     server_snd_cwnd INTEGER, server_total_retrans INTEGER, server_snd_mss INTEGER,
     points JSON)
 """
@@ -97,6 +97,7 @@ class Plan:
     initcwnd: int = DEFAULT_INITCWND
     congestion_control: str = "cubic"
     rtt_s: float = 0.0  # configured round trip of the link (0: the bare link)
+    send_root: bool = False  # also send the root CA certificate (as document 000's servers)
 
     def cells(self):
         for g in self.groups:
@@ -105,8 +106,8 @@ class Plan:
                     yield g, s, c
 
 
-def cell_id(group, server_sig, ca_sig) -> str:
-    return f"{group.name}|{server_sig.name}|{ca_sig.name}"
+def cell_id(group, server_sig, ca_sig, send_root: bool = False) -> str:
+    return f"{group.name}|{server_sig.name}|{ca_sig.name}" + ("|+root" if send_root else "")
 
 
 def _tls_capable(alg: catalog.Algorithm, option: str) -> catalog.Algorithm:
@@ -444,7 +445,7 @@ def _columns(rows: list[dict], extra: dict) -> dict[str, list]:
 def run_cell(
     store, hosts, plan: Plan, group, server_sig, ca_sig, chain, work: Path, progress=None
 ) -> None:
-    cid = cell_id(group, server_sig, ca_sig)
+    cid = cell_id(group, server_sig, ca_sig, plan.send_root)
     name = f"{group.name}_{server_sig.name}_{ca_sig.name}".replace("/", "_")
     pcap_dir = store.path / "pcap" if plan.keep_pcap else work
     pcap_dir.mkdir(parents=True, exist_ok=True)
@@ -562,9 +563,11 @@ def run_cell(
                 "warmup": plan.warmup,
                 "port": plan.port,
                 "profile": plan.profile,
+                "send_root": plan.send_root,
             },
         ):
-            store.insert("handshake_raw", _columns(rows, labels))
+            chain_sent = "server+root" if plan.send_root else "server"
+            store.insert("handshake_raw", _columns(rows, {**labels, "chain_sent": chain_sent}))
             store.insert("handshake_phase", _columns(phase_rows, labels))
             store.insert_rows(
                 "handshake_capture",
@@ -626,7 +629,13 @@ def body(plan: Plan, store, progress_cls=None) -> None:
     store.ensure_table(PHASE_DDL)
     store.ensure_table(CAPTURE_DDL)
     done = store.cells_done(EXPERIMENT)
-    todo = [c for c in plan.cells() if cell_id(*c) not in done]
+    other = {c for c in done if c.endswith("|+root") != plan.send_root}
+    if other:
+        raise UserError(
+            f"this run directory holds cells {'without' if plan.send_root else 'with'} "
+            "--send-root; use another --out to compare the two"
+        )
+    todo = [c for c in plan.cells() if cell_id(*c, plan.send_root) not in done]
     if not todo:
         return
     cert_dir = store.path / "certs"
@@ -639,11 +648,24 @@ def body(plan: Plan, store, progress_cls=None) -> None:
         ):
             for group, ssig, csig in todo:
                 progress.start(f"{group.name} / {ssig.name} / CA {csig.name}")
-                chain = certs.ensure_chain(csig, ssig, cert_dir)
-                run_cell(store, hosts, plan, group, ssig, csig, _chain_paths(chain), work, progress)
+                chain = _chain_paths(certs.ensure_chain(csig, ssig, cert_dir))
+                if plan.send_root:
+                    chain = with_root(chain)
+                run_cell(store, hosts, plan, group, ssig, csig, chain, work, progress)
                 progress.advance()
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def with_root(chain: dict) -> dict:
+    """The same chain with the root CA certificate appended to what the server sends."""
+    combined = Path(chain["chain"]).with_name("chain+root.pem")
+    if not combined.exists():
+        text = Path(chain["chain"]).read_text().rstrip("\n") + "\n"
+        tmp = combined.with_suffix(".tmp")
+        tmp.write_text(text + Path(chain["root"]).read_text())
+        tmp.replace(combined)
+    return {**chain, "chain": combined}
 
 
 def _chain_paths(chain) -> dict:
@@ -1058,6 +1080,10 @@ E/F/G/H send ServerHello / Certificate / CertificateVerify / Finished. The hands
 established at 8 (<code>median_ms</code>, <code>mean_ms</code>, <code>p90_ms</code> are 1 to
 8); the stacked bars run to 9, adding the client's own Finished processing
 ("Finished rcv -&gt; Finished send"). Each view's phases add up exactly to 1-9.</p>
+<p><b>Certificates sent.</b> Unless the run used <code>--send-root</code> (column
+<code>chain_sent</code>), the server sends only its own certificate; the document's servers
+also sent the root CA certificate, so its table 9 counts match runs with
+<code>--send-root</code>.</p>
 <p><b>Stacked bars.</b> Left: the client view, right: the server view. Colours follow the
 document's legend: green = transmission (one capture point to the other), grey = the TCP
 layer, blue = client processing or waiting for the client, red (hatched) = server
