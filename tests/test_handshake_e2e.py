@@ -76,6 +76,29 @@ def minimal_flight_counts(pcap_path, port: int) -> dict[int, int]:
     return counts
 
 
+def client_hello_randoms(pcap_path, port: int) -> set[str]:
+    """client_random of every ClientHello in a whole-packet capture (hex), read from the
+    first data segment of each connection: record header 5 + handshake header 4 +
+    legacy_version 2 bytes, then 32 random bytes."""
+    raw = pcap_path.read_bytes()
+    endian = "<" if raw[:4] in (b"\x4d\x3c\xb2\xa1", b"\xd4\xc3\xb2\xa1") else ">"
+    pos, seen, randoms = 24, set(), set()
+    while pos + 16 <= len(raw):
+        incl = struct.unpack_from(endian + "I", raw, pos + 8)[0]
+        frame = raw[pos + 16 : pos + 16 + incl]
+        pos += 16 + incl
+        if frame[12:14] != b"\x08\x00" or frame[23] != 6:
+            continue
+        tcp = 14 + (frame[14] & 0xF) * 4
+        sport, dport = struct.unpack_from("!HH", frame, tcp)
+        payload = frame[tcp + (frame[tcp + 12] >> 4) * 4 :]
+        if dport == port and payload and sport not in seen:
+            seen.add(sport)
+            assert payload[0] == 22 and payload[5] == 1, "first client data is a ClientHello"
+            randoms.add(payload[11:43].hex())
+    return randoms
+
+
 def pqlab_processes(marker: str) -> list[str]:
     """Processes whose command line contains `marker` (a run directory, an address)."""
     out = subprocess.run(["pgrep", "-af", marker], capture_output=True, text=True).stdout
@@ -165,8 +188,16 @@ def test_issue_check_small_matrix(tmp_path):
         if shutil.which("tcpdump"):
             theirs = tcpdump_flight_counts(pcap_path, 4455)
             assert {p: theirs[p] for p in ours} == ours
-        keylog = out / "pcap" / f"{g}_{s}_{c}.keys.log"
-        assert "SERVER_HANDSHAKE_TRAFFIC_SECRET" in keylog.read_text()
+        # Wireshark pairs keylog lines with connections by client_random: every
+        # captured handshake must have its secrets in the keylog.
+        keylog = (out / "pcap" / f"{g}_{s}_{c}.keys.log").read_text().split("\n")
+        logged = {
+            line.split()[1]
+            for line in keylog
+            if line.startswith("SERVER_HANDSHAKE_TRAFFIC_SECRET ")
+        }
+        randoms = client_hello_randoms(pcap_path, 4455)
+        assert len(randoms) == 55 and randoms <= logged
     assert not leaked_namespaces(before)
     assert not pqlab_processes(str(out))
 
