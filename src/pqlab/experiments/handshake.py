@@ -721,7 +721,12 @@ def _order_sql(store) -> None:
             "SELECT DISTINCT ca_sig FROM handshake_raw"
         )
     ]
-    pref = DEFAULT_GROUPS + DEFAULT_SIGS
+    pref = []
+    for name, kind in [(g, "kem") for g in DEFAULT_GROUPS] + [(x, "sig") for x in DEFAULT_SIGS]:
+        try:
+            pref.append(catalog.resolve(name, kind).name)  # canonical: "P-256" -> "ECDSA-P256"
+        except UserError:
+            pref.append(name)
     ranked = sorted(names, key=lambda n: (pref.index(n) if n in pref else len(pref), n))
     store.con.execute("CREATE OR REPLACE TEMP TABLE hs_order (name TEXT, pos INTEGER)")
     if ranked:
