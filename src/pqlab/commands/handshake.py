@@ -124,6 +124,7 @@ def run(args) -> int:
                 "profile": plan.profile,
                 "keep_pcap": plan.keep_pcap,
                 "send_root": plan.send_root,
+                "cpus": {"server": plan.cpus[0], "client": plan.cpus[1]} if plan.cpus else None,
             }
         },
     )

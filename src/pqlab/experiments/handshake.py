@@ -18,7 +18,7 @@ import signal
 import subprocess
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from pqlab import catalog, engine, pcap
@@ -98,12 +98,23 @@ class Plan:
     congestion_control: str = "cubic"
     rtt_s: float = 0.0  # configured round trip of the link (0: the bare link)
     send_root: bool = False  # also send the root CA certificate (as document 000's servers)
+    # (server CPU, client CPU): the two run on different cores, as on two machines, so the
+    # client waking up on data cannot preempt the server in the middle of its flight.
+    cpus: tuple[int, int] | None = field(default_factory=lambda: pick_cpus())
 
     def cells(self):
         for g in self.groups:
             for s in self.server_sigs:
                 for c in self.ca_sigs:
                     yield g, s, c
+
+
+def pick_cpus() -> tuple[int, int] | None:
+    """Two different CPUs this process may use (server, client), or None with fewer."""
+    if not shutil.which("taskset"):
+        return None
+    cpus = sorted(os.sched_getaffinity(0))
+    return (cpus[-1], cpus[0]) if len(cpus) >= 2 else None
 
 
 def cell_id(group, server_sig, ca_sig, send_root: bool = False) -> str:
@@ -173,10 +184,13 @@ class Proc:
     chatty process (the server prints one large record per connection) never blocks on a
     full pipe while we wait for another one."""
 
-    def __init__(self, args: list[str], netns: str, what: str):
+    def __init__(self, args: list[str], netns: str, what: str, cpu: int | None = None):
         self.what = what
+        argv = engine.command(args)
+        if cpu is not None:
+            argv = ["taskset", "-c", str(cpu), *argv]
         self.p = subprocess.Popen(
-            engine.command(args, netns),
+            ["ip", "netns", "exec", netns, *argv],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -516,10 +530,11 @@ def run_cell(
         ]
         if keylog:
             server_args += ["--keylog", keylog]
-        server = Proc(server_args, hosts.server_ns, "TLS server")
+        server_cpu, client_cpu = plan.cpus or (None, None)
+        server = Proc(server_args, hosts.server_ns, "TLS server", server_cpu)
         procs.append(server)
         server.wait_for("listening", 30)
-        client = Proc(client_args, hosts.client_ns, "TLS client")
+        client = Proc(client_args, hosts.client_ns, "TLS client", client_cpu)
         procs.append(client)
         client_recs = [r for r in client.finish(budget) if r["type"] == "connection"]
         server_recs = [r for r in server.finish(30) if r["type"] == "connection"]
