@@ -311,3 +311,19 @@ def test_ack_between_back_to_back_segments_is_not_a_stall(tmp_path):
     c, s = roundtrip(tmp_path, w)
     f = hp.analyse(c, s, recs, initcwnd=10).flight
     assert f["cwnd_stalls"] == 0  # the ACK arrived before the second write: nothing waited
+
+
+def test_lost_handshake_ack_completes_with_the_client_hello(tmp_path):
+    """On a lossy link the pure ACK may never reach the server: the ClientHello (which
+    acknowledges the SYN/ACK too) completes the TCP handshake there, so C = D."""
+    w = Wire(10**18, 40020)
+    recs = small_handshake(w)
+    ack_at_server = [f for f in w.server_frames if f.ts_ns == 10**18 + 140_000 + ONE_WAY]
+    assert len(ack_at_server) == 1
+    w.server_frames.remove(ack_at_server[0])
+    c, s = roundtrip(tmp_path, w)
+    h = hp.analyse(c, s, recs)
+    assert h.points["C"] == h.points["D"]
+    server = dict(h.phases["server"])
+    assert server["ACK sending"] == 110_000 and server["ACK rcv -> Client Hello rcv"] == 0
+    assert sum(ns for _, ns in h.phases["server"]) == h.total_ns

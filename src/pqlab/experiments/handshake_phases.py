@@ -127,7 +127,9 @@ def _first(conn: Connection, pred, what: str) -> Segment:
 
 
 def tcp_points(conn: Connection) -> tuple[int, int, int]:
-    """SYN, SYN/ACK and the client's handshake ACK in one capture."""
+    """SYN, SYN/ACK and the client's handshake ACK in one capture. The ACK point is the
+    first client segment acknowledging the SYN/ACK: normally the pure ACK; if that was
+    lost on a lossy link, the ClientHello, which completes the TCP handshake itself."""
     syn = _first(conn, lambda s: s.from_client and s.flags & SYN and not s.flags & ACK, "SYN")
     synack = _first(
         conn, lambda s: not s.from_client and s.flags & SYN and s.flags & ACK, "SYN/ACK"
@@ -137,11 +139,6 @@ def tcp_points(conn: Connection) -> tuple[int, int, int]:
         lambda s: s.from_client and not s.flags & SYN and s.flags & ACK and s.ts_ns >= synack.ts_ns,
         "client ACK after the SYN/ACK",
     )
-    if ack.payload_len:
-        raise AnalysisError(
-            "the client's first ACK carries data (no separate ACK of the "
-            "TCP handshake), the ACK phases are undefined"
-        )
     return syn.ts_ns, synack.ts_ns, ack.ts_ns
 
 
