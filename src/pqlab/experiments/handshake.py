@@ -456,9 +456,8 @@ def _columns(rows: list[dict], extra: dict) -> dict[str, list]:
     return {k: [extra[k]] * len(rows) if k in extra else [r[k] for r in rows] for k in keys}
 
 
-def run_cell(
-    store, hosts, plan: Plan, group, server_sig, ca_sig, chain, work: Path, progress=None
-) -> None:
+def run_cell(store, hosts, plan: Plan, group, server_sig, ca_sig, chain: dict, work: Path) -> None:
+    """Run one cell (captures, server, client), analyse it and commit it to the store."""
     cid = cell_id(group, server_sig, ca_sig, plan.send_root)
     name = f"{group.name}_{server_sig.name}_{ca_sig.name}".replace("/", "_")
     pcap_dir = store.path / "pcap" if plan.keep_pcap else work
@@ -636,7 +635,8 @@ def run_cell(
                     f.unlink()
 
 
-def body(plan: Plan, store, progress_cls=None) -> None:
+def body(plan: Plan, store) -> None:
+    """Every cell of the plan not yet done in `store`, on one topology."""
     from pqlab.experiments import certs
     from pqlab.progress import CellProgress
 
@@ -666,7 +666,7 @@ def body(plan: Plan, store, progress_cls=None) -> None:
                 chain = _chain_paths(certs.ensure_chain(csig, ssig, cert_dir))
                 if plan.send_root:
                     chain = with_root(chain)
-                run_cell(store, hosts, plan, group, ssig, csig, chain, work, progress)
+                run_cell(store, hosts, plan, group, ssig, csig, chain, work)
                 progress.advance()
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -684,13 +684,8 @@ def with_root(chain: dict) -> dict:
 
 
 def _chain_paths(chain) -> dict:
-    """ensure_chain's result as a dict of paths (root, chain, key, servername)."""
-    if isinstance(chain, dict):
-        return chain
-    out = {k: getattr(chain, k) for k in ("root", "chain", "key") if hasattr(chain, k)}
-    if hasattr(chain, "servername"):
-        out["servername"] = chain.servername
-    return out
+    """ensure_chain's result (pqlab.experiments.certs.ChainPaths) as a dict of paths."""
+    return {k: getattr(chain, k) for k in ("root", "chain", "key")}
 
 
 # --- tables, figures, report --------------------------------------------------------------------
