@@ -15,8 +15,21 @@ from pqlab.errors import EngineError, UserError
 
 # Order is the order of `pqlab --help`.
 COMMANDS = [
-    "suite", "algorithms", "primitives", "sizes", "certs", "handshake", "serve", "connect",
-    "ttlb", "linktest", "aead", "tls12", "report", "compare", "doctor",
+    "suite",
+    "algorithms",
+    "primitives",
+    "sizes",
+    "certs",
+    "handshake",
+    "serve",
+    "connect",
+    "ttlb",
+    "linktest",
+    "aead",
+    "tls12",
+    "report",
+    "compare",
+    "doctor",
 ]
 
 
@@ -58,8 +71,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return EngineError.exit_code
     except KeyboardInterrupt:
-        print("interrupted: finished cells are saved; rerun with --resume to complete the run",
-              file=sys.stderr)
+        print(
+            "interrupted: finished cells are saved; rerun with --resume to complete the run",
+            file=sys.stderr,
+        )
         return 130
 
 

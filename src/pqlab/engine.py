@@ -60,13 +60,18 @@ def parse_line(line: str) -> dict:
     return record
 
 
-def stream(args: Sequence[str], netns: str | None = None, timeout: float | None = None,
-           env: dict | None = None) -> Iterator[dict]:
+def stream(
+    args: Sequence[str],
+    netns: str | None = None,
+    timeout: float | None = None,
+    env: dict | None = None,
+) -> Iterator[dict]:
     """Run the engine and yield its records as they arrive; raise EngineError on failure."""
     argv = command(args, netns)
     full_env = {**os.environ, **(env or {})}
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=full_env)
+    proc = subprocess.Popen(
+        argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=full_env
+    )
     try:
         assert proc.stdout is not None
         for line in proc.stdout:
@@ -79,11 +84,17 @@ def stream(args: Sequence[str], netns: str | None = None, timeout: float | None 
         raise
     if proc.returncode != 0:
         err = (proc.stderr.read() if proc.stderr else "").strip()
-        raise EngineError(f"engine exited with {proc.returncode}: {err.splitlines()[-1] if err else argv}")
+        raise EngineError(
+            f"engine exited with {proc.returncode}: {err.splitlines()[-1] if err else argv}"
+        )
 
 
-def run(args: Sequence[str], netns: str | None = None, timeout: float | None = None,
-        env: dict | None = None) -> list[dict]:
+def run(
+    args: Sequence[str],
+    netns: str | None = None,
+    timeout: float | None = None,
+    env: dict | None = None,
+) -> list[dict]:
     """Run the engine to completion and return all its records."""
     return list(stream(args, netns=netns, timeout=timeout, env=env))
 

@@ -30,8 +30,21 @@ def cpu_info() -> dict:
             model = value.strip()
         elif key == "flags" and not flags:
             flags = value.split()
-    interesting = ["aes", "pclmulqdq", "vaes", "vpclmulqdq", "avx", "avx2", "avx512f", "bmi2",
-                   "adx", "sha_ni", "constant_tsc", "nonstop_tsc", "rdtscp"]
+    interesting = [
+        "aes",
+        "pclmulqdq",
+        "vaes",
+        "vpclmulqdq",
+        "avx",
+        "avx2",
+        "avx512f",
+        "bmi2",
+        "adx",
+        "sha_ni",
+        "constant_tsc",
+        "nonstop_tsc",
+        "rdtscp",
+    ]
     governor = _read("/sys/devices/system/cpu/cpu0/cpufreq/scaling_governor")
     no_turbo = _read("/sys/devices/system/cpu/intel_pstate/no_turbo")
     boost = _read("/sys/devices/system/cpu/cpufreq/boost")
@@ -41,8 +54,13 @@ def cpu_info() -> dict:
         "features": {f: (f in flags) for f in interesting},
         "aes_ni": "aes" in flags,
         "governor": governor,
-        "turbo": ("off" if no_turbo == "1" else "on" if no_turbo == "0" else
-                  ("on" if boost == "1" else "off" if boost == "0" else "unavailable")),
+        "turbo": (
+            "off"
+            if no_turbo == "1"
+            else "on"
+            if no_turbo == "0"
+            else ("on" if boost == "1" else "off" if boost == "0" else "unavailable")
+        ),
         "flags": flags,
     }
 
@@ -52,18 +70,24 @@ def network_info() -> dict:
         "congestion_control": _read("/proc/sys/net/ipv4/tcp_congestion_control"),
         "allowed_congestion_control": _read("/proc/sys/net/ipv4/tcp_allowed_congestion_control"),
         "available_congestion_control": _read(
-            "/proc/sys/net/ipv4/tcp_available_congestion_control"),
+            "/proc/sys/net/ipv4/tcp_available_congestion_control"
+        ),
     }
 
 
 def git_commit() -> str:
     try:
         root = Path(__file__).resolve().parents[2]
-        out = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True,
-                             text=True, timeout=5)
+        out = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5
+        )
         commit = out.stdout.strip() if out.returncode == 0 else "unknown"
-        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain"],
-                               capture_output=True, text=True, timeout=5).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", str(root), "status", "--porcelain"],
+            capture_output=True,
+            text=True,
+            timeout=5,
+        ).stdout.strip()
         return commit + ("+dirty" if dirty else "")
     except (OSError, subprocess.SubprocessError):
         return "unknown"
@@ -83,9 +107,14 @@ def collect(argv: list[str] | None = None, engine_info: dict | None = None) -> d
         "machine": uname.machine,
         "python": sys.version.split()[0],
         "cpu": cpu_info(),
-        "memory_total_kb": next((int(line.split()[1]) for line in
-                                 _read("/proc/meminfo", "").splitlines()
-                                 if line.startswith("MemTotal:")), None),
+        "memory_total_kb": next(
+            (
+                int(line.split()[1])
+                for line in _read("/proc/meminfo", "").splitlines()
+                if line.startswith("MemTotal:")
+            ),
+            None,
+        ),
         "network": network_info(),
         "env": {k: os.environ[k] for k in ("OPENSSL_ia32cap",) if k in os.environ},
     }

@@ -11,16 +11,25 @@ from pqlab.store import RunStore
 
 
 def add_run_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--out", metavar="DIR",
-                        help="run directory (default: results/<experiment>-<time>)")
-    parser.add_argument("--resume", action="store_true",
-                        help="finish an interrupted run in --out, skipping finished cells")
-    parser.add_argument("--no-report", action="store_true",
-                        help="write tables and figures but not report.html")
+    parser.add_argument(
+        "--out", metavar="DIR", help="run directory (default: results/<experiment>-<time>)"
+    )
+    parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="finish an interrupted run in --out, skipping finished cells",
+    )
+    parser.add_argument(
+        "--no-report", action="store_true", help="write tables and figures but not report.html"
+    )
 
 
-def run_experiment(name: str, args: argparse.Namespace,
-                   body: Callable[[RunStore], None], extra_meta: dict | None = None) -> RunStore:
+def run_experiment(
+    name: str,
+    args: argparse.Namespace,
+    body: Callable[[RunStore], None],
+    extra_meta: dict | None = None,
+) -> RunStore:
     """Open the run directory, record metadata, run `body`, then export tables, figures and
     the report from the database. Cells finished before an error or Ctrl-C stay saved."""
     # Validate the engine before creating anything, so a missing build fails early.

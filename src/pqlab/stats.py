@@ -11,8 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-SUMMARY_FIELDS = ("n", "mean", "sd", "q1", "median", "q3", "robust_cv", "min", "max",
-                  "p90", "p99")
+SUMMARY_FIELDS = ("n", "mean", "sd", "q1", "median", "q3", "robust_cv", "min", "max", "p90", "p99")
 
 
 def summarize(values) -> dict:
@@ -41,8 +40,9 @@ def percentiles(values, ps=(50, 75, 90)) -> dict[str, float]:
     return {f"p{p:g}": float(np.percentile(a, p)) for p in ps}
 
 
-def bootstrap_ci(a, b=None, stat=np.median, n_boot: int = 2000, level: float = 0.95,
-                 seed: int = 12345) -> tuple[float, float, float]:
+def bootstrap_ci(
+    a, b=None, stat=np.median, n_boot: int = 2000, level: float = 0.95, seed: int = 12345
+) -> tuple[float, float, float]:
     """Bootstrap CI of stat(a), or of the relative difference stat(b)/stat(a) - 1 if b is given.
 
     Returns (estimate, low, high). Deterministic for a given seed.
@@ -55,8 +55,9 @@ def bootstrap_ci(a, b=None, stat=np.median, n_boot: int = 2000, level: float = 0
     else:
         b = np.asarray(b, dtype=float)
         est = float(stat(b) / stat(a) - 1)
-        boots = np.array([stat(rng.choice(b, b.size)) / stat(rng.choice(a, a.size)) - 1
-                          for _ in range(n_boot)])
+        boots = np.array(
+            [stat(rng.choice(b, b.size)) / stat(rng.choice(a, a.size)) - 1 for _ in range(n_boot)]
+        )
     lo, hi = np.percentile(boots, [(1 - level) / 2 * 100, (1 + level) / 2 * 100])
     return est, float(lo), float(hi)
 
@@ -77,15 +78,33 @@ class Warning_:
 def noise_warnings(subject: str, summary: dict, min_n: int = 30) -> list[Warning_]:
     out = []
     if summary["n"] < min_n:
-        out.append(Warning_("few-samples", subject, f"only {summary['n']} samples",
-                            "use more iterations (--iterations / -n) for stable quantiles"))
+        out.append(
+            Warning_(
+                "few-samples",
+                subject,
+                f"only {summary['n']} samples",
+                "use more iterations (--iterations / -n) for stable quantiles",
+            )
+        )
     cv = summary.get("robust_cv")
     if cv is not None and cv == cv and cv > 0.10:
-        out.append(Warning_("noisy", subject, f"robust CV {cv:.0%} is above 10%",
-                            "close other programs, pin the CPU governor to 'performance', "
-                            "or run more iterations; compare medians, not means"))
+        out.append(
+            Warning_(
+                "noisy",
+                subject,
+                f"robust CV {cv:.0%} is above 10%",
+                "close other programs, pin the CPU governor to 'performance', "
+                "or run more iterations; compare medians, not means",
+            )
+        )
     if summary["mean"] > 0 and summary["sd"] >= 0.5 * summary["mean"] and summary["n"] > 1:
-        out.append(Warning_("outliers", subject, "standard deviation is over half the mean",
-                            "outliers dominate the mean (interrupts, page faults); "
-                            "rely on the median and quartiles"))
+        out.append(
+            Warning_(
+                "outliers",
+                subject,
+                "standard deviation is over half the mean",
+                "outliers dominate the mean (interrupts, page faults); "
+                "rely on the median and quartiles",
+            )
+        )
     return out

@@ -98,34 +98,51 @@ class RunStore:
         self.invocation_id = int(row[0])
         self.con.execute(
             "INSERT INTO invocations VALUES (?, ?, ?, ?, NULL, 'running', ?)",
-            [self.invocation_id, experiment, metadata.get("command_line", ""), _now(),
-             json.dumps(metadata)],
+            [
+                self.invocation_id,
+                experiment,
+                metadata.get("command_line", ""),
+                _now(),
+                json.dumps(metadata),
+            ],
         )
         self.write_metadata_json()
 
     def finish(self, status: str = "complete") -> None:
         if self.invocation_id is None:
             return
-        self.con.execute("UPDATE invocations SET finished = ?, status = ? WHERE id = ?",
-                         [_now(), status, self.invocation_id])
+        self.con.execute(
+            "UPDATE invocations SET finished = ?, status = ? WHERE id = ?",
+            [_now(), status, self.invocation_id],
+        )
         self.write_metadata_json()
 
     def metadata(self) -> dict:
         """Metadata of the most recent invocation (machine, libraries, command line)."""
         row = self.con.execute(
-            "SELECT metadata FROM invocations ORDER BY id DESC LIMIT 1").fetchone()
+            "SELECT metadata FROM invocations ORDER BY id DESC LIMIT 1"
+        ).fetchone()
         return json.loads(row[0]) if row else {}
 
     def write_metadata_json(self) -> None:
         rows = self.con.execute(
             "SELECT id, experiment, command_line, started, finished, status, metadata "
-            "FROM invocations ORDER BY id").fetchall()
+            "FROM invocations ORDER BY id"
+        ).fetchall()
         if not rows:
             return
         latest = json.loads(rows[-1][6])
         latest["invocations"] = [
-            {"id": r[0], "experiment": r[1], "command_line": r[2], "started": r[3],
-             "finished": r[4], "status": r[5]} for r in rows]
+            {
+                "id": r[0],
+                "experiment": r[1],
+                "command_line": r[2],
+                "started": r[3],
+                "finished": r[4],
+                "status": r[5],
+            }
+            for r in rows
+        ]
         tmp = self.path / "metadata.json.tmp"
         tmp.write_text(json.dumps(latest, indent=2, sort_keys=True))
         tmp.replace(self.path / "metadata.json")
@@ -133,13 +150,15 @@ class RunStore:
     def experiments(self) -> list[str]:
         rows = self.con.execute(
             "SELECT DISTINCT experiment FROM cells UNION SELECT DISTINCT experiment "
-            "FROM invocations").fetchall()
+            "FROM invocations"
+        ).fetchall()
         return sorted(r[0] for r in rows)
 
     # --- cells ---------------------------------------------------------------------------
     def cells_done(self, experiment: str) -> set[str]:
-        rows = self.con.execute("SELECT cell_id FROM cells WHERE experiment = ?",
-                                [experiment]).fetchall()
+        rows = self.con.execute(
+            "SELECT cell_id FROM cells WHERE experiment = ?", [experiment]
+        ).fetchall()
         return {r[0] for r in rows}
 
     @contextlib.contextmanager
@@ -148,8 +167,10 @@ class RunStore:
         self.con.execute("BEGIN TRANSACTION")
         try:
             yield
-            self.con.execute("INSERT INTO cells VALUES (?, ?, ?, ?)",
-                             [experiment, cell_id, json.dumps(params, sort_keys=True), _now()])
+            self.con.execute(
+                "INSERT INTO cells VALUES (?, ?, ?, ?)",
+                [experiment, cell_id, json.dumps(params, sort_keys=True), _now()],
+            )
             self.con.execute("COMMIT")
         except BaseException:
             self.con.execute("ROLLBACK")
@@ -180,27 +201,41 @@ class RunStore:
 
     def add_warnings(self, experiment: str, cell_id: str, warnings) -> None:
         for w in warnings:
-            self.con.execute("INSERT INTO warnings VALUES (?, ?, ?, ?, ?, ?)",
-                             [experiment, cell_id, w.code, w.subject, w.message, w.advice])
+            self.con.execute(
+                "INSERT INTO warnings VALUES (?, ?, ?, ?, ?, ?)",
+                [experiment, cell_id, w.code, w.subject, w.message, w.advice],
+            )
 
     def query(self, sql: str, params: list | None = None) -> list[dict]:
         cur = self.con.execute(sql, params or [])
         names = [d[0] for d in cur.description]
         return [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
 
+    def arrow(self, sql: str, params: list | None = None) -> pa.Table:
+        """Query result as a pyarrow Table (DuckDB 1.x and 2.x spell this differently)."""
+        rel = self.con.sql(sql, params=params or None)
+        for method in ("to_arrow_table", "fetch_arrow_table", "arrow"):
+            fn = getattr(rel, method, None)
+            if fn is not None:
+                table = fn()
+                return table.read_all() if hasattr(table, "read_all") else table
+        raise RuntimeError("this duckdb has no arrow export")
+
+    def numpy(self, sql: str, params: list | None = None) -> dict:
+        """Query result as a dict of numpy arrays (column -> array)."""
+        return self.con.execute(sql, params or []).fetchnumpy()
+
     def has_table(self, name: str) -> bool:
         row = self.con.execute(
-            "SELECT count(*) FROM information_schema.tables WHERE table_name = ?",
-            [name]).fetchone()
+            "SELECT count(*) FROM information_schema.tables WHERE table_name = ?", [name]
+        ).fetchone()
         return bool(row and row[0])
 
     # --- exports -------------------------------------------------------------------------
     def export_table(self, name: str, sql: str, params: list | None = None) -> Path:
         """Write the result of `sql` to tables/<name>.csv and .parquet; return the CSV path."""
         csv_path = self.path / "tables" / f"{name}.csv"
-        rel = self.con.execute(sql, params or []).arrow()
-        if hasattr(rel, "read_all"):
-            rel = rel.read_all()
+        rel = self.arrow(sql, params)
         import pyarrow.csv as pacsv
         import pyarrow.parquet as pq
 

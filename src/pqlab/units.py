@@ -8,15 +8,28 @@ import re
 from pqlab.errors import UserError
 
 _SIZE_UNITS = {
-    "": 1, "b": 1,
-    "k": 1000, "kb": 1000, "kib": 1024,
-    "m": 1000**2, "mb": 1000**2, "mib": 1024**2,
-    "g": 1000**3, "gb": 1000**3, "gib": 1024**3,
+    "": 1,
+    "b": 1,
+    "k": 1000,
+    "kb": 1000,
+    "kib": 1024,
+    "m": 1000**2,
+    "mb": 1000**2,
+    "mib": 1024**2,
+    "g": 1000**3,
+    "gb": 1000**3,
+    "gib": 1024**3,
 }
 _TIME_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "": 1.0}
 _RATE_UNITS = {
-    "bit": 1, "bps": 1, "kbit": 1e3, "kbps": 1e3, "mbit": 1e6, "mbps": 1e6,
-    "gbit": 1e9, "gbps": 1e9,
+    "bit": 1,
+    "bps": 1,
+    "kbit": 1e3,
+    "kbps": 1e3,
+    "mbit": 1e6,
+    "mbps": 1e6,
+    "gbit": 1e9,
+    "gbps": 1e9,
 }
 
 

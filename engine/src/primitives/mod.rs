@@ -1,14 +1,193 @@
-//! Placeholder until implemented.
-use crate::out::Result;
+//! `kem` and `sig`: time primitive operations of one algorithm on one backend and check
+//! every result. Output (JSON lines): `start`, one `sample` per timed run (op, index, ns,
+//! cycles, dropped), `op_done` per operation, `checks`, `sizes`. See docs/primitives.md.
+//!
+//! Backends sit behind the traits in `backend.rs`; `measure.rs` holds the one measuring loop.
 
-#[derive(clap::Args)]
-pub struct KemArgs {}
-#[derive(clap::Args)]
-pub struct SigArgs {}
+mod backend;
+mod der;
+mod measure;
+mod oqs;
+mod ossl;
+mod timer;
 
-pub fn run_kem(_a: KemArgs) -> Result<()> {
-    crate::bail!("kem is not built into this engine yet")
+#[cfg(test)]
+mod tests;
+
+use crate::out::{emit, Error, Result};
+use measure::Plan;
+use serde_json::{Map, Value};
+use std::collections::BTreeMap;
+
+/// Backend parameters given as `--param KEY=VALUE` (catalogue field `params`).
+pub type Params = BTreeMap<String, String>;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Backend {
+    Openssl,
+    Liboqs,
 }
-pub fn run_sig(_a: SigArgs) -> Result<()> {
-    crate::bail!("sig is not built into this engine yet")
+
+impl Backend {
+    fn name(self) -> &'static str {
+        match self {
+            Backend::Openssl => "openssl",
+            Backend::Liboqs => "liboqs",
+        }
+    }
+}
+
+#[derive(clap::Args, Debug)]
+pub struct Common {
+    /// Library that runs the algorithm.
+    #[arg(long, value_enum)]
+    backend: Backend,
+    /// Algorithm name as the backend knows it: OpenSSL's EVP name (X25519, EC, DH, RSA,
+    /// ML-KEM-768, ML-DSA-44, SLH-DSA-SHA2-128s, ED25519, X25519MLKEM768) or liboqs's method
+    /// name (ML-KEM-768, Falcon-512, MAYO-1, ...).
+    #[arg(long)]
+    alg: String,
+    /// Backend parameter KEY=VALUE, repeatable. OpenSSL: group=|curve= (EC: P-256, P-384,
+    /// P-521; DH: ffdhe2048, ffdhe3072, ffdhe4096), bits= (RSA), padding=pss|pkcs1 (RSA),
+    /// digest= (RSA, ECDSA; e.g. SHA256). liboqs takes none.
+    #[arg(long = "param", value_name = "KEY=VALUE")]
+    params: Vec<String>,
+    /// Dotted OID of the algorithm (liboqs only), to compute SPKI / PKCS#8 sizes.
+    #[arg(long)]
+    oid: Option<String>,
+    /// Kept timed runs per operation; one more is made first and dropped.
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
+    iterations: u64,
+    /// Untimed runs of each phase before timing (stops early after 2 s).
+    #[arg(long, default_value_t = 10)]
+    warmup: u64,
+    /// Time budget per phase in seconds; a phase stops early when it is spent (recorded in
+    /// `op_done.budget_exhausted`). At least 2 timed runs are always made.
+    #[arg(long)]
+    max_seconds: Option<f64>,
+    /// Do not emit sample records (sizes only).
+    #[arg(long)]
+    no_samples: bool,
+}
+
+#[derive(clap::Args, Debug)]
+pub struct KemArgs {
+    #[command(flatten)]
+    common: Common,
+}
+
+#[derive(clap::Args, Debug)]
+pub struct SigArgs {
+    #[command(flatten)]
+    common: Common,
+}
+
+fn parse_params(list: &[String]) -> Result<Params> {
+    let mut out = Params::new();
+    for p in list {
+        let (k, v) = p
+            .split_once('=')
+            .ok_or_else(|| Error(format!("--param {p:?} is not KEY=VALUE")))?;
+        let (k, v) = (k.trim().to_ascii_lowercase(), v.trim().to_string());
+        if k.is_empty() || v.is_empty() {
+            crate::bail!("--param {p:?} is not KEY=VALUE");
+        }
+        if out.insert(k.clone(), v).is_some() {
+            crate::bail!("--param {k} given twice");
+        }
+    }
+    Ok(out)
+}
+
+fn plan(c: &Common) -> Result<Plan> {
+    if let Some(s) = c.max_seconds {
+        if !(s.is_finite() && s > 0.0) {
+            crate::bail!("--max-seconds {s} must be a positive number of seconds");
+        }
+    }
+    Ok(Plan {
+        iterations: c.iterations as usize,
+        warmup: c.warmup as usize,
+        max_seconds: c.max_seconds,
+        emit_samples: !c.no_samples,
+    })
+}
+
+fn params_json(p: &Params) -> Map<String, Value> {
+    p.iter()
+        .map(|(k, v)| (k.clone(), Value::String(v.clone())))
+        .collect()
+}
+
+pub fn run_kem(a: KemArgs) -> Result<()> {
+    let c = &a.common;
+    let params = parse_params(&c.params)?;
+    let plan = plan(c)?;
+    let start = |kind: &str, ops: &[&str]| {
+        emit(&measure::start_record(
+            kind,
+            c.backend.name(),
+            &c.alg,
+            &params_json(&params),
+            &plan,
+            ops,
+        ))
+    };
+    match c.backend {
+        Backend::Openssl if ossl::is_key_agreement(&c.alg) => {
+            if c.oid.is_some() {
+                crate::bail!("--oid is for liboqs algorithms; OpenSSL encodes its keys itself");
+            }
+            let x = ossl::OsslKex::new(&c.alg, &params)?;
+            start("kex", &["keygen", "public_key", "shared_secret"]);
+            measure::kex(&x, &plan)
+        }
+        Backend::Openssl => {
+            if c.oid.is_some() {
+                crate::bail!("--oid is for liboqs algorithms; OpenSSL encodes its keys itself");
+            }
+            let k = ossl::OsslKem::new(&c.alg, &params)?;
+            start("kem", &["keygen", "encaps", "decaps"]);
+            measure::kem(&k, &plan)
+        }
+        Backend::Liboqs => {
+            let k = oqs::OqsKem::new(&c.alg, &params, c.oid.as_deref())?;
+            start("kem", &["keygen", "encaps", "decaps"]);
+            measure::kem(&k, &plan)
+        }
+    }
+}
+
+pub fn run_sig(a: SigArgs) -> Result<()> {
+    let c = &a.common;
+    let params = parse_params(&c.params)?;
+    let plan = plan(c)?;
+    let start = || {
+        emit(&measure::start_record(
+            "sig",
+            c.backend.name(),
+            &c.alg,
+            &params_json(&params),
+            &plan,
+            &["keygen", "sign", "verify"],
+        ))
+    };
+    match c.backend {
+        Backend::Openssl => {
+            if c.oid.is_some() {
+                crate::bail!("--oid is for liboqs algorithms; OpenSSL encodes its keys itself");
+            }
+            if ossl::is_key_agreement(&c.alg) && !c.alg.eq_ignore_ascii_case("EC") {
+                crate::bail!("{} is a key agreement, not a signature algorithm", c.alg);
+            }
+            let s = ossl::OsslSig::new(&c.alg, &params)?;
+            start();
+            measure::sig(&s, &plan)
+        }
+        Backend::Liboqs => {
+            let s = oqs::OqsSig::new(&c.alg, &params, c.oid.as_deref())?;
+            start();
+            measure::sig(&s, &plan)
+        }
+    }
 }

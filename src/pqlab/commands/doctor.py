@@ -12,8 +12,14 @@ def checks() -> list[tuple[str, bool, str]]:
     out = []
     try:
         info = engine.info()
-        out.append(("engine", True, f"{engine.engine_path()} - {info['openssl']['version_text']}"
-                    f", liboqs {info['liboqs']['version']}"))
+        out.append(
+            (
+                "engine",
+                True,
+                f"{engine.engine_path()} - {info['openssl']['version_text']}"
+                f", liboqs {info['liboqs']['version']}",
+            )
+        )
     except Exception as e:  # noqa: BLE001 - doctor reports every failure
         out.append(("engine", False, str(e)))
     try:
@@ -31,8 +37,14 @@ def checks() -> list[tuple[str, bool, str]]:
     except (ImportError, AttributeError):
         pass
     cpu = metadata.cpu_info()
-    out.append(("CPU", True, f"{cpu['model']}; AES-NI {'yes' if cpu['aes_ni'] else 'no'}; "
-                f"governor {cpu['governor']}"))
+    out.append(
+        (
+            "CPU",
+            True,
+            f"{cpu['model']}; AES-NI {'yes' if cpu['aes_ni'] else 'no'}; "
+            f"governor {cpu['governor']}",
+        )
+    )
     return out
 
 

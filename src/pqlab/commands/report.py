@@ -9,8 +9,9 @@ from pqlab.store import RunStore
 
 
 def register(sub) -> None:
-    p = sub.add_parser("report", help="rebuild tables, figures and report.html of a run",
-                       description=__doc__)
+    p = sub.add_parser(
+        "report", help="rebuild tables, figures and report.html of a run", description=__doc__
+    )
     p.add_argument("run", metavar="RUN", help="a run directory (results/...)")
     p.set_defaults(func=run)
 

@@ -98,18 +98,26 @@ def write_html(store: RunStore, sections: list[Section]) -> Path:
     meta = store.metadata()
     cpu = meta.get("cpu", {})
     eng = meta.get("engine", {})
-    parts = [f"<!doctype html><html><head><meta charset=utf-8><title>pqlab report: "
-             f"{html.escape(store.path.name)}</title><style>{CSS}</style></head><body>",
-             f"<h1>pqlab report: {html.escape(store.path.name)}</h1>"]
-    parts.append("<p>Every number below is derived from the raw samples in "
-                 "<code>results.duckdb</code>; tables are also in <code>tables/</code> as CSV "
-                 "and Parquet, figures in <code>figures/</code> as PNG and SVG. Rebuild this "
-                 "page with <code>pqlab report " + html.escape(str(store.path)) + "</code>.</p>")
+    parts = [
+        f"<!doctype html><html><head><meta charset=utf-8><title>pqlab report: "
+        f"{html.escape(store.path.name)}</title><style>{CSS}</style></head><body>",
+        f"<h1>pqlab report: {html.escape(store.path.name)}</h1>",
+    ]
+    parts.append(
+        "<p>Every number below is derived from the raw samples in "
+        "<code>results.duckdb</code>; tables are also in <code>tables/</code> as CSV "
+        "and Parquet, figures in <code>figures/</code> as PNG and SVG. Rebuild this "
+        "page with <code>pqlab report " + html.escape(str(store.path)) + "</code>.</p>"
+    )
     machine = [
         ("CPU", f"{cpu.get('model', '?')} ({cpu.get('count', '?')} logical CPUs)"),
-        ("AES-NI / AVX2 / AVX-512", " / ".join(
-            "yes" if cpu.get("features", {}).get(f) else "no"
-            for f in ("aes", "avx2", "avx512f"))),
+        (
+            "AES-NI / AVX2 / AVX-512",
+            " / ".join(
+                "yes" if cpu.get("features", {}).get(f) else "no"
+                for f in ("aes", "avx2", "avx512f")
+            ),
+        ),
         ("Frequency governor / turbo", f"{cpu.get('governor')} / {cpu.get('turbo')}"),
         ("Kernel", meta.get("kernel", "?")),
         ("TCP congestion control (host)", meta.get("network", {}).get("congestion_control")),
@@ -118,27 +126,33 @@ def write_html(store: RunStore, sections: list[Section]) -> Path:
         ("pqlab", f"{meta.get('pqlab_version')} ({meta.get('pqlab_commit')})"),
     ]
     parts.append("<h2>Machine and libraries</h2><table>")
-    parts += [f"<tr><th>{html.escape(k)}</th><td>{html.escape(str(v))}</td></tr>"
-              for k, v in machine]
+    parts += [
+        f"<tr><th>{html.escape(k)}</th><td>{html.escape(str(v))}</td></tr>" for k, v in machine
+    ]
     parts.append("</table>")
     invocations = meta.get("invocations", [])
     if not invocations:
         try:
             invocations = json.loads((store.path / "metadata.json").read_text()).get(
-                "invocations", [])
+                "invocations", []
+            )
         except (OSError, ValueError):
             invocations = []
     if invocations:
         parts.append("<details><summary>Commands in this run</summary><ul>")
-        parts += [f"<li><code>{html.escape(i['command_line'])}</code> ({i['status']})</li>"
-                  for i in invocations]
+        parts += [
+            f"<li><code>{html.escape(i['command_line'])}</code> ({i['status']})</li>"
+            for i in invocations
+        ]
         parts.append("</ul></details>")
     warnings = store.query("SELECT * FROM warnings ORDER BY experiment, subject")
     if warnings:
         parts.append("<h2>Warnings</h2>")
         for w in warnings[:50]:
-            parts.append(f"<div class=warn><b>{html.escape(w['subject'])}</b>: "
-                         f"{html.escape(w['message'])}. <i>{html.escape(w['advice'])}</i></div>")
+            parts.append(
+                f"<div class=warn><b>{html.escape(w['subject'])}</b>: "
+                f"{html.escape(w['message'])}. <i>{html.escape(w['advice'])}</i></div>"
+            )
         if len(warnings) > 50:
             parts.append(f"<p class=note>{len(warnings) - 50} more in the warnings table</p>")
     for s in sections:
@@ -150,14 +164,18 @@ def write_html(store: RunStore, sections: list[Section]) -> Path:
                 png, caption = block[1], block[2]
                 if png.exists():
                     data = base64.b64encode(png.read_bytes()).decode()
-                    parts.append(f"<figure><img alt='{html.escape(caption)}' "
-                                 f"src='data:image/png;base64,{data}'><figcaption>"
-                                 f"{html.escape(caption)} ({html.escape(png.name)})"
-                                 "</figcaption></figure>")
+                    parts.append(
+                        f"<figure><img alt='{html.escape(caption)}' "
+                        f"src='data:image/png;base64,{data}'><figcaption>"
+                        f"{html.escape(caption)} ({html.escape(png.name)})"
+                        "</figcaption></figure>"
+                    )
             elif block[0] == "table":
                 csv_path, caption, max_rows = block[1], block[2], block[3]
-                parts.append(f"<p><b>{html.escape(caption)}</b> "
-                             f"(<code>tables/{html.escape(csv_path.name)}</code>)</p>")
+                parts.append(
+                    f"<p><b>{html.escape(caption)}</b> "
+                    f"(<code>tables/{html.escape(csv_path.name)}</code>)</p>"
+                )
                 parts.append(_table_html(csv_path, max_rows))
     parts.append("</body></html>")
     out = store.path / "report.html"

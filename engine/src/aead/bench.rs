@@ -1,0 +1,715 @@
+//! The timed loops. Work is done in batches of records written to separate output slots;
+//! only the batch itself is timed, and every record of a batch is checked right after it,
+//! outside the timed region (decrypted back to the plaintext with its tag verified, or for
+//! decryption compared with the plaintext). Batches are grouped into timing windows, and one
+//! raw sample (records, bytes, nanoseconds) is emitted per window.
+//!
+//! Two ways of driving EVP per record:
+//! - `fair`: what a TLS record layer does. The key is set once; every record is a complete
+//!   init(nonce) [CCM: length] [AEAD: 13 bytes AAD] update final [AEAD: get/set tag] with a
+//!   fresh nonce, for every cipher including the unauthenticated ones.
+//! - `speed-compatible`: what OpenSSL 3.5.4's `apps/speed.c` does for `speed -evp`. GCM and
+//!   CCM ("AE" modes) re-set key and the same fixed IV on every call (CCM also its length),
+//!   without AAD; everything else, ChaCha20-Poly1305 included (its EVP mode is 0, stream),
+//!   is initialised once and then fed record after record as one long stream, with one
+//!   final at the end, so Poly1305 produces a single tag for the whole run.
+
+use super::cipher::{random, Algorithm, Ctx, Kind, Spec, AAD_LEN, TAG_LEN};
+use crate::bail;
+use crate::out::{emit, Result};
+use serde_json::json;
+use std::time::Instant;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Mode {
+    Fair,
+    SpeedCompatible,
+}
+
+impl Mode {
+    pub fn label(&self) -> &'static str {
+        match self {
+            Mode::Fair => "fair",
+            Mode::SpeedCompatible => "speed-compatible",
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Direction {
+    Encrypt,
+    Decrypt,
+}
+
+impl Direction {
+    pub fn label(&self) -> &'static str {
+        match self {
+            Direction::Encrypt => "encrypt",
+            Direction::Decrypt => "decrypt",
+        }
+    }
+}
+
+/// A deliberate corruption, to show that the checks catch a bad record.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Fault {
+    /// Flip a bit of the first record's authentication tag.
+    Tag,
+    /// Flip a bit of the first record's ciphertext (or, when decrypting a stream, output).
+    Data,
+}
+
+pub struct Cell {
+    pub spec: Spec,
+    pub mode: Mode,
+    pub direction: Direction,
+    pub size: usize,
+    pub seconds: f64,
+    pub window_ns: u64,
+    pub batch_bytes: usize,
+    pub fault: Option<Fault>,
+}
+
+/// Bytes of output kept per batch; small enough to stay in L2 so the slots do not turn a
+/// cipher benchmark into a memory benchmark.
+pub const DEFAULT_BATCH_BYTES: usize = 64 * 1024;
+const MAX_BATCH_RECORDS: usize = 4096;
+
+struct Totals {
+    records: u64,
+    bytes: u64,
+    ns: u64,
+    windows: u64,
+    verified: u64,
+}
+
+/// Per-record nonce: a random 4-byte salt and the 64-bit record sequence number, laid out
+/// for each cipher's IV format (CTR keeps the low 32 bits as its block counter; ChaCha20's
+/// EVP IV starts with a 32-bit little-endian block counter).
+fn nonce(spec: &Spec, salt: &[u8; 4], seq: u64, iv: &mut [u8; 16]) {
+    *iv = [0; 16];
+    match spec.kind {
+        Kind::Gcm | Kind::Ccm | Kind::ChaChaPoly => {
+            iv[..4].copy_from_slice(salt);
+            iv[4..12].copy_from_slice(&seq.to_be_bytes());
+        }
+        Kind::Ctr => {
+            iv[..4].copy_from_slice(salt);
+            iv[4..12].copy_from_slice(&seq.to_be_bytes());
+        }
+        Kind::ChaCha20 => {
+            iv[4..8].copy_from_slice(salt);
+            iv[8..16].copy_from_slice(&seq.to_be_bytes());
+        }
+        Kind::Ecb => {}
+    }
+}
+
+fn flip(buf: &mut [u8]) {
+    if let Some(b) = buf.first_mut() {
+        *b ^= 0x01;
+    }
+}
+
+/// A context keyed once, as a record layer keeps it (fair mode).
+fn keyed_ctx(alg: &Algorithm, key: &[u8], encrypt: bool) -> Result<Ctx> {
+    let ctx = Ctx::new(alg, encrypt)?;
+    if alg.spec.kind == Kind::Ccm {
+        ctx.set_iv_len(alg.spec.iv_len)?;
+        ctx.set_tag_len(TAG_LEN)?;
+    } else if alg.spec.kind == Kind::Gcm {
+        ctx.set_iv_len(alg.spec.iv_len)?;
+    }
+    ctx.init(Some(key), None, encrypt as i32)?;
+    Ok(ctx)
+}
+
+/// One fair record: init with the nonce, [CCM length], [AAD], data, final, [tag].
+/// Returns false if a decryption did not authenticate.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)] // hot path: plain slices, no struct to build per record
+fn fair_record(
+    ctx: &Ctx,
+    spec: &Spec,
+    encrypt: bool,
+    iv: &[u8],
+    aad: &[u8],
+    input: &[u8],
+    out: &mut [u8],
+    tag: &mut [u8],
+) -> Result<bool> {
+    let iv_opt = if spec.iv_len > 0 {
+        Some(&iv[..spec.iv_len])
+    } else {
+        None
+    };
+    ctx.init(None, iv_opt, encrypt as i32)?;
+    if !spec.is_aead() {
+        ctx.update(out, input)?;
+        return Ok(ctx.finish(&mut out[input.len()..]));
+    }
+    if !encrypt {
+        ctx.set_tag(tag)?;
+    }
+    if spec.kind == Kind::Ccm {
+        ctx.set_length(input.len())?;
+    }
+    ctx.aad(aad)?;
+    if encrypt {
+        ctx.update(out, input)?;
+        if !ctx.finish(&mut out[input.len()..]) {
+            return Ok(false);
+        }
+        ctx.get_tag(tag)?;
+        Ok(true)
+    } else {
+        // CCM verifies its tag inside the update when decrypting.
+        if !ctx.update_verify(out, input)? {
+            return Ok(false);
+        }
+        Ok(ctx.finish(&mut out[input.len()..]))
+    }
+}
+
+pub fn run_cell(cell: &Cell) -> Result<()> {
+    let alg = Algorithm::fetch(cell.spec)?;
+    let size = cell.size;
+    if size == 0 || !size.is_multiple_of(cell.spec.block_multiple()) {
+        bail!(
+            "{} needs record sizes that are a positive multiple of {} bytes, not {size}",
+            cell.spec.name,
+            cell.spec.block_multiple()
+        );
+    }
+    if cell.fault == Some(Fault::Tag) && !cell.spec.is_aead() {
+        bail!(
+            "--inject-fault tag needs an AEAD cipher; {} has no tag",
+            cell.spec.name
+        );
+    }
+    let batch = (cell.batch_bytes / size).clamp(1, MAX_BATCH_RECORDS);
+    let mut key = vec![0u8; alg.key_len];
+    random(&mut key)?;
+    let mut salt = [0u8; 4];
+    random(&mut salt)?;
+    let mut plaintext = vec![0u8; size];
+    random(&mut plaintext)?;
+    let aad = [0xccu8; AAD_LEN];
+
+    let totals = match (cell.mode, cell.spec.speed_ae_mode()) {
+        (Mode::Fair, _) => fair(cell, &alg, &key, &salt, &plaintext, &aad, batch)?,
+        (Mode::SpeedCompatible, true) => speed_ae(cell, &alg, &key, &plaintext, batch)?,
+        (Mode::SpeedCompatible, false) => speed_stream(cell, &alg, &key, &plaintext, batch)?,
+    };
+    let (aad_bytes, rekey, nonce_kind) = match cell.mode {
+        Mode::Fair => (
+            if cell.spec.is_aead() { AAD_LEN } else { 0 },
+            false,
+            if cell.spec.iv_len > 0 {
+                "fresh per record"
+            } else {
+                "none (ECB)"
+            },
+        ),
+        Mode::SpeedCompatible if cell.spec.speed_ae_mode() => {
+            (0, true, "same key and IV every call")
+        }
+        Mode::SpeedCompatible => (0, false, "one stream, initialised once"),
+    };
+    emit(&json!({
+        "type": "cell",
+        "cipher": cell.spec.name,
+        "mode": cell.mode.label(),
+        "direction": cell.direction.label(),
+        "record_bytes": size,
+        "records": totals.records,
+        "bytes": totals.bytes,
+        "ns": totals.ns,
+        "windows": totals.windows,
+        "verified_records": totals.verified,
+        "batch_records": batch,
+        "aad_bytes": aad_bytes,
+        "key_set_per_record": rekey,
+        "nonce": nonce_kind,
+        "key_bytes": alg.key_len,
+    }));
+    Ok(())
+}
+
+/// Window bookkeeping shared by all loops: accumulate timed batches, emit a sample when the
+/// window is full, stop when the requested timed duration is reached.
+struct Clock<'a> {
+    cell: &'a Cell,
+    totals: Totals,
+    win_records: u64,
+    win_ns: u64,
+    target_ns: u64,
+}
+
+impl<'a> Clock<'a> {
+    fn new(cell: &'a Cell) -> Self {
+        Clock {
+            cell,
+            totals: Totals {
+                records: 0,
+                bytes: 0,
+                ns: 0,
+                windows: 0,
+                verified: 0,
+            },
+            win_records: 0,
+            win_ns: 0,
+            target_ns: (cell.seconds * 1e9) as u64,
+        }
+    }
+
+    fn add(&mut self, records: usize, ns: u64) {
+        self.win_records += records as u64;
+        self.win_ns += ns;
+        if self.win_ns >= self.cell.window_ns {
+            self.flush();
+        }
+    }
+
+    fn flush(&mut self) {
+        if self.win_records == 0 {
+            return;
+        }
+        let bytes = self.win_records * self.cell.size as u64;
+        emit(&json!({
+            "type": "window",
+            "cipher": self.cell.spec.name,
+            "mode": self.cell.mode.label(),
+            "direction": self.cell.direction.label(),
+            "record_bytes": self.cell.size,
+            "index": self.totals.windows,
+            "records": self.win_records,
+            "bytes": bytes,
+            "ns": self.win_ns,
+        }));
+        self.totals.records += self.win_records;
+        self.totals.bytes += bytes;
+        self.totals.ns += self.win_ns;
+        self.totals.windows += 1;
+        self.win_records = 0;
+        self.win_ns = 0;
+    }
+
+    fn done(&self) -> bool {
+        self.totals.ns + self.win_ns >= self.target_ns
+    }
+
+    fn finish(mut self) -> Totals {
+        self.flush();
+        self.totals
+    }
+}
+
+fn fail_record(cell: &Cell, seq: u64, what: &str) -> crate::out::Error {
+    crate::out::Error(format!(
+        "{} {} {}: {}-byte record {seq} {what}",
+        cell.spec.name,
+        cell.mode.label(),
+        cell.direction.label(),
+        cell.size
+    ))
+}
+
+fn fair(
+    cell: &Cell,
+    alg: &Algorithm,
+    key: &[u8],
+    salt: &[u8; 4],
+    plaintext: &[u8],
+    aad: &[u8],
+    batch: usize,
+) -> Result<Totals> {
+    let spec = &cell.spec;
+    let size = cell.size;
+    let encrypt = cell.direction == Direction::Encrypt;
+    // `out` has one extra block after each record for EVP's final (which writes nothing here).
+    let stride = size + 32;
+    let mut out = vec![0u8; batch * stride];
+    let mut tags = vec![0u8; batch * TAG_LEN];
+    let mut scratch = vec![0u8; stride];
+    let mut iv = [0u8; 16];
+    let work = keyed_ctx(alg, key, encrypt)?;
+    let other = keyed_ctx(alg, key, !encrypt)?;
+    let mut clock = Clock::new(cell);
+
+    // Decryption reads a pool of `batch` valid records (each with its own nonce and tag),
+    // made by the other context before timing starts; every batch decrypts the pool again.
+    let mut pool = Vec::new();
+    if !encrypt {
+        pool = vec![0u8; batch * stride];
+        for i in 0..batch {
+            nonce(spec, salt, i as u64, &mut iv);
+            let slot = &mut pool[i * stride..(i + 1) * stride];
+            let t = &mut tags[i * TAG_LEN..(i + 1) * TAG_LEN];
+            if !fair_record(&other, spec, true, &iv, aad, plaintext, slot, t)? {
+                bail!("{}: preparing the ciphertexts failed", spec.name);
+            }
+        }
+        match cell.fault {
+            Some(Fault::Tag) => flip(&mut tags[..TAG_LEN]),
+            Some(Fault::Data) => flip(&mut pool[..size]),
+            None => {}
+        }
+    }
+
+    let mut seq: u64 = 0;
+    let mut first = true;
+    while first || !clock.done() {
+        let base = seq;
+        let t0 = Instant::now();
+        for i in 0..batch {
+            let s = if encrypt { base + i as u64 } else { i as u64 };
+            nonce(spec, salt, s, &mut iv);
+            let slot = &mut out[i * stride..(i + 1) * stride];
+            let t = &mut tags[i * TAG_LEN..(i + 1) * TAG_LEN];
+            let input = if encrypt {
+                plaintext
+            } else {
+                &pool[i * stride..i * stride + size]
+            };
+            if !fair_record(&work, spec, encrypt, &iv, aad, input, slot, t)? {
+                return Err(fail_record(
+                    cell,
+                    s,
+                    "did not authenticate (tag check failed)",
+                ));
+            }
+        }
+        let ns = t0.elapsed().as_nanos() as u64;
+        seq += batch as u64;
+
+        // Checks, untimed.
+        if first && encrypt {
+            match cell.fault {
+                Some(Fault::Tag) => flip(&mut tags[..TAG_LEN]),
+                Some(Fault::Data) => flip(&mut out[..size]),
+                None => {}
+            }
+        }
+        for i in 0..batch {
+            let slot = &out[i * stride..i * stride + size];
+            let s = if encrypt { base + i as u64 } else { i as u64 };
+            if encrypt {
+                nonce(spec, salt, s, &mut iv);
+                let t = &mut tags[i * TAG_LEN..(i + 1) * TAG_LEN];
+                if !fair_record(&other, spec, false, &iv, aad, slot, &mut scratch, t)? {
+                    return Err(fail_record(
+                        cell,
+                        s,
+                        "failed its check: the tag did not verify",
+                    ));
+                }
+                if scratch[..size] != *plaintext {
+                    return Err(fail_record(
+                        cell,
+                        s,
+                        "failed its check: it does not decrypt to the plaintext",
+                    ));
+                }
+            } else if *slot != *plaintext {
+                return Err(fail_record(
+                    cell,
+                    s,
+                    "failed its check: the output is not the plaintext",
+                ));
+            }
+        }
+        clock.totals.verified += batch as u64;
+        clock.add(batch, ns);
+        first = false;
+    }
+    Ok(clock.finish())
+}
+
+/// `openssl speed -evp` for GCM and CCM: `EVP_Update_loop_aead_enc/dec`.
+fn speed_ae(
+    cell: &Cell,
+    alg: &Algorithm,
+    key: &[u8],
+    plaintext: &[u8],
+    batch: usize,
+) -> Result<Totals> {
+    let spec = &cell.spec;
+    let size = cell.size;
+    let ccm = spec.kind == Kind::Ccm;
+    let encrypt = cell.direction == Direction::Encrypt;
+    let iv = [0u8; 12]; // speed's static aead_iv: zeros
+    let stride = size + 32;
+    let mut out = vec![0u8; batch * stride];
+
+    // The one valid (ciphertext, tag) for this key and IV, made and verified untimed. Speed
+    // makes it the same way (encrypt once without AAD, then decrypt it over and over).
+    let mut reference = vec![0u8; stride];
+    let mut tag = [0u8; TAG_LEN];
+    {
+        let e = Ctx::new(alg, true)?;
+        e.set_iv_len(12)?;
+        if ccm {
+            e.set_tag_len(TAG_LEN)?;
+        }
+        e.init(Some(key), Some(&iv), -1)?;
+        if ccm {
+            e.set_length(size)?;
+        }
+        e.update(&mut reference, plaintext)?;
+        if !e.finish(&mut reference[size..]) {
+            bail!("{}: preparing the reference ciphertext failed", spec.name);
+        }
+        e.get_tag(&mut tag)?;
+        let mut back = vec![0u8; stride];
+        if !decrypt_once(alg, key, &iv, &reference[..size], &tag, &mut back, ccm)?
+            || back[..size] != *plaintext
+        {
+            bail!(
+                "{}: the reference ciphertext does not decrypt to the plaintext",
+                spec.name
+            );
+        }
+    }
+    if !encrypt {
+        match cell.fault {
+            Some(Fault::Tag) => flip(&mut tag),
+            Some(Fault::Data) => flip(&mut reference[..size]),
+            None => {}
+        }
+    }
+
+    let ctx = Ctx::new(alg, encrypt)?;
+    let mut clock = Clock::new(cell);
+    let mut seq: u64 = 0;
+    let mut first = true;
+    while first || !clock.done() {
+        let t0 = Instant::now();
+        for i in 0..batch {
+            let slot = &mut out[i * stride..(i + 1) * stride];
+            ctx.set_iv_len(12)?;
+            if ccm {
+                ctx.set_tag_len(TAG_LEN)?;
+            }
+            ctx.init(Some(key), Some(&iv), -1)?;
+            let ok = if encrypt {
+                if ccm {
+                    ctx.set_length(size)?;
+                }
+                ctx.update(slot, plaintext)?;
+                ctx.finish(&mut slot[size..])
+            } else {
+                ctx.decrypt_init_iv(&iv)?;
+                ctx.set_tag(&tag)?;
+                if ccm {
+                    ctx.set_length(size)?;
+                }
+                ctx.update_verify(slot, &reference[..size])? && ctx.finish(&mut slot[size..])
+            };
+            if !ok {
+                return Err(fail_record(
+                    cell,
+                    seq + i as u64,
+                    "did not authenticate (tag check failed)",
+                ));
+            }
+        }
+        let ns = t0.elapsed().as_nanos() as u64;
+        // Checks, untimed. Speed re-uses key and IV, so every encryption must equal the
+        // reference ciphertext (which was shown to decrypt and verify); every decryption must
+        // give the plaintext. The per-call tag is not read back inside the timed loop
+        // because speed does not read it either.
+        if first && encrypt && cell.fault.is_some() {
+            flip(&mut out[..size]);
+        }
+        for i in 0..batch {
+            let slot = &out[i * stride..i * stride + size];
+            let want: &[u8] = if encrypt {
+                &reference[..size]
+            } else {
+                plaintext
+            };
+            if slot != want {
+                return Err(fail_record(
+                    cell,
+                    seq + i as u64,
+                    if encrypt {
+                        "failed its check: ciphertext differs from the verified reference"
+                    } else {
+                        "failed its check: the output is not the plaintext"
+                    },
+                ));
+            }
+        }
+        seq += batch as u64;
+        clock.totals.verified += batch as u64;
+        clock.add(batch, ns);
+        first = false;
+    }
+    Ok(clock.finish())
+}
+
+fn decrypt_once(
+    alg: &Algorithm,
+    key: &[u8],
+    iv: &[u8],
+    ct: &[u8],
+    tag: &[u8],
+    out: &mut [u8],
+    ccm: bool,
+) -> Result<bool> {
+    let d = Ctx::new(alg, false)?;
+    d.set_iv_len(iv.len())?;
+    if ccm {
+        d.set_tag(tag)?;
+    }
+    d.init(Some(key), Some(iv), 0)?;
+    if ccm {
+        d.set_length(ct.len())?;
+    } else {
+        d.set_tag(tag)?;
+    }
+    Ok(d.update_verify(out, ct)? && d.finish(&mut out[ct.len()..]))
+}
+
+/// `openssl speed -evp` for everything else: `EVP_Update_loop`, one stream.
+fn speed_stream(
+    cell: &Cell,
+    alg: &Algorithm,
+    key: &[u8],
+    plaintext: &[u8],
+    batch: usize,
+) -> Result<Totals> {
+    let spec = &cell.spec;
+    let size = cell.size;
+    let encrypt = cell.direction == Direction::Encrypt;
+    let iv = [0u8; 32]; // speed's static iv: zeros
+    let iv_opt = if spec.iv_len > 0 {
+        Some(&iv[..spec.iv_len])
+    } else {
+        None
+    };
+    let stride = size + 32;
+    let mut out = vec![0u8; batch * stride];
+    let mut scratch = vec![0u8; stride];
+
+    let work = Ctx::new(alg, encrypt)?;
+    work.init(Some(key), iv_opt, -1)?;
+    // The checker runs the inverse operation over the same stream: decrypting what we
+    // encrypt must give the plaintext; encrypting what we decrypt must give the input.
+    let check = Ctx::new(alg, !encrypt)?;
+    check.init(Some(key), iv_opt, -1)?;
+    let input: &[u8] = plaintext; // when decrypting, any bytes are a valid stream ciphertext
+
+    let mut clock = Clock::new(cell);
+    let mut seq: u64 = 0;
+    let mut first = true;
+    while first || !clock.done() {
+        let t0 = Instant::now();
+        for i in 0..batch {
+            work.update(&mut out[i * stride..(i + 1) * stride], input)?;
+        }
+        let ns = t0.elapsed().as_nanos() as u64;
+        if first && cell.fault == Some(Fault::Data) {
+            flip(&mut out[..size]);
+        }
+        for i in 0..batch {
+            check.update(&mut scratch, &out[i * stride..i * stride + size])?;
+            if scratch[..size] != *input {
+                return Err(fail_record(
+                    cell,
+                    seq + i as u64,
+                    "failed its check: the inverse operation does not give the input back",
+                ));
+            }
+        }
+        seq += batch as u64;
+        clock.totals.verified += batch as u64;
+        clock.add(batch, ns);
+        first = false;
+    }
+    // One final for the whole stream, as speed does; for ChaCha20-Poly1305 the single tag
+    // over everything must verify.
+    let mut tail = [0u8; 32];
+    let mut tag = [0u8; TAG_LEN];
+    let (enc_ctx, dec_ctx) = if encrypt {
+        (&work, &check)
+    } else {
+        (&check, &work)
+    };
+    if !enc_ctx.finish(&mut tail) {
+        bail!("{}: finishing the stream failed", spec.name);
+    }
+    if spec.kind == Kind::ChaChaPoly {
+        enc_ctx.get_tag(&mut tag)?;
+        if cell.fault == Some(Fault::Tag) {
+            flip(&mut tag);
+        }
+        dec_ctx.set_tag(&tag)?;
+    }
+    if !dec_ctx.finish(&mut tail) {
+        return Err(crate::out::Error(format!(
+            "{} speed-compatible {}: the stream's tag did not verify after {seq} records",
+            spec.name,
+            cell.direction.label()
+        )));
+    }
+    Ok(clock.finish())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::aead::cipher::CIPHERS;
+
+    fn cell(spec: Spec, mode: Mode, direction: Direction, fault: Option<Fault>) -> Cell {
+        Cell {
+            spec,
+            mode,
+            direction,
+            size: 48,
+            seconds: 0.0005,
+            window_ns: 100_000,
+            batch_bytes: 1024,
+            fault,
+        }
+    }
+
+    #[test]
+    fn every_cipher_mode_and_direction_runs_and_verifies() {
+        for spec in CIPHERS {
+            for mode in [Mode::Fair, Mode::SpeedCompatible] {
+                for dir in [Direction::Encrypt, Direction::Decrypt] {
+                    run_cell(&cell(*spec, mode, dir, None))
+                        .unwrap_or_else(|e| panic!("{} {:?} {:?}: {}", spec.name, mode, dir, e.0));
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn corrupted_records_are_caught() {
+        for spec in CIPHERS {
+            let faults: &[Fault] = if spec.is_aead() {
+                &[Fault::Tag, Fault::Data]
+            } else {
+                &[Fault::Data]
+            };
+            for &fault in faults {
+                for mode in [Mode::Fair, Mode::SpeedCompatible] {
+                    for dir in [Direction::Encrypt, Direction::Decrypt] {
+                        let r = run_cell(&cell(*spec, mode, dir, Some(fault)));
+                        assert!(
+                            r.is_err(),
+                            "{} {:?} {:?} {:?} not caught",
+                            spec.name,
+                            mode,
+                            dir,
+                            fault
+                        );
+                    }
+                }
+            }
+        }
+    }
+}

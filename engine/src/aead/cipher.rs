@@ -1,0 +1,399 @@
+//! The ciphers pqlab measures and a thin, checked wrapper over OpenSSL's EVP cipher API
+//! (openssl-sys), because the safe `openssl::symm::Crypter` cannot re-initialise a context
+//! with only a new nonce, which is exactly what a TLS record layer does.
+
+use crate::bail;
+use crate::out::Result;
+use openssl_sys as ffi;
+use std::ffi::CString;
+use std::os::raw::c_int;
+use std::ptr;
+
+extern "C" {
+    // Declared here because openssl-sys does not bind them.
+    fn EVP_CipherFinal_ex(ctx: *mut ffi::EVP_CIPHER_CTX, out: *mut u8, outl: *mut c_int) -> c_int;
+    fn ERR_error_string_n(e: std::os::raw::c_ulong, buf: *mut std::os::raw::c_char, len: usize);
+}
+
+pub const TAG_LEN: usize = 16;
+pub const AAD_LEN: usize = 13; // TLS 1.2 additional data: seq(8) type(1) version(2) length(2)
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    Gcm,
+    Ccm,
+    ChaChaPoly,
+    Ecb,
+    Ctr,
+    ChaCha20,
+}
+
+#[derive(Clone, Copy, Debug)]
+pub struct Spec {
+    /// pqlab's name (also the OpenSSL name).
+    pub name: &'static str,
+    pub kind: Kind,
+    /// Nonce/IV length given to EVP (0 for ECB).
+    pub iv_len: usize,
+}
+
+pub const CIPHERS: &[Spec] = &[
+    Spec {
+        name: "aes-128-gcm",
+        kind: Kind::Gcm,
+        iv_len: 12,
+    },
+    Spec {
+        name: "aes-256-gcm",
+        kind: Kind::Gcm,
+        iv_len: 12,
+    },
+    Spec {
+        name: "aes-128-ccm",
+        kind: Kind::Ccm,
+        iv_len: 12,
+    },
+    Spec {
+        name: "aes-256-ccm",
+        kind: Kind::Ccm,
+        iv_len: 12,
+    },
+    Spec {
+        name: "chacha20-poly1305",
+        kind: Kind::ChaChaPoly,
+        iv_len: 12,
+    },
+    Spec {
+        name: "aes-128-ecb",
+        kind: Kind::Ecb,
+        iv_len: 0,
+    },
+    Spec {
+        name: "aes-256-ecb",
+        kind: Kind::Ecb,
+        iv_len: 0,
+    },
+    Spec {
+        name: "aes-128-ctr",
+        kind: Kind::Ctr,
+        iv_len: 16,
+    },
+    Spec {
+        name: "aes-256-ctr",
+        kind: Kind::Ctr,
+        iv_len: 16,
+    },
+    // EVP's ChaCha20 IV is a 4-byte little-endian block counter followed by a 12-byte nonce.
+    Spec {
+        name: "chacha20",
+        kind: Kind::ChaCha20,
+        iv_len: 16,
+    },
+];
+
+impl Spec {
+    pub fn find(name: &str) -> Result<Spec> {
+        let lower = name.to_ascii_lowercase();
+        match CIPHERS.iter().find(|s| s.name == lower) {
+            Some(s) => Ok(*s),
+            None => bail!(
+                "unknown cipher {name:?}; known: {}",
+                CIPHERS
+                    .iter()
+                    .map(|s| s.name)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        }
+    }
+
+    pub fn is_aead(&self) -> bool {
+        matches!(self.kind, Kind::Gcm | Kind::Ccm | Kind::ChaChaPoly)
+    }
+
+    /// Modes `openssl speed -evp` treats as "AE" (re-keyed per call): EVP_CIPH_GCM/CCM_MODE.
+    /// ChaCha20-Poly1305 reports mode 0 (stream) in OpenSSL 3, so speed streams it.
+    pub fn speed_ae_mode(&self) -> bool {
+        matches!(self.kind, Kind::Gcm | Kind::Ccm)
+    }
+
+    /// ECB without padding only takes whole blocks.
+    pub fn block_multiple(&self) -> usize {
+        if self.kind == Kind::Ecb {
+            16
+        } else {
+            1
+        }
+    }
+}
+
+/// The last OpenSSL error as text (drains the queue).
+fn ossl_error() -> String {
+    let mut last = String::new();
+    loop {
+        let code = unsafe { ffi::ERR_get_error() };
+        if code == 0 {
+            break;
+        }
+        let mut buf = [0u8; 256];
+        unsafe { ERR_error_string_n(code, buf.as_mut_ptr() as *mut _, buf.len()) };
+        let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+        last = String::from_utf8_lossy(&buf[..end]).into_owned();
+    }
+    if last.is_empty() {
+        "no OpenSSL error queued".into()
+    } else {
+        last
+    }
+}
+
+/// An `EVP_CIPHER` fetched from the default provider, as `openssl speed -evp` does.
+pub struct Algorithm {
+    ptr: *mut ffi::EVP_CIPHER,
+    pub spec: Spec,
+    pub key_len: usize,
+}
+
+impl Algorithm {
+    pub fn fetch(spec: Spec) -> Result<Algorithm> {
+        let name = CString::new(spec.name).expect("cipher names have no NUL");
+        let ptr = unsafe { ffi::EVP_CIPHER_fetch(ptr::null_mut(), name.as_ptr(), ptr::null()) };
+        if ptr.is_null() {
+            bail!(
+                "OpenSSL cannot fetch cipher {}: {}",
+                spec.name,
+                ossl_error()
+            );
+        }
+        let key_len = unsafe { ffi::EVP_CIPHER_get_key_length(ptr) } as usize;
+        Ok(Algorithm { ptr, spec, key_len })
+    }
+}
+
+impl Drop for Algorithm {
+    fn drop(&mut self) {
+        unsafe { ffi::EVP_CIPHER_free(self.ptr) }
+    }
+}
+
+/// One `EVP_CIPHER_CTX`. Every call checks OpenSSL's return value; a failure is an error.
+pub struct Ctx {
+    ptr: *mut ffi::EVP_CIPHER_CTX,
+    name: &'static str,
+}
+
+impl Drop for Ctx {
+    fn drop(&mut self) {
+        unsafe { ffi::EVP_CIPHER_CTX_free(self.ptr) }
+    }
+}
+
+pub fn len_c(n: usize) -> Result<c_int> {
+    c_int::try_from(n).map_err(|_| crate::out::Error(format!("length {n} is too large")))
+}
+
+impl Ctx {
+    /// A context bound to `alg` for `encrypt` (or decrypt), padding off. The key is set
+    /// later (`set_key`) so callers control exactly what is initialised when.
+    pub fn new(alg: &Algorithm, encrypt: bool) -> Result<Ctx> {
+        let ptr = unsafe { ffi::EVP_CIPHER_CTX_new() };
+        if ptr.is_null() {
+            bail!("EVP_CIPHER_CTX_new failed");
+        }
+        let ctx = Ctx {
+            ptr,
+            name: alg.spec.name,
+        };
+        let ok = unsafe {
+            ffi::EVP_CipherInit_ex(
+                ptr,
+                alg.ptr,
+                ptr::null_mut(),
+                ptr::null(),
+                ptr::null(),
+                encrypt as c_int,
+            )
+        };
+        ctx.check(ok, "init")?;
+        unsafe { ffi::EVP_CIPHER_CTX_set_padding(ptr, 0) };
+        Ok(ctx)
+    }
+
+    #[inline]
+    fn check(&self, ok: c_int, what: &str) -> Result<()> {
+        if ok != 1 {
+            bail!("{}: EVP {what} failed: {}", self.name, ossl_error());
+        }
+        Ok(())
+    }
+
+    /// `EVP_CipherInit_ex(ctx, NULL, NULL, key, iv, enc)`; `None` leaves key or IV as is
+    /// (enc = -1 keeps the direction).
+    #[inline]
+    pub fn init(&self, key: Option<&[u8]>, iv: Option<&[u8]>, enc: c_int) -> Result<()> {
+        let ok = unsafe {
+            ffi::EVP_CipherInit_ex(
+                self.ptr,
+                ptr::null(),
+                ptr::null_mut(),
+                key.map_or(ptr::null(), |k| k.as_ptr()),
+                iv.map_or(ptr::null(), |v| v.as_ptr()),
+                enc,
+            )
+        };
+        self.check(ok, "init")
+    }
+
+    /// `EVP_DecryptInit_ex(ctx, NULL, NULL, NULL, iv)` (what speed does before each decrypt).
+    #[inline]
+    pub fn decrypt_init_iv(&self, iv: &[u8]) -> Result<()> {
+        let ok = unsafe {
+            ffi::EVP_DecryptInit_ex(
+                self.ptr,
+                ptr::null(),
+                ptr::null_mut(),
+                ptr::null(),
+                iv.as_ptr(),
+            )
+        };
+        self.check(ok, "decrypt init")
+    }
+
+    #[inline]
+    pub fn set_iv_len(&self, n: usize) -> Result<()> {
+        let ok = unsafe {
+            ffi::EVP_CIPHER_CTX_ctrl(
+                self.ptr,
+                ffi::EVP_CTRL_GCM_SET_IVLEN,
+                len_c(n)?,
+                ptr::null_mut(),
+            )
+        };
+        self.check(ok, "set IV length")
+    }
+
+    /// Tag length only (CCM before the nonce, when encrypting).
+    #[inline]
+    pub fn set_tag_len(&self, n: usize) -> Result<()> {
+        let ok = unsafe {
+            ffi::EVP_CIPHER_CTX_ctrl(
+                self.ptr,
+                ffi::EVP_CTRL_GCM_SET_TAG,
+                len_c(n)?,
+                ptr::null_mut(),
+            )
+        };
+        self.check(ok, "set tag length")
+    }
+
+    /// The expected tag, when decrypting.
+    #[inline]
+    pub fn set_tag(&self, tag: &[u8]) -> Result<()> {
+        let ok = unsafe {
+            ffi::EVP_CIPHER_CTX_ctrl(
+                self.ptr,
+                ffi::EVP_CTRL_GCM_SET_TAG,
+                len_c(tag.len())?,
+                tag.as_ptr() as *mut _,
+            )
+        };
+        self.check(ok, "set tag")
+    }
+
+    #[inline]
+    pub fn get_tag(&self, tag: &mut [u8]) -> Result<()> {
+        let ok = unsafe {
+            ffi::EVP_CIPHER_CTX_ctrl(
+                self.ptr,
+                ffi::EVP_CTRL_GCM_GET_TAG,
+                len_c(tag.len())?,
+                tag.as_mut_ptr() as *mut _,
+            )
+        };
+        self.check(ok, "get tag")
+    }
+
+    /// CCM's total message length, which it needs before any data.
+    #[inline]
+    pub fn set_length(&self, n: usize) -> Result<()> {
+        let mut outl: c_int = 0;
+        let ok = unsafe {
+            ffi::EVP_CipherUpdate(self.ptr, ptr::null_mut(), &mut outl, ptr::null(), len_c(n)?)
+        };
+        self.check(ok, "set message length")
+    }
+
+    #[inline]
+    pub fn aad(&self, aad: &[u8]) -> Result<()> {
+        let mut outl: c_int = 0;
+        let ok = unsafe {
+            ffi::EVP_CipherUpdate(
+                self.ptr,
+                ptr::null_mut(),
+                &mut outl,
+                aad.as_ptr(),
+                len_c(aad.len())?,
+            )
+        };
+        self.check(ok, "additional data")
+    }
+
+    /// Encrypt or decrypt `input` into `out` (same length); returns bytes written.
+    #[inline]
+    pub fn update(&self, out: &mut [u8], input: &[u8]) -> Result<usize> {
+        debug_assert!(out.len() >= input.len());
+        let mut outl: c_int = 0;
+        let ok = unsafe {
+            ffi::EVP_CipherUpdate(
+                self.ptr,
+                out.as_mut_ptr(),
+                &mut outl,
+                input.as_ptr(),
+                len_c(input.len())?,
+            )
+        };
+        self.check(ok, "update")?;
+        Ok(outl as usize)
+    }
+
+    /// Like `update` but reports an authentication failure (CCM checks its tag inside the
+    /// update when decrypting) as `Ok(false)` instead of an error.
+    #[inline]
+    pub fn update_verify(&self, out: &mut [u8], input: &[u8]) -> Result<bool> {
+        let mut outl: c_int = 0;
+        let ok = unsafe {
+            ffi::EVP_CipherUpdate(
+                self.ptr,
+                out.as_mut_ptr(),
+                &mut outl,
+                input.as_ptr(),
+                len_c(input.len())?,
+            )
+        };
+        if ok != 1 {
+            let _ = ossl_error();
+            return Ok(false);
+        }
+        Ok(true)
+    }
+
+    /// Finish a message. Returns whether OpenSSL accepted it: when decrypting an AEAD this is
+    /// the tag check, so `false` means the record did not authenticate.
+    #[inline]
+    pub fn finish(&self, out: &mut [u8]) -> bool {
+        let mut outl: c_int = 0;
+        let ok = unsafe { EVP_CipherFinal_ex(self.ptr, out.as_mut_ptr(), &mut outl) };
+        if ok != 1 {
+            let _ = ossl_error();
+        }
+        ok == 1
+    }
+}
+
+/// Cryptographically random bytes from OpenSSL (keys).
+pub fn random(buf: &mut [u8]) -> Result<()> {
+    if unsafe { ffi::RAND_bytes(buf.as_mut_ptr(), len_c(buf.len())?) } != 1 {
+        bail!("RAND_bytes failed: {}", ossl_error());
+    }
+    Ok(())
+}

@@ -1,0 +1,223 @@
+"""`pqlab algorithms`: the algorithm catalogue and what this build of the engine provides.
+
+Lists every catalogued algorithm (or the ones named) with kind, family, NIST level, raw
+sizes, TLS code point and the backends that this engine build actually provides (checked
+against `pqlab-engine info`, not just the catalogue).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+
+from pqlab import catalog, engine
+from pqlab.errors import EngineError, UserError
+
+DOCUMENTS = ("000", "001", "002", "003", "004")
+BACKEND_CHOICES = ("openssl", "liboqs", "any", "none")
+
+
+def provided(info: dict) -> dict[str, set[str]]:
+    """Lower-cased names each backend of this engine build provides."""
+    ossl = info.get("openssl", {})
+    openssl_names: set[str] = set()
+    for group in ("keymgmt", "kems", "signatures"):
+        for m in ossl.get(group, []):
+            openssl_names.update(n.lower() for n in (m.get("name"), *m.get("names", ())) if n)
+    oqs = info.get("liboqs", {})
+    liboqs_names = {k["name"].lower() for k in (*oqs.get("kems", []), *oqs.get("sigs", []))}
+    return {"openssl": openssl_names, "liboqs": liboqs_names}
+
+
+def available_backends(alg: catalog.Algorithm, have: dict[str, set[str]] | None) -> list[str]:
+    """The catalogued backends of `alg` that this build provides (all of them if unknown)."""
+    if have is None:
+        return list(alg.backends)
+    return [b for b in alg.backends if getattr(alg, b).lower() in have[b]]
+
+
+def parse_document(text: str) -> str:
+    m = re.fullmatch(r"\s*0*([0-4])(?:_[0-9a-f]+(?:\.txt)?)?\s*", text)
+    if not m:
+        raise argparse.ArgumentTypeError(
+            f"document {text!r} is not one of the source documents; use one of "
+            f"{', '.join(DOCUMENTS)}"
+        )
+    return f"{int(m.group(1)):03d}"
+
+
+def parse_kind(text: str) -> str:
+    kind = text.strip().lower()
+    if kind not in ("kem", "kex", "sig"):
+        raise argparse.ArgumentTypeError(
+            f"kind {text!r} is not known; use kem (KEMs and key agreement), kex "
+            "(key agreement only) or sig"
+        )
+    return kind
+
+
+def parse_backend(text: str) -> str:
+    backend = text.strip().lower()
+    if backend not in BACKEND_CHOICES:
+        raise argparse.ArgumentTypeError(
+            f"backend {text!r} is not known; use one of {', '.join(BACKEND_CHOICES)}"
+        )
+    return backend
+
+
+def register(sub) -> None:
+    p = sub.add_parser(
+        "algorithms",
+        help="list the algorithm catalogue and what this build provides",
+        description=__doc__,
+    )
+    p.add_argument(
+        "names",
+        nargs="*",
+        metavar="NAME",
+        help="show only these algorithms (any alias; e.g. P-256 '2048-bit RSA')",
+    )
+    p.add_argument("--kind", type=parse_kind, help="kem (KEMs and key agreement), kex or sig")
+    p.add_argument(
+        "--backend",
+        type=parse_backend,
+        help="only algorithms this build provides through openssl / liboqs / any "
+        "backend, or 'none' for catalogued algorithms without one",
+    )
+    p.add_argument(
+        "--document", type=parse_document, help="only algorithms that source document 000..004 uses"
+    )
+    p.add_argument("--family", help="only this family (e.g. ML-KEM, CROSS, UOV)")
+    p.add_argument("--json", action="store_true", help="print JSON (every catalogue field)")
+    p.set_defaults(func=run)
+
+
+def select(args, have: dict[str, set[str]] | None) -> list[catalog.Algorithm]:
+    if args.names:
+        algs = []
+        for name in args.names:
+            found = catalog.find(name, args.kind)
+            if not found:
+                catalog.resolve(name, args.kind)  # raises with the closest names
+            algs += [a for a in found if a not in algs]
+    else:
+        algs = catalog.all_algorithms(args.kind)
+    if args.document:
+        algs = [a for a in algs if args.document in a.documents]
+    if args.family:
+        fam = catalog.normalize(args.family)
+        families = sorted({a.family for a in catalog.all_algorithms()})
+        if not any(catalog.normalize(f) == fam for f in families):
+            raise UserError(f"family {args.family!r} is not known; families: {', '.join(families)}")
+        algs = [a for a in algs if catalog.normalize(a.family) == fam]
+    if args.backend:
+
+        def keep(a: catalog.Algorithm) -> bool:
+            avail = available_backends(a, have)
+            if args.backend == "any":
+                return bool(avail)
+            if args.backend == "none":
+                return not avail
+            return args.backend in avail
+
+        algs = [a for a in algs if keep(a)]
+    return algs
+
+
+def to_json(alg: catalog.Algorithm, have: dict[str, set[str]] | None) -> dict:
+    d = {k: v for k, v in vars(alg).items()}
+    d["aliases"] = list(alg.aliases)
+    d["documents"] = list(alg.documents)
+    d["backends"] = list(alg.backends)
+    d["available"] = None if have is None else available_backends(alg, have)
+    return d
+
+
+def _size(alg: catalog.Algorithm, key: str) -> str:
+    v = alg.sizes.get(key)
+    return "-" if v is None else str(v)
+
+
+def rows(algs: list[catalog.Algorithm], have: dict[str, set[str]] | None) -> list[list[str]]:
+    out = []
+    for a in algs:
+        code = a.tls_code
+        tls = "-" if code is None else f"0x{code:04x}" + ("" if a.tls_registry == "iana" else "*")
+        avail = available_backends(a, have)
+        missing = [b for b in a.backends if b not in avail]
+        backends = ",".join(avail) or "-"
+        if missing:
+            backends += f" (not built: {','.join(missing)})"
+        out.append(
+            [
+                a.name,
+                a.kind,
+                a.family,
+                "-" if a.nist_level is None else str(a.nist_level),
+                _size(a, "public_key"),
+                _size(a, "secret_key"),
+                _size(a, "signature" if a.kind == "sig" else "ciphertext"),
+                _size(a, "shared_secret"),
+                tls,
+                backends,
+                ",".join(a.documents) or "-",
+            ]
+        )
+    return out
+
+
+HEADER = [
+    "algorithm",
+    "kind",
+    "family",
+    "level",
+    "pk",
+    "sk",
+    "ct/sig",
+    "ss",
+    "tls",
+    "backends",
+    "documents",
+]
+
+
+def format_table(table: list[list[str]]) -> str:
+    widths = [max(len(r[i]) for r in [HEADER, *table]) for i in range(len(HEADER))]
+    right = {3, 4, 5, 6, 7}
+    lines = []
+    for r in [HEADER, *table]:
+        cells = [
+            c.rjust(w) if i in right else c.ljust(w)
+            for i, (c, w) in enumerate(zip(r, widths, strict=True))
+        ]
+        lines.append("  ".join(cells).rstrip())
+    return "\n".join(lines)
+
+
+def run(args) -> int:
+    have: dict[str, set[str]] | None
+    warning = ""
+    try:
+        have = provided(engine.info())
+    except (UserError, EngineError) as e:
+        have = None
+        warning = f"note: cannot ask the engine what this build provides ({e}); backends shown are the catalogue's"
+    algs = select(args, have)
+    if args.json:
+        print(json.dumps([to_json(a, have) for a in algs], indent=2))
+    else:
+        if not algs:
+            print("no catalogued algorithm matches these filters")
+        else:
+            print(format_table(rows(algs, have)))
+            print(
+                f"\n{len(algs)} algorithms. Sizes in bytes as the algorithm defines them "
+                "(pk public key, sk secret key, ct ciphertext or sig signature, ss shared "
+                "secret). level: NIST category ('-' classical). tls: TLS NamedGroup / "
+                "SignatureScheme code point; * = oqs-provider's private-use value, not IANA."
+            )
+    if warning:
+        print(warning, file=sys.stderr)
+    return 0

@@ -1,0 +1,316 @@
+"""Taking one TLS 1.3 handshake apart from the two packet captures, without decrypting.
+
+Inputs per handshake: the connection as seen by the client's capture and by the server's
+capture (pqlab.pcap.Connection), and the TLS records each side wrote, in order, with the
+cumulative TCP stream offset at the end of each record (from the engine's message
+callbacks). A TLS message "happens" at the TCP segment that carries the last byte of the
+record completing it: for the sender that is when it went on the wire, for the receiver
+when it arrived and could be used (an encrypted record is only usable once its tag is in).
+
+Points of the flow (the document's figure 19), client side 1-9, server side A-I:
+  1 client sends SYN            A server receives SYN        B server sends SYN/ACK
+  2 client receives SYN/ACK     3 client sends ACK           C server receives ACK
+  4 client sends ClientHello    D server receives it         E server sends ServerHello
+  F server sends Certificate    G server sends CertificateVerify   H server sends Finished
+  5/6/7/8 client receives ServerHello/Certificate/CertificateVerify/Finished
+  9 client sends Finished       I server receives it
+Both namespaces run on one kernel and capture with CLOCK_REALTIME kernel timestamps, so a
+difference between a client point and a server point needs no clock correction.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from pqlab.pcap import ACK, SYN, Connection, Segment
+
+# Phase name (as in the document's legend), from point, to point, colour family.
+CLIENT_PHASES = [
+    ("SYN sending", "1", "A", "transmission"),
+    ("SYN rcv -> ACK/SYN send", "A", "B", "tcp"),
+    ("ACK/SYN sending", "B", "2", "transmission"),
+    ("ACK/SYN send -> ACK send", "2", "3", "tcp"),
+    ("ACK send -> Client Hello send", "3", "4", "client"),
+    ("Client Hello sending", "4", "D", "transmission"),
+    ("Client Hello rcv -> Server Hello send", "D", "E", "server"),
+    ("Server Hello sending", "E", "5", "transmission"),
+    ("Server Hello rcv -> Certificate rcv", "5", "6", "waiting"),
+    ("Certificate rcv -> Certificate Verify rcv", "6", "7", "waiting"),
+    ("Certificate Verify rcv -> Finished rcv", "7", "8", "waiting"),
+    ("Finished rcv -> Finished send", "8", "9", "client"),
+]
+SERVER_PHASES = [
+    ("SYN sending", "1", "A", "transmission"),
+    ("SYN rcv -> ACK/SYN send", "A", "B", "tcp"),
+    ("ACK/SYN sending", "B", "2", "transmission"),
+    ("ACK/SYN send -> ACK send", "2", "3", "tcp"),
+    ("ACK sending", "3", "C", "transmission"),
+    ("ACK rcv -> Client Hello rcv", "C", "D", "client"),
+    ("Client Hello rcv -> Server Hello send", "D", "E", "server"),
+    ("Server Hello send -> Certificate send", "E", "F", "server"),
+    ("Certificate send -> Certificate Verify send", "F", "G", "server"),
+    ("Certificate Verify send -> Finished send", "G", "H", "server"),
+    ("Finished sending", "H", "8", "transmission"),
+    ("Finished rcv -> Finished send", "8", "9", "client"),
+]
+VIEWS = {"client": CLIENT_PHASES, "server": SERVER_PHASES}
+
+# Which record completes which point: (sender, message, point at sender, point at receiver).
+MESSAGE_POINTS = [
+    ("client", "ClientHello", "4", "D"),
+    ("server", "ServerHello", "E", "5"),
+    ("server", "Certificate", "F", "6"),
+    ("server", "CertificateVerify", "G", "7"),
+    ("server", "Finished", "H", "8"),
+    ("client", "Finished", "9", "I"),
+]
+
+WRITE_BUFFER = 4096  # OpenSSL's buffering BIO during the handshake (bf_buff.c default)
+
+
+class AnalysisError(Exception):
+    """A handshake whose captures do not contain what the analysis needs."""
+
+
+@dataclass(frozen=True)
+class TlsRecord:
+    """One TLS record as written by `sender`; `end` is the cumulative number of bytes the
+    sender had written to the TCP stream once this record was out (0-based stream)."""
+
+    sender: str  # "client" | "server"
+    end: int
+    content_type: int  # 22 handshake, 20 change_cipher_spec, 23 application data (TLS 1.3)
+    messages: tuple[tuple[str, int], ...] = ()  # (handshake message name, its length)
+
+
+@dataclass
+class Handshake:
+    points: dict[str, int]
+    phases: dict[str, list[tuple[str, int]]]  # view -> [(phase, ns)]
+    handshake_ns: int  # 1 -> 8: SYN sent to the server's Finished received (established)
+    total_ns: int  # 1 -> 9: the sum of the phases of either view
+    client_processing_ns: int  # 5 -> 9: ServerHello received to client Finished sent
+    flight: dict = field(default_factory=dict)
+
+
+def message_end(records: list[TlsRecord], sender: str, name: str) -> int:
+    """Stream offset at the end of the last record carrying (part of) message `name`."""
+    ends = [r.end for r in records if r.sender == sender and any(m == name for m, _ in r.messages)]
+    if not ends:
+        raise AnalysisError(f"no {name} from the {sender} in the TLS records")
+    return max(ends)
+
+
+def message_sizes(records: list[TlsRecord], sender: str) -> dict[str, int]:
+    sizes: dict[str, int] = {}
+    for r in records:
+        if r.sender == sender:
+            for name, length in r.messages:
+                sizes[name] = sizes.get(name, 0) + length
+    return sizes
+
+
+def covering(conn: Connection, from_client: bool, end: int) -> Segment:
+    """The first segment (in capture order) of one direction carrying stream byte end-1."""
+    for s in conn.segments:
+        if s.from_client == from_client and s.start < end <= s.end:
+            return s
+    side = "client" if from_client else "server"
+    raise AnalysisError(f"no captured {side} segment carries stream byte {end - 1}")
+
+
+def _first(conn: Connection, pred, what: str) -> Segment:
+    for s in conn.segments:
+        if pred(s):
+            return s
+    raise AnalysisError(f"capture has no {what}")
+
+
+def tcp_points(conn: Connection) -> tuple[int, int, int]:
+    """SYN, SYN/ACK and the client's handshake ACK in one capture."""
+    syn = _first(conn, lambda s: s.from_client and s.flags & SYN and not s.flags & ACK, "SYN")
+    synack = _first(
+        conn, lambda s: not s.from_client and s.flags & SYN and s.flags & ACK, "SYN/ACK"
+    )
+    ack = _first(
+        conn,
+        lambda s: s.from_client and not s.flags & SYN and s.flags & ACK and s.ts_ns >= synack.ts_ns,
+        "client ACK after the SYN/ACK",
+    )
+    if ack.payload_len:
+        raise AnalysisError(
+            "the client's first ACK carries data (no separate ACK of the "
+            "TCP handshake), the ACK phases are undefined"
+        )
+    return syn.ts_ns, synack.ts_ns, ack.ts_ns
+
+
+def points(
+    client_conn: Connection, server_conn: Connection, records: list[TlsRecord]
+) -> dict[str, int]:
+    p: dict[str, int] = {}
+    p["1"], p["2"], p["3"] = tcp_points(client_conn)
+    p["A"], p["B"], p["C"] = tcp_points(server_conn)
+    for sender, name, at_sender, at_receiver in MESSAGE_POINTS:
+        end = message_end(records, sender, name)
+        from_client = sender == "client"
+        sender_conn = client_conn if from_client else server_conn
+        receiver_conn = server_conn if from_client else client_conn
+        p[at_sender] = covering(sender_conn, from_client, end).ts_ns
+        p[at_receiver] = covering(receiver_conn, from_client, end).ts_ns
+    return p
+
+
+def phases_from_points(p: dict[str, int]) -> dict[str, list[tuple[str, int]]]:
+    out = {}
+    for view, table in VIEWS.items():
+        out[view] = [(name, p[b] - p[a]) for name, a, b, _ in table]
+    return out
+
+
+def simulate_write_buffer(record_sizes: list[int], size: int = WRITE_BUFFER) -> list[int]:
+    """Stream offsets at which OpenSSL's buffering BIO hands data to the socket, for records
+    written in this order and a flush after the last one (bf_buff.c `buffer_write`: data
+    that fits is kept; otherwise the buffer is topped up and written, data of at least the
+    buffer size goes straight through, and a smaller rest is kept)."""
+    writes, held, offset = [], 0, 0
+    for n in record_sizes:
+        if size - held >= n:
+            held += n
+            offset += n
+            continue
+        if held:
+            take = size - held
+            offset += take
+            n -= take
+            writes.append(offset)
+            held = 0
+        if n >= size:
+            offset += n
+            writes.append(offset)
+            n = 0
+        held = n
+        offset += n
+    if held:
+        writes.append(offset)
+    return writes
+
+
+def server_flight(
+    client_conn: Connection,
+    server_conn: Connection,
+    records: list[TlsRecord],
+    mss: int,
+    initcwnd: int,
+) -> dict:
+    """What the server sent from ServerHello to Finished, as seen in the server's capture:
+    segments, bytes, where OpenSSL's write buffer split it, whether it waited for an ACK."""
+    fin_end = message_end(records, "server", "Finished")
+    cert_end = message_end(records, "server", "Certificate")
+    server_records = sorted(
+        (r for r in records if r.sender == "server" and r.end <= fin_end), key=lambda r: r.end
+    )
+    sizes, prev = [], 0
+    for r in server_records:
+        sizes.append(r.end - prev)
+        prev = r.end
+    predicted = simulate_write_buffer(sizes)
+    # Walk the server capture up to the segment carrying the end of Finished.
+    last = covering(server_conn, False, fin_end)
+    segs, retrans, max_end = [], 0, 0
+    snd_una, cwnd, in_flight_at_stall = 0, initcwnd, None
+    stalls, stall_wait_ns, prev_seg_ts = 0, 0, None
+    for s in server_conn.segments:
+        if s.ts_ns > last.ts_ns:
+            break
+        if s.from_client:
+            if s.flags & ACK and s.ack > snd_una:
+                outstanding = [e for e in segs if e > snd_una]
+                newly = sum(1 for e in outstanding if e <= s.ack)
+                if len(outstanding) >= cwnd:
+                    in_flight_at_stall = len(outstanding)  # window full: must wait for this
+                if 2 * len(outstanding) >= cwnd:  # cwnd-limited: slow start grows it
+                    cwnd += newly
+                snd_una = s.ack
+            continue
+        if s.payload_len == 0 or s.flags & SYN:
+            continue
+        if s.end <= max_end:
+            retrans += 1
+            continue
+        if in_flight_at_stall is not None and prev_seg_ts is not None:
+            stalls += 1
+            stall_wait_ns += s.ts_ns - prev_seg_ts
+        in_flight_at_stall = None
+        segs.append(s.end)
+        max_end = s.end
+        prev_seg_ts = s.ts_ns
+    seg_sizes = [b - a for a, b in zip([0, *segs[:-1]], segs, strict=True)]
+    observed = [end for end, n in zip(segs[:-1], seg_sizes[:-1], strict=True) if n < mss]
+    return {
+        "segments": len(segs),
+        "retransmissions": retrans,
+        "bytes": fin_end,
+        "bytes_through_certificate": cert_end,
+        "writes_predicted": len(predicted),
+        "flush_offsets_predicted": predicted,
+        "short_segment_ends": observed,
+        "split_by_write_buffer": len(predicted) > 1,
+        "cwnd_stalls": stalls,
+        "cwnd_stall_wait_ns": stall_wait_ns,
+    }
+
+
+def wire_bytes(conn: Connection, until_ns: int) -> tuple[int, int]:
+    """IP bytes (headers included) each way from the SYN up to `until_ns` inclusive."""
+    client = sum(s.ip_len for s in conn.segments if s.from_client and s.ts_ns <= until_ns)
+    server = sum(s.ip_len for s in conn.segments if not s.from_client and s.ts_ns <= until_ns)
+    return client, server
+
+
+def analyse(
+    client_conn: Connection,
+    server_conn: Connection,
+    records: list[TlsRecord],
+    mss: int = 1448,
+    initcwnd: int = 10,
+) -> Handshake:
+    p = points(client_conn, server_conn, records)
+    for a, b in (
+        ("1", "A"),
+        ("A", "B"),
+        ("B", "2"),
+        ("2", "3"),
+        ("3", "C"),
+        ("3", "4"),
+        ("4", "D"),
+        ("D", "E"),
+        ("E", "F"),
+        ("F", "G"),
+        ("G", "H"),
+        ("E", "5"),
+        ("5", "6"),
+        ("6", "7"),
+        ("7", "8"),
+        ("H", "8"),
+        ("8", "9"),
+    ):
+        if p[b] < p[a]:
+            raise AnalysisError(
+                f"point {b} ({p[b]}) precedes point {a} ({p[a]}): the two "
+                "captures disagree about the order of events"
+            )
+    flight = server_flight(client_conn, server_conn, records, mss, initcwnd)
+    flight["client_wire_bytes"], flight["server_wire_bytes"] = wire_bytes(client_conn, p["9"])
+    flight["message_sizes"] = {
+        **{f"server {k}": v for k, v in message_sizes(records, "server").items()},
+        **{f"client {k}": v for k, v in message_sizes(records, "client").items()},
+    }
+    return Handshake(
+        points=p,
+        phases=phases_from_points(p),
+        handshake_ns=p["8"] - p["1"],
+        total_ns=p["9"] - p["1"],
+        client_processing_ns=p["9"] - p["5"],
+        flight=flight,
+    )

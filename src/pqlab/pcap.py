@@ -1,0 +1,301 @@
+"""Reading and writing pcap files, and taking TCP connections apart from them.
+
+Only what the handshake analysis needs, without third-party packet libraries: the classic
+pcap format (microsecond 0xa1b2c3d4 and nanosecond 0xa1b23c4d magics, either byte order),
+Ethernet (linktype 1) and bare-IP (linktype 101) framing, IPv4 and IPv6, TCP headers.
+`write_pcap` and `build_tcp_frame` make synthetic captures for tests.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pqlab.errors import UserError
+
+MAGIC_USEC = 0xA1B2C3D4
+MAGIC_NSEC = 0xA1B23C4D
+LINKTYPE_ETHERNET = 1
+LINKTYPE_RAW = 101
+
+FIN, SYN, RST, PSH, ACK = 0x01, 0x02, 0x04, 0x08, 0x10
+
+
+@dataclass(frozen=True)
+class Frame:
+    ts_ns: int
+    data: bytes
+    orig_len: int
+
+
+@dataclass(frozen=True)
+class TcpPacket:
+    """One captured TCP segment (header fields only; payload length, not content)."""
+
+    ts_ns: int
+    src: str
+    dst: str
+    sport: int
+    dport: int
+    seq: int
+    ack: int
+    flags: int
+    payload_len: int
+    ip_len: int  # bytes of the IP packet (headers included): what went on the wire
+    window: int = 0
+
+    @property
+    def syn(self) -> bool:
+        return bool(self.flags & SYN)
+
+    @property
+    def has_ack(self) -> bool:
+        return bool(self.flags & ACK)
+
+    @property
+    def fin(self) -> bool:
+        return bool(self.flags & FIN)
+
+    @property
+    def rst(self) -> bool:
+        return bool(self.flags & RST)
+
+
+def read_pcap(path: str | Path) -> tuple[int, list[Frame]]:
+    """(linktype, frames) of a classic pcap file; timestamps in nanoseconds."""
+    raw = Path(path).read_bytes()
+    if len(raw) < 24:
+        raise UserError(f"{path}: not a pcap file (only {len(raw)} bytes)")
+    for endian in ("<", ">"):
+        magic = struct.unpack(endian + "I", raw[:4])[0]
+        if magic in (MAGIC_USEC, MAGIC_NSEC):
+            break
+    else:
+        raise UserError(
+            f"{path}: not a classic pcap file (magic {raw[:4].hex()}); pcapng is not supported"
+        )
+    scale = 1 if magic == MAGIC_NSEC else 1000
+    linktype = struct.unpack(endian + "I", raw[20:24])[0]
+    frames = []
+    pos = 24
+    rec = struct.Struct(endian + "IIII")
+    while pos + 16 <= len(raw):
+        sec, frac, incl, orig = rec.unpack_from(raw, pos)
+        pos += 16
+        if pos + incl > len(raw):
+            break  # a truncated last record (capture killed mid-write): ignore it
+        frames.append(Frame(sec * 1_000_000_000 + frac * scale, raw[pos : pos + incl], orig))
+        pos += incl
+    return linktype, frames
+
+
+def write_pcap(
+    path: str | Path, frames: list[Frame], linktype: int = LINKTYPE_ETHERNET, snaplen: int = 262144
+) -> None:
+    """Write a little-endian nanosecond pcap (the format pqlab-engine capture writes)."""
+    out = [struct.pack("<IHHiIII", MAGIC_NSEC, 2, 4, 0, 0, snaplen, linktype)]
+    for f in frames:
+        out.append(
+            struct.pack(
+                "<IIII", f.ts_ns // 1_000_000_000, f.ts_ns % 1_000_000_000, len(f.data), f.orig_len
+            )
+        )
+        out.append(f.data)
+    Path(path).write_bytes(b"".join(out))
+
+
+def _ip_text(b: bytes) -> str:
+    if len(b) == 4:
+        return ".".join(str(x) for x in b)
+    return ":".join(f"{b[i] << 8 | b[i + 1]:x}" for i in range(0, 16, 2))
+
+
+def parse_tcp(linktype: int, frame: Frame) -> TcpPacket | None:
+    """The TCP segment in a frame, or None for anything else (ARP, UDP, fragments)."""
+    data = frame.data
+    if linktype == LINKTYPE_ETHERNET:
+        if len(data) < 14:
+            return None
+        ethertype = struct.unpack_from("!H", data, 12)[0]
+        off = 14
+        if ethertype == 0x8100 and len(data) >= 18:  # one VLAN tag
+            ethertype = struct.unpack_from("!H", data, 16)[0]
+            off = 18
+        if ethertype not in (0x0800, 0x86DD):
+            return None
+    elif linktype == LINKTYPE_RAW:
+        off = 0
+    else:
+        raise UserError(f"pcap linktype {linktype} is not supported (Ethernet or raw IP only)")
+    if len(data) < off + 20:
+        return None
+    version = data[off] >> 4
+    if version == 4:
+        ihl = (data[off] & 0x0F) * 4
+        total = struct.unpack_from("!H", data, off + 2)[0]
+        frag = struct.unpack_from("!H", data, off + 6)[0]
+        if data[off + 9] != 6 or frag & 0x1FFF:
+            return None
+        src, dst = _ip_text(data[off + 12 : off + 16]), _ip_text(data[off + 16 : off + 20])
+        tcp_off, ip_len, ip_payload = off + ihl, total, total - ihl
+    elif version == 6:
+        if len(data) < off + 40 or data[off + 6] != 6:
+            return None
+        plen = struct.unpack_from("!H", data, off + 4)[0]
+        src, dst = _ip_text(data[off + 8 : off + 24]), _ip_text(data[off + 24 : off + 40])
+        tcp_off, ip_len, ip_payload = off + 40, plen + 40, plen
+    else:
+        return None
+    if len(data) < tcp_off + 20:
+        return None
+    sport, dport, seq, ack, off_flags, window = struct.unpack_from("!HHIIHH", data, tcp_off)
+    doff = (off_flags >> 12) * 4
+    return TcpPacket(
+        ts_ns=frame.ts_ns,
+        src=src,
+        dst=dst,
+        sport=sport,
+        dport=dport,
+        seq=seq,
+        ack=ack,
+        flags=off_flags & 0x3F,
+        payload_len=ip_payload - doff,
+        ip_len=ip_len,
+        window=window,
+    )
+
+
+def tcp_packets(path: str | Path) -> list[TcpPacket]:
+    linktype, frames = read_pcap(path)
+    packets = []
+    for f in frames:
+        p = parse_tcp(linktype, f)
+        if p is not None:
+            packets.append(p)
+    return packets
+
+
+def build_tcp_frame(
+    ts_ns: int,
+    src: str,
+    dst: str,
+    sport: int,
+    dport: int,
+    seq: int,
+    ack: int,
+    flags: int,
+    payload_len: int,
+    window: int = 502,
+) -> Frame:
+    """An Ethernet/IPv4/TCP frame with a zero payload of `payload_len` bytes, kept whole
+    (tests use it to build synthetic captures; checksums are left zero)."""
+    tcp = struct.pack(
+        "!HHIIHHHH",
+        sport,
+        dport,
+        seq & 0xFFFFFFFF,
+        ack & 0xFFFFFFFF,
+        (5 << 12) | flags,
+        window,
+        0,
+        0,
+    )
+    total = 20 + len(tcp) + payload_len
+    ip = struct.pack(
+        "!BBHHHBBH4s4s",
+        0x45,
+        0,
+        total,
+        0,
+        0x4000,
+        64,
+        6,
+        0,
+        bytes(int(x) for x in src.split(".")),
+        bytes(int(x) for x in dst.split(".")),
+    )
+    eth = b"\x02\x00\x00\x00\x00\x02\x02\x00\x00\x00\x00\x01\x08\x00"
+    data = eth + ip + tcp + bytes(payload_len)
+    return Frame(ts_ns, data, len(data))
+
+
+# --- connections ---------------------------------------------------------------------------
+
+
+@dataclass
+class Segment:
+    """A packet of one connection, with its direction and sequence numbers made relative:
+    `start`/`end` are offsets in the sender's byte stream (0 = first payload byte)."""
+
+    ts_ns: int
+    from_client: bool
+    flags: int
+    start: int
+    end: int
+    ack: int  # relative to the other side's stream (bytes of it acknowledged)
+    ip_len: int
+
+    @property
+    def payload_len(self) -> int:
+        return self.end - self.start
+
+
+@dataclass
+class Connection:
+    client: tuple[str, int]
+    server: tuple[str, int]
+    segments: list[Segment] = field(default_factory=list)
+    client_isn: int = 0
+    server_isn: int | None = None
+
+    @property
+    def syn_ns(self) -> int:
+        return self.segments[0].ts_ns
+
+
+def split_connections(packets: list[TcpPacket], server_port: int) -> list[Connection]:
+    """Group the packets to/from `server_port` into connections, in order of their SYN.
+
+    A SYN without ACK from the client starts a new connection on its 4-tuple, so a reused
+    client port is a new connection. Packets of a connection whose SYN was not captured are
+    ignored (they belong to something that started before the capture)."""
+    open_conns: dict[tuple, Connection] = {}
+    done: list[Connection] = []
+    for p in sorted(packets, key=lambda p: p.ts_ns):
+        if p.dport == server_port:
+            key, from_client = (p.src, p.sport, p.dst), True
+        elif p.sport == server_port:
+            key, from_client = (p.dst, p.dport, p.src), False
+        else:
+            continue
+        if from_client and p.syn and not p.has_ack:
+            old = open_conns.get(key)
+            if old is not None and old.client_isn == p.seq:
+                conn = old  # a retransmitted SYN
+            else:
+                if old is not None:
+                    done.append(old)
+                conn = Connection(
+                    client=(p.src, p.sport), server=(p.dst, p.dport), client_isn=p.seq
+                )
+                open_conns[key] = conn
+        else:
+            conn = open_conns.get(key)
+            if conn is None:
+                continue
+        if not from_client and p.syn:
+            conn.server_isn = p.seq
+        if from_client:
+            base, peer = conn.client_isn, conn.server_isn
+        else:
+            base, peer = conn.server_isn, conn.client_isn
+        if base is None:
+            continue  # server data before its SYN/ACK was seen: not analysable
+        start = (p.seq - base - 1) % (1 << 32) if not p.syn else 0
+        end = start + p.payload_len if not p.syn else 0
+        ack = (p.ack - peer - 1) % (1 << 32) if (p.has_ack and peer is not None) else 0
+        conn.segments.append(Segment(p.ts_ns, from_client, p.flags, start, end, ack, p.ip_len))
+    done.extend(open_conns.values())
+    done.sort(key=lambda c: c.syn_ns)
+    return done

@@ -1,0 +1,62 @@
+"""Shared test fixtures: running the real `pqlab` CLI, privilege checks, leak checks."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SRC = REPO / "src"
+
+
+def pqlab_env() -> dict:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(SRC) + os.pathsep + env.get("PYTHONPATH", "")
+    return env
+
+
+def run_pqlab(
+    *args, check: bool = False, timeout: float = 600, **kw
+) -> subprocess.CompletedProcess:
+    """Run the real CLI in a subprocess, as a user would."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "pqlab", *map(str, args)],
+        capture_output=True,
+        text=True,
+        env=pqlab_env(),
+        timeout=timeout,
+        **kw,
+    )
+    if check and proc.returncode != 0:
+        raise AssertionError(
+            f"pqlab {' '.join(map(str, args))} exited {proc.returncode}:\n"
+            f"{proc.stdout}\n{proc.stderr}"
+        )
+    return proc
+
+
+def is_root() -> bool:
+    return os.geteuid() == 0
+
+
+needs_root = pytest.mark.skipif(not is_root(), reason="needs root (CAP_NET_ADMIN) for namespaces")
+
+
+def netns_list() -> set[str]:
+    out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True)
+    return {line.split()[0] for line in out.stdout.splitlines() if line.strip()}
+
+
+@pytest.fixture
+def no_leaks():
+    """Assert that the test leaves no pqlab namespace or engine process behind."""
+    before = {n for n in netns_list() if n.startswith("pqlab")}
+    yield
+    after = {n for n in netns_list() if n.startswith("pqlab")}
+    assert after <= before, f"namespaces left behind: {sorted(after - before)}"
+    procs = subprocess.run(["pgrep", "-x", "pqlab-engine"], capture_output=True, text=True)
+    assert not procs.stdout.strip(), f"engine processes left behind: {procs.stdout.split()}"

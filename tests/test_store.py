@@ -1,0 +1,51 @@
+import json
+
+import pytest
+
+from pqlab.errors import UserError
+from pqlab.store import RunStore
+
+
+def test_cells_commit_atomically_and_resume(tmp_path):
+    store = RunStore.create(tmp_path / "run", "demo")
+    store.begin("demo", {"command_line": "pqlab demo"})
+    store.ensure_table("CREATE TABLE IF NOT EXISTS demo_samples (cell TEXT, v DOUBLE)")
+    with store.cell("demo", "a", {"x": 1}):
+        store.insert("demo_samples", {"cell": ["a", "a"], "v": [1.0, 2.0]})
+    with pytest.raises(RuntimeError):
+        with store.cell("demo", "b", {"x": 2}):
+            store.insert("demo_samples", {"cell": ["b"], "v": [3.0]})
+            raise RuntimeError("crash mid-cell")
+    assert store.cells_done("demo") == {"a"}
+    rows = store.query("SELECT cell, count(*) AS n FROM demo_samples GROUP BY cell")
+    assert rows == [{"cell": "a", "n": 2}]  # nothing of the failed cell
+    store.finish("interrupted")
+    store.close()
+
+    with pytest.raises(UserError, match="--resume"):
+        RunStore.create(tmp_path / "run", "demo")
+    again = RunStore.create(tmp_path / "run", "demo", resume=True)
+    assert again.cells_done("demo") == {"a"}
+    again.close()
+
+
+def test_metadata_json_and_exports(tmp_path):
+    store = RunStore.create(tmp_path / "r", "demo")
+    store.begin("demo", {"command_line": "pqlab demo --x", "cpu": {"model": "test"}})
+    store.ensure_table("CREATE TABLE IF NOT EXISTS t (a INTEGER, b TEXT)")
+    store.insert_rows("t", [{"a": 1, "b": "x"}, {"a": 2, "b": "y"}])
+    path = store.export_table("t", "SELECT * FROM t ORDER BY a")
+    assert path.read_text().splitlines()[0].replace('"', "") == "a,b"
+    assert (tmp_path / "r" / "tables" / "t.parquet").exists()
+    store.finish()
+    meta = json.loads((tmp_path / "r" / "metadata.json").read_text())
+    assert meta["cpu"]["model"] == "test"
+    assert meta["invocations"][0]["status"] == "complete"
+    store.close()
+
+
+def test_out_must_be_a_directory(tmp_path):
+    f = tmp_path / "file"
+    f.write_text("x")
+    with pytest.raises(UserError, match="not a directory"):
+        RunStore.create(f, "demo")
