@@ -14,19 +14,43 @@ def register(sub) -> None:
     from pqlab.net.shaping import SHAPERS
     from pqlab.runner import add_run_options
 
-    p = sub.add_parser("linktest", help="physics checks of an emulated link profile",
-                       description=__doc__)
-    p.add_argument("--profile", action="append", metavar="PROFILE", required=True,
-                   help="link profile: a preset (" + ", ".join(profiles.preset_names())
-                   + "), key=value pairs or a .toml file; repeatable")
-    p.add_argument("--shaper", default="auto", choices=SHAPERS,
-                   help="netem, userspace or auto (netem when available; default)")
-    p.add_argument("--probes", default="1000", metavar="N",
-                   help="UDP probes per direction for loss and delay (default: %(default)s)")
-    p.add_argument("--connects", default="20", metavar="N",
-                   help="TCP connects for the RTT check (default: %(default)s)")
-    p.add_argument("--rate-seconds", default=2.0, type=float, metavar="S",
-                   help="length of the bulk transfer for the rate check (default: %(default)s)")
+    p = sub.add_parser(
+        "linktest", help="physics checks of an emulated link profile", description=__doc__
+    )
+    p.add_argument(
+        "--profile",
+        action="append",
+        metavar="PROFILE",
+        required=True,
+        help="link profile: a preset ("
+        + ", ".join(profiles.preset_names())
+        + "), key=value pairs or a .toml file; repeatable",
+    )
+    p.add_argument(
+        "--shaper",
+        default="auto",
+        choices=SHAPERS,
+        help="netem, userspace or auto (netem when available; default)",
+    )
+    p.add_argument(
+        "--probes",
+        default="1000",
+        metavar="N",
+        help="UDP probes per direction for loss and delay (default: %(default)s)",
+    )
+    p.add_argument(
+        "--connects",
+        default="20",
+        metavar="N",
+        help="TCP connects for the RTT check (default: %(default)s)",
+    )
+    p.add_argument(
+        "--rate-seconds",
+        default=2.0,
+        type=float,
+        metavar="S",
+        help="length of the bulk transfer for the rate check (default: %(default)s)",
+    )
     add_run_options(p)
     p.set_defaults(func=run)
 
@@ -50,19 +74,38 @@ def run(args) -> int:
 
     def body(store):
         with CellProgress("linktest", len(profiles)) as progress:
-            results.extend(linktest.measure(store, profiles, args.shaper, progress,
-                                            connects=connects, udp_count=probes,
-                                            rate_seconds=args.rate_seconds))
+            results.extend(
+                linktest.measure(
+                    store,
+                    profiles,
+                    args.shaper,
+                    progress,
+                    connects=connects,
+                    udp_count=probes,
+                    rate_seconds=args.rate_seconds,
+                )
+            )
 
-    run_experiment("linktest", args, body, extra_meta={
-        "link_profiles": [p.describe() for p in profiles], "shaper_requested": args.shaper})
+    run_experiment(
+        "linktest",
+        args,
+        body,
+        extra_meta={
+            "link_profiles": [p.describe() for p in profiles],
+            "shaper_requested": args.shaper,
+        },
+    )
     failed = [r for r in results if not r["passed"]]
     for r in results:
         mark = "ok  " if r["passed"] else "FAIL"
-        print(f"{mark} {r['profile']} [{r['shaper']}] {r['check_name']} {r['direction']}: "
-              f"measured {r['measured']:.3f} {r['unit']}, expected {r['expected']:.3f} "
-              f"(accepted {r['low']:.3f}..{r['high']:.3f})", file=sys.stderr)
+        print(
+            f"{mark} {r['profile']} [{r['shaper']}] {r['check_name']} {r['direction']}: "
+            f"measured {r['measured']:.3f} {r['unit']}, expected {r['expected']:.3f} "
+            f"(accepted {r['low']:.3f}..{r['high']:.3f})",
+            file=sys.stderr,
+        )
     if failed:
-        raise EngineError(f"linktest: {len(failed)} of {len(results)} checks failed; see "
-                          "tables/linktest.csv")
+        raise EngineError(
+            f"linktest: {len(failed)} of {len(results)} checks failed; see tables/linktest.csv"
+        )
     return 0

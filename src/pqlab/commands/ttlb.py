@@ -20,29 +20,61 @@ def register(sub) -> None:
     from pqlab.runner import add_run_options
 
     p = sub.add_parser(
-        "ttlb", help="TTFB and TTLB of TLS 1.3 over emulated links (document 003)",
-        description=__doc__)
-    p.add_argument("--profile", action="append", metavar="PROFILE",
-                   help="link profile: a preset (" + ", ".join(profiles.preset_names())
-                   + "), key=value pairs (rtt=50ms,rate=1mbit,loss=1%%,jitter=8.75ms,"
-                   "dist=paretonormal,limit=1000,initcwnd=10) or a .toml file with profiles "
-                   f"or a [grid]; repeatable (default: {DEFAULT_PROFILE})")
-    p.add_argument("--groups", default=",".join(ttlb.DEFAULT_GROUPS), metavar="LIST",
-                   help="key-exchange groups; the first is the classical baseline "
-                   "(default: %(default)s)")
-    p.add_argument("--chain", default=",".join(ttlb.DEFAULT_CHAINS), metavar="LIST",
-                   help="certificate chains: root CA and server certificate both of this "
-                   "algorithm, both sent; the first is the classical baseline "
-                   "(default: %(default)s)")
-    p.add_argument("--sizes", default=",".join(ttlb.DEFAULT_SIZES), metavar="LIST",
-                   help="bytes the server sends after the handshake (default: %(default)s)")
-    p.add_argument("-n", "--connections", dest="n", default="20", metavar="N",
-                   help="measured connections per cell (default: %(default)s)")
-    p.add_argument("--warmup", default="1", metavar="N",
-                   help="unrecorded connections before each cell (default: %(default)s)")
-    p.add_argument("--shaper", default="auto", choices=SHAPERS,
-                   help="netem (kernel qdisc), userspace (pqlab's TUN emulator) or auto "
-                   "(netem when the kernel has it; default)")
+        "ttlb",
+        help="TTFB and TTLB of TLS 1.3 over emulated links (document 003)",
+        description=__doc__,
+    )
+    p.add_argument(
+        "--profile",
+        action="append",
+        metavar="PROFILE",
+        help="link profile: a preset ("
+        + ", ".join(profiles.preset_names())
+        + "), key=value pairs (rtt=50ms,rate=1mbit,loss=1%%,jitter=8.75ms,"
+        "dist=paretonormal,limit=1000,initcwnd=10) or a .toml file with profiles "
+        f"or a [grid]; repeatable (default: {DEFAULT_PROFILE})",
+    )
+    p.add_argument(
+        "--groups",
+        default=",".join(ttlb.DEFAULT_GROUPS),
+        metavar="LIST",
+        help="key-exchange groups; the first is the classical baseline (default: %(default)s)",
+    )
+    p.add_argument(
+        "--chain",
+        default=",".join(ttlb.DEFAULT_CHAINS),
+        metavar="LIST",
+        help="certificate chains: root CA and server certificate both of this "
+        "algorithm, both sent; the first is the classical baseline "
+        "(default: %(default)s)",
+    )
+    p.add_argument(
+        "--sizes",
+        default=",".join(ttlb.DEFAULT_SIZES),
+        metavar="LIST",
+        help="bytes the server sends after the handshake (default: %(default)s)",
+    )
+    p.add_argument(
+        "-n",
+        "--connections",
+        dest="n",
+        default="20",
+        metavar="N",
+        help="measured connections per cell (default: %(default)s)",
+    )
+    p.add_argument(
+        "--warmup",
+        default="1",
+        metavar="N",
+        help="unrecorded connections before each cell (default: %(default)s)",
+    )
+    p.add_argument(
+        "--shaper",
+        default="auto",
+        choices=SHAPERS,
+        help="netem (kernel qdisc), userspace (pqlab's TUN emulator) or auto "
+        "(netem when the kernel has it; default)",
+    )
     add_run_options(p)
     p.set_defaults(func=run)
 
@@ -80,12 +112,30 @@ def run(args) -> int:
 
     def body(store):
         with CellProgress("ttlb", total) as progress:
-            ttlb.measure(store, profiles, groups, chains, sizes, n, args.shaper,
-                         warmup=warmup, progress=progress)
+            ttlb.measure(
+                store,
+                profiles,
+                groups,
+                chains,
+                sizes,
+                n,
+                args.shaper,
+                warmup=warmup,
+                progress=progress,
+            )
 
-    store = run_experiment("ttlb", args, body, extra_meta={
-        "ttlb_groups": groups, "ttlb_chains": chains, "ttlb_sizes": sizes,
-        "link_profiles": [p.describe() for p in profiles], "shaper_requested": args.shaper})
+    store = run_experiment(
+        "ttlb",
+        args,
+        body,
+        extra_meta={
+            "ttlb_groups": groups,
+            "ttlb_chains": chains,
+            "ttlb_sizes": sizes,
+            "link_profiles": [p.describe() for p in profiles],
+            "shaper_requested": args.shaper,
+        },
+    )
     del store
     print("ttlb: tables/ttlb.csv, tables/ttlb_increase.csv", file=sys.stderr)
     return 0

@@ -58,8 +58,11 @@ def netem_table(dist: str) -> np.ndarray | None:
     if dist == "uniform":
         return None
     if dist not in _tables:
-        rec = next(r for r in engine.run(["linkem", "--dump-table", dist], timeout=30)
-                   if r["type"] == "netem_table")
+        rec = next(
+            r
+            for r in engine.run(["linkem", "--dump-table", dist], timeout=30)
+            if r["type"] == "netem_table"
+        )
         _tables[dist] = np.asarray(rec["values"], dtype=np.int64)
     return _tables[dist]
 
@@ -98,8 +101,9 @@ def packet_time_ns(d: Direction, wire_bytes: int) -> int:
     return int(wire_bytes * 8 * 1_000_000_000 // int(d.rate_bps)) if d.rate_bps else 0
 
 
-def simulate_one_way_ns(d: Direction, send_ns: np.ndarray, wire_bytes: int,
-                        rng: np.random.Generator) -> np.ndarray:
+def simulate_one_way_ns(
+    d: Direction, send_ns: np.ndarray, wire_bytes: int, rng: np.random.Generator
+) -> np.ndarray:
     """One-way delays netem would give packets sent at `send_ns` (rate included)."""
     delays = draw_delays_ns(d, len(send_ns), rng)
     if not d.rate_bps:
@@ -129,11 +133,18 @@ def wilson(k: int, n: int, z: float = Z99) -> tuple[float, float]:
 
 
 # --- running probes -------------------------------------------------------------------------
-def _pair(topo, recv_side: str, recv_argv: list[str], send_side: str, send_argv: list[str],
-          timeout: float) -> tuple[dict, dict]:
+def _pair(
+    topo, recv_side: str, recv_argv: list[str], send_side: str, send_argv: list[str], timeout: float
+) -> tuple[dict, dict]:
     """Start the receiving/serving probe, wait until it is ready, run the other to the end."""
-    srv = topo.popen(recv_side, recv_argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                     text=True, env=probes.env())
+    srv = topo.popen(
+        recv_side,
+        recv_argv,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=probes.env(),
+    )
     try:
         sel = selectors.DefaultSelector()
         sel.register(srv.stdout, selectors.EVENT_READ)
@@ -159,9 +170,18 @@ def _pair(topo, recv_side: str, recv_argv: list[str], send_side: str, send_argv:
 
 def _result(check, direction, expected, measured, low, high, unit, n, note=""):
     passed = bool(low <= measured <= high) if measured == measured else False
-    return {"check_name": check, "direction": direction, "expected": float(expected),
-            "measured": float(measured), "low": float(low), "high": float(high),
-            "unit": unit, "n": int(n), "passed": passed, "note": note}
+    return {
+        "check_name": check,
+        "direction": direction,
+        "expected": float(expected),
+        "measured": float(measured),
+        "low": float(low),
+        "high": float(high),
+        "unit": unit,
+        "n": int(n),
+        "passed": passed,
+        "note": note,
+    }
 
 
 def check_rtt(topo, profile: LinkProfile, count: int, raw: list, seed: int) -> dict:
@@ -169,13 +189,23 @@ def check_rtt(topo, profile: LinkProfile, count: int, raw: list, seed: int) -> d
     # Space the connects so that no packet of the previous one is still queued (with jitter
     # and a rate, netem would hold the SYN behind it).
     spread = max(d.delay_s + 4.5 * d.jitter_s for d in (profile.c2s, profile.s2c))
-    gap_ms = max(5.0, 2e3 * spread + 5) if (profile.c2s.jitter_s or profile.s2c.jitter_s) \
-        else 5.0
-    srv, cli = _pair(topo, "server", probes.argv("tcp-accept", "--bind",
-                                                 f"{topo.server_ip}:{port}", "--count", count),
-                     "client", probes.argv("tcp-connect", "--to", f"{topo.server_ip}:{port}",
-                                           "--count", count, "--gap-ms", f"{gap_ms:.1f}"),
-                     timeout=120 + count * gap_ms / 1e3)
+    gap_ms = max(5.0, 2e3 * spread + 5) if (profile.c2s.jitter_s or profile.s2c.jitter_s) else 5.0
+    srv, cli = _pair(
+        topo,
+        "server",
+        probes.argv("tcp-accept", "--bind", f"{topo.server_ip}:{port}", "--count", count),
+        "client",
+        probes.argv(
+            "tcp-connect",
+            "--to",
+            f"{topo.server_ip}:{port}",
+            "--count",
+            count,
+            "--gap-ms",
+            f"{gap_ms:.1f}",
+        ),
+        timeout=120 + count * gap_ms / 1e3,
+    )
     times = np.array([c["connect_ns"] for c in cli["connects"]], dtype=np.int64)
     raw += [("tcp_connect", "rtt", i, int(v)) for i, v in enumerate(times)]
     rng = np.random.default_rng(seed)
@@ -192,11 +222,23 @@ def check_rtt(topo, profile: LinkProfile, count: int, raw: list, seed: int) -> d
     measured = float(np.median(times)) / 1e6
     tol = 0.02 * expected + 0.5
     tcpi = [c["tcpi_rtt_us"] / 1e3 for c in cli["connects"]]
-    return _result("rtt", "round trip", expected, measured, lo_m - tol, hi_m + tol, "ms",
-                   len(times), f"median TCP connect time; tcpi_rtt median "
-                   f"{float(np.median(tcpi)):.3f} ms; tolerance 2% + 0.5 ms"
-                   + (" around the 99% range of the median under jitter"
-                      if profile.c2s.jitter_s or profile.s2c.jitter_s else ""))
+    return _result(
+        "rtt",
+        "round trip",
+        expected,
+        measured,
+        lo_m - tol,
+        hi_m + tol,
+        "ms",
+        len(times),
+        f"median TCP connect time; tcpi_rtt median "
+        f"{float(np.median(tcpi)):.3f} ms; tolerance 2% + 0.5 ms"
+        + (
+            " around the 99% range of the median under jitter"
+            if profile.c2s.jitter_s or profile.s2c.jitter_s
+            else ""
+        ),
+    )
 
 
 def check_rate(topo, profile: LinkProfile, seconds: float, raw: list) -> dict | None:
@@ -206,11 +248,16 @@ def check_rate(topo, profile: LinkProfile, seconds: float, raw: list) -> dict | 
         return None
     nbytes = int(min(max(d.rate_bps / 8 * seconds, 200_000), 50_000_000))
     port = PORT + 2
-    srv, cli = _pair(topo, "server", probes.argv("tcp-source", "--bind",
-                                                 f"{topo.server_ip}:{port}", "--bytes", nbytes,
-                                                 "--timeout", 300),
-                     "client", probes.argv("tcp-sink", "--to", f"{topo.server_ip}:{port}",
-                                           "--timeout", 300), timeout=400)
+    srv, cli = _pair(
+        topo,
+        "server",
+        probes.argv(
+            "tcp-source", "--bind", f"{topo.server_ip}:{port}", "--bytes", nbytes, "--timeout", 300
+        ),
+        "client",
+        probes.argv("tcp-sink", "--to", f"{topo.server_ip}:{port}", "--timeout", 300),
+        timeout=400,
+    )
     if cli["received"] != nbytes:
         raise EngineError(f"rate check: received {cli['received']} of {nbytes} bytes")
     samples = np.array(cli["samples"], dtype=np.int64)
@@ -224,15 +271,24 @@ def check_rate(topo, profile: LinkProfile, seconds: float, raw: list) -> dict | 
     expected = wire_bits / d.rate_bps
     measured = (t1 - t0) / 1e9
     retrans = srv.get("tcp_info", {}).get("total_retrans", 0)
-    return _result("rate", "s2c", expected * 1e3, measured * 1e3, expected * 0.97e3,
-                   expected * 1.03e3, "ms", int(b1 - b0),
-                   f"{b1 - b0} payload bytes after the first 25% of {nbytes}; "
-                   f"{wire_bits / 8:.0f} bytes on the wire at {d.rate_bps:g} bit/s; "
-                   f"sender retransmitted {retrans} segments")
+    return _result(
+        "rate",
+        "s2c",
+        expected * 1e3,
+        measured * 1e3,
+        expected * 0.97e3,
+        expected * 1.03e3,
+        "ms",
+        int(b1 - b0),
+        f"{b1 - b0} payload bytes after the first 25% of {nbytes}; "
+        f"{wire_bits / 8:.0f} bytes on the wire at {d.rate_bps:g} bit/s; "
+        f"sender retransmitted {retrans} segments",
+    )
 
 
-def check_udp(topo, profile: LinkProfile, direction: str, count: int, raw: list,
-              seed: int) -> list[dict]:
+def check_udp(
+    topo, profile: LinkProfile, direction: str, count: int, raw: list, seed: int
+) -> list[dict]:
     d: Direction = profile.c2s if direction == "c2s" else profile.s2c
     size = 100
     wire = size + 28 + ETH
@@ -242,20 +298,53 @@ def check_udp(topo, profile: LinkProfile, direction: str, count: int, raw: list,
     port = PORT + (3 if direction == "c2s" else 4)
     max_delay = d.delay_s + 4.5 * d.jitter_s
     sink, sender = _pair(
-        topo, recv_side, probes.argv("udp-sink", "--bind", f"{dst}:{port}", "--count", count,
-                                     "--idle", f"{max(1.0, 2 * max_delay + 0.5):.2f}",
-                                     "--timeout", 300),
-        send_side, probes.argv("udp-send", "--to", f"{dst}:{port}", "--count", count,
-                               "--interval-us", interval_us, "--size", size), timeout=400)
+        topo,
+        recv_side,
+        probes.argv(
+            "udp-sink",
+            "--bind",
+            f"{dst}:{port}",
+            "--count",
+            count,
+            "--idle",
+            f"{max(1.0, 2 * max_delay + 0.5):.2f}",
+            "--timeout",
+            300,
+        ),
+        send_side,
+        probes.argv(
+            "udp-send",
+            "--to",
+            f"{dst}:{port}",
+            "--count",
+            count,
+            "--interval-us",
+            interval_us,
+            "--size",
+            size,
+        ),
+        timeout=400,
+    )
     got = np.array(sink["received"], dtype=np.int64).reshape(-1, 3)
     sent = sender["sent"]
     lost = sent - len(np.unique(got[:, 0])) if len(got) else sent
     raw += [("udp_one_way", direction, int(s), int(r - t)) for s, t, r in got]
     lo, hi = wilson(lost, sent)
     p = d.loss_pct / 100
-    out = [_result("loss", direction, d.loss_pct, lost / sent * 100, lo * 100, hi * 100, "%",
-                   sent, f"{lost} of {sent} UDP probes lost; 99% Wilson interval of the "
-                   "measured share must contain the configured loss")]
+    out = [
+        _result(
+            "loss",
+            direction,
+            d.loss_pct,
+            lost / sent * 100,
+            lo * 100,
+            hi * 100,
+            "%",
+            sent,
+            f"{lost} of {sent} UDP probes lost; 99% Wilson interval of the "
+            "measured share must contain the configured loss",
+        )
+    ]
     # The pass criterion for loss is the configured value inside the measured interval.
     out[0]["passed"] = bool(lo <= p <= hi)
     if len(got) < 20:
@@ -270,16 +359,33 @@ def check_udp(topo, profile: LinkProfile, direction: str, count: int, raw: list,
         se = math.sqrt(q * (1 - q) / n)
         lo_q = np.quantile(sims, max(0.0, q - Z99 * se)) - tol_ns
         hi_q = np.quantile(sims, min(1.0, q + Z99 * se)) + tol_ns
-        out.append(_result(f"delay_p{round(q * 100)}", direction, np.quantile(sims, q) / 1e6,
-                           np.quantile(delays, q) / 1e6, lo_q / 1e6, hi_q / 1e6, "ms", n,
-                           f"one-way delay quantile vs netem's model ({d.dist}, jitter "
-                           f"{d.jitter_s * 1e3:g} ms); band: sampling error at 99% + 0.5 ms "
-                           "+ 1% of the delay"))
+        out.append(
+            _result(
+                f"delay_p{round(q * 100)}",
+                direction,
+                np.quantile(sims, q) / 1e6,
+                np.quantile(delays, q) / 1e6,
+                lo_q / 1e6,
+                hi_q / 1e6,
+                "ms",
+                n,
+                f"one-way delay quantile vs netem's model ({d.dist}, jitter "
+                f"{d.jitter_s * 1e3:g} ms); band: sampling error at 99% + 0.5 ms "
+                "+ 1% of the delay",
+            )
+        )
     return out
 
 
-def run_checks(topo, profile: LinkProfile, *, connects: int = 20, udp_count: int = 1000,
-               rate_seconds: float = 2.0, seed: int = 1) -> tuple[list[dict], list]:
+def run_checks(
+    topo,
+    profile: LinkProfile,
+    *,
+    connects: int = 20,
+    udp_count: int = 1000,
+    rate_seconds: float = 2.0,
+    seed: int = 1,
+) -> tuple[list[dict], list]:
     """All checks on a running topology; returns (results, raw samples)."""
     raw: list = []
     results = [check_rtt(topo, profile, connects, raw, seed)]
@@ -292,8 +398,15 @@ def run_checks(topo, profile: LinkProfile, *, connects: int = 20, udp_count: int
 
 
 # --- experiment -----------------------------------------------------------------------------
-def measure(store, profiles: list[LinkProfile], shaper: str, progress=None, connects=20,
-            udp_count=1000, rate_seconds=2.0) -> list[dict]:
+def measure(
+    store,
+    profiles: list[LinkProfile],
+    shaper: str,
+    progress=None,
+    connects=20,
+    udp_count=1000,
+    rate_seconds=2.0,
+) -> list[dict]:
     from pqlab.net.shaping import make_link
     from pqlab.net.topology import TwoHosts
 
@@ -315,22 +428,39 @@ def measure(store, profiles: list[LinkProfile], shaper: str, progress=None, conn
             progress.log(f"{profile.name}: shaper {link.choice}")
         with TwoHosts(link=link, mtu=profile.mtu, tcp=profile.tcp_settings()) as topo:
             topo_desc = topo.describe()
-            results, raw = run_checks(topo, profile, connects=connects, udp_count=udp_count,
-                                      rate_seconds=rate_seconds)
+            results, raw = run_checks(
+                topo, profile, connects=connects, udp_count=udp_count, rate_seconds=rate_seconds
+            )
         kind = link.kind
         with store.cell(EXPERIMENT, cell, {"profile": profile.describe(), "shaper": shaper}):
-            store.insert_rows("linktest", [{"profile": profile.name, "shaper": kind, **r}
-                                           for r in results])
+            store.insert_rows(
+                "linktest", [{"profile": profile.name, "shaper": kind, **r} for r in results]
+            )
             if raw:
-                store.insert("linktest_raw", {
-                    "profile": [profile.name] * len(raw), "shaper": [kind] * len(raw),
-                    "probe": [r[0] for r in raw], "direction": [r[1] for r in raw],
-                    "seq": [r[2] for r in raw], "value_ns": [r[3] for r in raw]})
-            store.insert_rows("linktest_profiles", [{
-                "profile": profile.name, "shaper": kind, "choice": link.choice,
-                "profile_json": json.dumps(profile.describe()),
-                "link_json": json.dumps(link.describe(), default=str),
-                "topology_json": json.dumps(topo_desc, default=str)}])
+                store.insert(
+                    "linktest_raw",
+                    {
+                        "profile": [profile.name] * len(raw),
+                        "shaper": [kind] * len(raw),
+                        "probe": [r[0] for r in raw],
+                        "direction": [r[1] for r in raw],
+                        "seq": [r[2] for r in raw],
+                        "value_ns": [r[3] for r in raw],
+                    },
+                )
+            store.insert_rows(
+                "linktest_profiles",
+                [
+                    {
+                        "profile": profile.name,
+                        "shaper": kind,
+                        "choice": link.choice,
+                        "profile_json": json.dumps(profile.describe()),
+                        "link_json": json.dumps(link.describe(), default=str),
+                        "topology_json": json.dumps(topo_desc, default=str),
+                    }
+                ],
+            )
         all_results += [{"profile": profile.name, "shaper": kind, **r} for r in results]
         if progress:
             progress.advance()
@@ -353,22 +483,32 @@ def export(store):
         "own model of the same send times (drawn from the same 4096-entry tables). "
         "<code>passed</code> says whether the measured value lies in "
         "<code>[low, high]</code>; a failed check means numbers measured over that link do "
-        "not mean what the profile says.</p>")
+        "not mean what the profile says.</p>",
+    )
     csv = store.export_table(
-        "linktest", "SELECT profile, shaper, check_name AS check, direction, expected, "
+        "linktest",
+        "SELECT profile, shaper, check_name AS check, direction, expected, "
         "measured, low, high, unit, n, passed, note FROM linktest ORDER BY profile, shaper, "
-        "check_name, direction")
+        "check_name, direction",
+    )
     section.table(csv, "Physics checks per profile and shaper")
-    rows = store.query("SELECT profile, shaper, direction, value_ns FROM linktest_raw "
-                       "WHERE probe = 'udp_one_way' ORDER BY profile, direction, seq")
+    rows = store.query(
+        "SELECT profile, shaper, direction, value_ns FROM linktest_raw "
+        "WHERE probe = 'udp_one_way' ORDER BY profile, direction, seq"
+    )
     if rows:
         import matplotlib.pyplot as plt
 
         keys = sorted({(r["profile"], r["shaper"], r["direction"]) for r in rows})
         fig, ax = plt.subplots(figsize=(7, 4))
         for key in keys:
-            v = np.sort([r["value_ns"] / 1e6 for r in rows
-                         if (r["profile"], r["shaper"], r["direction"]) == key])
+            v = np.sort(
+                [
+                    r["value_ns"] / 1e6
+                    for r in rows
+                    if (r["profile"], r["shaper"], r["direction"]) == key
+                ]
+            )
             ax.plot(v, np.arange(1, len(v) + 1) / len(v), label=" / ".join(key))
         ax.set_xlabel("one-way delay of UDP probes (ms)")
         ax.set_ylabel("CDF")

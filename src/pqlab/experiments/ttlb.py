@@ -89,11 +89,29 @@ def make_chain(alg: catalog.Algorithm, directory: Path) -> dict:
     server sends both (the CA certificate stands in for the intermediate a public CA's
     chain carries; clients trust the root file)."""
     d = directory / re.sub(r"[^A-Za-z0-9.]+", "-", alg.name)
-    recs = engine.run(["tls", "certs", "--ca-alg", key_spec(alg), "--server-alg",
-                       key_spec(alg), "--out-dir", str(d), "--chain-with-root"], timeout=600)
+    recs = engine.run(
+        [
+            "tls",
+            "certs",
+            "--ca-alg",
+            key_spec(alg),
+            "--server-alg",
+            key_spec(alg),
+            "--out-dir",
+            str(d),
+            "--chain-with-root",
+        ],
+        timeout=600,
+    )
     rec = next(r for r in recs if r["type"] == "certs")
-    return {"alg": alg, "root": rec["files"]["root_cert"], "chain": rec["files"]["chain"],
-            "key": rec["files"]["server_key"], "sigalg": alg.tls_name, "record": rec}
+    return {
+        "alg": alg,
+        "root": rec["files"]["root_cert"],
+        "chain": rec["files"]["chain"],
+        "key": rec["files"]["server_key"],
+        "sigalg": alg.tls_name,
+        "record": rec,
+    }
 
 
 # --- one (group, chain) server and its clients -------------------------------------------------
@@ -103,8 +121,13 @@ class _Server:
     def __init__(self, topo, args: list[str]):
         import subprocess
 
-        self.proc = topo.popen("server", engine.command(args), stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True)
+        self.proc = topo.popen(
+            "server",
+            engine.command(args),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         self.records: queue.Queue = queue.Queue()
         self.thread = threading.Thread(target=self._read, daemon=True)
         self.thread.start()
@@ -150,26 +173,55 @@ def _offset(events: list[dict], dirn: str, msg: str) -> int | None:
     return None
 
 
-def _rows(profile: LinkProfile, shaper: str, group: str, chain: str, size: int,
-          clients: list[dict], servers: list[dict]) -> dict[str, list]:
+def _rows(
+    profile: LinkProfile,
+    shaper: str,
+    group: str,
+    chain: str,
+    size: int,
+    clients: list[dict],
+    servers: list[dict],
+) -> dict[str, list]:
     by_peer = {s.get("peer"): s for s in servers}
-    cols: dict[str, list] = {k: [] for k in (
-        "profile", "shaper", "grp", "chain", "data_bytes", "idx", "ttfb_ns", "ttlb_ns",
-        "tcp_connect_ns", "client_retrans", "server_retrans", "retransmits",
-        "client_hello_bytes", "server_flight_bytes", "record_bytes_sent",
-        "record_bytes_received", "chain_der_bytes", "negotiated_group", "negotiated_sigalg",
-        "rtt_us")}
+    cols: dict[str, list] = {
+        k: []
+        for k in (
+            "profile",
+            "shaper",
+            "grp",
+            "chain",
+            "data_bytes",
+            "idx",
+            "ttfb_ns",
+            "ttlb_ns",
+            "tcp_connect_ns",
+            "client_retrans",
+            "server_retrans",
+            "retransmits",
+            "client_hello_bytes",
+            "server_flight_bytes",
+            "record_bytes_sent",
+            "record_bytes_received",
+            "chain_der_bytes",
+            "negotiated_group",
+            "negotiated_sigalg",
+            "rtt_us",
+        )
+    }
     for c in clients:
         if c.get("warmup"):
             continue
         d = c["durations"]
         srv = by_peer.get(c.get("local"))
         if srv is not None and srv.get("type") == "connection_error":
-            raise EngineError(f"server side of connection {c['index']} failed: "
-                              f"{srv.get('message')}")
+            raise EngineError(
+                f"server side of connection {c['index']} failed: {srv.get('message')}"
+            )
         if c.get("app_bytes_received", 0) != size:
-            raise EngineError(f"connection {c['index']} received "
-                              f"{c.get('app_bytes_received')} bytes, asked for {size}")
+            raise EngineError(
+                f"connection {c['index']} received "
+                f"{c.get('app_bytes_received')} bytes, asked for {size}"
+            )
         ci = c.get("tcp_info") or {}
         si = (srv or {}).get("tcp_info") or {}
         client_retrans = int(ci.get("total_retrans", 0))
@@ -178,14 +230,20 @@ def _rows(profile: LinkProfile, shaper: str, group: str, chain: str, size: int,
         ch = _offset(events, "sent", "client_hello")
         flight = _offset(events, "recv", "finished")
         values = {
-            "profile": profile.name, "shaper": shaper, "grp": group, "chain": chain,
-            "data_bytes": size, "idx": int(c["index"]),
+            "profile": profile.name,
+            "shaper": shaper,
+            "grp": group,
+            "chain": chain,
+            "data_bytes": size,
+            "idx": int(c["index"]),
             "ttfb_ns": int(d["connect_to_handshake_ns"]),
             "ttlb_ns": int(d.get("last_byte_ns", d["connect_to_handshake_ns"])),
             "tcp_connect_ns": int(d["tcp_connect_ns"]),
-            "client_retrans": client_retrans, "server_retrans": server_retrans,
+            "client_retrans": client_retrans,
+            "server_retrans": server_retrans,
             "retransmits": client_retrans + (server_retrans or 0),
-            "client_hello_bytes": ch, "server_flight_bytes": flight,
+            "client_hello_bytes": ch,
+            "server_flight_bytes": flight,
             "record_bytes_sent": c.get("record_bytes_sent"),
             "record_bytes_received": c.get("record_bytes_received"),
             "chain_der_bytes": sum(c.get("peer_chain_der_bytes") or [0]),
@@ -198,8 +256,17 @@ def _rows(profile: LinkProfile, shaper: str, group: str, chain: str, size: int,
     return cols
 
 
-def measure(store, profiles: list[LinkProfile], groups: list[str], chains: list[str],
-            sizes: list[int], n: int, shaper: str, warmup: int = 1, progress=None) -> None:
+def measure(
+    store,
+    profiles: list[LinkProfile],
+    groups: list[str],
+    chains: list[str],
+    sizes: list[int],
+    n: int,
+    shaper: str,
+    warmup: int = 1,
+    progress=None,
+) -> None:
     from pqlab.net.shaping import make_link
     from pqlab.net.topology import TwoHosts
 
@@ -215,17 +282,31 @@ def measure(store, profiles: list[LinkProfile], groups: list[str], chains: list[
         chain_info[alg.name] = info
         if not store.query("SELECT 1 FROM ttlb_chains WHERE chain = ?", [alg.name]):
             rec = info["record"]
-            store.insert_rows("ttlb_chains", [{
-                "chain": alg.name, "key_spec": key_spec(alg), "sigalg": alg.tls_name,
-                "chain_certs": rec.get("chain_certs"),
-                "chain_der_bytes": rec.get("chain_der_bytes"), "record": json.dumps(rec)}])
+            store.insert_rows(
+                "ttlb_chains",
+                [
+                    {
+                        "chain": alg.name,
+                        "key_spec": key_spec(alg),
+                        "sigalg": alg.tls_name,
+                        "chain_certs": rec.get("chain_certs"),
+                        "chain_der_bytes": rec.get("chain_der_bytes"),
+                        "record": json.dumps(rec),
+                    }
+                ],
+            )
 
     def cell_id(p, g, c, s):
         return f"{p.name}|{g.name}|{c.name}|{s}"
 
     for profile in profiles:
-        todo = [(g, c, s) for g in group_algs for c in chain_algs for s in sizes
-                if cell_id(profile, g, c, s) not in done]
+        todo = [
+            (g, c, s)
+            for g in group_algs
+            for c in chain_algs
+            for s in sizes
+            if cell_id(profile, g, c, s) not in done
+        ]
         if not todo:
             continue
         link = make_link(profile, shaper)
@@ -234,11 +315,19 @@ def measure(store, profiles: list[LinkProfile], groups: list[str], chains: list[
         with TwoHosts(link=link, mtu=profile.mtu, tcp=profile.tcp_settings()) as topo:
             topo_desc = topo.describe()
             if not store.query("SELECT 1 FROM ttlb_profiles WHERE profile = ?", [profile.name]):
-                store.insert_rows("ttlb_profiles", [{
-                    "profile": profile.name, "shaper": link.kind, "choice": link.choice,
-                    "profile_json": json.dumps(profile.describe()),
-                    "link_json": json.dumps(link.describe(), default=str),
-                    "topology_json": json.dumps(topo_desc, default=str)}])
+                store.insert_rows(
+                    "ttlb_profiles",
+                    [
+                        {
+                            "profile": profile.name,
+                            "shaper": link.kind,
+                            "choice": link.choice,
+                            "profile_json": json.dumps(profile.describe()),
+                            "link_json": json.dumps(link.describe(), default=str),
+                            "topology_json": json.dumps(topo_desc, default=str),
+                        }
+                    ],
+                )
             gap_ms = max(10, int(profile.rtt_s * 1e3 * 2))
             for port_n, (g, c) in enumerate((g, c) for g in group_algs for c in chain_algs):
                 cells = [s for (gg, cc, s) in todo if gg is g and cc is c]
@@ -246,42 +335,87 @@ def measure(store, profiles: list[LinkProfile], groups: list[str], chains: list[
                     continue
                 info = chain_info[c.name]
                 port = PORT + port_n
-                server = _Server(topo, [
-                    "tls", "server", "--listen", f"{topo.server_ip}:{port}",
-                    "--cert-chain", info["chain"], "--key", info["key"],
-                    "--groups", g.tls_name, "--sigalgs", info["sigalg"], "--events", "off"])
+                server = _Server(
+                    topo,
+                    [
+                        "tls",
+                        "server",
+                        "--listen",
+                        f"{topo.server_ip}:{port}",
+                        "--cert-chain",
+                        info["chain"],
+                        "--key",
+                        info["key"],
+                        "--groups",
+                        g.tls_name,
+                        "--sigalgs",
+                        info["sigalg"],
+                        "--events",
+                        "off",
+                    ],
+                )
                 try:
                     for size in cells:
                         if progress:
                             progress.start(f"{profile.name} {g.name} {c.name} {size} B")
-                        clients = engine.run([
-                            "tls", "client", "--connect", f"{topo.server_ip}:{port}",
-                            "--ca", info["root"], "--servername", topo.server_ip,
-                            "--groups", g.tls_name, "--sigalgs", info["sigalg"],
-                            "-n", n, "--warmup", warmup, "--request-bytes", size,
-                            "--gap-ms", gap_ms, "--events", "on",
-                        ], netns=topo.client_ns, timeout=3600)
+                        clients = engine.run(
+                            [
+                                "tls",
+                                "client",
+                                "--connect",
+                                f"{topo.server_ip}:{port}",
+                                "--ca",
+                                info["root"],
+                                "--servername",
+                                topo.server_ip,
+                                "--groups",
+                                g.tls_name,
+                                "--sigalgs",
+                                info["sigalg"],
+                                "-n",
+                                n,
+                                "--warmup",
+                                warmup,
+                                "--request-bytes",
+                                size,
+                                "--gap-ms",
+                                gap_ms,
+                                "--events",
+                                "on",
+                            ],
+                            netns=topo.client_ns,
+                            timeout=3600,
+                        )
                         clients = [r for r in clients if r.get("type") == "connection"]
                         servers = _wait_servers(server, n + warmup)
-                        cols = _rows(profile, link.kind, g.name, c.name, size, clients,
-                                     servers)
+                        cols = _rows(profile, link.kind, g.name, c.name, size, clients, servers)
                         if len(cols["idx"]) != n:
-                            raise EngineError(f"expected {n} connections, got "
-                                              f"{len(cols['idx'])}")
-                        with store.cell(EXPERIMENT, cell_id(profile, g, c, size),
-                                        {"profile": profile.name, "group": g.name,
-                                         "chain": c.name, "data_bytes": size, "n": n}):
+                            raise EngineError(f"expected {n} connections, got {len(cols['idx'])}")
+                        with store.cell(
+                            EXPERIMENT,
+                            cell_id(profile, g, c, size),
+                            {
+                                "profile": profile.name,
+                                "group": g.name,
+                                "chain": c.name,
+                                "data_bytes": size,
+                                "n": n,
+                            },
+                        ):
                             store.insert("ttlb_raw", cols)
                         if progress:
                             progress.advance()
                 finally:
                     server.stop()
         if hasattr(link, "direction_stats"):
-            stats = {k: {f: v for f, v in s.items() if f != "lateness_ns"}
-                     for k, s in link.direction_stats().items()}
-            store.con.execute("UPDATE ttlb_profiles SET link_json = ? WHERE profile = ?",
-                              [json.dumps({**link.describe(), "stats": stats}, default=str),
-                               profile.name])
+            stats = {
+                k: {f: v for f, v in s.items() if f != "lateness_ns"}
+                for k, s in link.direction_stats().items()
+            }
+            store.con.execute(
+                "UPDATE ttlb_profiles SET link_json = ? WHERE profile = ?",
+                [json.dumps({**link.describe(), "stats": stats}, default=str), profile.name],
+            )
 
 
 def _wait_servers(server: _Server, count: int) -> list[dict]:
@@ -304,19 +438,31 @@ def _pct(values, p) -> float:
 def summarize(store) -> list[dict]:
     """One row per (profile, group, chain, size): percentiles, retransmissions, bytes, model."""
     raw = store.query("SELECT * FROM ttlb_raw ORDER BY profile, grp, chain, data_bytes, idx")
-    profiles = {r["profile"]: json.loads(r["profile_json"])
-                for r in store.query("SELECT profile, profile_json FROM ttlb_profiles")}
+    profiles = {
+        r["profile"]: json.loads(r["profile_json"])
+        for r in store.query("SELECT profile, profile_json FROM ttlb_profiles")
+    }
     groups: dict[tuple, list[dict]] = {}
     for r in raw:
-        groups.setdefault((r["profile"], r["shaper"], r["grp"], r["chain"], r["data_bytes"]),
-                          []).append(r)
+        groups.setdefault(
+            (r["profile"], r["shaper"], r["grp"], r["chain"], r["data_bytes"]), []
+        ).append(r)
     out = []
     for (profile, shaper, grp, chain, size), rows in groups.items():
         ttfb = [r["ttfb_ns"] / 1e6 for r in rows]
         ttlb = [r["ttlb_ns"] / 1e6 for r in rows]
-        med = lambda k: int(np.median([r[k] for r in rows if r[k] is not None] or [0]))  # noqa: E731
-        row = {"profile": profile, "shaper": shaper, "group": grp, "chain": chain,
-               "data_bytes": size, "n": len(rows)}
+
+        def med(k: str, rows=rows) -> int:
+            return int(np.median([r[k] for r in rows if r[k] is not None] or [0]))
+
+        row = {
+            "profile": profile,
+            "shaper": shaper,
+            "group": grp,
+            "chain": chain,
+            "data_bytes": size,
+            "n": len(rows),
+        }
         for p in PERCENTILES:
             row[f"ttfb_p{p}_ms"] = _pct(ttfb, p)
         for p in PERCENTILES:
@@ -329,13 +475,18 @@ def summarize(store) -> list[dict]:
         prof = profiles.get(profile)
         if prof and row["server_flight_bytes"]:
             lp = _profile_from_json(prof)
-            response = max(0, row["bytes_received"] - row["server_flight_bytes"]
-                           - CLOSE_NOTIFY_BYTES)
+            response = max(
+                0, row["bytes_received"] - row["server_flight_bytes"] - CLOSE_NOTIFY_BYTES
+            )
             finish = max(0, med("record_bytes_sent") - row["client_hello_bytes"])
             m_ttfb, m_ttlb = ttlb_model.model(
-                lp, client_hello_bytes=row["client_hello_bytes"],
-                server_flight_bytes=row["server_flight_bytes"], client_finish_bytes=finish,
-                response_bytes=response, data_bytes=size)
+                lp,
+                client_hello_bytes=row["client_hello_bytes"],
+                server_flight_bytes=row["server_flight_bytes"],
+                client_finish_bytes=finish,
+                response_bytes=response,
+                data_bytes=size,
+            )
             row["model_ttfb_ms"] = m_ttfb * 1e3
             row["model_ttlb_ms"] = m_ttlb * 1e3
             row["ttlb_model_error_pct"] = (row["ttlb_p50_ms"] / row["model_ttlb_ms"] - 1) * 100
@@ -349,22 +500,37 @@ def _profile_from_json(d: dict) -> LinkProfile:
     from pqlab.net.profiles import Direction
 
     def direction(x: dict) -> Direction:
-        return Direction(delay_s=x["delay_ms"] / 1e3, jitter_s=x["jitter_ms"] / 1e3,
-                         dist=x["dist"], delay_corr_pct=x["delay_corr_pct"],
-                         loss_pct=x["loss_pct"], loss_corr_pct=x["loss_corr_pct"],
-                         rate_bps=x["rate_bps"], limit=x["limit"])
+        return Direction(
+            delay_s=x["delay_ms"] / 1e3,
+            jitter_s=x["jitter_ms"] / 1e3,
+            dist=x["dist"],
+            delay_corr_pct=x["delay_corr_pct"],
+            loss_pct=x["loss_pct"],
+            loss_corr_pct=x["loss_corr_pct"],
+            rate_bps=x["rate_bps"],
+            limit=x["limit"],
+        )
 
-    return LinkProfile(name=d["name"], c2s=direction(d["c2s"]), s2c=direction(d["s2c"]),
-                       initcwnd=d["initcwnd"], initrwnd=d["initrwnd"],
-                       congestion_control=d["congestion_control"], mtu=d["mtu"],
-                       spec=d.get("spec", ""))
+    return LinkProfile(
+        name=d["name"],
+        c2s=direction(d["c2s"]),
+        s2c=direction(d["s2c"]),
+        initcwnd=d["initcwnd"],
+        initrwnd=d["initrwnd"],
+        congestion_control=d["congestion_control"],
+        mtu=d["mtu"],
+        spec=d.get("spec", ""),
+    )
 
 
 def increases(summary: list[dict], baseline_group: str, baseline_chain: str) -> list[dict]:
     """Percentage increase of every other (group, chain) over the baseline, per profile,
     size and percentile, for TTFB and TTLB."""
-    base = {(r["profile"], r["data_bytes"]): r for r in summary
-            if r["group"] == baseline_group and r["chain"] == baseline_chain}
+    base = {
+        (r["profile"], r["data_bytes"]): r
+        for r in summary
+        if r["group"] == baseline_group and r["chain"] == baseline_chain
+    }
     out = []
     for r in summary:
         if (r["group"], r["chain"]) == (baseline_group, baseline_chain):
@@ -373,14 +539,20 @@ def increases(summary: list[dict], baseline_group: str, baseline_chain: str) -> 
         if not b:
             continue
         for p in PERCENTILES:
-            out.append({
-                "profile": r["profile"], "group": r["group"], "chain": r["chain"],
-                "baseline": f"{baseline_group} + {baseline_chain}",
-                "data_bytes": r["data_bytes"], "percentile": p,
-                "ttfb_increase_pct": (r[f"ttfb_p{p}_ms"] / b[f"ttfb_p{p}_ms"] - 1) * 100,
-                "ttlb_increase_pct": (r[f"ttlb_p{p}_ms"] / b[f"ttlb_p{p}_ms"] - 1) * 100,
-                "ttlb_baseline_ms": b[f"ttlb_p{p}_ms"], "ttlb_ms": r[f"ttlb_p{p}_ms"],
-            })
+            out.append(
+                {
+                    "profile": r["profile"],
+                    "group": r["group"],
+                    "chain": r["chain"],
+                    "baseline": f"{baseline_group} + {baseline_chain}",
+                    "data_bytes": r["data_bytes"],
+                    "percentile": p,
+                    "ttfb_increase_pct": (r[f"ttfb_p{p}_ms"] / b[f"ttfb_p{p}_ms"] - 1) * 100,
+                    "ttlb_increase_pct": (r[f"ttlb_p{p}_ms"] / b[f"ttlb_p{p}_ms"] - 1) * 100,
+                    "ttlb_baseline_ms": b[f"ttlb_p{p}_ms"],
+                    "ttlb_ms": r[f"ttlb_p{p}_ms"],
+                }
+            )
     return out
 
 
@@ -388,8 +560,9 @@ def baseline(store) -> tuple[str, str] | None:
     """The classical combination: the first group and chain of the run's command line
     (by default X25519 with an RSA-2048 chain)."""
     rows = store.query("SELECT params FROM cells WHERE experiment = 'ttlb' ORDER BY rowid")
-    meta = store.query("SELECT metadata FROM invocations WHERE experiment = 'ttlb' "
-                       "ORDER BY id LIMIT 1")
+    meta = store.query(
+        "SELECT metadata FROM invocations WHERE experiment = 'ttlb' ORDER BY id LIMIT 1"
+    )
     if meta:
         m = json.loads(meta[0]["metadata"])
         if m.get("ttlb_groups") and m.get("ttlb_chains"):
@@ -440,19 +613,41 @@ def export(store):
         "accuracy make it slightly positive; loss and jitter make it larger).</p>"
         "<p>The increase table compares every post-quantum combination with the classical "
         "one at the same profile, size and percentile: as in the document, the handshake's "
-        "extra kilobytes matter less as the response grows.</p>")
-    table_cols = ["profile", "shaper", "group", "chain", "data_bytes", "n", "ttfb_p50_ms",
-                  "ttfb_p75_ms", "ttfb_p90_ms", "ttlb_p50_ms", "ttlb_p75_ms", "ttlb_p90_ms",
-                  "retransmits_mean", "client_hello_bytes", "server_flight_bytes",
-                  "chain_der_bytes", "model_ttfb_ms", "model_ttlb_ms", "ttlb_model_error_pct"]
+        "extra kilobytes matter less as the response grows.</p>",
+    )
+    table_cols = [
+        "profile",
+        "shaper",
+        "group",
+        "chain",
+        "data_bytes",
+        "n",
+        "ttfb_p50_ms",
+        "ttfb_p75_ms",
+        "ttfb_p90_ms",
+        "ttlb_p50_ms",
+        "ttlb_p75_ms",
+        "ttlb_p90_ms",
+        "retransmits_mean",
+        "client_hello_bytes",
+        "server_flight_bytes",
+        "chain_der_bytes",
+        "model_ttfb_ms",
+        "model_ttlb_ms",
+        "ttlb_model_error_pct",
+    ]
     csv = _write_table(store, "ttlb", [{k: r[k] for k in table_cols} for r in summary])
     section.table(csv, "TTFB and TTLB percentiles per profile, group, chain and response size")
     base = baseline(store)
     inc = increases(summary, *base) if base else []
     if inc:
         csv = _write_table(store, "ttlb_increase", inc)
-        section.table(csv, f"Increase over the classical combination ({base[0]} + {base[1]}) "
-                      "per size and percentile", max_rows=90)
+        section.table(
+            csv,
+            f"Increase over the classical combination ({base[0]} + {base[1]}) "
+            "per size and percentile",
+            max_rows=90,
+        )
     _figures(store, summary, inc, base, section, figures)
     return section
 
@@ -462,8 +657,9 @@ def _figures(store, summary, inc, base, section, figures) -> None:
 
     profiles = sorted({r["profile"] for r in summary})
     combos = sorted({(r["group"], r["chain"]) for r in summary})
-    colors = {p: c for p, c in zip(PERCENTILES, ("tab:blue", "tab:orange", "tab:green"),
-                                   strict=True)}
+    colors = {
+        p: c for p, c in zip(PERCENTILES, ("tab:blue", "tab:orange", "tab:green"), strict=True)
+    }
     for profile in profiles:
         pq = sorted({(r["group"], r["chain"]) for r in inc if r["profile"] == profile})
         if pq:
@@ -471,47 +667,79 @@ def _figures(store, summary, inc, base, section, figures) -> None:
             fig, ax = plt.subplots(figsize=(6, 3.5))
             width = 0.8 / len(pq)
             for i, combo in enumerate(pq):
-                vals = [next((r["ttfb_increase_pct"] for r in inc
-                              if r["profile"] == profile and (r["group"], r["chain"]) == combo
-                              and r["percentile"] == p and r["data_bytes"] == min(
-                                  x["data_bytes"] for x in inc if x["profile"] == profile)),
-                             np.nan) for p in PERCENTILES]
+                vals = [
+                    next(
+                        (
+                            r["ttfb_increase_pct"]
+                            for r in inc
+                            if r["profile"] == profile
+                            and (r["group"], r["chain"]) == combo
+                            and r["percentile"] == p
+                            and r["data_bytes"]
+                            == min(x["data_bytes"] for x in inc if x["profile"] == profile)
+                        ),
+                        np.nan,
+                    )
+                    for p in PERCENTILES
+                ]
                 ax.bar(np.arange(3) + i * width, vals, width, label=" + ".join(combo))
-            ax.set_xticks(np.arange(3) + width * (len(pq) - 1) / 2,
-                          [f"p{p}" for p in PERCENTILES])
+            ax.set_xticks(np.arange(3) + width * (len(pq) - 1) / 2, [f"p{p}" for p in PERCENTILES])
             ax.set_ylabel("handshake time (TTFB) increase (%)")
             ax.set_title(f"{profile}: TTFB increase over {base[0]} + {base[1]}", fontsize=9)
             ax.legend(fontsize=7)
             png = figures.save(fig, store, f"ttlb_ttfb_increase_{figures.safe_name(profile)}")
-            section.figure(png, f"Handshake time increase per percentile ({profile}); "
-                           "cf. the document's figure 1")
+            section.figure(
+                png,
+                f"Handshake time increase per percentile ({profile}); cf. the document's figure 1",
+            )
             # Document figures 2-5: TTLB increase vs response size, one line per percentile.
             for combo in pq:
                 fig, ax = plt.subplots(figsize=(6, 3.5))
                 for p in PERCENTILES:
-                    pts = sorted((r["data_bytes"] / 1024, r["ttlb_increase_pct"]) for r in inc
-                                 if r["profile"] == profile and r["percentile"] == p
-                                 and (r["group"], r["chain"]) == combo)
-                    ax.plot([x for x, _ in pts], [y for _, y in pts], marker="o",
-                            color=colors[p], label=f"p{p}")
+                    pts = sorted(
+                        (r["data_bytes"] / 1024, r["ttlb_increase_pct"])
+                        for r in inc
+                        if r["profile"] == profile
+                        and r["percentile"] == p
+                        and (r["group"], r["chain"]) == combo
+                    )
+                    ax.plot(
+                        [x for x, _ in pts],
+                        [y for _, y in pts],
+                        marker="o",
+                        color=colors[p],
+                        label=f"p{p}",
+                    )
                 ax.axhline(0, color="grey", lw=0.6)
                 ax.set_xlabel("data sent by the server (KiB)")
                 ax.set_ylabel("TTLB increase (%)")
-                ax.set_title(f"{profile}: {' + '.join(combo)} vs {base[0]} + {base[1]}",
-                             fontsize=9)
+                ax.set_title(f"{profile}: {' + '.join(combo)} vs {base[0]} + {base[1]}", fontsize=9)
                 ax.legend(fontsize=7)
-                png = figures.save(fig, store, "ttlb_increase_" + figures.safe_name(
-                    f"{profile}_{combo[0]}_{combo[1]}"))
-                section.figure(png, f"TTLB increase by response size ({profile}, "
-                               f"{' + '.join(combo)}); cf. the document's figures 2-5")
+                png = figures.save(
+                    fig,
+                    store,
+                    "ttlb_increase_" + figures.safe_name(f"{profile}_{combo[0]}_{combo[1]}"),
+                )
+                section.figure(
+                    png,
+                    f"TTLB increase by response size ({profile}, "
+                    f"{' + '.join(combo)}); cf. the document's figures 2-5",
+                )
     # Document figure 6: CDF of TTLB at the largest size, one line per profile, per combo.
     raw = store.query("SELECT profile, grp, chain, data_bytes, ttlb_ns FROM ttlb_raw")
     largest = max(r["data_bytes"] for r in raw)
     for combo in combos:
         fig, ax = plt.subplots(figsize=(6, 3.5))
         for profile in profiles:
-            v = np.sort([r["ttlb_ns"] / 1e6 for r in raw if r["profile"] == profile
-                         and (r["grp"], r["chain"]) == combo and r["data_bytes"] == largest])
+            v = np.sort(
+                [
+                    r["ttlb_ns"] / 1e6
+                    for r in raw
+                    if r["profile"] == profile
+                    and (r["grp"], r["chain"]) == combo
+                    and r["data_bytes"] == largest
+                ]
+            )
             if len(v):
                 ax.step(v, np.arange(1, len(v) + 1) / len(v), where="post", label=profile)
         ax.set_xlabel(f"TTLB (ms), {largest / 1024:g} KiB from the server")
@@ -519,5 +747,8 @@ def _figures(store, summary, inc, base, section, figures) -> None:
         ax.set_title(" + ".join(combo), fontsize=9)
         ax.legend(fontsize=7)
         png = figures.save(fig, store, "ttlb_cdf_" + figures.safe_name("_".join(combo)))
-        section.figure(png, f"CDF of TTLB at {largest / 1024:g} KiB ({' + '.join(combo)}); "
-                       "cf. the document's figure 6")
+        section.figure(
+            png,
+            f"CDF of TTLB at {largest / 1024:g} KiB ({' + '.join(combo)}); "
+            "cf. the document's figure 6",
+        )

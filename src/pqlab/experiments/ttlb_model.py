@@ -48,8 +48,7 @@ def _segments(nbytes: int, mss: int) -> list[int]:
     return [mss] * full + ([rest] if rest else [])
 
 
-def _transfer(t0: float, nbytes: int, mss: int, sender: _Sender, fwd: _Pipe,
-              back: _Pipe) -> float:
+def _transfer(t0: float, nbytes: int, mss: int, sender: _Sender, fwd: _Pipe, back: _Pipe) -> float:
     """Send `nbytes` from t0 under the sender's window; return the last byte's arrival."""
     segs = _segments(nbytes, mss)
     if not segs:
@@ -70,8 +69,15 @@ def _transfer(t0: float, nbytes: int, mss: int, sender: _Sender, fwd: _Pipe,
     return last_arrival
 
 
-def model(profile: LinkProfile, *, client_hello_bytes: int, server_flight_bytes: int,
-          client_finish_bytes: int, response_bytes: int, data_bytes: int) -> tuple[float, float]:
+def model(
+    profile: LinkProfile,
+    *,
+    client_hello_bytes: int,
+    server_flight_bytes: int,
+    client_finish_bytes: int,
+    response_bytes: int,
+    data_bytes: int,
+) -> tuple[float, float]:
     """(TTFB, TTLB) in seconds from the connection's TCP payload byte counts."""
     mss = profile.mtu - TCP_IP_HEADERS
     c2s, s2c = _Pipe(profile.c2s), _Pipe(profile.s2c)

@@ -40,8 +40,14 @@ def tcp_info(sock: socket.socket) -> dict:
     """The TCP_INFO fields the checks use (struct tcp_info, include/uapi/linux/tcp.h)."""
     raw = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 104)
     u32 = struct.unpack_from("=24I", raw, 8)
-    return {"retransmits": raw[2], "rtt_us": u32[15], "rttvar_us": u32[16],
-            "snd_cwnd": u32[18], "snd_mss": u32[2], "total_retrans": u32[23]}
+    return {
+        "retransmits": raw[2],
+        "rtt_us": u32[15],
+        "rttvar_us": u32[16],
+        "snd_cwnd": u32[18],
+        "snd_mss": u32[2],
+        "total_retrans": u32[23],
+    }
 
 
 def udp_send(a) -> dict:
@@ -166,16 +172,26 @@ def tcp_sink(a) -> dict:
         samples.append((time.monotonic_ns(), total))
     info = tcp_info(c)
     c.close()
-    return {"t_connect_start": t0, "t_connected": t1, "received": total, "samples": samples,
-            "tcp_info": info}
+    return {
+        "t_connect_start": t0,
+        "t_connected": t1,
+        "received": total,
+        "samples": samples,
+        "tcp_info": info,
+    }
 
 
 def main(args: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m pqlab.net.probes")
     sub = p.add_subparsers(dest="cmd", required=True)
-    for name, fn in (("udp-send", udp_send), ("udp-sink", udp_sink), ("tcp-accept", tcp_accept),
-                     ("tcp-connect", tcp_connect), ("tcp-source", tcp_source),
-                     ("tcp-sink", tcp_sink)):
+    for name, fn in (
+        ("udp-send", udp_send),
+        ("udp-sink", udp_sink),
+        ("tcp-accept", tcp_accept),
+        ("tcp-connect", tcp_connect),
+        ("tcp-source", tcp_source),
+        ("tcp-sink", tcp_sink),
+    ):
         sp = sub.add_parser(name)
         sp.set_defaults(fn=fn)
         sp.add_argument("--timeout", type=float, default=60.0)

@@ -22,8 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pqlab.errors import UserError
-from pqlab.units import (parse_duration, parse_percent, parse_positive_int, parse_rate,
-                         split_list)
+from pqlab.units import parse_duration, parse_percent, parse_positive_int, parse_rate, split_list
 
 DISTRIBUTIONS = ("uniform", "normal", "pareto", "paretonormal")
 CONGESTION_CONTROLS = ("cubic", "reno", "bbr")
@@ -31,13 +30,25 @@ DEFAULT_LIMIT = 1000  # netem's default queue limit, packets
 
 # Keys that describe one direction of the link, and their aliases.
 _DIR_KEYS = {
-    "delay": "delay", "jitter": "jitter", "dist": "dist", "distribution": "dist",
-    "corr": "delay_corr", "delay_corr": "delay_corr", "loss": "loss",
-    "loss_corr": "loss_corr", "rate": "rate", "limit": "limit",
+    "delay": "delay",
+    "jitter": "jitter",
+    "dist": "dist",
+    "distribution": "dist",
+    "corr": "delay_corr",
+    "delay_corr": "delay_corr",
+    "loss": "loss",
+    "loss_corr": "loss_corr",
+    "rate": "rate",
+    "limit": "limit",
 }
 _HOST_KEYS = {
-    "rtt": "rtt", "initcwnd": "initcwnd", "initrwnd": "initrwnd", "cc": "cc",
-    "congestion_control": "cc", "mtu": "mtu", "name": "name",
+    "rtt": "rtt",
+    "initcwnd": "initcwnd",
+    "initrwnd": "initrwnd",
+    "cc": "cc",
+    "congestion_control": "cc",
+    "mtu": "mtu",
+    "name": "name",
 }
 ACCEPTED_KEYS = sorted({*_DIR_KEYS, *_HOST_KEYS} - {"name"})
 
@@ -91,10 +102,14 @@ class Direction:
 
     def describe(self) -> dict:
         return {
-            "delay_ms": self.delay_s * 1e3, "jitter_ms": self.jitter_s * 1e3,
-            "dist": self.dist, "delay_corr_pct": self.delay_corr_pct,
-            "loss_pct": self.loss_pct, "loss_corr_pct": self.loss_corr_pct,
-            "rate_bps": self.rate_bps, "limit": self.limit,
+            "delay_ms": self.delay_s * 1e3,
+            "jitter_ms": self.jitter_s * 1e3,
+            "dist": self.dist,
+            "delay_corr_pct": self.delay_corr_pct,
+            "loss_pct": self.loss_pct,
+            "loss_corr_pct": self.loss_corr_pct,
+            "rate_bps": self.rate_bps,
+            "limit": self.limit,
         }
 
 
@@ -129,21 +144,32 @@ class LinkProfile:
         """The hosts' TCP settings for `TwoHosts(tcp=...)` (pqlab.net.topology.TcpSettings)."""
         from pqlab.net.topology import TcpSettings
 
-        return TcpSettings(congestion_control=self.congestion_control,
-                           initcwnd=self.initcwnd, initrwnd=self.initrwnd)
+        return TcpSettings(
+            congestion_control=self.congestion_control,
+            initcwnd=self.initcwnd,
+            initrwnd=self.initrwnd,
+        )
 
     def linkem_config(self, seed: int = 1, overhead_bytes: int = 14) -> dict:
         """Config for the userspace emulator; side A is the client, B the server."""
-        return {"a_to_b": self.c2s.linkem_config(overhead_bytes),
-                "b_to_a": self.s2c.linkem_config(overhead_bytes), "seed": seed}
+        return {
+            "a_to_b": self.c2s.linkem_config(overhead_bytes),
+            "b_to_a": self.s2c.linkem_config(overhead_bytes),
+            "seed": seed,
+        }
 
     def describe(self) -> dict:
         """Everything that defines the link, for results and metadata."""
         return {
-            "name": self.name, "spec": self.spec, "rtt_ms": self.rtt_s * 1e3,
-            "c2s": self.c2s.describe(), "s2c": self.s2c.describe(),
-            "initcwnd": self.initcwnd, "initrwnd": self.initrwnd,
-            "congestion_control": self.congestion_control, "mtu": self.mtu,
+            "name": self.name,
+            "spec": self.spec,
+            "rtt_ms": self.rtt_s * 1e3,
+            "c2s": self.c2s.describe(),
+            "s2c": self.s2c.describe(),
+            "initcwnd": self.initcwnd,
+            "initrwnd": self.initrwnd,
+            "congestion_control": self.congestion_control,
+            "mtu": self.mtu,
         }
 
     def summary(self) -> str:
@@ -177,15 +203,19 @@ PRESETS: dict[str, tuple[str, str]] = {
     "lan": ("rtt=0.5ms,rate=1gbit", "a local network: 0.5 ms RTT, 1 Gbit/s"),
     "1gbps-35ms": ("rtt=35ms,rate=1gbit,initcwnd=20", "document figure 2: 1 Gbit/s, 35 ms"),
     "1mbps-35ms": ("rtt=35ms,rate=1mbit,initcwnd=20", "document figure 1: 1 Mbit/s, 35 ms"),
-    "1mbps-200ms": ("rtt=200ms,rate=1mbit,initcwnd=20",
-                    "document figure 3: 1 Mbit/s, 200 ms"),
-    "lossy-10pct": ("rtt=200ms,rate=1mbit,loss=10%,initcwnd=20",
-                    "document figure 4: 1 Mbit/s, 200 ms, 10% loss each way"),
-    "lossy-5pct-1gbps": ("rtt=35ms,rate=1gbit,loss=5%,initcwnd=20",
-                         "document figure 6: 1 Gbit/s, 35 ms, 5% loss each way"),
-    "pareto-35ms": ("rtt=35ms,rate=1gbit,jitter=8.75ms,dist=paretonormal,initcwnd=20",
-                    "document figure 5: 35 ms RTT with paretonormal jitter 35/4 ms each way, "
-                    "1 Gbit/s"),
+    "1mbps-200ms": ("rtt=200ms,rate=1mbit,initcwnd=20", "document figure 3: 1 Mbit/s, 200 ms"),
+    "lossy-10pct": (
+        "rtt=200ms,rate=1mbit,loss=10%,initcwnd=20",
+        "document figure 4: 1 Mbit/s, 200 ms, 10% loss each way",
+    ),
+    "lossy-5pct-1gbps": (
+        "rtt=35ms,rate=1gbit,loss=5%,initcwnd=20",
+        "document figure 6: 1 Gbit/s, 35 ms, 5% loss each way",
+    ),
+    "pareto-35ms": (
+        "rtt=35ms,rate=1gbit,jitter=8.75ms,dist=paretonormal,initcwnd=20",
+        "document figure 5: 35 ms RTT with paretonormal jitter 35/4 ms each way, 1 Gbit/s",
+    ),
 }
 
 
@@ -196,8 +226,10 @@ def preset_names() -> list[str]:
 def _unknown_key(key: str, where: str) -> UserError:
     close = difflib.get_close_matches(key, ACCEPTED_KEYS, n=3, cutoff=0.5)
     hint = f" (did you mean {', '.join(close)}?)" if close else ""
-    return UserError(f"unknown profile key {key!r} in {where}{hint}; accepted: "
-                     f"{', '.join(ACCEPTED_KEYS)} (prefix c2s. or s2c. for one direction)")
+    return UserError(
+        f"unknown profile key {key!r} in {where}{hint}; accepted: "
+        f"{', '.join(ACCEPTED_KEYS)} (prefix c2s. or s2c. for one direction)"
+    )
 
 
 def _apply(fields: dict, key: str, value, where: str) -> None:
@@ -207,8 +239,10 @@ def _apply(fields: dict, key: str, value, where: str) -> None:
     if "." in key:
         prefix, key = key.split(".", 1)
         if prefix not in ("c2s", "s2c"):
-            raise UserError(f"profile key {prefix + '.' + key!r} in {where}: the direction "
-                            "prefix must be c2s. (client to server) or s2c. (server to client)")
+            raise UserError(
+                f"profile key {prefix + '.' + key!r} in {where}: the direction "
+                "prefix must be c2s. (client to server) or s2c. (server to client)"
+            )
     if key in _HOST_KEYS and prefix is None:
         canon = _HOST_KEYS[key]
         if canon == "rtt":
@@ -217,8 +251,10 @@ def _apply(fields: dict, key: str, value, where: str) -> None:
             fields[canon] = parse_positive_int(text, f"{canon} in {where}")
         elif canon == "cc":
             if text not in CONGESTION_CONTROLS:
-                raise UserError(f"congestion control {text!r} in {where} is not one of "
-                                f"{', '.join(CONGESTION_CONTROLS)}")
+                raise UserError(
+                    f"congestion control {text!r} in {where} is not one of "
+                    f"{', '.join(CONGESTION_CONTROLS)}"
+                )
             fields["cc"] = text
         elif canon == "mtu":
             mtu = parse_positive_int(text, f"mtu in {where}", minimum=576)
@@ -236,8 +272,9 @@ def _apply(fields: dict, key: str, value, where: str) -> None:
         parsed = parse_duration(text, label)
     elif canon == "dist":
         if text not in DISTRIBUTIONS:
-            raise UserError(f"distribution {text!r} ({label}) is not one of "
-                            f"{', '.join(DISTRIBUTIONS)}")
+            raise UserError(
+                f"distribution {text!r} ({label}) is not one of {', '.join(DISTRIBUTIONS)}"
+            )
         parsed = text
     elif canon in ("loss", "delay_corr", "loss_corr"):
         parsed = parse_percent(text, label)
@@ -245,7 +282,7 @@ def _apply(fields: dict, key: str, value, where: str) -> None:
         parsed = None if text in ("none", "unlimited") else parse_rate(text, label)
     else:  # limit
         parsed = parse_positive_int(text, label)
-    for d in ((prefix,) if prefix else ("c2s", "s2c")):
+    for d in (prefix,) if prefix else ("c2s", "s2c"):
         fields.setdefault(d, {})[canon] = parsed
 
 
@@ -255,8 +292,10 @@ def _build(name: str, spec: str, fields: dict) -> LinkProfile:
     for d in ("c2s", "s2c"):
         f = fields.get(d, {})
         if "rtt" in fields and "delay" in f:
-            raise UserError(f"profile {where} gives both rtt and delay; give the round trip "
-                            "(rtt=, split evenly) or the one-way delay (delay=), not both")
+            raise UserError(
+                f"profile {where} gives both rtt and delay; give the round trip "
+                "(rtt=, split evenly) or the one-way delay (delay=), not both"
+            )
         delay = fields["rtt"] / 2 if "rtt" in fields else f.get("delay", 0.0)
         dist = f.get("dist", "uniform")
         jitter = f.get("jitter", 0.0)
@@ -264,21 +303,35 @@ def _build(name: str, spec: str, fields: dict) -> LinkProfile:
             raise UserError(f"profile {where}: dist={dist} needs a jitter (e.g. jitter=8.75ms)")
         if jitter > 2.1:
             raise UserError(f"profile {where}: jitter {jitter:g}s is above netem's 2.1 s")
-        dirs[d] = Direction(delay_s=delay, jitter_s=jitter, dist=dist,
-                            delay_corr_pct=f.get("delay_corr", 0.0),
-                            loss_pct=f.get("loss", 0.0), loss_corr_pct=f.get("loss_corr", 0.0),
-                            rate_bps=f.get("rate"), limit=f.get("limit", DEFAULT_LIMIT))
-    return LinkProfile(name=fields.get("name", name), c2s=dirs["c2s"], s2c=dirs["s2c"],
-                       initcwnd=fields.get("initcwnd"), initrwnd=fields.get("initrwnd"),
-                       congestion_control=fields.get("cc", "cubic"),
-                       mtu=fields.get("mtu", 1500), spec=spec)
+        dirs[d] = Direction(
+            delay_s=delay,
+            jitter_s=jitter,
+            dist=dist,
+            delay_corr_pct=f.get("delay_corr", 0.0),
+            loss_pct=f.get("loss", 0.0),
+            loss_corr_pct=f.get("loss_corr", 0.0),
+            rate_bps=f.get("rate"),
+            limit=f.get("limit", DEFAULT_LIMIT),
+        )
+    return LinkProfile(
+        name=fields.get("name", name),
+        c2s=dirs["c2s"],
+        s2c=dirs["s2c"],
+        initcwnd=fields.get("initcwnd"),
+        initrwnd=fields.get("initrwnd"),
+        congestion_control=fields.get("cc", "cubic"),
+        mtu=fields.get("mtu", 1500),
+        spec=spec,
+    )
 
 
 def _fields_from_text(text: str, fields: dict, where: str) -> None:
     for part in split_list(text):
         if "=" not in part:
-            raise UserError(f"{part!r} in profile {where} is not key=value (e.g. rtt=50ms); "
-                            f"keys: {', '.join(ACCEPTED_KEYS)}")
+            raise UserError(
+                f"{part!r} in profile {where} is not key=value (e.g. rtt=50ms); "
+                f"keys: {', '.join(ACCEPTED_KEYS)}"
+            )
         key, value = part.split("=", 1)
         _apply(fields, key.strip().lower(), value, where)
 
@@ -287,8 +340,11 @@ def parse_profile(text: str) -> LinkProfile:
     """A preset name, `key=value,...`, or a preset followed by overrides."""
     spec = str(text).strip()
     if not spec:
-        raise UserError("empty link profile; give a preset (" + ", ".join(PRESETS)
-                        + ") or key=value pairs like rtt=50ms,rate=1mbit")
+        raise UserError(
+            "empty link profile; give a preset ("
+            + ", ".join(PRESETS)
+            + ") or key=value pairs like rtt=50ms,rate=1mbit"
+        )
     parts = split_list(spec)
     fields: dict = {}
     name = spec
@@ -297,9 +353,11 @@ def parse_profile(text: str) -> LinkProfile:
         if preset not in PRESETS:
             close = difflib.get_close_matches(preset, list(PRESETS), n=3, cutoff=0.4)
             hint = f" (did you mean {', '.join(close)}?)" if close else ""
-            raise UserError(f"unknown link profile preset {parts[0]!r}{hint}; presets: "
-                            f"{', '.join(PRESETS)}; or give key=value pairs like "
-                            "rtt=50ms,rate=1mbit")
+            raise UserError(
+                f"unknown link profile preset {parts[0]!r}{hint}; presets: "
+                f"{', '.join(PRESETS)}; or give key=value pairs like "
+                "rtt=50ms,rate=1mbit"
+            )
         _fields_from_text(PRESETS[preset][0], fields, repr(preset))
         parts = parts[1:]
         name = spec if parts else preset
@@ -332,8 +390,7 @@ def _profile_from_table(table: dict, default_name: str, where: str) -> LinkProfi
         _apply(fields, str(key).lower(), _toml_value(value), where)
         if key != "name":
             spec_parts.append(f"{key}={value}")
-    name = fields.get("name") or (str(preset) if preset and len(spec_parts) == 1
-                                  else default_name)
+    name = fields.get("name") or (str(preset) if preset and len(spec_parts) == 1 else default_name)
     return _build(name, ",".join(spec_parts), fields)
 
 
@@ -370,8 +427,7 @@ def load_toml(path: str | Path) -> list[LinkProfile]:
     if data:
         out.append(_profile_from_table(data, path.stem, where))
     if not out:
-        raise UserError(f"{where} defines no profile (use top-level keys, [[profile]] or "
-                        "[grid])")
+        raise UserError(f"{where} defines no profile (use top-level keys, [[profile]] or [grid])")
     return out
 
 

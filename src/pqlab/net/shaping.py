@@ -64,16 +64,33 @@ def netem_available() -> tuple[bool, str]:
     if made.returncode != 0:
         return False, f"cannot create a namespace to probe netem: {made.stderr.strip()}"
     try:
-        probe = _run(["ip", "netns", "exec", ns, "tc", "qdisc", "add", "dev", "lo", "root",
-                      "netem", "delay", "1ms"])
+        probe = _run(
+            [
+                "ip",
+                "netns",
+                "exec",
+                ns,
+                "tc",
+                "qdisc",
+                "add",
+                "dev",
+                "lo",
+                "root",
+                "netem",
+                "delay",
+                "1ms",
+            ]
+        )
     finally:
         _run(["ip", "netns", "del", ns])
     if probe.returncode == 0:
         return True, "a netem qdisc could be added in a probe namespace"
     err = probe.stderr.strip().splitlines()
     reason = err[-1] if err else f"tc exited with {probe.returncode}"
-    return False, (f"the kernel refused a netem qdisc ({reason}); load it with "
-                   "'modprobe sch_netem' (on Ubuntu it is in linux-modules-extra-$(uname -r))")
+    return False, (
+        f"the kernel refused a netem qdisc ({reason}); load it with "
+        "'modprobe sch_netem' (on Ubuntu it is in linux-modules-extra-$(uname -r))"
+    )
 
 
 class NetemLink(VethLink):
@@ -89,9 +106,21 @@ class NetemLink(VethLink):
         """The tc commands, per side: each end's egress carries one direction."""
         out = []
         for side, direction in (("client", self.profile.c2s), ("server", self.profile.s2c)):
-            out.append(topo.exec_argv(side, ["tc", "qdisc", "replace", "dev",
-                                             topo.ifname(side), "root", "netem",
-                                             *direction.netem_args()]))
+            out.append(
+                topo.exec_argv(
+                    side,
+                    [
+                        "tc",
+                        "qdisc",
+                        "replace",
+                        "dev",
+                        topo.ifname(side),
+                        "root",
+                        "netem",
+                        *direction.netem_args(),
+                    ],
+                )
+            )
         return out
 
     def setup(self, topo) -> None:
@@ -109,15 +138,19 @@ class NetemLink(VethLink):
         """netem's own counters (sent, dropped, backlog) per side."""
         out = {}
         for side in SIDES:
-            proc = _run(topo.exec_argv(side, ["tc", "-s", "-j", "qdisc", "show", "dev",
-                                              topo.ifname(side)]))
+            proc = _run(
+                topo.exec_argv(side, ["tc", "-s", "-j", "qdisc", "show", "dev", topo.ifname(side)])
+            )
             with contextlib.suppress(ValueError):
                 out[side] = json.loads(proc.stdout or "[]")
         return out
 
     def describe(self) -> dict:
-        return {"kind": self.kind, "profile": self.profile.describe(),
-                "tc": [" ".join(c) for c in self.commands]}
+        return {
+            "kind": self.kind,
+            "profile": self.profile.describe(),
+            "tc": [" ".join(c) for c in self.commands],
+        }
 
 
 class UserspaceLink(Link):
@@ -129,8 +162,14 @@ class UserspaceLink(Link):
 
     kind = "userspace"
 
-    def __init__(self, profile: LinkProfile, seed: int = 1, spin_us: int | None = None,
-                 lateness_samples: int = 20000, rt_priority: int = DEFAULT_RT_PRIORITY):
+    def __init__(
+        self,
+        profile: LinkProfile,
+        seed: int = 1,
+        spin_us: int | None = None,
+        lateness_samples: int = 20000,
+        rt_priority: int = DEFAULT_RT_PRIORITY,
+    ):
         self.profile = profile
         self.rt_priority = rt_priority
         self.seed = seed
@@ -141,9 +180,17 @@ class UserspaceLink(Link):
         self.ready: dict = {}
 
     def engine_args(self, tun_a: str, tun_b: str) -> list[str]:
-        args = ["linkem", "--tun-a", tun_a, "--tun-b", tun_b,
-                "--config", json.dumps(self.profile.linkem_config(self.seed, ETHERNET_HEADER)),
-                "--lateness-samples", str(self.lateness_samples)]
+        args = [
+            "linkem",
+            "--tun-a",
+            tun_a,
+            "--tun-b",
+            tun_b,
+            "--config",
+            json.dumps(self.profile.linkem_config(self.seed, ETHERNET_HEADER)),
+            "--lateness-samples",
+            str(self.lateness_samples),
+        ]
         if self.rt_priority:
             args += ["--rt-priority", str(self.rt_priority)]
         if self.spin_us is not None:
@@ -152,17 +199,22 @@ class UserspaceLink(Link):
 
     def setup(self, topo) -> None:
         n = next(_tun_counter)
-        tmp = {"client": f"pqt{os.getpid() % 100000}-{n}a",
-               "server": f"pqt{os.getpid() % 100000}-{n}b"}
+        tmp = {
+            "client": f"pqt{os.getpid() % 100000}-{n}a",
+            "server": f"pqt{os.getpid() % 100000}-{n}b",
+        }
         argv = engine.command(self.engine_args(tmp["client"], tmp["server"]))
-        self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                     text=True)
+        self.proc = subprocess.Popen(
+            argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
         self.ready = self._first_record(timeout=10)
         for side in SIDES:
             ns, dev = topo.ns(side), topo.ifname(side)
-            for cmd in (["ip", "link", "set", "dev", tmp[side], "netns", ns],
-                        ["ip", "-n", ns, "link", "set", "dev", tmp[side], "name", dev],
-                        ["ip", "-n", ns, "link", "set", "dev", dev, "txqueuelen", "1000"]):
+            for cmd in (
+                ["ip", "link", "set", "dev", tmp[side], "netns", ns],
+                ["ip", "-n", ns, "link", "set", "dev", tmp[side], "name", dev],
+                ["ip", "-n", ns, "link", "set", "dev", dev, "txqueuelen", "1000"],
+            ):
                 proc = _run(cmd)
                 if proc.returncode != 0:
                     raise TopologyError(f"'{' '.join(cmd)}' failed: {proc.stderr.strip()}")
@@ -179,15 +231,21 @@ class UserspaceLink(Link):
                     line = self.proc.stdout.readline()
                     if not line:
                         break
-                    rec = engine.parse_line(line)
+                    try:
+                        rec = engine.parse_line(line)
+                    except EngineError as e:
+                        self._stop_engine()
+                        raise EngineError(f"the link emulator did not start: {e}") from None
                     if rec.get("type") == "linkem_ready":
                         return rec
         finally:
             sel.close()
         self._stop_engine()
         err = (self.proc.stderr.read() if self.proc.stderr else "").strip()
-        raise EngineError("the link emulator did not start: "
-                          + (err.splitlines()[-1] if err else "no ready record in 10 s"))
+        raise EngineError(
+            "the link emulator did not start: "
+            + (err.splitlines()[-1] if err else "no ready record in 10 s")
+        )
 
     def _stop_engine(self) -> str:
         if not self.proc:
@@ -218,12 +276,20 @@ class UserspaceLink(Link):
         return {names[s["direction"]]: s for s in self.stats}
 
     def describe(self) -> dict:
-        d = {"kind": self.kind, "profile": self.profile.describe(), "seed": self.seed,
-             "spin_us": self.ready.get("spin_us"), "rt_priority": self.ready.get("rt_priority"),
-             "rt_error": self.ready.get("rt_error"), "ethernet_overhead_bytes": ETHERNET_HEADER}
+        d = {
+            "kind": self.kind,
+            "profile": self.profile.describe(),
+            "seed": self.seed,
+            "spin_us": self.ready.get("spin_us"),
+            "rt_priority": self.ready.get("rt_priority"),
+            "rt_error": self.ready.get("rt_error"),
+            "ethernet_overhead_bytes": ETHERNET_HEADER,
+        }
         if self.stats:
-            d["stats"] = {k: {f: v for f, v in s.items() if f != "lateness_ns"}
-                          for k, s in self.direction_stats().items()}
+            d["stats"] = {
+                k: {f: v for f, v in s.items() if f != "lateness_ns"}
+                for k, s in self.direction_stats().items()
+            }
         return d
 
 
