@@ -448,6 +448,24 @@ def measure(
                         "value_ns": [r[3] for r in raw],
                     },
                 )
+            from pqlab.stats import Warning_
+
+            store.add_warnings(
+                EXPERIMENT,
+                cell,
+                [
+                    Warning_(
+                        "linktest-failed",
+                        f"linktest {profile.name} [{kind}]",
+                        f"{r['check_name']} {r['direction']}: measured {r['measured']:.3f} "
+                        f"{r['unit']}, accepted {r['low']:.3f}..{r['high']:.3f}",
+                        "numbers measured over this link do not mean what the profile "
+                        "says; see the note in tables/linktest.csv",
+                    )
+                    for r in results
+                    if not r["passed"]
+                ],
+            )
             store.insert_rows(
                 "linktest_profiles",
                 [

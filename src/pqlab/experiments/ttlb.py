@@ -403,6 +403,11 @@ def measure(
                             },
                         ):
                             store.insert("ttlb_raw", cols)
+                            store.add_warnings(
+                                EXPERIMENT,
+                                cell_id(profile, g, c, size),
+                                cell_warnings(profile, g.name, c.name, size, cols),
+                            )
                         if progress:
                             progress.advance()
                 finally:
@@ -416,6 +421,65 @@ def measure(
                 "UPDATE ttlb_profiles SET link_json = ? WHERE profile = ?",
                 [json.dumps({**link.describe(), "stats": stats}, default=str), profile.name],
             )
+
+
+def cell_warnings(profile: LinkProfile, group: str, chain: str, size: int, cols: dict):
+    """Warnings worth a user's attention, each with what to do."""
+    from pqlab.stats import Warning_
+
+    out = []
+    subject = f"ttlb {profile.name} {group} {chain} {size} B"
+    n = len(cols["idx"])
+    if n < 10:
+        out.append(
+            Warning_(
+                "few-samples",
+                subject,
+                f"percentiles from only {n} connections",
+                "use -n 20 or more (the document used 100s) for stable p75/p90",
+            )
+        )
+    lossless = not (
+        profile.c2s.loss_pct or profile.s2c.loss_pct or profile.c2s.jitter_s or profile.s2c.jitter_s
+    )
+    if lossless and n and cols["server_flight_bytes"][0]:
+
+        def med(k):
+            return int(np.median([v for v in cols[k] if v is not None] or [0]))
+
+        flight = med("server_flight_bytes")
+        _, model_ttlb = ttlb_model.model(
+            profile,
+            client_hello_bytes=med("client_hello_bytes"),
+            server_flight_bytes=flight,
+            client_finish_bytes=max(0, med("record_bytes_sent") - med("client_hello_bytes")),
+            response_bytes=max(0, med("record_bytes_received") - flight - CLOSE_NOTIFY_BYTES),
+            data_bytes=size,
+        )
+        measured = float(np.median(cols["ttlb_ns"])) / 1e9
+        error = measured / model_ttlb - 1 if model_ttlb > 0 else 0.0
+        if model_ttlb > 0.005 and abs(error) > 0.10:
+            out.append(
+                Warning_(
+                    "off-model",
+                    subject,
+                    f"median TTLB {measured * 1e3:.1f} ms is {error:+.0%} from the serialisation "
+                    f"model ({model_ttlb * 1e3:.1f} ms) on a link without loss or jitter",
+                    "check the link with 'pqlab linktest --profile ...'; a busy machine or a "
+                    "receive window smaller than initcwnd can cause this",
+                )
+            )
+    if sum(cols["retransmits"]) and lossless:
+        out.append(
+            Warning_(
+                "retransmissions",
+                subject,
+                f"{sum(cols['retransmits'])} TCP retransmissions on a link without configured loss",
+                "the queue limit overflowed or the emulator fell behind; raise limit= or check "
+                "with 'pqlab linktest'",
+            )
+        )
+    return out
 
 
 def _wait_servers(server: _Server, count: int) -> list[dict]:
