@@ -151,3 +151,11 @@ def test_toml_errors(tmp_path):
         load_toml(tmp_path / "missing.toml")
     with pytest.raises(UserError, match="unique"):
         load_profiles(["lan", "lan"])
+
+
+def test_limit_below_the_delay_line_warns():
+    (w1, w2) = parse_profile("rtt=35ms,rate=1gbit").warnings()
+    assert "limit=1000" in w1 and "raise limit=" in w1
+    assert parse_profile("rtt=35ms,rate=1gbit,limit=5000").warnings() == []
+    for name in PRESETS:  # the presets can carry their rate
+        assert parse_profile(name).warnings() == [], name

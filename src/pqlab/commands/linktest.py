@@ -65,6 +65,9 @@ def run(args) -> int:
     profiles = load_profiles(args.profile)
     probes = parse_positive_int(args.probes, "--probes", minimum=20)
     connects = parse_positive_int(args.connects, "--connects", minimum=3)
+    for p in profiles:
+        for text in p.warnings():
+            print(f"warning: {text}", file=sys.stderr)
     ok, why = privileges.can_admin_network()
     if not ok:
         from pqlab.errors import PrivilegeError
@@ -92,6 +95,7 @@ def run(args) -> int:
         body,
         extra_meta={
             "link_profiles": [p.describe() for p in profiles],
+            "profile_warnings": [w for p in profiles for w in p.warnings()],
             "shaper_requested": args.shaper,
         },
     )

@@ -103,6 +103,9 @@ def run(args) -> int:
     sizes = sorted(set(sizes))
     n = parse_positive_int(args.n, "-n")
     warmup = parse_positive_int(args.warmup, "--warmup", minimum=0)
+    for p in profiles:
+        for text in p.warnings():
+            print(f"warning: {text}", file=sys.stderr)
     ok, why = privileges.can_admin_network()
     if not ok:
         from pqlab.errors import PrivilegeError
@@ -133,6 +136,7 @@ def run(args) -> int:
             "ttlb_chains": chains,
             "ttlb_sizes": sizes,
             "link_profiles": [p.describe() for p in profiles],
+            "profile_warnings": [w for p in profiles for w in p.warnings()],
             "shaper_requested": args.shaper,
         },
     )

@@ -246,7 +246,9 @@ def check_rate(topo, profile: LinkProfile, seconds: float, raw: list) -> dict | 
     if not d.rate_bps or profile.c2s.loss_pct or profile.s2c.loss_pct:
         # With loss, TCP's recovery leaves the link idle: serialisation alone predicts nothing.
         return None
-    nbytes = int(min(max(d.rate_bps / 8 * seconds, 200_000), 50_000_000))
+    # Long enough that slow start (about log2(BDP / initcwnd) round trips) is a small part.
+    seconds = max(seconds, 30 * profile.rtt_s)
+    nbytes = int(min(max(d.rate_bps / 8 * seconds, 200_000), 200_000_000))
     port = PORT + 2
     srv, cli = _pair(
         topo,

@@ -172,6 +172,22 @@ class LinkProfile:
             "mtu": self.mtu,
         }
 
+    def warnings(self) -> list[str]:
+        """Things about this profile a user should know before trusting its numbers."""
+        out = []
+        for name, d in (("c2s", self.c2s), ("s2c", self.s2c)):
+            if not d.rate_bps:
+                continue
+            held = d.rate_bps * (d.delay_s + 4 * d.jitter_s) / ((self.mtu + 14) * 8)
+            if held > d.limit:
+                out.append(
+                    f"{self.name} {name}: at {_fmt_rate(d.rate_bps)} about {held:.0f} "
+                    f"full-size packets are in the delay line, above limit={d.limit}; netem "
+                    "counts them against the limit, so the link cannot carry its rate "
+                    f"(raise limit= above {int(held * 1.5)})"
+                )
+        return out
+
     def summary(self) -> str:
         """A short human description, e.g. 'RTT 50 ms, 1 Mbit/s, loss 1%'."""
         parts = [f"RTT {self.rtt_s * 1e3:g} ms"]
@@ -199,9 +215,15 @@ def _fmt_rate(bps: float) -> str:
 
 # The document's conditions (003): initcwnd 20 throughout; RTT split evenly between the two
 # directions; loss and jitter applied to each direction, as netem on both veth ends does.
+# netem's limit counts every packet it holds, including those still being delayed, so a
+# 1 Gbit/s link with 17.5 ms one way needs ~1450 packets just in flight: the gigabit presets
+# raise the limit from netem's default 1000 to 10000 so the link can carry its rate.
 PRESETS: dict[str, tuple[str, str]] = {
     "lan": ("rtt=0.5ms,rate=1gbit", "a local network: 0.5 ms RTT, 1 Gbit/s"),
-    "1gbps-35ms": ("rtt=35ms,rate=1gbit,initcwnd=20", "document figure 2: 1 Gbit/s, 35 ms"),
+    "1gbps-35ms": (
+        "rtt=35ms,rate=1gbit,limit=10000,initcwnd=20",
+        "document figure 2: 1 Gbit/s, 35 ms",
+    ),
     "1mbps-35ms": ("rtt=35ms,rate=1mbit,initcwnd=20", "document figure 1: 1 Mbit/s, 35 ms"),
     "1mbps-200ms": ("rtt=200ms,rate=1mbit,initcwnd=20", "document figure 3: 1 Mbit/s, 200 ms"),
     "lossy-10pct": (
@@ -209,11 +231,11 @@ PRESETS: dict[str, tuple[str, str]] = {
         "document figure 4: 1 Mbit/s, 200 ms, 10% loss each way",
     ),
     "lossy-5pct-1gbps": (
-        "rtt=35ms,rate=1gbit,loss=5%,initcwnd=20",
+        "rtt=35ms,rate=1gbit,loss=5%,limit=10000,initcwnd=20",
         "document figure 6: 1 Gbit/s, 35 ms, 5% loss each way",
     ),
     "pareto-35ms": (
-        "rtt=35ms,rate=1gbit,jitter=8.75ms,dist=paretonormal,initcwnd=20",
+        "rtt=35ms,rate=1gbit,jitter=8.75ms,dist=paretonormal,limit=10000,initcwnd=20",
         "document figure 5: 35 ms RTT with paretonormal jitter 35/4 ms each way, 1 Gbit/s",
     ),
 }
