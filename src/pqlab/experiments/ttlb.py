@@ -11,7 +11,9 @@ from __future__ import annotations
 import json
 import queue
 import re
+import subprocess
 import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -124,8 +126,6 @@ class _Server:
     """The engine's TLS server in the server namespace; records collected in a thread."""
 
     def __init__(self, topo, args: list[str]):
-        import subprocess
-
         self.proc = topo.popen(
             "server",
             engine.command(args),
@@ -488,8 +488,6 @@ def cell_warnings(profile: LinkProfile, group: str, chain: str, size: int, cols:
 
 
 def _wait_servers(server: _Server, count: int) -> list[dict]:
-    import time
-
     out: list[dict] = []
     deadline = time.monotonic() + 30
     while len(out) < count and time.monotonic() < deadline:
