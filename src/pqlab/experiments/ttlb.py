@@ -815,6 +815,10 @@ def _figures(store, summary, inc, base, section, figures) -> None:
             )
             if len(v):
                 ax.step(v, np.arange(1, len(v) + 1) / len(v), where="post", label=profile)
+        lows = [ln.get_xdata().min() for ln in ax.get_lines() if len(ln.get_xdata())]
+        highs = [ln.get_xdata().max() for ln in ax.get_lines() if len(ln.get_xdata())]
+        if lows and min(lows) > 0 and max(highs) / min(lows) > 20:
+            ax.set_xscale("log")  # profiles an order of magnitude apart (1 Gbit/s vs 1 Mbit/s)
         ax.set_xlabel(f"TTLB (ms), {largest / 1024:g} KiB from the server")
         ax.set_ylabel("CDF")
         ax.set_title(" + ".join(combo), fontsize=9)
