@@ -3,8 +3,8 @@
 import json
 
 import pytest
-from conftest import run_pqlab
 
+from conftest import run_pqlab
 from pqlab.commands.compare import _verdict
 
 

@@ -7,13 +7,13 @@ import csv
 import json
 
 import pytest
-from test_phases import PORT, Wire, small_handshake
 
 from pqlab import catalog, pcap
 from pqlab.errors import EngineError
 from pqlab.experiments import handshake as hs
 from pqlab.experiments import handshake_phases as hp
 from pqlab.store import RunStore
+from test_phases import PORT, Wire, small_handshake
 
 NAMES = {
     "ClientHello": "client_hello",

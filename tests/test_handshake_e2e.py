@@ -19,6 +19,7 @@ import time
 
 import duckdb
 import pytest
+
 from conftest import netns_list, pqlab_env, run_pqlab
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (network namespaces)")

@@ -10,9 +10,9 @@ import sys
 import time
 
 import pytest
+
 from conftest import needs_root, pqlab_env, run_pqlab
 from netleaks import nothing_left  # noqa: F401
-
 from pqlab.experiments import ttlb_model
 from pqlab.net.profiles import parse_profile
 
