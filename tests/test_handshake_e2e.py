@@ -336,3 +336,53 @@ def test_send_root_reproduces_table_9_of_the_document(tmp_path):
         ("ML-DSA-44", "ML-DSA-44"): 9,
     }
     assert got == {k: (v, v, "server+root") for k, v in table_9.items()}
+
+
+def test_engine_failure_mid_cell_leaves_nothing(tmp_path):
+    """The client fails after captures and server are up: one error line, exit 3, and
+    every namespace and process is gone."""
+    from pqlab import engine
+
+    real = engine.engine_path()
+    wrapper = tmp_path / "engine-wrapper"
+    wrapper.write_text(
+        "#!/bin/sh\n"
+        'if [ "$1" = tls ] && [ "$2" = client ]; then\n'
+        '  echo \'{"type":"error","message":"injected client failure"}\'; exit 2\n'
+        "fi\n"
+        f'exec {real} "$@"\n'
+    )
+    wrapper.chmod(0o755)
+    before = set(netns_list())
+    out = tmp_path / "E"
+    env = {**pqlab_env(), "PQLAB_ENGINE": str(wrapper)}
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pqlab",
+            "handshake",
+            "--groups",
+            "X25519",
+            "--server-sig",
+            "RSA-2048",
+            "--ca-sig",
+            "RSA-2048",
+            "-n",
+            "5",
+            "--port",
+            "4473",
+            "--out",
+            str(out),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 3, proc.stderr
+    assert "injected client failure" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert not leaked_namespaces(before)
+    assert not pqlab_processes(str(out))
+    assert not list(out.glob(".work/*"))
