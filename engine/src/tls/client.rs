@@ -2,7 +2,7 @@
 //! (chain and host name against the CA, group, signature scheme, version) and recorded.
 
 use super::common::{self, Recorder, SharedRecorder, Stamp, TlsOpts, Wire};
-use crate::out::{emit, Result};
+use crate::out::Result;
 use openssl::ssl::{
     ErrorCode, Ssl, SslConnector, SslContext, SslMethod, SslSessionCacheMode, SslStream,
     SslVerifyMode,
@@ -138,6 +138,7 @@ pub fn run(a: Args) -> Result<()> {
             "security_level": level,
         });
         let res = one(&ctx, &a, &target, &rec, &mut out);
+        let events;
         {
             let mut r = rec.borrow_mut();
             out["record_bytes_sent"] = json!(r.record_bytes[0]);
@@ -146,9 +147,11 @@ pub fn run(a: Args) -> Result<()> {
             out["bytes_received"] = json!(r.io_bytes[1]);
             out["records_sent"] = json!(r.records[0]);
             out["records_received"] = json!(r.records[1]);
-            if events_on {
-                out["events"] = Value::Array(r.take_events());
-            }
+            events = if events_on {
+                Some(r.take_events())
+            } else {
+                None
+            };
         }
         if let Err(e) = res {
             crate::bail!("connection {i} to {}: {}", target.addr, e.0);
@@ -171,7 +174,7 @@ pub fn run(a: Args) -> Result<()> {
                 crate::bail!("connection {i}: server signed with {got}, asked for {s}");
             }
         }
-        emit(&out);
+        common::emit_with_events(&out, events.as_deref());
         if a.gap_ms > 0 && i + 1 < total {
             std::thread::sleep(Duration::from_millis(a.gap_ms));
         }

@@ -91,8 +91,8 @@ struct Conn {
     t_accept: Stamp,
 }
 
-/// Serve one connection; returns the record to emit.
-fn serve_one(ctx: &SslContext, a: &Args, tcp: TcpStream, c: Conn, level: u32) -> Value {
+/// Serve one connection and emit its record.
+fn serve_one(ctx: &SslContext, a: &Args, tcp: TcpStream, c: Conn, level: u32) {
     let events_on = a.tls.events_on().unwrap_or(true);
     let rec: SharedRecorder = Rc::new(RefCell::new(Recorder {
         events_on,
@@ -111,14 +111,16 @@ fn serve_one(ctx: &SslContext, a: &Args, tcp: TcpStream, c: Conn, level: u32) ->
     out["bytes_received"] = json!(r.io_bytes[1]);
     out["records_sent"] = json!(r.records[0]);
     out["records_received"] = json!(r.records[1]);
-    if events_on {
-        out["events"] = Value::Array(r.take_events());
-    }
+    let events = if events_on {
+        Some(r.take_events())
+    } else {
+        None
+    };
     if let Err(e) = result {
         out["type"] = json!("connection_error");
         out["message"] = json!(e.0);
     }
-    out
+    common::emit_with_events(&out, events.as_deref());
 }
 
 fn handshake_and_respond(
@@ -222,8 +224,11 @@ fn handshake_and_respond(
     out["request_bytes"] = json!(request);
     out["app_bytes_sent"] = json!(sent_app);
     out["tcp_info"] = common::tcp_info(&stream.get_ref().tcp);
-    // close_notify; the peer may already have gone, which is not an error here.
-    let _ = stream.shutdown();
+    // close_notify both ways (bounded by --io-timeout); the peer may already have gone,
+    // which is not an error here.
+    if let Ok(openssl::ssl::ShutdownResult::Sent) = stream.shutdown() {
+        let _ = stream.shutdown();
+    }
     out["t_closed"] = json!(common::realtime_ns());
     Ok(())
 }
@@ -336,11 +341,11 @@ pub fn run(a: Args) -> Result<()> {
                 max_response_bytes: a.max_response_bytes,
             };
             threads.push(std::thread::spawn(move || {
-                emit(&serve_one(&ctx, &a2, tcp, c, level))
+                serve_one(&ctx, &a2, tcp, c, level)
             }));
             threads.retain(|t| !t.is_finished());
         } else {
-            emit(&serve_one(&ctx, &a, tcp, c, level));
+            serve_one(&ctx, &a, tcp, c, level);
         }
     }
     for t in threads {

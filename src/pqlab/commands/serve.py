@@ -176,7 +176,7 @@ def run(args) -> int:
                         flush=True,
                     )
         proc.wait()
-        if proc.returncode not in (0, -signal.SIGTERM):
+        if proc.returncode not in (0, -signal.SIGTERM, -signal.SIGINT):
             err = (proc.stderr.read() if proc.stderr else "").strip()
             raise EngineError(err.splitlines()[-1] if err else f"server exited {proc.returncode}")
     except KeyboardInterrupt:

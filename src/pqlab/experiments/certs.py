@@ -5,8 +5,11 @@ document's tables 14 and 15). `ensure_chain` gives other experiments a chain to 
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import re
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,7 +28,7 @@ CREATE TABLE IF NOT EXISTS certs_raw (
     root_public_key_der_bytes INTEGER, server_public_key_der_bytes INTEGER,
     root_signature_bytes INTEGER, server_cert_signature_bytes INTEGER,
     chain_certs INTEGER, chain_bytes INTEGER, chain_tls13_list_bytes INTEGER,
-    record JSON)
+    root_sha256 TEXT, record JSON)
 """
 
 
@@ -91,7 +94,8 @@ def ensure_chain(
     ca_alg: str | Algorithm, server_alg: str | Algorithm, directory: str | Path
 ) -> ChainPaths:
     """A root CA (`ca_alg`) and a server certificate (`server_alg`) under `directory`,
-    generated once and reused (cached in `<directory>/<ca>__<server>/`)."""
+    generated once and reused (cached in `<directory>/<ca>__<server>/`; one root per CA
+    algorithm in `<directory>/roots/<ca>/`, shared by every server certificate it signs)."""
     ca = ca_alg if isinstance(ca_alg, Algorithm) else catalog.resolve(ca_alg, "sig")
     srv = server_alg if isinstance(server_alg, Algorithm) else catalog.resolve(server_alg, "sig")
     d = Path(directory) / f"{_slug(ca.name)}__{_slug(srv.name)}"
@@ -106,22 +110,38 @@ def ensure_chain(
         record = json.loads(rec_path.read_text())
     else:
         d.mkdir(parents=True, exist_ok=True)
-        records = engine.run(
-            [
-                "tls",
-                "certs",
-                "--ca-alg",
-                key_spec(ca),
-                "--server-alg",
-                key_spec(srv),
-                "--out-dir",
-                str(d),
-            ],
-            timeout=600,
-        )
+        # One root per CA algorithm, shared by all its server certificates (as a real CA).
+        root_dir = Path(directory) / "roots" / _slug(ca.name)
+        argv = [
+            "tls",
+            "certs",
+            "--ca-alg",
+            key_spec(ca),
+            "--server-alg",
+            key_spec(srv),
+            "--out-dir",
+            str(d),
+        ]
+        if (root_dir / "root.crt.pem").exists() and (root_dir / "root.key.pem").exists():
+            argv += [
+                "--ca-cert",
+                str(root_dir / "root.crt.pem"),
+                "--ca-key",
+                str(root_dir / "root.key.pem"),
+            ]
+        records = engine.run(argv, timeout=600)
         record = next(r for r in records if r["type"] == "certs")
         record["ca_sig"] = ca.name
         record["server_sig"] = srv.name
+        if not (root_dir / "root.crt.pem").exists():
+            tmp_dir = root_dir.with_name(root_dir.name + f".tmp{os.getpid()}")
+            tmp_dir.mkdir(parents=True, exist_ok=True)
+            for name in ("root.crt.pem", "root.key.pem", "root.crt.der"):
+                shutil.copyfile(d / name, tmp_dir / name)
+            try:
+                tmp_dir.rename(root_dir)
+            except OSError:  # another process made it first; theirs is as good
+                shutil.rmtree(tmp_dir, ignore_errors=True)
         tmp = rec_path.with_suffix(".tmp")
         tmp.write_text(json.dumps(record, indent=1))
         tmp.replace(rec_path)
@@ -164,6 +184,9 @@ def measure(store, ca_sigs: list[Algorithm], server_sigs: list[Algorithm], progr
                             "chain_certs": r["chain_certs"],
                             "chain_bytes": r["chain_der_bytes"],
                             "chain_tls13_list_bytes": r["chain_tls13_list_bytes"],
+                            "root_sha256": hashlib.sha256(
+                                (chain.directory / "root.crt.der").read_bytes()
+                            ).hexdigest(),
                             "record": json.dumps(r),
                         }
                     ],
@@ -189,7 +212,7 @@ def export(store):
                max(root_der_bytes) AS root_der_bytes_max,
                CAST(median(root_public_key_der_bytes) AS INTEGER) AS public_key_der_bytes,
                CAST(median(root_signature_bytes) AS INTEGER) AS signature_bytes,
-               count(*) AS n_roots
+               count(DISTINCT root_sha256) AS n_roots
         FROM certs_raw GROUP BY ca_sig ORDER BY median(root_der_bytes), ca_sig""",
     )
     server_csv = store.export_table(
@@ -213,8 +236,9 @@ def export(store):
             "1.3 KB, an ML-DSA-44 CA signature about 2.4 KB. <b>chain_bytes</b> is what "
             "the server sends in its Certificate message (the server certificate; the root "
             "stays with the client); <b>chain_tls13_list_bytes</b> adds TLS 1.3's 5 bytes "
-            "of framing per certificate. ECDSA signatures vary by a byte or two between "
-            "certificates (DER integer encoding), hence the min/max columns.</p>"
+            "of framing per certificate. One root is made per CA algorithm and signs all "
+            "its server certificates. ECDSA signatures vary by a byte or two between "
+            "certificates (DER integer encoding).</p>"
         ),
     )
     s.table(root_csv, "Root certificate size per algorithm (DER bytes; document table 14)")
