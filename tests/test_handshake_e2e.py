@@ -386,3 +386,40 @@ def test_engine_failure_mid_cell_leaves_nothing(tmp_path):
     assert not leaked_namespaces(before)
     assert not pqlab_processes(str(out))
     assert not list(out.glob(".work/*"))
+
+
+def test_shaped_link_profile_shows_the_congestion_window_round_trip(tmp_path):
+    """Through --profile (the network-emulation module's shaped link, captured on its TUN
+    interfaces): a 10970-byte flight with initcwnd 4 must wait one round trip for ACKs."""
+    out = tmp_path / "P"
+    run_pqlab(
+        "handshake",
+        "--groups",
+        "X25519",
+        "--server-sig",
+        "ML-DSA-44",
+        "--ca-sig",
+        "ML-DSA-44",
+        "-n",
+        "10",
+        "--warmup",
+        "2",
+        "--send-root",
+        "--profile",
+        "rtt=10ms,rate=100mbit,initcwnd=4",
+        "--port",
+        "4474",
+        "--no-report",
+        "--out",
+        out,
+        check=True,
+        timeout=600,
+    )
+    con = duckdb.connect(str(out / "results.duckdb"), read_only=True)
+    stalls, sh_to_cert, hs_ns = con.execute(
+        "SELECT min(cwnd_stalls), min(sh_to_cert_ns), min(handshake_ns) FROM handshake_raw"
+    ).fetchone()
+    con.close()
+    assert stalls >= 1
+    assert sh_to_cert >= 8_000_000  # one 10 ms round trip (less the flight's own time)
+    assert hs_ns >= 30_000_000  # SYN, ClientHello and the stalled flight: 3 round trips
