@@ -21,13 +21,24 @@ from pqlab.store import RunStore
 
 # experiment -> (raw table, key columns, value expression, unit, what "lower" means)
 SPECS: dict[str, tuple[str, list[str], str, str, str]] = {
-    "primitives": ("primitive_samples", ["algorithm", "backend", "operation"], "ns / 1000.0",
-                   "us", "faster"),
+    "primitives": (
+        "primitive_samples",
+        ["algorithm", "backend", "operation"],
+        "ns / 1000.0",
+        "us",
+        "faster",
+    ),
 }
 
 
-def register_spec(experiment: str, table: str, keys: list[str], value_sql: str, unit: str,
-                  lower_is: str = "faster") -> None:
+def register_spec(
+    experiment: str,
+    table: str,
+    keys: list[str],
+    value_sql: str,
+    unit: str,
+    lower_is: str = "faster",
+) -> None:
     SPECS[experiment] = (table, keys, value_sql, unit, lower_is)
 
 
@@ -47,13 +58,16 @@ def metadata_changes(a: dict, b: dict) -> list[tuple[str, str, str]]:
     def pick(m):
         cpu, eng = m.get("cpu", {}), m.get("engine", {})
         return {
-            "CPU": cpu.get("model"), "governor": cpu.get("governor"),
-            "kernel": m.get("kernel"), "OpenSSL": eng.get("openssl", {}).get("version_text"),
+            "CPU": cpu.get("model"),
+            "governor": cpu.get("governor"),
+            "kernel": m.get("kernel"),
+            "OpenSSL": eng.get("openssl", {}).get("version_text"),
             "liboqs": eng.get("liboqs", {}).get("version"),
-            "pqlab": m.get("pqlab_commit"), "OPENSSL_ia32cap": m.get("env", {}).get(
-                "OPENSSL_ia32cap"),
+            "pqlab": m.get("pqlab_commit"),
+            "OPENSSL_ia32cap": m.get("env", {}).get("OPENSSL_ia32cap"),
             "congestion control": m.get("network", {}).get("congestion_control"),
         }
+
     pa, pb = pick(a), pick(b)
     return [(k, str(pa[k]), str(pb[k])) for k in pa if pa[k] != pb[k]]
 
@@ -70,18 +84,33 @@ def compare(run_a: Path, run_b: Path, level: float = 0.95) -> tuple[list[dict], 
                     continue
                 est, lo, hi = stats.bootstrap_ci(xa, xb, level=level, n_boot=1000)
                 significant = lo > 0 or hi < 0
-                rows.append({
-                    "experiment": experiment,
-                    "key": " / ".join(map(str, key)),
-                    "unit": unit,
-                    "median_a": float(np.median(xa)), "median_b": float(np.median(xb)),
-                    "n_a": len(xa), "n_b": len(xb),
-                    "change_pct": 100 * est, "ci_low_pct": 100 * lo, "ci_high_pct": 100 * hi,
-                    "verdict": ("not significant" if not significant else
-                                (lower_is if est < 0 else
-                                 {"faster": "slower", "smaller": "larger",
-                                  "higher": "lower"}.get(lower_is, "higher"))),
-                })
+                rows.append(
+                    {
+                        "experiment": experiment,
+                        "key": " / ".join(map(str, key)),
+                        "unit": unit,
+                        "median_a": float(np.median(xa)),
+                        "median_b": float(np.median(xb)),
+                        "n_a": len(xa),
+                        "n_b": len(xb),
+                        "change_pct": 100 * est,
+                        "ci_low_pct": 100 * lo,
+                        "ci_high_pct": 100 * hi,
+                        "verdict": (
+                            "not significant"
+                            if not significant
+                            else (
+                                lower_is
+                                if est < 0
+                                else {
+                                    "faster": "slower",
+                                    "smaller": "larger",
+                                    "higher": "lower",
+                                }.get(lower_is, "higher")
+                            )
+                        ),
+                    }
+                )
         return rows, metadata_changes(a.metadata(), b.metadata())
     finally:
         a.close()
@@ -109,12 +138,16 @@ def run(args) -> int:
         if not rows:
             raise UserError("the two runs have no measurement in common to compare")
         width = max(len(r["key"]) for r in rows)
-        print(f"{'experiment':<11} {'measurement':<{width}} {'A':>10} {'B':>10} "
-              f"{'change':>8} {'95% CI':>18}  verdict")
+        print(
+            f"{'experiment':<11} {'measurement':<{width}} {'A':>10} {'B':>10} "
+            f"{'change':>8} {'95% CI':>18}  verdict"
+        )
         for r in rows:
             ci = f"[{r['ci_low_pct']:+.1f}, {r['ci_high_pct']:+.1f}]%"
-            print(f"{r['experiment']:<11} {r['key']:<{width}} {r['median_a']:>10.4g} "
-                  f"{r['median_b']:>10.4g} {r['change_pct']:>+7.1f}% {ci:>18}  {r['verdict']}")
+            print(
+                f"{r['experiment']:<11} {r['key']:<{width}} {r['median_a']:>10.4g} "
+                f"{r['median_b']:>10.4g} {r['change_pct']:>+7.1f}% {ci:>18}  {r['verdict']}"
+            )
     if args.csv:
         with open(args.csv, "w", newline="") as f:
             w = csv.DictWriter(f, fieldnames=list(rows[0]) if rows else ["experiment"])

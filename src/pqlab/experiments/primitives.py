@@ -1,0 +1,505 @@
+"""Primitive operations: KEM / key-agreement / signature timings per (algorithm, backend).
+
+Measuring runs the engine's `kem` / `sig` subcommands (one cell per algorithm and backend)
+and stores every timed run in `primitive_samples`; `export()` recomputes every statistic
+from those raw samples (tables/primitives.csv, figures, report section), so
+`pqlab report RUN` rebuilds the same numbers at any time. See docs/primitives.md.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from dataclasses import dataclass
+
+import numpy as np
+
+from pqlab import catalog, engine, metadata, stats
+from pqlab.catalog import Algorithm
+from pqlab.errors import EngineError, UserError
+from pqlab.experiments import sizes as sizes_exp
+from pqlab.progress import CellProgress
+from pqlab.report import Section
+from pqlab.stats import Warning_
+from pqlab.store import RunStore
+
+EXPERIMENT = "primitives"
+
+SAMPLES_DDL = """
+CREATE TABLE IF NOT EXISTS primitive_samples (
+    algorithm TEXT, backend TEXT, operation TEXT, i INTEGER, ns BIGINT, cycles BIGINT,
+    dropped BOOLEAN)
+"""
+RUNS_DDL = """
+CREATE TABLE IF NOT EXISTS primitive_runs (
+    algorithm TEXT, backend TEXT, kind TEXT, operation TEXT, engine_args JSON,
+    iterations INTEGER, warmup INTEGER, max_seconds DOUBLE, timed_runs INTEGER,
+    kept INTEGER, warmup_runs INTEGER, budget_exhausted BOOLEAN, phase_seconds DOUBLE,
+    checks_passed BIGINT, negative_checks JSON)
+"""
+SUMMARY_DDL = """
+CREATE TABLE primitive_summary (
+    algorithm TEXT, backend TEXT, operation TEXT, n INTEGER, mean_us DOUBLE, sd_us DOUBLE,
+    q1_us DOUBLE, median_us DOUBLE, q3_us DOUBLE, robust_cv DOUBLE, min_us DOUBLE,
+    max_us DOUBLE, p90_us DOUBLE, p99_us DOUBLE, ops_per_s DOUBLE, median_cycles DOUBLE,
+    kind TEXT, family TEXT, nist_level INTEGER, budget_exhausted BOOLEAN)
+"""
+SUMMARY_COLUMNS = [
+    "algorithm",
+    "backend",
+    "operation",
+    "n",
+    "mean_us",
+    "sd_us",
+    "q1_us",
+    "median_us",
+    "q3_us",
+    "robust_cv",
+    "min_us",
+    "max_us",
+    "p90_us",
+    "p99_us",
+    "ops_per_s",
+]
+OPERATIONS = {
+    "kem": ("keygen", "encaps", "decaps"),
+    "kex": ("keygen", "public_key", "shared_secret"),
+    "sig": ("keygen", "sign", "verify"),
+}
+OP_ORDER = ["keygen", "encaps", "decaps", "public_key", "shared_secret", "sign", "verify"]
+
+# TLS group spellings the catalogue may carry in `openssl` for key agreements, mapped to the
+# EVP algorithm and group the engine expects (see docs/primitives.md, "engine arguments").
+_GROUP_ALIASES = {
+    "p256": ("EC", "P-256"),
+    "secp256r1": ("EC", "P-256"),
+    "prime256v1": ("EC", "P-256"),
+    "p384": ("EC", "P-384"),
+    "secp384r1": ("EC", "P-384"),
+    "p521": ("EC", "P-521"),
+    "secp521r1": ("EC", "P-521"),
+    "ffdhe2048": ("DH", "ffdhe2048"),
+    "ffdhe3072": ("DH", "ffdhe3072"),
+    "ffdhe4096": ("DH", "ffdhe4096"),
+}
+
+
+@dataclass(frozen=True)
+class Cell:
+    algorithm: Algorithm
+    backend: str
+
+    @property
+    def cell_id(self) -> str:
+        return f"{self.algorithm.name}|{self.backend}"
+
+    @property
+    def subcommand(self) -> str:
+        return "sig" if self.algorithm.kind == "sig" else "kem"
+
+    def engine_args(self) -> list[str]:
+        """The engine's arguments for this cell, from the catalogue entry."""
+        alg = self.algorithm
+        name = alg.backend_name(self.backend)
+        args = [self.subcommand, "--backend", self.backend]
+        if self.backend == "liboqs":
+            args += ["--alg", name]
+            oid = alg.key_oid or alg.oid
+            if oid:
+                args += ["--oid", oid]
+            return args
+        params = {k: _param_str(v) for k, v in (alg.params or {}).items()}
+        key = name.replace("-", "").replace("_", "").lower()
+        if alg.kind == "kex" and key in _GROUP_ALIASES:
+            name, group = _GROUP_ALIASES[key]
+            if "curve" not in params and "group" not in params:
+                params["group"] = group
+        args += ["--alg", name]
+        for k, v in sorted(params.items()):
+            args += ["--param", f"{k}={v}"]
+        return args
+
+
+def _param_str(v) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    return str(v)
+
+
+def _resolve(names: list[str], kind: str) -> list[Algorithm]:
+    """Catalogue lookup; the single name "all" means every algorithm of that kind."""
+    if [n.lower() for n in names] == ["all"]:
+        return catalog.all_algorithms(kind)
+    return catalog.resolve_list(names, kind)
+
+
+def select_cells(
+    kem_names: list[str], sig_names: list[str], backend: str
+) -> tuple[list[Cell], list[str]]:
+    """Resolve names (or the document-000 default set) to cells; every error before any work.
+
+    Explicitly named algorithms must be provided by the chosen backend; the default set is
+    filtered to what the backend provides; the names left out are returned with the cells.
+    """
+    if backend not in ("openssl", "liboqs", "all"):
+        raise UserError(f"--backend {backend!r} is not one of openssl, liboqs, all")
+    explicit = bool(kem_names or sig_names)
+    if explicit:
+        algs = _resolve(kem_names, "kem") + _resolve(sig_names, "sig")
+        # "all" asks for what the build provides: filter like the default set.
+        explicit = not any(
+            [n.lower() for n in names] == ["all"] for names in (kem_names, sig_names)
+        )
+    else:
+        algs = [a for a in catalog.all_algorithms() if "000" in a.documents]
+        if not algs:
+            raise UserError(
+                "the catalogue tags no algorithm with document 000; "
+                "name algorithms with --kem / --sig"
+            )
+    cells, skipped = [], []
+    for alg in algs:
+        provided = alg.backends
+        if backend == "all":
+            if not provided:
+                if explicit:
+                    raise UserError(f"{alg.name} is not provided by any backend of this build")
+                skipped.append(alg.name)
+                continue
+            cells += [Cell(alg, b) for b in provided]
+        elif backend in provided:
+            cells.append(Cell(alg, backend))
+        elif explicit:
+            raise UserError(
+                f"{alg.name} is not provided by backend {backend!r}; it is provided by "
+                f"{', '.join(provided) or 'no backend of this build'} (use --backend all)"
+            )
+        else:
+            skipped.append(alg.name)
+    if not cells:
+        raise UserError(f"no algorithm of the default set is provided by backend {backend!r}")
+    return cells, skipped
+
+
+def governor_warnings() -> list[Warning_]:
+    cpu = metadata.cpu_info()
+    gov = cpu.get("governor", "unavailable")
+    out = []
+    if gov not in ("performance", "unavailable"):
+        out.append(
+            Warning_(
+                "frequency-scaling",
+                "CPU",
+                f"frequency governor is '{gov}'",
+                "the clock speed changes under load and skews short timings; pin it with "
+                "'cpupower frequency-set -g performance' (or write 'performance' to "
+                "/sys/devices/system/cpu/cpu*/cpufreq/scaling_governor) and rerun",
+            )
+        )
+    if cpu.get("turbo") == "on":
+        out.append(
+            Warning_(
+                "turbo",
+                "CPU",
+                "turbo/boost is on",
+                "boost clocks depend on temperature and load; disable it for stable numbers "
+                "(intel_pstate/no_turbo=1 or cpufreq/boost=0), or compare only runs made together",
+            )
+        )
+    return out
+
+
+# --- measuring -------------------------------------------------------------------------
+
+
+def skipped_warnings(skipped: list[str], backend: str) -> list[Warning_]:
+    if not skipped:
+        return []
+    where = "no backend of this build" if backend == "all" else f"backend {backend!r}"
+    return [
+        Warning_(
+            "not-measured",
+            "default set",
+            f"{', '.join(skipped)} not measured: not provided by {where}",
+            "see 'pqlab algorithms' for what each backend provides",
+        )
+    ]
+
+
+def run_cells(
+    store: RunStore,
+    cells: list[Cell],
+    iterations: int,
+    warmup: int,
+    max_seconds: float | None,
+    skipped_warning: list[Warning_] = (),
+) -> None:
+    store.ensure_table(SAMPLES_DDL)
+    store.ensure_table(RUNS_DDL)
+    store.ensure_table(sizes_exp.SIZES_DDL)
+    done = store.cells_done(EXPERIMENT)
+    todo = [c for c in cells if c.cell_id not in done]
+    if "__machine__" not in done:
+        with store.cell(EXPERIMENT, "__machine__", {}):
+            store.add_warnings(
+                EXPERIMENT, "__machine__", governor_warnings() + list(skipped_warning)
+            )
+    with CellProgress("primitives", len(cells)) as progress:
+        progress.advance(len(cells) - len(todo))
+        for cell in todo:
+            progress.start(f"{cell.algorithm.name} ({cell.backend})")
+            measure_cell(store, cell, iterations, warmup, max_seconds)
+            progress.advance()
+
+
+def measure_cell(
+    store: RunStore, cell: Cell, iterations: int, warmup: int, max_seconds: float | None
+) -> None:
+    args = cell.engine_args() + ["--iterations", str(iterations), "--warmup", str(warmup)]
+    if max_seconds:
+        args += ["--max-seconds", f"{max_seconds:g}"]
+    samples: dict[str, list] = {k: [] for k in ("operation", "i", "ns", "cycles", "dropped")}
+    op_done, checks, size_rec = [], None, None
+    try:
+        for rec in engine.stream(args):
+            t = rec["type"]
+            if t == "sample":
+                samples["operation"].append(rec["op"])
+                samples["i"].append(rec["index"])
+                samples["ns"].append(rec["ns"])
+                samples["cycles"].append(rec.get("cycles"))
+                samples["dropped"].append(bool(rec["dropped"]))
+            elif t == "op_done":
+                op_done.append(rec)
+            elif t == "checks":
+                checks = rec
+            elif t == "sizes":
+                size_rec = rec
+    except EngineError as e:
+        raise EngineError(f"{cell.algorithm.name} ({cell.backend}): {e}") from None
+    if checks is None or size_rec is None or not op_done:
+        raise EngineError(
+            f"{cell.algorithm.name} ({cell.backend}): the engine's output is "
+            "incomplete (no checks/sizes record)"
+        )
+    n = len(samples["i"])
+    name, backend = cell.algorithm.name, cell.backend
+    warnings = []
+    for rec in op_done:
+        if rec["budget_exhausted"]:
+            warnings.append(
+                Warning_(
+                    "budget",
+                    f"{name} ({backend}) {rec['op']}",
+                    f"time budget reached after {rec['kept']} of {rec['requested']} samples",
+                    "raise --max-seconds for more samples of slow operations",
+                )
+            )
+    for op in OPERATIONS[cell.algorithm.kind]:
+        kept = [
+            ns
+            for o, ns, d in zip(
+                samples["operation"], samples["ns"], samples["dropped"], strict=True
+            )
+            if o == op and not d
+        ]
+        if kept:
+            warnings += stats.noise_warnings(f"{name} ({backend}) {op}", stats.summarize(kept))
+    with store.cell(EXPERIMENT, cell.cell_id, {"args": args}):
+        store.insert(
+            "primitive_samples", {"algorithm": [name] * n, "backend": [backend] * n, **samples}
+        )
+        store.insert_rows(
+            "primitive_runs",
+            [
+                {
+                    "algorithm": name,
+                    "backend": backend,
+                    "kind": cell.algorithm.kind,
+                    "operation": r["op"],
+                    "engine_args": json.dumps(args),
+                    "iterations": iterations,
+                    "warmup": warmup,
+                    "max_seconds": max_seconds,
+                    "timed_runs": r["timed_runs"],
+                    "kept": r["kept"],
+                    "warmup_runs": r["warmup_runs"],
+                    "budget_exhausted": r["budget_exhausted"],
+                    "phase_seconds": r["phase_seconds"],
+                    "checks_passed": checks["passed"],
+                    "negative_checks": json.dumps(checks["negative"]),
+                }
+                for r in op_done
+            ],
+        )
+        sizes_exp.store_sizes(store, EXPERIMENT, cell, size_rec)
+        store.add_warnings(EXPERIMENT, cell.cell_id, warnings)
+
+
+# --- export ----------------------------------------------------------------------------
+
+
+def _op_rank(op: str) -> int:
+    return OP_ORDER.index(op) if op in OP_ORDER else len(OP_ORDER)
+
+
+def summaries(store: RunStore) -> list[dict]:
+    """One row per (algorithm, backend, operation), computed from the kept raw samples."""
+    rows = store.query(
+        "SELECT algorithm, backend, operation, list(ns ORDER BY i) AS ns, "
+        "list(cycles ORDER BY i) AS cycles FROM primitive_samples WHERE NOT dropped "
+        "GROUP BY algorithm, backend, operation"
+    )
+    budget = {
+        (r["algorithm"], r["backend"], r["operation"]): r["b"]
+        for r in store.query(
+            "SELECT algorithm, backend, operation, bool_or(budget_exhausted) AS b "
+            "FROM primitive_runs GROUP BY ALL"
+        )
+    }
+    out = []
+    for r in rows:
+        us = np.asarray(r["ns"], dtype=float) / 1000.0
+        s = stats.summarize(us)
+        cyc = [c for c in r["cycles"] if c is not None]
+        try:
+            alg = catalog.resolve(r["algorithm"])
+            kind, family, level = alg.kind, alg.family, alg.nist_level
+        except UserError:
+            kind, family, level = None, None, None
+        out.append(
+            {
+                "algorithm": r["algorithm"],
+                "backend": r["backend"],
+                "operation": r["operation"],
+                "n": s["n"],
+                "mean_us": s["mean"],
+                "sd_us": s["sd"],
+                "q1_us": s["q1"],
+                "median_us": s["median"],
+                "q3_us": s["q3"],
+                "robust_cv": s["robust_cv"],
+                "min_us": s["min"],
+                "max_us": s["max"],
+                "p90_us": s["p90"],
+                "p99_us": s["p99"],
+                "ops_per_s": 1e6 / s["mean"] if s["mean"] > 0 else None,
+                "median_cycles": float(np.median(cyc)) if cyc else None,
+                "kind": kind,
+                "family": family,
+                "nist_level": level,
+                "budget_exhausted": bool(
+                    budget.get((r["algorithm"], r["backend"], r["operation"]))
+                ),
+                "_us": us,
+            }
+        )
+    order = {}
+    for r in store.query(
+        "SELECT cell_id, min(rowid) AS k FROM cells WHERE experiment = ? GROUP BY cell_id",
+        [EXPERIMENT],
+    ):
+        order[r["cell_id"]] = r["k"]
+    out.sort(
+        key=lambda r: (
+            order.get(f"{r['algorithm']}|{r['backend']}", 1 << 30),
+            r["algorithm"],
+            r["backend"],
+            _op_rank(r["operation"]),
+        )
+    )
+    return out
+
+
+def backend_ratios(rows: list[dict]) -> list[dict]:
+    """OpenSSL median / liboqs median for every algorithm and operation measured on both."""
+    by = {(r["algorithm"], r["operation"], r["backend"]): r for r in rows}
+    out = []
+    for (alg, op, backend), r in by.items():
+        other = by.get((alg, op, "liboqs"))
+        if backend == "openssl" and other:
+            out.append(
+                {
+                    "algorithm": alg,
+                    "operation": op,
+                    "openssl_median_us": r["median_us"],
+                    "liboqs_median_us": other["median_us"],
+                    "openssl_over_liboqs": r["median_us"] / other["median_us"],
+                }
+            )
+    out.sort(key=lambda x: (x["algorithm"], _op_rank(x["operation"])))
+    return out
+
+
+def export(store: RunStore) -> Section | None:
+    if not store.has_table("primitive_samples"):
+        return None
+    rows = summaries(store)
+    store.con.execute("DROP TABLE IF EXISTS primitive_summary")
+    store.con.execute(SUMMARY_DDL)
+    if rows:
+        store.insert_rows(
+            "primitive_summary", [{k: v for k, v in r.items() if k != "_us"} for r in rows]
+        )
+    cols = ", ".join(SUMMARY_COLUMNS + ["median_cycles", "kind", "budget_exhausted"])
+    csv_path = store.export_table(
+        "primitives", f"SELECT {cols} FROM primitive_summary ORDER BY rowid"
+    )
+    ratios = backend_ratios(rows)
+    store.con.execute("DROP TABLE IF EXISTS primitive_backend_ratios")
+    store.con.execute(
+        "CREATE TABLE primitive_backend_ratios (algorithm TEXT, operation TEXT, "
+        "openssl_median_us DOUBLE, liboqs_median_us DOUBLE, "
+        "openssl_over_liboqs DOUBLE)"
+    )
+    if ratios:
+        store.insert_rows("primitive_backend_ratios", ratios)
+    ratio_csv = store.export_table(
+        "primitive_backend_ratios", "SELECT * FROM primitive_backend_ratios ORDER BY rowid"
+    )
+
+    from pqlab.experiments import primitives_figures as figs
+
+    section = Section(
+        "Primitive operations",
+        intro=(
+            "<p>Time of each key generation, encapsulation and decapsulation (key agreements: "
+            "key generation, <i>public key</i> = exporting the key share and importing it as "
+            "the peer does, <i>shared secret</i> = derive), and of each key generation, "
+            "signature and verification, per algorithm and backend. Every timed operation "
+            "was checked (decapsulation returned the encapsulated secret, both sides derived "
+            "the same secret, every signature verified). Per operation the engine makes one "
+            "extra timed run first and drops it, as the documents did; <b>n</b> counts the kept "
+            "runs. Robust CV = IQR / median; above 10% the numbers are noisy. ops/s = 1 / mean. "
+            "Prefer medians for comparisons: means are pulled up by interrupts and, for RSA key "
+            "generation and ML-DSA signing, by the algorithms' own retry loops.</p>"
+        ),
+    )
+    section.table(csv_path, "Summary per algorithm, backend and operation (microseconds)")
+    if ratios:
+        items = "".join(
+            f"<li>{html.escape(r['algorithm'])} {html.escape(r['operation'])}: OpenSSL "
+            f"{r['openssl_median_us']:.1f} us, liboqs {r['liboqs_median_us']:.1f} us "
+            f"(<b>{_ratio_text(r['openssl_over_liboqs'])}</b>)</li>"
+            for r in ratios
+        )
+        section.text(
+            "<p><b>The same algorithm in two libraries.</b> OpenSSL and liboqs implement "
+            "ML-KEM and ML-DSA independently; liboqs uses AVX2 code where the CPU has it, "
+            "OpenSSL 3.5 portable C, so their times differ several-fold. Numbers for one "
+            "library do not carry over to the other.</p><ul>" + items + "</ul>"
+        )
+        section.table(ratio_csv, "Median time, OpenSSL / liboqs")
+    for png, caption in figs.draw_all(store, rows, ratios):
+        section.figure(png, caption)
+    if "sizes" not in store.experiments():
+        sizes_section = sizes_exp.export(store)
+        if sizes_section is not None:
+            section.blocks += sizes_section.blocks
+    return section
+
+
+def _ratio_text(r: float) -> str:
+    if r >= 1:
+        return f"OpenSSL {r:.1f}x slower"
+    return f"OpenSSL {1 / r:.1f}x faster"
