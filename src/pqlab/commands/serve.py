@@ -112,7 +112,7 @@ def run(args) -> int:
     group = catalog.resolve(args.group, "kem")
     sig = catalog.resolve(args.sig, "sig")
     ca = catalog.resolve(args.ca, "sig") if args.ca else sig
-    if not (group.tls_name or group.tls_group):
+    if not (group.openssl and group.tls_name):
         raise UserError(f"{group.name} is not a TLS key-exchange group in OpenSSL's TLS stack")
     if not certs.tls_supported(sig):
         raise UserError(f"{sig.name} has no TLS signature scheme in OpenSSL's TLS stack")
