@@ -11,6 +11,7 @@ from __future__ import annotations
 import csv
 import json
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -19,39 +20,67 @@ from pqlab import stats
 from pqlab.errors import UserError
 from pqlab.store import RunStore
 
-# experiment -> (raw table, key columns, value expression, unit, what "lower" means)
-SPECS: dict[str, tuple[str, list[str], str, str, str]] = {
-    "primitives": (
+
+@dataclass(frozen=True)
+class Spec:
+    """One comparable measurement: raw samples of `value_sql` from `table`, grouped by `keys`."""
+
+    table: str
+    keys: tuple[str, ...]
+    value_sql: str
+    unit: str
+    better: str = "lower"  # "lower" (times) or "higher" (throughput)
+    where: str = "TRUE"
+
+
+SPECS: dict[str, Spec] = {
+    "primitives": Spec(
         "primitive_samples",
-        ["algorithm", "backend", "operation"],
-        "ns / 1000.0",
+        ("algorithm", "backend", "operation"),
+        "ns / 1e3",
         "us",
-        "faster",
+        where="NOT coalesce(dropped, FALSE)",
+    ),
+    "handshake": Spec(
+        "handshake_raw", ("group", "server_sig", "ca_sig"), "handshake_ns / 1e6", "ms"
+    ),
+    "ttfb": Spec("ttlb_raw", ("profile", "grp", "chain", "data_bytes"), "ttfb_ns / 1e6", "ms"),
+    "ttlb": Spec("ttlb_raw", ("profile", "grp", "chain", "data_bytes"), "ttlb_ns / 1e6", "ms"),
+    "aead": Spec(
+        "aead_windows",
+        ("cipher", "aesni", "mode", "direction", "record_bytes"),
+        "bytes * 1e3 / ns",
+        "MB/s",
+        better="higher",
+        where="ns > 0",
+    ),
+    "tls12": Spec(
+        "tls12_handshakes", ("version", "kex", "cert"), "connect_to_handshake_ns / 1e6", "ms"
     ),
 }
 
 
-def register_spec(
-    experiment: str,
-    table: str,
-    keys: list[str],
-    value_sql: str,
-    unit: str,
-    lower_is: str = "faster",
-) -> None:
-    SPECS[experiment] = (table, keys, value_sql, unit, lower_is)
-
-
-def _samples(store: RunStore, table: str, keys: list[str], value_sql: str) -> dict:
-    if not store.has_table(table):
+def _samples(store: RunStore, spec: Spec) -> dict:
+    if not store.has_table(spec.table):
         return {}
-    cols = ", ".join(f'"{k}"' for k in keys)
-    rows = store.con.execute(f"SELECT {cols}, {value_sql} AS v FROM {table}").fetchall()
+    cols = ", ".join(f'"{k}"' for k in spec.keys)
+    rows = store.con.execute(
+        f"SELECT {cols}, {spec.value_sql} AS v FROM {spec.table} WHERE {spec.where}"
+    ).fetchall()
     out: dict[tuple, list[float]] = {}
     for row in rows:
         if row[-1] is not None:
             out.setdefault(tuple(row[:-1]), []).append(float(row[-1]))
     return {k: np.asarray(v) for k, v in out.items()}
+
+
+def _verdict(significant: bool, change: float, better: str, threshold: float = 0.02) -> str:
+    if not significant:
+        return "not significant"
+    if abs(change) < threshold:
+        return f"significant but under {threshold:.0%}"
+    improved = change < 0 if better == "lower" else change > 0
+    return "faster" if improved else "slower"
 
 
 def metadata_changes(a: dict, b: dict) -> list[tuple[str, str, str]]:
@@ -72,12 +101,14 @@ def metadata_changes(a: dict, b: dict) -> list[tuple[str, str, str]]:
     return [(k, str(pa[k]), str(pb[k])) for k in pa if pa[k] != pb[k]]
 
 
-def compare(run_a: Path, run_b: Path, level: float = 0.95) -> tuple[list[dict], list]:
+def compare(
+    run_a: Path, run_b: Path, level: float = 0.95, threshold: float = 0.02
+) -> tuple[list[dict], list]:
     a, b = RunStore.open(run_a), RunStore.open(run_b)
     try:
         rows = []
-        for experiment, (table, keys, value_sql, unit, lower_is) in SPECS.items():
-            sa, sb = (_samples(s, table, keys, value_sql) for s in (a, b))
+        for experiment, spec in SPECS.items():
+            sa, sb = (_samples(s, spec) for s in (a, b))
             for key in sorted(set(sa) & set(sb), key=str):
                 xa, xb = sa[key], sb[key]
                 if len(xa) < 2 or len(xb) < 2:
@@ -88,7 +119,7 @@ def compare(run_a: Path, run_b: Path, level: float = 0.95) -> tuple[list[dict], 
                     {
                         "experiment": experiment,
                         "key": " / ".join(map(str, key)),
-                        "unit": unit,
+                        "unit": spec.unit,
                         "median_a": float(np.median(xa)),
                         "median_b": float(np.median(xb)),
                         "n_a": len(xa),
@@ -96,19 +127,7 @@ def compare(run_a: Path, run_b: Path, level: float = 0.95) -> tuple[list[dict], 
                         "change_pct": 100 * est,
                         "ci_low_pct": 100 * lo,
                         "ci_high_pct": 100 * hi,
-                        "verdict": (
-                            "not significant"
-                            if not significant
-                            else (
-                                lower_is
-                                if est < 0
-                                else {
-                                    "faster": "slower",
-                                    "smaller": "larger",
-                                    "higher": "lower",
-                                }.get(lower_is, "higher")
-                            )
-                        ),
+                        "verdict": _verdict(significant, est, spec.better, threshold),
                     }
                 )
         return rows, metadata_changes(a.metadata(), b.metadata())
@@ -123,11 +142,21 @@ def register(sub) -> None:
     p.add_argument("run_b", metavar="RUN_B")
     p.add_argument("--csv", metavar="FILE", help="also write the comparison as CSV")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.add_argument(
+        "--threshold",
+        type=float,
+        default=2.0,
+        metavar="PCT",
+        help="changes smaller than this (percent) are reported as small even when "
+        "significant (default 2)",
+    )
     p.set_defaults(func=run)
 
 
 def run(args) -> int:
-    rows, changes = compare(Path(args.run_a), Path(args.run_b))
+    if not 0 <= args.threshold < 100:
+        raise UserError(f"--threshold {args.threshold!r} must be a percentage from 0 to 100")
+    rows, changes = compare(Path(args.run_a), Path(args.run_b), threshold=args.threshold / 100)
     if args.json:
         print(json.dumps({"rows": rows, "metadata_changes": changes}, indent=2))
     else:

@@ -493,17 +493,11 @@ def measure(
     return all_results
 
 
-def _has_table(store, name: str) -> bool:
-    # store.has_table leaves DuckDB 2.x with an unfinished result (fetchone), which makes
-    # the next relation query fail; query() fetches everything.
-    return bool(store.query("SELECT 1 FROM information_schema.tables WHERE table_name = ?", [name]))
-
-
 def export(store):
     from pqlab import figures
     from pqlab.report import Section
 
-    if not _has_table(store, "linktest"):
+    if not store.has_table("linktest"):
         return None
     section = Section(
         "Link physics checks",

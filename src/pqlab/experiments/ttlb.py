@@ -653,17 +653,11 @@ def _write_table(store, name: str, rows: list[dict]):
         store.con.unregister("_ttlb_tmp")
 
 
-def _has_table(store, name: str) -> bool:
-    # store.has_table leaves DuckDB 2.x with an unfinished result (fetchone), which makes
-    # the next relation query fail; query() fetches everything.
-    return bool(store.query("SELECT 1 FROM information_schema.tables WHERE table_name = ?", [name]))
-
-
 def export(store):
     from pqlab import figures
     from pqlab.report import Section
 
-    if not _has_table(store, "ttlb_raw"):
+    if not store.has_table("ttlb_raw"):
         return None
     summary = summarize(store)
     if not summary:
