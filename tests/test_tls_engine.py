@@ -357,3 +357,28 @@ def test_keylog_for_wireshark(ec_chain, tmp_path):
     } <= labels
     # One set per connection: two distinct client randoms.
     assert len({line.split()[1] for line in lines}) == 2
+
+
+@pytest.mark.parametrize("version", ["1.3", "1.2"])
+def test_nist_curve_names_are_checked_as_aliases(ec_chain, version):
+    # OpenSSL reports "secp384r1" for a group configured as "P-384": that is a match. In
+    # TLS 1.2 an ECDSA P-256 certificate also needs P-256 among the client's groups.
+    d, _ = ec_chain
+    extra = (
+        ["--tls-version", "1.2", "--ciphers", "ECDHE-ECDSA-AES128-GCM-SHA256"]
+        if version == "1.2"
+        else []
+    )
+    with Server(d, "--groups", "P-384", *extra, max_connections=1) as srv:
+        out = client(
+            srv.port,
+            d / "root.crt.pem",
+            "--groups",
+            "P-384:P-256",
+            "--expect-group",
+            "P-384",
+            *extra,
+        )
+    c = records(out.stdout)[0]
+    assert c["negotiated"]["group"] == "secp384r1"
+    assert c["negotiated"]["peer_tmp_key"] is None or c["negotiated"]["peer_tmp_key"]["bits"] == 384

@@ -65,8 +65,16 @@ fn single(list: &Option<String>) -> Option<String> {
     }
 }
 
+/// Compare names case- and punctuation-insensitively, with OpenSSL's aliases for the NIST
+/// curves (it reports "secp256r1" for a group configured as "P-256" or "prime256v1").
 fn norm(s: &str) -> String {
-    s.to_ascii_lowercase().replace(['-', '_'], "")
+    let n = s.to_ascii_lowercase().replace(['-', '_'], "");
+    match n.as_str() {
+        "p256" | "prime256v1" | "secp256r1" => "secp256r1".into(),
+        "p384" | "secp384r1" => "secp384r1".into(),
+        "p521" | "secp521r1" => "secp521r1".into(),
+        _ => n,
+    }
 }
 
 fn context(a: &Args) -> Result<(SslContext, u32)> {
@@ -312,4 +320,19 @@ fn one(
     let _ = stream.shutdown();
     out["t_closed"] = json!(common::realtime_ns());
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::norm;
+
+    #[test]
+    fn group_aliases_compare_equal() {
+        assert_eq!(norm("P-256"), norm("secp256r1"));
+        assert_eq!(norm("prime256v1"), norm("secp256r1"));
+        assert_eq!(norm("P-521"), norm("secp521r1"));
+        assert_eq!(norm("X25519MLKEM768"), norm("x25519mlkem768"));
+        assert_ne!(norm("P-256"), norm("P-384"));
+        assert_ne!(norm("X25519"), norm("X448"));
+    }
 }

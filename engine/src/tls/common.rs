@@ -492,9 +492,15 @@ pub fn tcp_info(tcp: &TcpStream) -> Value {
     if rc != 0 {
         return Value::Null;
     }
-    json!({
+    let mut v = json!({
+        "state": info.tcpi_state,
+        "ca_state": info.tcpi_ca_state,
         "retransmits": info.tcpi_retransmits,
+        "backoff": info.tcpi_backoff,
         "total_retrans": info.tcpi_total_retrans,
+        "lost": info.tcpi_lost,
+        "unacked": info.tcpi_unacked,
+        "reordering": info.tcpi_reordering,
         "snd_cwnd": info.tcpi_snd_cwnd,
         "snd_ssthresh": info.tcpi_snd_ssthresh,
         "snd_mss": info.tcpi_snd_mss,
@@ -503,15 +509,35 @@ pub fn tcp_info(tcp: &TcpStream) -> Value {
         "pmtu": info.tcpi_pmtu,
         "rtt_us": info.tcpi_rtt,
         "rttvar_us": info.tcpi_rttvar,
-        "min_rtt_us": info.tcpi_min_rtt,
-        "segs_out": info.tcpi_segs_out,
-        "segs_in": info.tcpi_segs_in,
-        "data_segs_out": info.tcpi_data_segs_out,
-        "data_segs_in": info.tcpi_data_segs_in,
-        "bytes_acked": info.tcpi_bytes_acked,
-        "bytes_received": info.tcpi_bytes_received,
+        "rto_us": info.tcpi_rto,
         "rcv_space": info.tcpi_rcv_space,
-    })
+    });
+    // Newer fields only when this kernel filled them in (it returns how much it wrote).
+    macro_rules! newer {
+        ($name:literal, $field:ident) => {
+            if std::mem::offset_of!(libc::tcp_info, $field) + std::mem::size_of_val(&info.$field)
+                <= len as usize
+            {
+                v[$name] = json!(info.$field);
+            }
+        };
+    }
+    newer!("min_rtt_us", tcpi_min_rtt);
+    newer!("segs_out", tcpi_segs_out);
+    newer!("segs_in", tcpi_segs_in);
+    newer!("data_segs_out", tcpi_data_segs_out);
+    newer!("data_segs_in", tcpi_data_segs_in);
+    newer!("bytes_acked", tcpi_bytes_acked);
+    newer!("bytes_received", tcpi_bytes_received);
+    newer!("delivery_rate", tcpi_delivery_rate);
+    newer!("busy_time_us", tcpi_busy_time);
+    newer!("rwnd_limited_us", tcpi_rwnd_limited);
+    newer!("sndbuf_limited_us", tcpi_sndbuf_limited);
+    newer!("delivered", tcpi_delivered);
+    newer!("bytes_sent", tcpi_bytes_sent);
+    newer!("bytes_retrans", tcpi_bytes_retrans);
+    newer!("snd_wnd", tcpi_snd_wnd);
+    v
 }
 
 /// The congestion control algorithm on this socket.

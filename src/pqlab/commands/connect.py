@@ -80,6 +80,8 @@ def run(args) -> int:
     warmup = units.parse_positive_int(args.warmup, "--warmup", minimum=0)
     group = catalog.resolve(args.group, "kem") if args.group else None
     sig = catalog.resolve(args.sig, "sig") if args.sig else None
+    if group is not None and not (group.openssl and group.tls_name):
+        raise UserError(f"{group.name} is not a TLS key-exchange group in OpenSSL's TLS stack")
     if sig is not None and not sig.tls_name:
         raise UserError(f"{sig.name} has no TLS signature scheme in OpenSSL's TLS stack")
     ca = args.ca or next((c for c in SYSTEM_CAS if os.path.exists(c)), None)

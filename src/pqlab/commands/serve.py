@@ -112,7 +112,7 @@ def run(args) -> int:
     group = catalog.resolve(args.group, "kem")
     sig = catalog.resolve(args.sig, "sig")
     ca = catalog.resolve(args.ca, "sig") if args.ca else sig
-    if not (group.tls_name or group.tls_group):
+    if not (group.openssl and group.tls_name):
         raise UserError(f"{group.name} is not a TLS key-exchange group in OpenSSL's TLS stack")
     if not certs.tls_supported(sig):
         raise UserError(f"{sig.name} has no TLS signature scheme in OpenSSL's TLS stack")
@@ -123,7 +123,19 @@ def run(args) -> int:
         tmp = tempfile.mkdtemp(prefix="pqlab-serve-")
         cert_dir = Path(tmp)
     proc = None
-    old_term = signal.signal(signal.SIGTERM, _on_term)
+    # Ctrl-C / SIGTERM stop the engine and let the read loop below end by itself: no
+    # exception that could land in the middle of the cleanup.
+    state: dict = {"proc": None, "stopped": False}
+
+    def on_stop(signum, frame):
+        state["stopped"] = True
+        running = state["proc"]
+        if running is None:
+            raise KeyboardInterrupt  # still making certificates: abandon that
+        if running.poll() is None:
+            running.terminate()
+
+    old_handlers = {s: signal.signal(s, on_stop) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         chain = certs.ensure_chain(ca, sig, cert_dir)
         argv = server_args(chain, group, sig, args.listen, args.port, args.tls_version)
@@ -135,6 +147,7 @@ def run(args) -> int:
         proc = subprocess.Popen(
             engine.command(argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
         )
+        state["proc"] = proc
         assert proc.stdout is not None
         for line in proc.stdout:
             if not line.strip():
@@ -176,6 +189,9 @@ def run(args) -> int:
                         flush=True,
                     )
         proc.wait()
+        if state["stopped"]:
+            print("stopped", file=sys.stderr)
+            return 0
         if proc.returncode not in (0, -signal.SIGTERM, -signal.SIGINT):
             err = (proc.stderr.read() if proc.stderr else "").strip()
             raise EngineError(err.splitlines()[-1] if err else f"server exited {proc.returncode}")
@@ -183,17 +199,10 @@ def run(args) -> int:
         print("stopped", file=sys.stderr)
         return 0
     finally:
-        # A second Ctrl-C (or the one the engine also got) must not cut the cleanup short.
-        old_int = signal.signal(signal.SIGINT, signal.SIG_IGN)
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
         _cleanup(proc, tmp)
-        signal.signal(signal.SIGINT, old_int)
-        signal.signal(signal.SIGTERM, old_term)
+        for sig, old in old_handlers.items():
+            signal.signal(sig, old)
     return 0
-
-
-def _on_term(signum, frame):
-    raise KeyboardInterrupt
 
 
 def _cleanup(proc, tmp) -> None:

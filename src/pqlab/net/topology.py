@@ -277,7 +277,8 @@ class TwoHosts:
 
     def run(self, side: str, argv: list[str], **kw) -> subprocess.CompletedProcess:
         """Run argv inside that side's namespace and wait (kw as subprocess.run)."""
-        kw.setdefault("capture_output", True)
+        if "stdout" not in kw and "stderr" not in kw:
+            kw.setdefault("capture_output", True)
         kw.setdefault("text", True)
         kw.setdefault("timeout", 600)
         return subprocess.run(self.exec_argv(side, argv), **kw)
