@@ -51,19 +51,14 @@ def env_with(mask: str | None) -> dict:
     return env
 
 
-def speed_kbytes(openssl: Path, alg: str, size: int, seconds: int, mask: str | None) -> float:
+def speed_kbytes(
+    openssl: Path, alg: str, size: int, seconds: int, mask: str | None, elapsed: bool
+) -> float:
+    """`openssl speed [-elapsed] -evp ALG -bytes SIZE` in 1000s of bytes per second."""
+    argv = [str(openssl), "speed", *(["-elapsed"] if elapsed else []), "-evp", alg]
+    argv += ["-bytes", str(size), "-seconds", str(seconds)]
     out = subprocess.run(
-        [
-            str(openssl),
-            "speed",
-            "-elapsed",
-            "-evp",
-            alg,
-            "-bytes",
-            str(size),
-            "-seconds",
-            str(seconds),
-        ],
+        argv,
         capture_output=True,
         text=True,
         env=env_with(mask),

@@ -10,8 +10,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import run_pqlab
 
+from conftest import run_pqlab
 from pqlab import catalog, engine
 
 

@@ -7,13 +7,13 @@ import csv
 import json
 
 import pytest
-from test_phases import PORT, Wire, small_handshake
 
 from pqlab import catalog, pcap
 from pqlab.errors import EngineError
 from pqlab.experiments import handshake as hs
 from pqlab.experiments import handshake_phases as hp
 from pqlab.store import RunStore
+from test_phases import PORT, Wire, small_handshake
 
 NAMES = {
     "ClientHello": "client_hello",
@@ -192,6 +192,12 @@ def test_export_builds_tables_and_figures_from_the_database(tmp_path):
         assert total == pytest.approx(0.6)
     assert (tables / "handshake_client_processing.csv").exists()
     assert (tables / "handshake_message_sizes.csv").exists()
+    with open(tables / "handshake_server_segments.csv") as f:
+        seg = list(csv.reader(f))
+    assert seg == [
+        ["group", "CA RSA-2048 / server RSA-2048", "CA RSA-2048 / server ML-DSA-44"],
+        ["X25519", "3", "3"],
+    ]
     figs = [b for b in section.blocks if b[0] == "figure"]
     assert figs and all(b[1].exists() for b in figs)
     store.close()

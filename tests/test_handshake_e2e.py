@@ -19,6 +19,7 @@ import time
 
 import duckdb
 import pytest
+
 from conftest import netns_list, pqlab_env, run_pqlab
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (network namespaces)")
@@ -336,3 +337,90 @@ def test_send_root_reproduces_table_9_of_the_document(tmp_path):
         ("ML-DSA-44", "ML-DSA-44"): 9,
     }
     assert got == {k: (v, v, "server+root") for k, v in table_9.items()}
+
+
+def test_engine_failure_mid_cell_leaves_nothing(tmp_path):
+    """The client fails after captures and server are up: one error line, exit 3, and
+    every namespace and process is gone."""
+    from pqlab import engine
+
+    real = engine.engine_path()
+    wrapper = tmp_path / "engine-wrapper"
+    wrapper.write_text(
+        "#!/bin/sh\n"
+        'if [ "$1" = tls ] && [ "$2" = client ]; then\n'
+        '  echo \'{"type":"error","message":"injected client failure"}\'; exit 2\n'
+        "fi\n"
+        f'exec {real} "$@"\n'
+    )
+    wrapper.chmod(0o755)
+    before = set(netns_list())
+    out = tmp_path / "E"
+    env = {**pqlab_env(), "PQLAB_ENGINE": str(wrapper)}
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pqlab",
+            "handshake",
+            "--groups",
+            "X25519",
+            "--server-sig",
+            "RSA-2048",
+            "--ca-sig",
+            "RSA-2048",
+            "-n",
+            "5",
+            "--port",
+            "4473",
+            "--out",
+            str(out),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 3, proc.stderr
+    assert "injected client failure" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert not leaked_namespaces(before)
+    assert not pqlab_processes(str(out))
+    assert not list(out.glob(".work/*"))
+
+
+def test_shaped_link_profile_shows_the_congestion_window_round_trip(tmp_path):
+    """Through --profile (the network-emulation module's shaped link, captured on its TUN
+    interfaces): a 10970-byte flight with initcwnd 4 must wait one round trip for ACKs."""
+    out = tmp_path / "P"
+    run_pqlab(
+        "handshake",
+        "--groups",
+        "X25519",
+        "--server-sig",
+        "ML-DSA-44",
+        "--ca-sig",
+        "ML-DSA-44",
+        "-n",
+        "10",
+        "--warmup",
+        "2",
+        "--send-root",
+        "--profile",
+        "rtt=10ms,rate=100mbit,initcwnd=4",
+        "--port",
+        "4474",
+        "--no-report",
+        "--out",
+        out,
+        check=True,
+        timeout=600,
+    )
+    con = duckdb.connect(str(out / "results.duckdb"), read_only=True)
+    stalls, sh_to_cert, hs_ns = con.execute(
+        "SELECT min(cwnd_stalls), min(sh_to_cert_ns), min(handshake_ns) FROM handshake_raw"
+    ).fetchone()
+    con.close()
+    assert stalls >= 1
+    assert sh_to_cert >= 8_000_000  # one 10 ms round trip (less the flight's own time)
+    assert hs_ns >= 30_000_000  # SYN, ClientHello and the stalled flight: 3 round trips

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
 from conftest import needs_root
 from netleaks import my_tuns, nothing_left  # noqa: F401
-
 from pqlab import engine
 from pqlab.experiments import linktest
 from pqlab.net.profiles import parse_profile

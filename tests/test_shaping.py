@@ -7,9 +7,9 @@ import subprocess
 from types import SimpleNamespace
 
 import pytest
+
 from conftest import needs_root
 from netleaks import my_tuns, nothing_left  # noqa: F401
-
 from pqlab.errors import UserError
 from pqlab.net import shaping
 from pqlab.net.profiles import parse_profile

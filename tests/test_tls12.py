@@ -144,3 +144,33 @@ def test_bad_input_is_one_clear_line(tmp_path, capsys, argv, needle):
     assert err.startswith("error:") and needle in err
     assert len(err.splitlines()) == 1
     assert not (tmp_path / "run").exists()
+
+
+@needs_net
+def test_link_profile_is_applied(tmp_path):
+    # A lower bound from physics, not a speed assertion: TCP connect plus a TLS 1.3
+    # handshake take two round trips, so with rtt=10ms no sample can be under 20 ms.
+    out = tmp_path / "run"
+    rc = cli.main(
+        [
+            "tls12",
+            "-n",
+            "3",
+            "--warmup",
+            "0",
+            "--versions",
+            "1.3",
+            "--kex",
+            "ECDHE-X25519",
+            "--certs",
+            "ECDSA-P-256",
+            "--profile",
+            "rtt=10ms",
+            "--out",
+            str(out),
+        ]
+    )
+    assert rc == 0
+    row = _rows(out / "tables" / "tls12.csv")[0]
+    assert row["profile"] != "none"
+    assert float(row["median_ms"]) >= 20.0

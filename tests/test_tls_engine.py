@@ -6,6 +6,7 @@ from __future__ import annotations
 import subprocess
 
 import pytest
+
 from tls_helpers import Server, client, make_chain, openssl_bin, records
 
 

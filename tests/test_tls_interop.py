@@ -11,11 +11,11 @@ import sys
 import time
 
 import pytest
-from conftest import pqlab_env, run_pqlab
-from tls_helpers import free_port, openssl_bin
 
+from conftest import pqlab_env, run_pqlab
 from pqlab import catalog
 from pqlab.errors import UserError
+from tls_helpers import free_port, openssl_bin
 
 
 def _need(name: str, kind: str):

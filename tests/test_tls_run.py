@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import pytest
-from conftest import needs_root
-from tls_helpers import make_chain
 
+from conftest import needs_root
 from pqlab.errors import EngineError
 from pqlab.net.tlsrun import EngineServer, run_client
+from tls_helpers import make_chain
 
 
 @pytest.fixture(scope="module")

@@ -11,6 +11,7 @@ import sys
 import time
 
 import pytest
+
 from conftest import needs_root, netns_list, pqlab_env
 from tls_helpers import engine_bin, make_chain
 

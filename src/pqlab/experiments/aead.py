@@ -424,7 +424,7 @@ def _figures(store, section: Section) -> None:
             ax.set_xlabel("record size (bytes)")
             ax.set_title(f"AES-NI {aesni}" + (f" ({mask} mask)" if aesni == "off" else ""))
         axes[0][0].set_ylabel("MB per CPU-second (10^6 bytes/s)")
-        axes[0][-1].legend(fontsize=7, loc="lower right")
+        axes[0][-1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0))
         fig.suptitle(f"{direction}, {mode} mode")
         png = figures.save(fig, store, f"aead_{mode}_{direction}")
         section.figure(

@@ -828,6 +828,33 @@ def export(store):
         FROM handshake_raw t {ORDER_JOIN}
         GROUP BY t."group", t.server_sig, og.pos, os.pos ORDER BY og.pos, os.pos""",
     )
+    pairs = store.query(
+        "SELECT DISTINCT ca_sig, server_sig, oc.pos AS cp, os.pos AS sp FROM handshake_raw "
+        "JOIN hs_order oc ON oc.name = ca_sig JOIN hs_order os ON os.name = server_sig "
+        "ORDER BY cp, sp"
+    )
+
+    def q(text: str) -> str:
+        return text.replace("'", "''")
+
+    seg_pivot = ", ".join(
+        f"median(CASE WHEN t.ca_sig = '{q(r['ca_sig'])}' AND t.server_sig = "
+        f"'{q(r['server_sig'])}' THEN server_flight_segments END) AS "
+        f'"CA {r["ca_sig"]} / server {r["server_sig"]}"'
+        for r in pairs
+    )
+    segments = store.export_table(
+        "handshake_server_segments",
+        f"""
+        SELECT t."group", {seg_pivot}
+        FROM handshake_raw t {ORDER_JOIN}
+        GROUP BY t."group", og.pos ORDER BY og.pos""",
+    )
+    section.table(
+        segments,
+        "TCP segments the server sent from ServerHello through Finished (median), as table "
+        "9 of the document: rows key exchange, columns CA / server signer",
+    )
     section.table(
         summary,
         "Per cell: handshake time (SYN sent to the server's Finished "
