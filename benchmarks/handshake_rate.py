@@ -43,6 +43,12 @@ def openssl_bin() -> str:
     sys.exit("error: build/openssl/bin/openssl missing; run scripts/build-openssl-cli.sh")
 
 
+def opt_level(flags: str) -> str:
+    """The optimisation level in force: the last -O flag on the compiler line."""
+    levels = re.findall(r"(?<!\S)-O\w*", flags)
+    return levels[-1] if levels else "-O?"
+
+
 def free_port() -> int:
     import socket
 
@@ -326,6 +332,14 @@ def main() -> int:
             [ossl, "version", "-f"], capture_output=True, text=True
         ).stdout.strip()
         print(f"engine's OpenSSL:   {eng_flags}\nreference openssl:  {ref_flags} ({ossl})")
+        if opt_level(eng_flags) != opt_level(ref_flags):
+            print(
+                f"warning: the engine's OpenSSL is built with {opt_level(eng_flags)}, the "
+                f"reference with {opt_level(ref_flags)}: library speed differs (~10% on "
+                "ML-KEM/ML-DSA), not just the loops; for a like-for-like comparison build "
+                "the reference with the crate's flags (Configure ... -O2 -ffunction-sections "
+                "-fdata-sections -march=x86-64) and point PQLAB_OPENSSL at it"
+            )
         got = check_openssl_group(ossl, work, args.group, conf)
         print(
             f"group {args.group}, server {args.server_alg} under a {args.ca_alg} root; "
