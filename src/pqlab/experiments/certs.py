@@ -198,10 +198,7 @@ def measure(store, ca_sigs: list[Algorithm], server_sigs: list[Algorithm], progr
 def export(store):
     from pqlab.report import Section
 
-    # (store.has_table leaves a result open under DuckDB 2.0; query() fetches it all.)
-    if not store.query(
-        "SELECT count(*) AS n FROM information_schema.tables WHERE table_name = 'certs_raw'"
-    )[0]["n"]:
+    if not store.has_table("certs_raw"):
         return None
     root_csv = store.export_table(
         "certs_root",
