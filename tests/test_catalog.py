@@ -116,7 +116,7 @@ def test_classical_sizes_follow_from_the_parameters():
             n = {"P-256": 32, "P-384": 48, "P-521": 66}[a.params["curve"]]
             assert a.sizes["public_key"] == 2 * n + 1 and a.sizes["secret_key"] == n, a.name
             assert a.sizes.get("signature", 2 * n) == 2 * n, a.name
-        if a.family == "RSA":
+        if a.family == "RSA" and a.kind == "sig":
             assert a.sizes == {"public_key": a.params["bits"] // 8,
                                "signature": a.params["bits"] // 8}, a.name  # fmt: skip
         if a.family == "FFDH" and a.name.startswith("FFDHE"):
@@ -285,3 +285,38 @@ def test_backend_name_explains_a_missing_backend():
     assert catalog.resolve("ML-KEM-768").backend_name("liboqs") == "ML-KEM-768"
     with pytest.raises(UserError, match="provided by openssl"):
         catalog.resolve("X25519").backend_name("liboqs")
+
+
+def test_code_points_do_not_collide():
+    """One code point per group; one per signature scheme except RSA key sizes (TLS names
+    the scheme, not the modulus: RSA-2048/3072/4096 all use rsa_pss_rsae_sha256)."""
+    groups: dict[int, str] = {}
+    schemes: dict[int, set[str]] = {}
+    for a in catalog.all_algorithms():
+        if a.tls_group is not None:
+            assert groups.setdefault(a.tls_group, a.name) == a.name, f"{a.tls_group:#06x}"
+        if a.tls_sigscheme is not None:
+            schemes.setdefault(a.tls_sigscheme, set()).add(
+                a.family if a.family == "RSA" else a.name
+            )
+    shared = {f"{c:#06x}": n for c, n in schemes.items() if len(n) > 1}
+    assert not shared, shared
+    for a in catalog.all_algorithms():
+        if a.tls_registry == "oqs-provider":
+            assert 0xFE00 <= a.tls_code <= 0xFFFF, f"{a.name}: not in the private-use range"
+
+
+def test_availability_from_an_engine_info_record():
+    from pqlab.commands.algorithms import available_backends, provided
+
+    info = {
+        "openssl": {"keymgmt": [{"name": "X25519", "names": ["X25519", "1.3.101.110"]}]},
+        "liboqs": {"kems": [{"name": "ML-KEM-768"}], "sigs": []},
+    }
+    have = provided(info)
+    assert available_backends(catalog.resolve("X25519"), have) == ["openssl"]
+    assert available_backends(catalog.resolve("ML-KEM-768"), have) == ["liboqs"]
+    assert available_backends(catalog.resolve("HQC-128"), have) == []
+    # An engine whose info predates the OpenSSL listing: trust the catalogue for OpenSSL.
+    old = provided({"openssl": {"version_text": "OpenSSL 3.5.4"}, "liboqs": info["liboqs"]})
+    assert available_backends(catalog.resolve("ML-KEM-768"), old) == ["openssl", "liboqs"]

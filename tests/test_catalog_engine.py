@@ -10,8 +10,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import run_pqlab
 
+from conftest import run_pqlab
 from pqlab import catalog, engine
 
 
@@ -160,3 +160,27 @@ def test_pqlab_algorithms_unknown_name_is_one_line_and_exit_2():
     )
     proc = run_pqlab("algorithms", "--document", "9")
     assert proc.returncode == 2 and "000, 001, 002, 003, 004" in proc.stderr
+
+
+def test_classical_strength_matches_openssl_security_bits(info):
+    """classical_bits (SP 800-57) must equal what OpenSSL's TLS layer assumes per group."""
+    groups = {g["name"]: g for g in info["openssl"]["tls_groups"]}
+    checked = 0
+    for a in catalog.all_algorithms("kex"):
+        if a.tls_registry == "iana" and a.classical_bits is not None:
+            assert groups[a.tls_name]["sec_bits"] == a.classical_bits, a.name
+            checked += 1
+    assert checked >= 10
+
+
+def test_nist_levels_match_openssl_security_bits(info):
+    """OpenSSL gives PQ groups and schemes the AES strength of their NIST category."""
+    bits = {1: 128, 2: 128, 3: 192, 4: 192, 5: 256}
+    by_name = {g["name"]: g for g in info["openssl"]["tls_groups"]}
+    by_name.update({s["iana_name"]: s for s in info["openssl"]["tls_sigalgs"]})
+    checked = 0
+    for a in catalog.all_algorithms():
+        if a.nist_level is not None and a.tls_registry == "iana":
+            assert by_name[a.tls_name]["sec_bits"] == bits[a.nist_level], a.name
+            checked += 1
+    assert checked >= 9  # 3 ML-KEM, 3 hybrids, 3 ML-DSA

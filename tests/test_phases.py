@@ -260,3 +260,70 @@ def test_new_syn_on_same_port_is_a_new_connection(tmp_path):
     pcap.write_pcap(tmp_path / "c.pcap", w1.client_frames + w2.client_frames)
     conns = pcap.split_connections(pcap.tcp_packets(tmp_path / "c.pcap"), PORT)
     assert len(conns) == 2 and conns[1].client_isn == 77
+
+
+def _three_segment_flight(w: Wire, times: list[int], ack_at: int | None) -> list[hp.TlsRecord]:
+    """A 4096+ byte flight whose first write (4096 bytes, 3 segments) leaves at `times`,
+    with a client ACK of the first segment reaching the server at `ack_at`."""
+    recs = client_records() + server_records(
+        {
+            "ServerHello": 90,
+            "EncryptedExtensions": 10,
+            "Certificate": 3800,
+            "CertificateVerify": 264,
+            "Finished": 36,
+        }
+    )
+    fin_end = hp.message_end(recs, "server", "Finished")
+    w.send(0, True, SYN, 0)
+    w.send(80_000, False, SYN, 0, ack=0)
+    w.send(140_000, True, 0, 0, ack=0)
+    w.send(200_000, True, PSH, 0, 300, ack=0)
+    for t, (start, n) in zip(times, [(0, 1448), (1448, 1448), (2896, 1200)], strict=True):
+        w.send(t, False, 0, start, n, ack=300)
+    if ack_at is not None:
+        w.send(ack_at - ONE_WAY, True, 0, 300, 0, ack=1448)
+    w.send(900_000, False, PSH, 4096, fin_end - 4096, ack=300)
+    w.send(1_000_000, True, PSH, 300, 64, ack=fin_end)
+    return recs
+
+
+def test_segment_of_one_write_released_by_an_ack_is_a_stall(tmp_path):
+    """Segments 2 and 3 were written together with segment 1 but left only right after the
+    ACK (a window smaller than the model's initcwnd): counted as a stall."""
+    w = Wire(10**18, 40010)
+    recs = _three_segment_flight(w, [400_000, 470_000, 471_000], ack_at=465_000)
+    c, s = roundtrip(tmp_path, w)
+    f = hp.analyse(c, s, recs, initcwnd=10).flight
+    assert f["cwnd_stalls"] == 1 and f["cwnd_stall_wait_ns"] == 70_000
+
+
+def test_ack_between_back_to_back_segments_is_not_a_stall(tmp_path):
+    """An ACK that happens to arrive between two segments which left long after it (the
+    sender was slow, not gated) and across a write boundary is not a stall."""
+    w = Wire(10**18, 40011)
+    recs = _three_segment_flight(w, [400_000, 401_000, 402_000], ack_at=401_200)
+    c, s = roundtrip(tmp_path, w)
+    f = hp.analyse(c, s, recs, initcwnd=10).flight
+    assert f["cwnd_stalls"] == 0
+    w = Wire(10**18, 40012)
+    recs = _three_segment_flight(w, [400_000, 401_000, 402_000], ack_at=450_000)
+    c, s = roundtrip(tmp_path, w)
+    f = hp.analyse(c, s, recs, initcwnd=10).flight
+    assert f["cwnd_stalls"] == 0  # the ACK arrived before the second write: nothing waited
+
+
+def test_lost_handshake_ack_completes_with_the_client_hello(tmp_path):
+    """On a lossy link the pure ACK may never reach the server: the ClientHello (which
+    acknowledges the SYN/ACK too) completes the TCP handshake there, so C = D."""
+    w = Wire(10**18, 40020)
+    recs = small_handshake(w)
+    ack_at_server = [f for f in w.server_frames if f.ts_ns == 10**18 + 140_000 + ONE_WAY]
+    assert len(ack_at_server) == 1
+    w.server_frames.remove(ack_at_server[0])
+    c, s = roundtrip(tmp_path, w)
+    h = hp.analyse(c, s, recs)
+    assert h.points["C"] == h.points["D"]
+    server = dict(h.phases["server"])
+    assert server["ACK sending"] == 110_000 and server["ACK rcv -> Client Hello rcv"] == 0
+    assert sum(ns for _, ns in h.phases["server"]) == h.total_ns

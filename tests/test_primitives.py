@@ -9,8 +9,8 @@ import json
 import duckdb
 import numpy as np
 import pytest
-from conftest import pqlab_env, run_pqlab
 
+from conftest import pqlab_env, run_pqlab
 from pqlab import catalog
 from pqlab.experiments import primitives as exp
 

@@ -7,6 +7,7 @@ import csv
 
 import duckdb
 import pytest
+
 from conftest import run_pqlab
 
 # FIPS 203 table 3 (ek, dk, ciphertext, shared secret) and FIPS 204 table 2 (pk, sk, sig).

@@ -8,6 +8,7 @@ Ethernet (linktype 1) and bare-IP (linktype 101) framing, IPv4 and IPv6, TCP hea
 
 from __future__ import annotations
 
+import socket
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,7 +30,7 @@ class Frame:
     orig_len: int
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class TcpPacket:
     """One captured TCP segment (header fields only; payload length, not content)."""
 
@@ -106,9 +107,7 @@ def write_pcap(
 
 
 def _ip_text(b: bytes) -> str:
-    if len(b) == 4:
-        return ".".join(str(x) for x in b)
-    return ":".join(f"{b[i] << 8 | b[i + 1]:x}" for i in range(0, 16, 2))
+    return socket.inet_ntop(socket.AF_INET if len(b) == 4 else socket.AF_INET6, b)
 
 
 def parse_tcp(linktype: int, frame: Frame) -> TcpPacket | None:
@@ -223,7 +222,7 @@ def build_tcp_frame(
 # --- connections ---------------------------------------------------------------------------
 
 
-@dataclass
+@dataclass(slots=True)
 class Segment:
     """A packet of one connection, with its direction and sequence numbers made relative:
     `start`/`end` are offsets in the sender's byte stream (0 = first payload byte)."""

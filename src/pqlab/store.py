@@ -94,8 +94,8 @@ class RunStore:
 
     # --- invocations and metadata --------------------------------------------------------
     def begin(self, experiment: str, metadata: dict) -> None:
-        row = self.con.execute("SELECT coalesce(max(id), 0) + 1 FROM invocations").fetchone()
-        self.invocation_id = int(row[0])
+        row = self.con.execute("SELECT coalesce(max(id), 0) + 1 FROM invocations").fetchall()[:1]
+        self.invocation_id = int(row[0][0])
         self.con.execute(
             "INSERT INTO invocations VALUES (?, ?, ?, ?, NULL, 'running', ?)",
             [
@@ -121,8 +121,8 @@ class RunStore:
         """Metadata of the most recent invocation (machine, libraries, command line)."""
         row = self.con.execute(
             "SELECT metadata FROM invocations ORDER BY id DESC LIMIT 1"
-        ).fetchone()
-        return json.loads(row[0]) if row else {}
+        ).fetchall()[:1]
+        return json.loads(row[0][0]) if row else {}
 
     def write_metadata_json(self) -> None:
         rows = self.con.execute(
@@ -228,8 +228,8 @@ class RunStore:
     def has_table(self, name: str) -> bool:
         row = self.con.execute(
             "SELECT count(*) FROM information_schema.tables WHERE table_name = ?", [name]
-        ).fetchone()
-        return bool(row and row[0])
+        ).fetchall()[:1]
+        return bool(row and row[0][0])
 
     # --- exports -------------------------------------------------------------------------
     def export_table(self, name: str, sql: str, params: list | None = None) -> Path:

@@ -34,6 +34,11 @@ pub struct Args {
     /// Busy-poll this long before each deadline (microseconds) to absorb wake-up latency.
     #[arg(long, default_value_t = 100)]
     spin_us: u64,
+    /// Run the forwarding threads under SCHED_FIFO with this priority (1-99; 0 = normal
+    /// scheduling). Real-time wake-ups keep the delay precise on a loaded machine; if the
+    /// kernel refuses, the emulator says so in `linkem_ready` and runs normally.
+    #[arg(long, default_value_t = 0)]
+    rt_priority: i32,
     /// Keep up to this many samples of release lateness (actual - scheduled) per direction.
     #[arg(long, default_value_t = 20000)]
     lateness_samples: usize,
@@ -83,10 +88,20 @@ pub fn run(a: Args) -> Result<()> {
     let (name_a, name_b) = (a.tun_a.unwrap_or_default(), a.tun_b.unwrap_or_default());
     let fd_a = tun::open_tun(&name_a).map_err(crate::out::Error)?;
     let fd_b = tun::open_tun(&name_b).map_err(crate::out::Error)?;
+    if !(0..=99).contains(&a.rt_priority) {
+        crate::bail!("--rt-priority {} is outside 0-99", a.rt_priority);
+    }
+    // Threads created below inherit the scheduling policy of this one.
+    let rt_error = if a.rt_priority > 0 {
+        set_fifo(a.rt_priority).err()
+    } else {
+        None
+    };
+    let rt = if rt_error.is_none() { a.rt_priority } else { 0 };
     emit(
         &json!({"type": "linkem_ready", "tun_a": name_a, "tun_b": name_b,
                  "pid": std::process::id(), "clock": "CLOCK_MONOTONIC",
-                 "spin_us": a.spin_us}),
+                 "spin_us": a.spin_us, "rt_priority": rt, "rt_error": rt_error}),
     );
 
     let stop = Arc::new(AtomicBool::new(false));
@@ -132,6 +147,22 @@ pub fn run(a: Args) -> Result<()> {
         crate::bail!("{e}");
     }
     emit(&json!({"type": "linkem_exit", "signal": exit_signal}));
+    Ok(())
+}
+
+/// SCHED_FIFO for the calling thread (and threads it creates afterwards).
+fn set_fifo(priority: i32) -> std::result::Result<(), String> {
+    let param = libc::sched_param {
+        sched_priority: priority,
+    };
+    // SAFETY: valid sched_param; 0 = the calling thread.
+    let r = unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) };
+    if r != 0 {
+        return Err(format!(
+            "SCHED_FIFO refused: {}",
+            std::io::Error::last_os_error()
+        ));
+    }
     Ok(())
 }
 

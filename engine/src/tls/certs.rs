@@ -49,6 +49,18 @@ pub struct Args {
     /// server certificate is sent; the client has the root).
     #[arg(long)]
     pub chain_with_root: bool,
+    /// Reuse this root certificate (PEM) instead of generating one (with --ca-key); its key
+    /// must be of the --ca-alg kind.
+    #[arg(long, requires = "ca_key")]
+    pub ca_cert: Option<PathBuf>,
+    /// Private key (PEM) of --ca-cert.
+    #[arg(long, requires = "ca_cert")]
+    pub ca_key: Option<PathBuf>,
+}
+
+fn read(path: &Path) -> Result<Vec<u8>> {
+    std::fs::read(path)
+        .map_err(|e| crate::out::Error(format!("cannot read {}: {e}", path.display())))
 }
 
 /// An OpenSSL key spec: algorithm name plus optional parameter (RSA bits, EC curve).
@@ -187,14 +199,13 @@ pub struct Chain {
     pub server: X509,
 }
 
-pub fn build(args: &Args) -> Result<(Chain, PKey<Private>, PKey<Private>)> {
-    let ca_spec = KeySpec::parse(&args.ca_alg)?;
-    let srv_spec = KeySpec::parse(&args.server_alg)?;
-    let ca_key = ca_spec.generate()?;
-    let srv_key = srv_spec.generate()?;
-    let not_before = Asn1Time::days_from_now(0)?;
-    let not_after = Asn1Time::days_from_now(args.days)?;
-
+fn make_root(
+    args: &Args,
+    ca_key: &PKey<Private>,
+    digest: MessageDigest,
+    not_before: &Asn1Time,
+    not_after: &Asn1Time,
+) -> Result<X509> {
     // Root CA: self-signed, CA:TRUE, keyCertSign + cRLSign.
     let mut name = X509NameBuilder::new()?;
     name.append_entry_by_nid(Nid::COUNTRYNAME, "JP")?;
@@ -207,9 +218,9 @@ pub fn build(args: &Args) -> Result<(Chain, PKey<Private>, PKey<Private>)> {
     b.set_serial_number(&serial)?;
     b.set_subject_name(&ca_name)?;
     b.set_issuer_name(&ca_name)?;
-    b.set_not_before(&not_before)?;
-    b.set_not_after(&not_after)?;
-    b.set_pubkey(&ca_key)?;
+    b.set_not_before(not_before)?;
+    b.set_not_after(not_after)?;
+    b.set_pubkey(ca_key)?;
     b.append_extension(BasicConstraints::new().critical().ca().build()?)?;
     b.append_extension(
         KeyUsage::new()
@@ -220,8 +231,36 @@ pub fn build(args: &Args) -> Result<(Chain, PKey<Private>, PKey<Private>)> {
     )?;
     let ski = SubjectKeyIdentifier::new().build(&b.x509v3_context(None, None))?;
     b.append_extension(ski)?;
-    b.sign(&ca_key, ca_spec.digest())?;
+    b.sign(ca_key, digest)?;
     let root = b.build();
+    Ok(root)
+}
+
+pub fn build(args: &Args) -> Result<(Chain, PKey<Private>, PKey<Private>)> {
+    let ca_spec = KeySpec::parse(&args.ca_alg)?;
+    let srv_spec = KeySpec::parse(&args.server_alg)?;
+    let srv_key = srv_spec.generate()?;
+    let not_before = Asn1Time::days_from_now(0)?;
+    let not_after = Asn1Time::days_from_now(args.days)?;
+    let (root, ca_key) = match (&args.ca_cert, &args.ca_key) {
+        (Some(cert), Some(key)) => {
+            let root = X509::from_pem(&read(cert)?)
+                .map_err(|e| crate::out::Error(format!("--ca-cert {}: {e}", cert.display())))?;
+            let key = PKey::private_key_from_pem(&read(key)?)
+                .map_err(|e| crate::out::Error(format!("--ca-key {}: {e}", key.display())))?;
+            if !root.public_key()?.public_eq(&key) {
+                crate::bail!("--ca-key does not belong to --ca-cert");
+            }
+            (root, key)
+        }
+        _ => {
+            let key = ca_spec.generate()?;
+            (
+                make_root(args, &key, ca_spec.digest(), &not_before, &not_after)?,
+                key,
+            )
+        }
+    };
 
     // Server certificate: CN + SAN (DNS and IP), digitalSignature (+ keyEncipherment for
     // RSA so TLS 1.2 RSA key exchange works), EKU serverAuth, SKI/AKI.
@@ -330,4 +369,87 @@ pub fn run(args: Args) -> Result<()> {
         "days": args.days,
     }));
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(ca: &str, server: &str) -> Args {
+        Args {
+            ca_alg: ca.into(),
+            server_alg: server.into(),
+            out_dir: std::env::temp_dir(),
+            cn: "server.pqlab.test".into(),
+            san: vec!["localhost".into(), "127.0.0.1".into()],
+            days: 30,
+            chain_with_root: false,
+            ca_cert: None,
+            ca_key: None,
+        }
+    }
+
+    #[test]
+    fn key_specs_parse_and_reject() {
+        let s = KeySpec::parse("RSA:3072").unwrap();
+        assert_eq!((s.name.as_str(), s.param.as_deref()), ("RSA", Some("3072")));
+        assert!(KeySpec::parse(":x").is_err());
+        assert!(KeySpec::parse("RSA:lots").unwrap().generate().is_err());
+        assert!(KeySpec::parse("EC:P-999").unwrap().generate().is_err());
+        assert!(KeySpec::parse("NO-SUCH-ALG").unwrap().generate().is_err());
+    }
+
+    #[test]
+    fn chains_verify_for_classical_and_pq() {
+        for (ca, srv) in [
+            ("EC:P-256", "ML-DSA-44"),
+            ("ML-DSA-44", "RSA:2048"),
+            ("ED25519", "EC:P-384"),
+        ] {
+            let (chain, _, srv_key) = build(&args(ca, srv)).unwrap();
+            assert!(
+                chain
+                    .server
+                    .verify(&chain.root.public_key().unwrap())
+                    .unwrap(),
+                "{ca}/{srv}"
+            );
+            assert!(chain
+                .root
+                .verify(&chain.root.public_key().unwrap())
+                .unwrap());
+            assert!(chain.server.public_key().unwrap().public_eq(&srv_key));
+            assert_eq!(
+                chain.server.issuer_name().to_der().unwrap(),
+                chain.root.subject_name().to_der().unwrap()
+            );
+        }
+    }
+
+    #[test]
+    fn reused_root_signs_the_server_certificate() {
+        let dir = std::env::temp_dir().join(format!("pqlab-certs-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (first, ca_key, _) = build(&args("EC:P-256", "EC:P-256")).unwrap();
+        std::fs::write(dir.join("r.pem"), first.root.to_pem().unwrap()).unwrap();
+        std::fs::write(
+            dir.join("k.pem"),
+            ca_key.private_key_to_pem_pkcs8().unwrap(),
+        )
+        .unwrap();
+        let mut a = args("EC:P-256", "ED25519");
+        a.ca_cert = Some(dir.join("r.pem"));
+        a.ca_key = Some(dir.join("k.pem"));
+        let (second, _, _) = build(&a).unwrap();
+        assert_eq!(second.root.to_der().unwrap(), first.root.to_der().unwrap());
+        assert!(second
+            .server
+            .verify(&first.root.public_key().unwrap())
+            .unwrap());
+        // A key that does not match the root is refused.
+        let other = KeySpec::parse("EC:P-256").unwrap().generate().unwrap();
+        std::fs::write(dir.join("k.pem"), other.private_key_to_pem_pkcs8().unwrap()).unwrap();
+        assert!(build(&a).is_err());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }

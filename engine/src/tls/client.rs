@@ -2,7 +2,7 @@
 //! (chain and host name against the CA, group, signature scheme, version) and recorded.
 
 use super::common::{self, Recorder, SharedRecorder, Stamp, TlsOpts, Wire};
-use crate::out::{emit, Result};
+use crate::out::Result;
 use openssl::ssl::{
     ErrorCode, Ssl, SslConnector, SslContext, SslMethod, SslSessionCacheMode, SslStream,
     SslVerifyMode,
@@ -65,8 +65,16 @@ fn single(list: &Option<String>) -> Option<String> {
     }
 }
 
+/// Compare names case- and punctuation-insensitively, with OpenSSL's aliases for the NIST
+/// curves (it reports "secp256r1" for a group configured as "P-256" or "prime256v1").
 fn norm(s: &str) -> String {
-    s.to_ascii_lowercase().replace(['-', '_'], "")
+    let n = s.to_ascii_lowercase().replace(['-', '_'], "");
+    match n.as_str() {
+        "p256" | "prime256v1" | "secp256r1" => "secp256r1".into(),
+        "p384" | "secp384r1" => "secp384r1".into(),
+        "p521" | "secp521r1" => "secp521r1".into(),
+        _ => n,
+    }
 }
 
 fn context(a: &Args) -> Result<(SslContext, u32)> {
@@ -138,6 +146,7 @@ pub fn run(a: Args) -> Result<()> {
             "security_level": level,
         });
         let res = one(&ctx, &a, &target, &rec, &mut out);
+        let events;
         {
             let mut r = rec.borrow_mut();
             out["record_bytes_sent"] = json!(r.record_bytes[0]);
@@ -146,9 +155,11 @@ pub fn run(a: Args) -> Result<()> {
             out["bytes_received"] = json!(r.io_bytes[1]);
             out["records_sent"] = json!(r.records[0]);
             out["records_received"] = json!(r.records[1]);
-            if events_on {
-                out["events"] = Value::Array(r.take_events());
-            }
+            events = if events_on {
+                Some(r.take_events())
+            } else {
+                None
+            };
         }
         if let Err(e) = res {
             crate::bail!("connection {i} to {}: {}", target.addr, e.0);
@@ -171,7 +182,7 @@ pub fn run(a: Args) -> Result<()> {
                 crate::bail!("connection {i}: server signed with {got}, asked for {s}");
             }
         }
-        emit(&out);
+        common::emit_with_events(&out, events.as_deref());
         if a.gap_ms > 0 && i + 1 < total {
             std::thread::sleep(Duration::from_millis(a.gap_ms));
         }
@@ -309,4 +320,19 @@ fn one(
     let _ = stream.shutdown();
     out["t_closed"] = json!(common::realtime_ns());
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::norm;
+
+    #[test]
+    fn group_aliases_compare_equal() {
+        assert_eq!(norm("P-256"), norm("secp256r1"));
+        assert_eq!(norm("prime256v1"), norm("secp256r1"));
+        assert_eq!(norm("P-521"), norm("secp521r1"));
+        assert_eq!(norm("X25519MLKEM768"), norm("x25519mlkem768"));
+        assert_ne!(norm("P-256"), norm("P-384"));
+        assert_ne!(norm("X25519"), norm("X448"));
+    }
 }

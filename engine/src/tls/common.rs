@@ -153,11 +153,60 @@ impl Stamp {
     }
 }
 
+/// One message-callback or socket event (serialized as in docs/tls.md; absent fields are
+/// left out). A plain struct keeps recording cheap inside the handshake.
+#[derive(serde::Serialize)]
+pub struct Event {
+    pub ev: &'static str,
+    pub dir: &'static str,
+    pub t: i64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub t_start: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub content_type: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub header_bytes: Option<u8>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub msg: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub msg_type: Option<u8>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub length: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bytes: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub level: Option<u8>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub description: Option<u8>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub offset_end: Option<u64>,
+}
+
+impl Event {
+    fn new(ev: &'static str, dir: &'static str, t: i64) -> Event {
+        Event {
+            ev,
+            dir,
+            t,
+            t_start: None,
+            content_type: None,
+            header_bytes: None,
+            msg: None,
+            msg_type: None,
+            length: None,
+            bytes: None,
+            level: None,
+            description: None,
+            offset_end: None,
+        }
+    }
+}
+
 /// Per-connection record of everything the TLS library and the socket did, in order.
 #[derive(Default)]
 pub struct Recorder {
     pub events_on: bool,
-    pub events: Vec<Value>,
+    pub events: Vec<Event>,
     /// Cumulative TLS record bytes (header + payload) seen by the message callback.
     pub record_bytes: [u64; 2],
     /// Cumulative bytes through the socket (write/read syscalls).
@@ -223,30 +272,36 @@ impl Recorder {
             return;
         }
         let dir = dir_name(d);
-        let offset_end = self.record_bytes[d];
+        let offset_end = Some(self.record_bytes[d]);
         let ev = match content_type {
-            256 if buf.len() >= 5 => json!({
-                "ev": "record", "dir": dir, "t": t,
-                "content_type": content_type_name(buf[0] as i32),
-                "header_bytes": 5, "length": u16::from_be_bytes([buf[3], buf[4]]),
-                "offset_end": offset_end,
-            }),
-            257 => json!({
-                "ev": "inner_content_type", "dir": dir, "t": t,
-                "content_type": content_type_name(buf[0] as i32),
-            }),
-            22 => json!({
-                "ev": "handshake", "dir": dir, "t": t,
-                "msg": handshake_type_name(buf[0]), "msg_type": buf[0],
-                "length": buf.len(), "offset_end": offset_end,
-            }),
-            21 if buf.len() >= 2 => json!({
-                "ev": "alert", "dir": dir, "t": t,
-                "level": buf[0], "description": buf[1], "offset_end": offset_end,
-            }),
-            20 => json!({
-                "ev": "change_cipher_spec", "dir": dir, "t": t, "offset_end": offset_end,
-            }),
+            256 if buf.len() >= 5 => Event {
+                content_type: Some(content_type_name(buf[0] as i32)),
+                header_bytes: Some(5),
+                length: Some(u16::from_be_bytes([buf[3], buf[4]]) as u64),
+                offset_end,
+                ..Event::new("record", dir, t)
+            },
+            257 => Event {
+                content_type: Some(content_type_name(buf[0] as i32)),
+                ..Event::new("inner_content_type", dir, t)
+            },
+            22 => Event {
+                msg: Some(handshake_type_name(buf[0])),
+                msg_type: Some(buf[0]),
+                length: Some(buf.len() as u64),
+                offset_end,
+                ..Event::new("handshake", dir, t)
+            },
+            21 if buf.len() >= 2 => Event {
+                level: Some(buf[0]),
+                description: Some(buf[1]),
+                offset_end,
+                ..Event::new("alert", dir, t)
+            },
+            20 => Event {
+                offset_end,
+                ..Event::new("change_cipher_spec", dir, t)
+            },
             _ => return,
         };
         self.events.push(ev);
@@ -256,14 +311,16 @@ impl Recorder {
         let t = realtime_ns();
         self.io_bytes[d] += n as u64;
         if self.events_on {
-            self.events.push(json!({
-                "ev": "io", "dir": dir_name(d), "t_start": t_start, "t": t,
-                "bytes": n, "offset_end": self.io_bytes[d],
-            }));
+            self.events.push(Event {
+                t_start: Some(t_start),
+                bytes: Some(n as u64),
+                offset_end: Some(self.io_bytes[d]),
+                ..Event::new("io", dir_name(d), t)
+            });
         }
     }
 
-    pub fn take_events(&mut self) -> Vec<Value> {
+    pub fn take_events(&mut self) -> Vec<Event> {
         std::mem::take(&mut self.events)
     }
 }
@@ -435,9 +492,15 @@ pub fn tcp_info(tcp: &TcpStream) -> Value {
     if rc != 0 {
         return Value::Null;
     }
-    json!({
+    let mut v = json!({
+        "state": info.tcpi_state,
+        "ca_state": info.tcpi_ca_state,
         "retransmits": info.tcpi_retransmits,
+        "backoff": info.tcpi_backoff,
         "total_retrans": info.tcpi_total_retrans,
+        "lost": info.tcpi_lost,
+        "unacked": info.tcpi_unacked,
+        "reordering": info.tcpi_reordering,
         "snd_cwnd": info.tcpi_snd_cwnd,
         "snd_ssthresh": info.tcpi_snd_ssthresh,
         "snd_mss": info.tcpi_snd_mss,
@@ -446,15 +509,35 @@ pub fn tcp_info(tcp: &TcpStream) -> Value {
         "pmtu": info.tcpi_pmtu,
         "rtt_us": info.tcpi_rtt,
         "rttvar_us": info.tcpi_rttvar,
-        "min_rtt_us": info.tcpi_min_rtt,
-        "segs_out": info.tcpi_segs_out,
-        "segs_in": info.tcpi_segs_in,
-        "data_segs_out": info.tcpi_data_segs_out,
-        "data_segs_in": info.tcpi_data_segs_in,
-        "bytes_acked": info.tcpi_bytes_acked,
-        "bytes_received": info.tcpi_bytes_received,
+        "rto_us": info.tcpi_rto,
         "rcv_space": info.tcpi_rcv_space,
-    })
+    });
+    // Newer fields only when this kernel filled them in (it returns how much it wrote).
+    macro_rules! newer {
+        ($name:literal, $field:ident) => {
+            if std::mem::offset_of!(libc::tcp_info, $field) + std::mem::size_of_val(&info.$field)
+                <= len as usize
+            {
+                v[$name] = json!(info.$field);
+            }
+        };
+    }
+    newer!("min_rtt_us", tcpi_min_rtt);
+    newer!("segs_out", tcpi_segs_out);
+    newer!("segs_in", tcpi_segs_in);
+    newer!("data_segs_out", tcpi_data_segs_out);
+    newer!("data_segs_in", tcpi_data_segs_in);
+    newer!("bytes_acked", tcpi_bytes_acked);
+    newer!("bytes_received", tcpi_bytes_received);
+    newer!("delivery_rate", tcpi_delivery_rate);
+    newer!("busy_time_us", tcpi_busy_time);
+    newer!("rwnd_limited_us", tcpi_rwnd_limited);
+    newer!("sndbuf_limited_us", tcpi_sndbuf_limited);
+    newer!("delivered", tcpi_delivered);
+    newer!("bytes_sent", tcpi_bytes_sent);
+    newer!("bytes_retrans", tcpi_bytes_retrans);
+    newer!("snd_wnd", tcpi_snd_wnd);
+    v
 }
 
 /// The congestion control algorithm on this socket.
@@ -490,4 +573,77 @@ pub fn dh_params(bits: u32) -> Result<openssl::dh::Dh<openssl::pkey::Params>> {
     };
     let g = BigNum::from_u32(2)?;
     Ok(openssl::dh::Dh::from_pqg(p, None, g)?)
+}
+
+/// Emit a connection record with its events appended as an `events` array, serialized
+/// straight from the event structs (no intermediate JSON values).
+pub fn emit_with_events(record: &Value, events: Option<&[Event]>) {
+    let Some(events) = events else {
+        crate::out::emit(record);
+        return;
+    };
+    let Ok(mut text) = serde_json::to_vec(record) else {
+        return crate::out::emit(record);
+    };
+    if text.last() == Some(&b'}') {
+        text.pop();
+        if text.len() > 1 {
+            text.push(b',');
+        }
+        text.extend_from_slice(b"\"events\":");
+        if serde_json::to_writer(&mut text, events).is_err() {
+            return crate::out::emit(record);
+        }
+        text.push(b'}');
+    }
+    text.push(b'\n');
+    let stdout = std::io::stdout();
+    let mut lock = stdout.lock();
+    if lock.write_all(&text).is_err() {
+        std::process::exit(141);
+    }
+    let _ = lock.flush();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn offsets_follow_record_headers() {
+        let mut r = Recorder {
+            events_on: true,
+            ..Default::default()
+        };
+        // ServerHello record (22, 1210 bytes) then an encrypted record of 2042 bytes.
+        r.on_message(true, 256, &[22, 3, 3, 0x04, 0xba]);
+        r.on_message(true, 22, &[2, 0, 4, 0xb6]);
+        r.on_message(true, 256, &[23, 3, 3, 0x07, 0xfa]);
+        r.on_message(true, 257, &[22]);
+        r.on_message(true, 22, &[11, 0, 7, 0xe9]);
+        r.on_message(false, 256, &[21, 3, 3, 0, 19]);
+        assert_eq!(r.record_bytes, [5 + 1210 + 5 + 2042, 5 + 19]);
+        assert_eq!(r.records, [2, 1]);
+        let hs: Vec<_> = r.events.iter().filter(|e| e.ev == "handshake").collect();
+        assert_eq!(hs[0].msg, Some("server_hello"));
+        assert_eq!(hs[0].offset_end, Some(1215));
+        assert_eq!(hs[1].msg, Some("certificate"));
+        assert_eq!(hs[1].offset_end, Some(1215 + 2047));
+        r.on_io(SENT, 0, 4096);
+        assert_eq!(r.io_bytes, [4096, 0]);
+    }
+
+    #[test]
+    fn events_off_still_counts_bytes() {
+        let mut r = Recorder::default();
+        r.on_message(false, 256, &[22, 3, 3, 0, 100]);
+        assert_eq!(r.record_bytes, [0, 105]);
+        assert!(r.events.is_empty());
+    }
+
+    #[test]
+    fn dh_sizes() {
+        assert!(dh_params(1024).is_ok() && dh_params(4096).is_ok());
+        assert!(dh_params(1536).is_err());
+    }
 }

@@ -75,7 +75,9 @@ fn context(a: &Args) -> Result<(SslContext, u32)> {
     if let Some(bits) = a.dh_bits {
         let dh = common::dh_params(bits)?;
         b.set_tmp_dh(&dh).map_err(|e| {
-            crate::out::Error(format!("--dh-bits {bits} refused at the security level in force: {e}"))
+            crate::out::Error(format!(
+                "--dh-bits {bits} refused at the security level in force: {e}"
+            ))
         })?;
     }
     let ctx = b.build();
@@ -89,8 +91,8 @@ struct Conn {
     t_accept: Stamp,
 }
 
-/// Serve one connection; returns the record to emit.
-fn serve_one(ctx: &SslContext, a: &Args, tcp: TcpStream, c: Conn, level: u32) -> Value {
+/// Serve one connection and emit its record.
+fn serve_one(ctx: &SslContext, a: &Args, tcp: TcpStream, c: Conn, level: u32) {
     let events_on = a.tls.events_on().unwrap_or(true);
     let rec: SharedRecorder = Rc::new(RefCell::new(Recorder {
         events_on,
@@ -109,14 +111,16 @@ fn serve_one(ctx: &SslContext, a: &Args, tcp: TcpStream, c: Conn, level: u32) ->
     out["bytes_received"] = json!(r.io_bytes[1]);
     out["records_sent"] = json!(r.records[0]);
     out["records_received"] = json!(r.records[1]);
-    if events_on {
-        out["events"] = Value::Array(r.take_events());
-    }
+    let events = if events_on {
+        Some(r.take_events())
+    } else {
+        None
+    };
     if let Err(e) = result {
         out["type"] = json!("connection_error");
         out["message"] = json!(e.0);
     }
-    out
+    common::emit_with_events(&out, events.as_deref());
 }
 
 fn handshake_and_respond(
@@ -162,17 +166,46 @@ fn handshake_and_respond(
     let mut sent_app: u64 = 0;
     let mut request: Option<u64> = None;
     if a.response_mode == "echo-size" {
-        if let Some(n) = read_request(&mut stream, a.max_response_bytes)? {
-            {
+        let chunk = vec![b'x'; 16384];
+        match read_request(&mut stream, a.max_response_bytes)? {
+            Request::None => {}
+            Request::Size(n) => {
                 request = Some(n);
                 out["t_request_received"] = json!(common::realtime_ns());
-                let chunk = vec![b'x'; 16384];
                 while sent_app < n {
                     let k = (n - sent_app).min(chunk.len() as u64) as usize;
                     stream.write_all(&chunk[..k])?;
                     sent_app += k as u64;
                 }
                 stream.flush()?;
+                out["t_response_written"] = json!(common::realtime_ns());
+            }
+            Request::Http { path, size } => {
+                // For curl and browsers: GET /<n> sends n filler bytes, anything else a
+                // short text page naming what was negotiated.
+                out["t_request_received"] = json!(common::realtime_ns());
+                out["http_path"] = json!(path);
+                let neg = &out["negotiated"];
+                let body: Vec<u8> = match size {
+                    Some(n) => vec![b'x'; n as usize],
+                    None => format!(
+                        "pqlab TLS server\nversion: {}\ngroup: {}\nsignature: {}\ncipher: {}\n",
+                        neg["version"].as_str().unwrap_or("?"),
+                        neg["group"].as_str().unwrap_or("none"),
+                        neg["sigalg"].as_str().unwrap_or("none"),
+                        neg["cipher"].as_str().unwrap_or("?"),
+                    )
+                    .into_bytes(),
+                };
+                let head = format!(
+                    "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                    body.len()
+                );
+                stream.write_all(head.as_bytes())?;
+                stream.write_all(&body)?;
+                stream.flush()?;
+                sent_app = (head.len() + body.len()) as u64;
+                request = size;
                 out["t_response_written"] = json!(common::realtime_ns());
             }
         }
@@ -191,43 +224,68 @@ fn handshake_and_respond(
     out["request_bytes"] = json!(request);
     out["app_bytes_sent"] = json!(sent_app);
     out["tcp_info"] = common::tcp_info(&stream.get_ref().tcp);
-    // close_notify; the peer may already have gone, which is not an error here.
-    let _ = stream.shutdown();
+    // close_notify both ways (bounded by --io-timeout); the peer may already have gone,
+    // which is not an error here.
+    if let Ok(openssl::ssl::ShutdownResult::Sent) = stream.shutdown() {
+        let _ = stream.shutdown();
+    }
     out["t_closed"] = json!(common::realtime_ns());
     Ok(())
 }
 
-/// Read `GET <n>\n`; None if the client closed without a request (handshake-only runs).
-fn read_request(stream: &mut SslStream<Wire>, max: u64) -> Result<Option<u64>> {
-    let mut line = Vec::new();
-    let mut buf = [0u8; 64];
+enum Request {
+    /// The client closed without a request (handshake-only runs).
+    None,
+    /// `GET <n>\n`: send exactly n bytes.
+    Size(u64),
+    /// An HTTP/1.x GET (curl, browsers); size when the path is `/<n>`.
+    Http { path: String, size: Option<u64> },
+}
+
+/// Read `GET <n>\n` or an HTTP GET request head.
+fn read_request(stream: &mut SslStream<Wire>, max: u64) -> Result<Request> {
+    let mut data = Vec::new();
+    let mut buf = [0u8; 1024];
     loop {
-        match stream.ssl_read(&mut buf) {
-            Ok(0) => return Ok(None),
-            Ok(k) => {
-                line.extend_from_slice(&buf[..k]);
-                if line.contains(&b'\n') {
-                    break;
+        if let Some(pos) = data.iter().position(|&b| b == b'\n') {
+            let line = String::from_utf8_lossy(&data[..pos]).trim().to_string();
+            let is_http = line.starts_with("GET /") && line.contains(" HTTP/");
+            if !is_http {
+                let n = line
+                    .strip_prefix("GET ")
+                    .and_then(|s| s.trim().parse::<u64>().ok())
+                    .ok_or_else(|| {
+                        crate::out::Error(format!("bad request {line:?}; expected `GET <n>`"))
+                    })?;
+                if n > max {
+                    crate::bail!("request for {n} bytes exceeds --max-response-bytes {max}");
                 }
-                if line.len() > 64 {
-                    crate::bail!("request line too long; expected `GET <n>\\n`");
-                }
+                return Ok(Request::Size(n));
             }
-            Err(e) if matches!(e.code(), ErrorCode::ZERO_RETURN) => return Ok(None),
-            Err(e) if e.code() == ErrorCode::SYSCALL && line.is_empty() => return Ok(None),
+            if data.windows(4).any(|w| w == b"\r\n\r\n") || data.windows(2).any(|w| w == b"\n\n") {
+                let path = line.split_whitespace().nth(1).unwrap_or("/").to_string();
+                let size = path.trim_start_matches('/').parse::<u64>().ok();
+                if let Some(n) = size {
+                    if n > max.min(1 << 28) {
+                        crate::bail!("HTTP request for {n} bytes exceeds the limit");
+                    }
+                }
+                return Ok(Request::Http { path, size });
+            }
+        }
+        if data.len() > 16384 {
+            crate::bail!("request head longer than 16 KiB");
+        }
+        match stream.ssl_read(&mut buf) {
+            Ok(0) => return Ok(Request::None),
+            Ok(k) => data.extend_from_slice(&buf[..k]),
+            Err(e) if e.code() == ErrorCode::ZERO_RETURN => return Ok(Request::None),
+            Err(e) if e.code() == ErrorCode::SYSCALL && data.is_empty() => {
+                return Ok(Request::None)
+            }
             Err(e) => crate::bail!("reading the request failed: {e}"),
         }
     }
-    let text = String::from_utf8_lossy(&line);
-    let text = text.trim();
-    let n = text
-        .strip_prefix("GET ")
-        .and_then(|s| s.trim().parse::<u64>().ok())
-        .ok_or_else(|| crate::out::Error(format!("bad request {text:?}; expected `GET <n>`")))?;
-    if n > max {
-        crate::bail!("request for {n} bytes exceeds --max-response-bytes {max}");
-    }
-    Ok(Some(n))
 }
 
 pub fn run(a: Args) -> Result<()> {
@@ -283,11 +341,11 @@ pub fn run(a: Args) -> Result<()> {
                 max_response_bytes: a.max_response_bytes,
             };
             threads.push(std::thread::spawn(move || {
-                emit(&serve_one(&ctx, &a2, tcp, c, level))
+                serve_one(&ctx, &a2, tcp, c, level)
             }));
             threads.retain(|t| !t.is_finished());
         } else {
-            emit(&serve_one(&ctx, &a, tcp, c, level));
+            serve_one(&ctx, &a, tcp, c, level);
         }
     }
     for t in threads {

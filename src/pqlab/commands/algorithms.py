@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import sys
 
@@ -19,23 +20,32 @@ DOCUMENTS = ("000", "001", "002", "003", "004")
 BACKEND_CHOICES = ("openssl", "liboqs", "any", "none")
 
 
-def provided(info: dict) -> dict[str, set[str]]:
-    """Lower-cased names each backend of this engine build provides."""
+def provided(info: dict) -> dict[str, set[str] | None]:
+    """Lower-cased names each backend of this engine build provides (None: not reported,
+    e.g. an engine built before `info` listed OpenSSL's algorithms)."""
     ossl = info.get("openssl", {})
-    openssl_names: set[str] = set()
-    for group in ("keymgmt", "kems", "signatures"):
-        for m in ossl.get(group, []):
-            openssl_names.update(n.lower() for n in (m.get("name"), *m.get("names", ())) if n)
+    openssl_names: set[str] | None = None
+    if "keymgmt" in ossl:
+        openssl_names = set()
+        for group in ("keymgmt", "kems", "signatures"):
+            for m in ossl.get(group, []):
+                names = (m.get("name"), *m.get("names", ()))
+                openssl_names.update(n.lower() for n in names if n)
     oqs = info.get("liboqs", {})
-    liboqs_names = {k["name"].lower() for k in (*oqs.get("kems", []), *oqs.get("sigs", []))}
+    liboqs_names: set[str] | None = None
+    if "kems" in oqs or "sigs" in oqs:
+        liboqs_names = {k["name"].lower() for k in (*oqs.get("kems", []), *oqs.get("sigs", []))}
     return {"openssl": openssl_names, "liboqs": liboqs_names}
 
 
-def available_backends(alg: catalog.Algorithm, have: dict[str, set[str]] | None) -> list[str]:
-    """The catalogued backends of `alg` that this build provides (all of them if unknown)."""
+def available_backends(
+    alg: catalog.Algorithm, have: dict[str, set[str] | None] | None
+) -> list[str]:
+    """The catalogued backends of `alg` that this build provides (the catalogue's where the
+    engine does not say)."""
     if have is None:
         return list(alg.backends)
-    return [b for b in alg.backends if getattr(alg, b).lower() in have[b]]
+    return [b for b in alg.backends if have[b] is None or getattr(alg, b).lower() in have[b]]
 
 
 def parse_document(text: str) -> str:
@@ -79,22 +89,31 @@ def register(sub) -> None:
         metavar="NAME",
         help="show only these algorithms (any alias; e.g. P-256 '2048-bit RSA')",
     )
-    p.add_argument("--kind", type=parse_kind, help="kem (KEMs and key agreement), kex or sig")
+    p.add_argument(
+        "--kind",
+        type=parse_kind,
+        metavar="{kem,kex,sig}",
+        help="kem (KEMs and key agreement), kex or sig",
+    )
     p.add_argument(
         "--backend",
         type=parse_backend,
+        metavar="{openssl,liboqs,any,none}",
         help="only algorithms this build provides through openssl / liboqs / any "
         "backend, or 'none' for catalogued algorithms without one",
     )
     p.add_argument(
-        "--document", type=parse_document, help="only algorithms that source document 000..004 uses"
+        "--document",
+        type=parse_document,
+        metavar="000..004",
+        help="only algorithms that this source document uses",
     )
     p.add_argument("--family", help="only this family (e.g. ML-KEM, CROSS, UOV)")
     p.add_argument("--json", action="store_true", help="print JSON (every catalogue field)")
     p.set_defaults(func=run)
 
 
-def select(args, have: dict[str, set[str]] | None) -> list[catalog.Algorithm]:
+def select(args, have: dict[str, set[str] | None] | None) -> list[catalog.Algorithm]:
     if args.names:
         algs = []
         for name in args.names:
@@ -126,7 +145,7 @@ def select(args, have: dict[str, set[str]] | None) -> list[catalog.Algorithm]:
     return algs
 
 
-def to_json(alg: catalog.Algorithm, have: dict[str, set[str]] | None) -> dict:
+def to_json(alg: catalog.Algorithm, have: dict[str, set[str] | None] | None) -> dict:
     d = {k: v for k, v in vars(alg).items()}
     d["aliases"] = list(alg.aliases)
     d["documents"] = list(alg.documents)
@@ -140,7 +159,7 @@ def _size(alg: catalog.Algorithm, key: str) -> str:
     return "-" if v is None else str(v)
 
 
-def rows(algs: list[catalog.Algorithm], have: dict[str, set[str]] | None) -> list[list[str]]:
+def rows(algs: list[catalog.Algorithm], have: dict[str, set[str] | None] | None) -> list[list[str]]:
     out = []
     for a in algs:
         code = a.tls_code
@@ -197,7 +216,7 @@ def format_table(table: list[list[str]]) -> str:
 
 
 def run(args) -> int:
-    have: dict[str, set[str]] | None
+    have: dict[str, set[str] | None] | None
     warning = ""
     try:
         have = provided(engine.info())
@@ -205,6 +224,16 @@ def run(args) -> int:
         have = None
         warning = f"note: cannot ask the engine what this build provides ({e}); backends shown are the catalogue's"
     algs = select(args, have)
+    try:
+        _print(args, algs, have)
+    except BrokenPipeError:  # `pqlab algorithms | head`: the reader has what it wanted
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    if warning:
+        print(warning, file=sys.stderr)
+    return 0
+
+
+def _print(args, algs: list[catalog.Algorithm], have: dict[str, set[str] | None] | None) -> None:
     if args.json:
         print(json.dumps([to_json(a, have) for a in algs], indent=2))
     else:
@@ -218,6 +247,3 @@ def run(args) -> int:
                 "secret). level: NIST category ('-' classical). tls: TLS NamedGroup / "
                 "SignatureScheme code point; * = oqs-provider's private-use value, not IANA."
             )
-    if warning:
-        print(warning, file=sys.stderr)
-    return 0

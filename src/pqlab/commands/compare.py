@@ -11,6 +11,7 @@ from __future__ import annotations
 import csv
 import json
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -19,23 +20,53 @@ from pqlab import stats
 from pqlab.errors import UserError
 from pqlab.store import RunStore
 
-# experiment -> (raw table, key columns, value expression, unit, what "lower" means)
-SPECS: dict[str, tuple[str, list[str], str, str, str]] = {
-    "primitives": ("primitive_samples", ["algorithm", "backend", "operation"], "ns / 1000.0",
-                   "us", "faster"),
+
+@dataclass(frozen=True)
+class Spec:
+    """One comparable measurement: raw samples of `value_sql` from `table`, grouped by `keys`."""
+
+    table: str
+    keys: tuple[str, ...]
+    value_sql: str
+    unit: str
+    better: str = "lower"  # "lower" (times) or "higher" (throughput)
+    where: str = "TRUE"
+
+
+SPECS: dict[str, Spec] = {
+    "primitives": Spec(
+        "primitive_samples",
+        ("algorithm", "backend", "operation"),
+        "ns / 1e3",
+        "us",
+        where="NOT coalesce(dropped, FALSE)",
+    ),
+    "handshake": Spec(
+        "handshake_raw", ("group", "server_sig", "ca_sig"), "handshake_ns / 1e6", "ms"
+    ),
+    "ttfb": Spec("ttlb_raw", ("profile", "grp", "chain", "data_bytes"), "ttfb_ns / 1e6", "ms"),
+    "ttlb": Spec("ttlb_raw", ("profile", "grp", "chain", "data_bytes"), "ttlb_ns / 1e6", "ms"),
+    "aead": Spec(
+        "aead_windows",
+        ("cipher", "aesni", "mode", "direction", "record_bytes"),
+        "bytes * 1e3 / ns",
+        "MB/s",
+        better="higher",
+        where="ns > 0",
+    ),
+    "tls12": Spec(
+        "tls12_handshakes", ("version", "kex", "cert"), "connect_to_handshake_ns / 1e6", "ms"
+    ),
 }
 
 
-def register_spec(experiment: str, table: str, keys: list[str], value_sql: str, unit: str,
-                  lower_is: str = "faster") -> None:
-    SPECS[experiment] = (table, keys, value_sql, unit, lower_is)
-
-
-def _samples(store: RunStore, table: str, keys: list[str], value_sql: str) -> dict:
-    if not store.has_table(table):
+def _samples(store: RunStore, spec: Spec) -> dict:
+    if not store.has_table(spec.table):
         return {}
-    cols = ", ".join(f'"{k}"' for k in keys)
-    rows = store.con.execute(f"SELECT {cols}, {value_sql} AS v FROM {table}").fetchall()
+    cols = ", ".join(f'"{k}"' for k in spec.keys)
+    rows = store.con.execute(
+        f"SELECT {cols}, {spec.value_sql} AS v FROM {spec.table} WHERE {spec.where}"
+    ).fetchall()
     out: dict[tuple, list[float]] = {}
     for row in rows:
         if row[-1] is not None:
@@ -43,45 +74,62 @@ def _samples(store: RunStore, table: str, keys: list[str], value_sql: str) -> di
     return {k: np.asarray(v) for k, v in out.items()}
 
 
+def _verdict(significant: bool, change: float, better: str, threshold: float = 0.02) -> str:
+    if not significant:
+        return "not significant"
+    if abs(change) < threshold:
+        return f"significant but under {threshold:.0%}"
+    improved = change < 0 if better == "lower" else change > 0
+    return "faster" if improved else "slower"
+
+
 def metadata_changes(a: dict, b: dict) -> list[tuple[str, str, str]]:
     def pick(m):
         cpu, eng = m.get("cpu", {}), m.get("engine", {})
         return {
-            "CPU": cpu.get("model"), "governor": cpu.get("governor"),
-            "kernel": m.get("kernel"), "OpenSSL": eng.get("openssl", {}).get("version_text"),
+            "CPU": cpu.get("model"),
+            "governor": cpu.get("governor"),
+            "kernel": m.get("kernel"),
+            "OpenSSL": eng.get("openssl", {}).get("version_text"),
             "liboqs": eng.get("liboqs", {}).get("version"),
-            "pqlab": m.get("pqlab_commit"), "OPENSSL_ia32cap": m.get("env", {}).get(
-                "OPENSSL_ia32cap"),
+            "pqlab": m.get("pqlab_commit"),
+            "OPENSSL_ia32cap": m.get("env", {}).get("OPENSSL_ia32cap"),
             "congestion control": m.get("network", {}).get("congestion_control"),
         }
+
     pa, pb = pick(a), pick(b)
     return [(k, str(pa[k]), str(pb[k])) for k in pa if pa[k] != pb[k]]
 
 
-def compare(run_a: Path, run_b: Path, level: float = 0.95) -> tuple[list[dict], list]:
+def compare(
+    run_a: Path, run_b: Path, level: float = 0.95, threshold: float = 0.02
+) -> tuple[list[dict], list]:
     a, b = RunStore.open(run_a), RunStore.open(run_b)
     try:
         rows = []
-        for experiment, (table, keys, value_sql, unit, lower_is) in SPECS.items():
-            sa, sb = (_samples(s, table, keys, value_sql) for s in (a, b))
+        for experiment, spec in SPECS.items():
+            sa, sb = (_samples(s, spec) for s in (a, b))
             for key in sorted(set(sa) & set(sb), key=str):
                 xa, xb = sa[key], sb[key]
                 if len(xa) < 2 or len(xb) < 2:
                     continue
                 est, lo, hi = stats.bootstrap_ci(xa, xb, level=level, n_boot=1000)
                 significant = lo > 0 or hi < 0
-                rows.append({
-                    "experiment": experiment,
-                    "key": " / ".join(map(str, key)),
-                    "unit": unit,
-                    "median_a": float(np.median(xa)), "median_b": float(np.median(xb)),
-                    "n_a": len(xa), "n_b": len(xb),
-                    "change_pct": 100 * est, "ci_low_pct": 100 * lo, "ci_high_pct": 100 * hi,
-                    "verdict": ("not significant" if not significant else
-                                (lower_is if est < 0 else
-                                 {"faster": "slower", "smaller": "larger",
-                                  "higher": "lower"}.get(lower_is, "higher"))),
-                })
+                rows.append(
+                    {
+                        "experiment": experiment,
+                        "key": " / ".join(map(str, key)),
+                        "unit": spec.unit,
+                        "median_a": float(np.median(xa)),
+                        "median_b": float(np.median(xb)),
+                        "n_a": len(xa),
+                        "n_b": len(xb),
+                        "change_pct": 100 * est,
+                        "ci_low_pct": 100 * lo,
+                        "ci_high_pct": 100 * hi,
+                        "verdict": _verdict(significant, est, spec.better, threshold),
+                    }
+                )
         return rows, metadata_changes(a.metadata(), b.metadata())
     finally:
         a.close()
@@ -94,11 +142,21 @@ def register(sub) -> None:
     p.add_argument("run_b", metavar="RUN_B")
     p.add_argument("--csv", metavar="FILE", help="also write the comparison as CSV")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.add_argument(
+        "--threshold",
+        type=float,
+        default=2.0,
+        metavar="PCT",
+        help="changes smaller than this (percent) are reported as small even when "
+        "significant (default 2)",
+    )
     p.set_defaults(func=run)
 
 
 def run(args) -> int:
-    rows, changes = compare(Path(args.run_a), Path(args.run_b))
+    if not 0 <= args.threshold < 100:
+        raise UserError(f"--threshold {args.threshold!r} must be a percentage from 0 to 100")
+    rows, changes = compare(Path(args.run_a), Path(args.run_b), threshold=args.threshold / 100)
     if args.json:
         print(json.dumps({"rows": rows, "metadata_changes": changes}, indent=2))
     else:
@@ -109,12 +167,16 @@ def run(args) -> int:
         if not rows:
             raise UserError("the two runs have no measurement in common to compare")
         width = max(len(r["key"]) for r in rows)
-        print(f"{'experiment':<11} {'measurement':<{width}} {'A':>10} {'B':>10} "
-              f"{'change':>8} {'95% CI':>18}  verdict")
+        print(
+            f"{'experiment':<11} {'measurement':<{width}} {'A':>10} {'B':>10} "
+            f"{'change':>8} {'95% CI':>18}  verdict"
+        )
         for r in rows:
             ci = f"[{r['ci_low_pct']:+.1f}, {r['ci_high_pct']:+.1f}]%"
-            print(f"{r['experiment']:<11} {r['key']:<{width}} {r['median_a']:>10.4g} "
-                  f"{r['median_b']:>10.4g} {r['change_pct']:>+7.1f}% {ci:>18}  {r['verdict']}")
+            print(
+                f"{r['experiment']:<11} {r['key']:<{width}} {r['median_a']:>10.4g} "
+                f"{r['median_b']:>10.4g} {r['change_pct']:>+7.1f}% {ci:>18}  {r['verdict']}"
+            )
     if args.csv:
         with open(args.csv, "w", newline="") as f:
             w = csv.DictWriter(f, fieldnames=list(rows[0]) if rows else ["experiment"])

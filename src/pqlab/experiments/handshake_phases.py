@@ -127,7 +127,9 @@ def _first(conn: Connection, pred, what: str) -> Segment:
 
 
 def tcp_points(conn: Connection) -> tuple[int, int, int]:
-    """SYN, SYN/ACK and the client's handshake ACK in one capture."""
+    """SYN, SYN/ACK and the client's handshake ACK in one capture. The ACK point is the
+    first client segment acknowledging the SYN/ACK: normally the pure ACK; if that was
+    lost on a lossy link, the ClientHello, which completes the TCP handshake itself."""
     syn = _first(conn, lambda s: s.from_client and s.flags & SYN and not s.flags & ACK, "SYN")
     synack = _first(
         conn, lambda s: not s.from_client and s.flags & SYN and s.flags & ACK, "SYN/ACK"
@@ -137,11 +139,6 @@ def tcp_points(conn: Connection) -> tuple[int, int, int]:
         lambda s: s.from_client and not s.flags & SYN and s.flags & ACK and s.ts_ns >= synack.ts_ns,
         "client ACK after the SYN/ACK",
     )
-    if ack.payload_len:
-        raise AnalysisError(
-            "the client's first ACK carries data (no separate ACK of the "
-            "TCP handshake), the ACK phases are undefined"
-        )
     return syn.ts_ns, synack.ts_ns, ack.ts_ns
 
 
@@ -215,11 +212,22 @@ def server_flight(
         sizes.append(r.end - prev)
         prev = r.end
     predicted = simulate_write_buffer(sizes)
-    # Walk the server capture up to the segment carrying the end of Finished.
+
+    # Walk the server capture up to the segment carrying the end of Finished. A segment
+    # "stalled" when an ACK of new data arrived since the previous flight segment and
+    # either (a) the replayed window was full at that ACK (initcwnd, slow-start growth
+    # when at least half the window was in use, RFC 7661; Linux counts segments), or
+    # (b) the segment was handed to the kernel in the same write as the previous one
+    # (so it was ready at once) yet left only after the ACK, closer to the ACK than to
+    # its predecessor: whatever the kernel's window was, the ACK released it.
+    def write_of(end: int) -> int:
+        return next((i for i, w in enumerate(predicted) if w >= end), len(predicted))
+
     last = covering(server_conn, False, fin_end)
     segs, retrans, max_end = [], 0, 0
-    snd_una, cwnd, in_flight_at_stall = 0, initcwnd, None
-    stalls, stall_wait_ns, prev_seg_ts = 0, 0, None
+    snd_una, cwnd = 0, initcwnd
+    full_at_ack, last_ack_ns = False, None
+    stalls, stall_wait_ns, prev_seg_ts, prev_write = 0, 0, None, None
     for s in server_conn.segments:
         if s.ts_ns > last.ts_ns:
             break
@@ -228,23 +236,27 @@ def server_flight(
                 outstanding = [e for e in segs if e > snd_una]
                 newly = sum(1 for e in outstanding if e <= s.ack)
                 if len(outstanding) >= cwnd:
-                    in_flight_at_stall = len(outstanding)  # window full: must wait for this
-                if 2 * len(outstanding) >= cwnd:  # cwnd-limited: slow start grows it
+                    full_at_ack = True
+                if 2 * len(outstanding) >= cwnd:
                     cwnd += newly
                 snd_una = s.ack
+                last_ack_ns = s.ts_ns
             continue
         if s.payload_len == 0 or s.flags & SYN:
             continue
         if s.end <= max_end:
             retrans += 1
             continue
-        if in_flight_at_stall is not None and prev_seg_ts is not None:
-            stalls += 1
-            stall_wait_ns += s.ts_ns - prev_seg_ts
-        in_flight_at_stall = None
+        write = write_of(s.end)
+        if prev_seg_ts is not None and last_ack_ns is not None and last_ack_ns > prev_seg_ts:
+            released = write == prev_write and (s.ts_ns - last_ack_ns < last_ack_ns - prev_seg_ts)
+            if full_at_ack or released:
+                stalls += 1
+                stall_wait_ns += s.ts_ns - prev_seg_ts
+        full_at_ack = False
         segs.append(s.end)
         max_end = s.end
-        prev_seg_ts = s.ts_ns
+        prev_seg_ts, prev_write = s.ts_ns, write
     seg_sizes = [b - a for a, b in zip([0, *segs[:-1]], segs, strict=True)]
     observed = [end for end, n in zip(segs[:-1], seg_sizes[:-1], strict=True) if n < mss]
     return {

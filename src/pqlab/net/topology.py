@@ -43,6 +43,52 @@ OFFLOAD_FEATURES = (
 _counter = itertools.count()
 _active: list[TwoHosts] = []
 _lock = threading.Lock()
+# Signal handlers in force before the first topology came up (restored after the last).
+_saved_handlers: dict[int, object] = {}
+
+
+def _on_term(signum, frame):
+    raise SystemExit(128 + signum)
+
+
+def _in_main_thread() -> bool:
+    return threading.current_thread() is threading.main_thread()
+
+
+def _install_handlers() -> None:
+    """While any topology is up: SIGINT raises KeyboardInterrupt, SIGTERM SystemExit, so
+    the `with` block unwinds and tears down."""
+    if not _in_main_thread() or _saved_handlers:
+        return
+    for sig, handler in ((signal.SIGTERM, _on_term), (signal.SIGINT, signal.default_int_handler)):
+        _saved_handlers[sig] = signal.getsignal(sig)
+        signal.signal(sig, handler)
+
+
+def _quiet_signals() -> dict[int, object]:
+    """Ignore SIGINT/SIGTERM during a teardown (a second Ctrl-C must not cut it short)."""
+    if not _in_main_thread():
+        return {}
+    before = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    for sig in before:
+        signal.signal(sig, signal.SIG_IGN)
+    return before
+
+
+def _after_teardown(before: dict[int, object]) -> None:
+    if not _in_main_thread():
+        return
+    with _lock:
+        last = not _active
+    if last and _saved_handlers:
+        for sig, old in _saved_handlers.items():
+            with contextlib.suppress(Exception):
+                signal.signal(sig, old)
+        _saved_handlers.clear()
+    else:
+        for sig, old in before.items():
+            with contextlib.suppress(Exception):
+                signal.signal(sig, old)
 
 
 class TopologyError(UserError):
@@ -100,9 +146,16 @@ def _delete_namespace(ns: str) -> None:
 def cleanup_stale() -> list[str]:
     """Delete pqlab namespaces (and processes in them) whose creating process is gone."""
     removed = []
+    with _lock:
+        ours = {n for t in _active for n in (t.client_ns, t.server_ns)}
     for ns in list_namespaces():
         m = _NS_RE.match(ns)
-        if m and int(m.group(1)) != os.getpid() and not _pid_alive(int(m.group(1))):
+        if not m:
+            continue
+        pid = int(m.group(1))
+        # Also a namespace carrying our own pid but no live topology of ours: left by an
+        # earlier process that had this pid.
+        if (pid == os.getpid() and ns not in ours) or (pid != os.getpid() and not _pid_alive(pid)):
             _delete_namespace(ns)
             removed.append(ns)
     return removed
@@ -203,7 +256,6 @@ class TwoHosts:
         self.client_ns, self.server_ns = f"{base}-c", f"{base}-s"
         self._procs: list[subprocess.Popen] = []
         self._up = False
-        self._old_handlers: dict[int, object] = {}
         self._notes: list[str] = []
         self._cc_set: dict[str, str] = {}
 
@@ -225,7 +277,8 @@ class TwoHosts:
 
     def run(self, side: str, argv: list[str], **kw) -> subprocess.CompletedProcess:
         """Run argv inside that side's namespace and wait (kw as subprocess.run)."""
-        kw.setdefault("capture_output", True)
+        if "stdout" not in kw and "stderr" not in kw:
+            kw.setdefault("capture_output", True)
         kw.setdefault("text", True)
         kw.setdefault("timeout", 600)
         return subprocess.run(self.exec_argv(side, argv), **kw)
@@ -281,7 +334,8 @@ class TwoHosts:
         avail = open("/proc/sys/net/ipv4/tcp_available_congestion_control").read().split()
         if cc not in avail:
             # Loading the module makes it available (tcp_cubic is usually built in).
-            subprocess.run(["modprobe", f"tcp_{cc}"], capture_output=True)
+            with contextlib.suppress(OSError):
+                subprocess.run(["modprobe", f"tcp_{cc}"], capture_output=True, timeout=30)
             avail = open("/proc/sys/net/ipv4/tcp_available_congestion_control").read().split()
             if cc not in avail:
                 raise TopologyError(
@@ -296,7 +350,6 @@ class TwoHosts:
 
     def _apply_tcp(self) -> None:
         tcp = self.tcp
-        self._ensure_cc_allowed(tcp.congestion_control)
         for side in SIDES:
             self.sh(
                 side, ["sysctl", "-qw", f"net.ipv4.tcp_congestion_control={tcp.congestion_control}"]
@@ -329,9 +382,10 @@ class TwoHosts:
     def start(self) -> TwoHosts:
         privileges.require_net_admin()
         cleanup_stale()
+        self._ensure_cc_allowed(self.tcp.congestion_control)
         with _lock:
             _active.append(self)
-        self._install_handlers()
+        _install_handlers()
         self._up = True
         try:
             for ns in (self.client_ns, self.server_ns):
@@ -350,11 +404,7 @@ class TwoHosts:
         if not self._up:
             return
         self._up = False
-        # A second Ctrl-C must not interrupt the cleanup of the first.
-        if threading.current_thread() is threading.main_thread():
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                self._old_handlers.setdefault(sig, signal.getsignal(sig))
-                signal.signal(sig, signal.SIG_IGN)
+        before = _quiet_signals()
         try:
             for proc in self._procs:
                 if proc.poll() is None:
@@ -375,28 +425,7 @@ class TwoHosts:
             with _lock:
                 if self in _active:
                     _active.remove(self)
-            self._restore_handlers()
-
-    # --- signals ------------------------------------------------------------------------
-    def _install_handlers(self) -> None:
-        if threading.current_thread() is not threading.main_thread():
-            return
-
-        def on_term(signum, frame):
-            raise SystemExit(128 + signum)
-
-        for sig, handler in (
-            (signal.SIGTERM, on_term),
-            (signal.SIGINT, signal.default_int_handler),
-        ):
-            self._old_handlers[sig] = signal.getsignal(sig)
-            signal.signal(sig, handler)
-
-    def _restore_handlers(self) -> None:
-        for sig, old in self._old_handlers.items():
-            with contextlib.suppress(Exception):
-                signal.signal(sig, old)
-        self._old_handlers.clear()
+            _after_teardown(before)
 
     def __enter__(self) -> TwoHosts:
         return self.start()

@@ -1,0 +1,172 @@
+"""Limit a process to a fraction of one CPU core, as a stand-in for a weaker machine.
+
+A pqlab-created cgroup gets a CFS quota of `fraction x period` per period, with the
+shortest period the kernel allows for that quota (the quota must be at least 1 ms): a
+process that needs the CPU for longer than the quota is then paused within milliseconds,
+so a CPU-bound burst such as one handshake takes about 1/fraction times longer, which is
+what a slower CPU does. With the kernel's default 100 ms period a mostly idle server would
+almost never be throttled. cgroup v2
+`cpu.max` where the cpu controller is on the unified hierarchy, else cgroup v1
+`cpu.cfs_quota_us` / `cpu.cfs_period_us`. Processes join it from `preexec_fn` (before
+exec), and the cgroup is removed on exit, errors and Ctrl-C. When neither is usable the
+caller gets a UserError that says why, never a silent unlimited run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import time
+from pathlib import Path
+
+from pqlab.errors import UserError
+
+MIN_QUOTA_US = 1000  # kernel minimum for cfs quota (and period)
+V2_ROOT = Path("/sys/fs/cgroup")
+V2_ALT = Path("/sys/fs/cgroup/unified")
+V1_CPU = Path("/sys/fs/cgroup/cpu")
+
+
+def _v2_root() -> Path | None:
+    for root in (V2_ROOT, V2_ALT):
+        controllers = root / "cgroup.controllers"
+        try:
+            if "cpu" in controllers.read_text().split():
+                return root
+        except OSError:
+            continue
+    return None
+
+
+def parse_fraction(text: str, what: str = "--server-cpu") -> float:
+    try:
+        value = float(text)
+    except (TypeError, ValueError):
+        raise UserError(
+            f"{what} {text!r} is not a number; give a fraction of one core, e.g. 0.25"
+        ) from None
+    if not 0.01 <= value <= 1.0:
+        raise UserError(f"{what} {text!r} must lie between 0.01 and 1 (a fraction of one CPU core)")
+    return value
+
+
+class CpuQuota:
+    """`with CpuQuota(0.25) as q: Popen(..., preexec_fn=q.join)`; `q.describe()` for the
+    results metadata."""
+
+    def __init__(self, fraction: float, name: str | None = None):
+        self.fraction = fraction
+        self.period_us = max(MIN_QUOTA_US, math.ceil(MIN_QUOTA_US / fraction))
+        self.quota_us = max(MIN_QUOTA_US, int(round(fraction * self.period_us)))
+        self.name = name or f"pqlab-{os.getpid()}-{int(time.time() * 1000) % 10**9}"
+        self.path: Path | None = None
+        self.mechanism = ""
+        self._procs_file: str = ""
+
+    def __enter__(self) -> CpuQuota:
+        errors = []
+        root = _v2_root()
+        if root is not None:
+            try:
+                self._make_v2(root)
+                return self
+            except OSError as e:
+                errors.append(f"cgroup v2 at {root}: {e.strerror or e}")
+                self._remove()
+        else:
+            errors.append("cgroup v2: the cpu controller is not enabled on the unified hierarchy")
+        if (V1_CPU / "cpu.cfs_quota_us").exists():
+            try:
+                self._make_v1()
+                return self
+            except OSError as e:
+                errors.append(f"cgroup v1 at {V1_CPU}: {e.strerror or e}")
+                self._remove()
+        else:
+            errors.append(f"cgroup v1: no cpu controller at {V1_CPU}")
+        raise UserError(
+            "cannot limit the CPU (" + "; ".join(errors) + "); run as root on "
+            "a system with the cgroup cpu controller, or leave out the CPU limit"
+        )
+
+    def _make_v2(self, root: Path) -> None:
+        with contextlib.suppress(OSError):  # may already be on, or not needed
+            (root / "cgroup.subtree_control").write_text("+cpu")
+        self.path = root / self.name
+        self.path.mkdir()
+        (self.path / "cpu.max").write_text(f"{self.quota_us} {self.period_us}")
+        self.mechanism = f"cgroup v2 cpu.max {self.quota_us} {self.period_us} ({self.path})"
+        self._procs_file = str(self.path / "cgroup.procs")
+
+    def _make_v1(self) -> None:
+        self.path = V1_CPU / self.name
+        self.path.mkdir()
+        (self.path / "cpu.cfs_period_us").write_text(str(self.period_us))
+        (self.path / "cpu.cfs_quota_us").write_text(str(self.quota_us))
+        self.mechanism = (
+            f"cgroup v1 cpu.cfs_quota_us={self.quota_us} "
+            f"cpu.cfs_period_us={self.period_us} ({self.path})"
+        )
+        self._procs_file = str(self.path / "cgroup.procs")
+
+    def join(self) -> None:
+        """For `preexec_fn`: move the calling (child) process into the cgroup."""
+        fd = os.open(self._procs_file, os.O_WRONLY)
+        try:
+            os.write(fd, b"0")  # "0" means the writing process
+        finally:
+            os.close(fd)
+
+    def usage_us(self) -> int | None:
+        """CPU time used by the cgroup's processes so far (microseconds), if readable."""
+        if self.path is None:
+            return None
+        with contextlib.suppress(OSError, ValueError):
+            for line in (self.path / "cpu.stat").read_text().splitlines():
+                k, _, v = line.partition(" ")
+                if k == "usage_usec":
+                    return int(v)
+        with contextlib.suppress(OSError, ValueError):
+            acct = Path(str(self.path).replace("/cpu/", "/cpuacct/")) / "cpuacct.usage"
+            return int(acct.read_text()) // 1000
+        return None
+
+    def throttled(self) -> dict:
+        out = {}
+        if self.path is not None:
+            with contextlib.suppress(OSError):
+                for line in (self.path / "cpu.stat").read_text().splitlines():
+                    k, _, v = line.partition(" ")
+                    if k in ("nr_periods", "nr_throttled", "throttled_usec", "throttled_time"):
+                        out[k] = int(v)
+        return out
+
+    def describe(self) -> dict:
+        return {
+            "fraction_of_one_core": self.fraction,
+            "mechanism": self.mechanism,
+            "quota_us": self.quota_us,
+            "period_us": self.period_us,
+        }
+
+    def _remove(self) -> None:
+        if self.path is None:
+            return
+        deadline = time.monotonic() + 5
+        while True:
+            try:
+                self.path.rmdir()
+                break
+            except FileNotFoundError:
+                break
+            except OSError:
+                # Still has processes (just exiting); they were started by us and are ended
+                # by their owners; wait briefly.
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
+        self.path = None
+
+    def __exit__(self, *exc) -> None:
+        self._remove()

@@ -1,0 +1,544 @@
+"""Physics checks of an emulated link: does the link do what its profile says?
+
+Over real TCP and UDP between the two namespaces:
+- rtt: the TCP connect time (SYN to SYN-ACK, what TCP sees as its first RTT sample) matches
+  the configured RTT plus the SYN and SYN-ACK serialisation, within 2 % + 0.5 ms (with
+  jitter, the expected median comes from netem's tables);
+- rate: a bulk TCP transfer server -> client takes what serialisation of its bytes on the
+  wire predicts, within 3 % (measured over the last 75 % of the bytes, after slow start);
+- loss: the share of UDP probes lost per direction lies in the 99 % Wilson interval around
+  the measured share;
+- delay: the one-way delay quantiles of the UDP probes (p10..p90) fall inside the band that
+  netem's own algorithm gives for the same send times, drawn from the same tables.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import selectors
+import subprocess
+
+import numpy as np
+
+from pqlab import engine
+from pqlab.errors import EngineError
+from pqlab.net import probes
+from pqlab.net.profiles import Direction, LinkProfile
+
+EXPERIMENT = "linktest"
+QUANTILES = (0.10, 0.25, 0.50, 0.75, 0.90)
+Z99 = 2.5758
+SYN_WIRE = 74  # SYN / SYN-ACK with options (60-byte IP packet) + 14-byte Ethernet header
+ETH = 14
+PORT = 47000
+REPLAYS = 200
+
+RESULTS_DDL = """
+CREATE TABLE IF NOT EXISTS linktest (
+    profile TEXT, shaper TEXT, check_name TEXT, direction TEXT, expected DOUBLE,
+    measured DOUBLE, low DOUBLE, high DOUBLE, unit TEXT, n INTEGER, passed BOOLEAN,
+    note TEXT)
+"""
+RAW_DDL = """
+CREATE TABLE IF NOT EXISTS linktest_raw (
+    profile TEXT, shaper TEXT, probe TEXT, direction TEXT, seq INTEGER, value_ns BIGINT)
+"""
+META_DDL = """
+CREATE TABLE IF NOT EXISTS linktest_profiles (profile TEXT, shaper TEXT, choice TEXT,
+    profile_json JSON, link_json JSON, topology_json JSON)
+"""
+
+
+# --- netem's delay model, in numpy -------------------------------------------------------
+_tables: dict[str, np.ndarray] = {}
+
+
+def netem_table(dist: str) -> np.ndarray | None:
+    """netem's 4096-entry table for `dist` as the engine generates it (None for uniform)."""
+    if dist == "uniform":
+        return None
+    if dist not in _tables:
+        rec = next(
+            r
+            for r in engine.run(["linkem", "--dump-table", dist], timeout=30)
+            if r["type"] == "netem_table"
+        )
+        _tables[dist] = np.asarray(rec["values"], dtype=np.int64)
+    return _tables[dist]
+
+
+def _crandom(n: int, corr_pct: float, rng: np.random.Generator) -> np.ndarray:
+    """netem's get_crandom: uniform u32, optionally correlated with the previous value."""
+    values = rng.integers(0, 2**32, size=n, dtype=np.uint64)
+    rho = int(round(corr_pct / 100 * (2**32 - 1)))
+    if rho == 0:
+        return values
+    rho += 1
+    out = np.empty(n, dtype=np.uint64)
+    last = int(rng.integers(0, 2**32))
+    for i in range(n):
+        last = (int(values[i]) * (2**32 - rho) + last * rho) >> 32
+        out[i] = last
+    return out
+
+
+def draw_delays_ns(d: Direction, n: int, rng: np.random.Generator) -> np.ndarray:
+    """n delays as netem's tabledist draws them (before the rate), in ns."""
+    mu, sigma = round(d.delay_s * 1e9), round(d.jitter_s * 1e9)
+    if sigma == 0:
+        return np.full(n, mu, dtype=np.int64)
+    rnd = _crandom(n, d.delay_corr_pct, rng)
+    table = netem_table(d.dist)
+    if table is None:
+        return (rnd % np.uint64(2 * sigma)).astype(np.int64) + mu - sigma
+    t = table[(rnd % np.uint64(table.size)).astype(np.int64)]
+    x = (sigma % 8192) * t
+    x = np.where(x >= 0, x + 4096, x - 4096)
+    return np.trunc(x / 8192).astype(np.int64) + (sigma // 8192) * t + mu
+
+
+def packet_time_ns(d: Direction, wire_bytes: int) -> int:
+    return int(wire_bytes * 8 * 1_000_000_000 // int(d.rate_bps)) if d.rate_bps else 0
+
+
+def simulate_one_way_ns(
+    d: Direction, send_ns: np.ndarray, wire_bytes: int, rng: np.random.Generator
+) -> np.ndarray:
+    """One-way delays netem would give packets sent at `send_ns` (rate included)."""
+    delays = draw_delays_ns(d, len(send_ns), rng)
+    if not d.rate_bps:
+        return delays
+    pkt = packet_time_ns(d, wire_bytes)
+    out = np.empty(len(send_ns), dtype=np.int64)
+    last = None
+    for i, (t, dl) in enumerate(zip(send_ns.tolist(), delays.tolist(), strict=True)):
+        base = t
+        if last is not None and last > t:  # queue not empty: netem's "last" reference
+            dl = max(0, dl - (last - t))
+            base = last
+        tts = base + dl + pkt
+        last = tts if last is None else max(last, tts)
+        out[i] = tts - t
+    return out
+
+
+def wilson(k: int, n: int, z: float = Z99) -> tuple[float, float]:
+    if n == 0:
+        return 0.0, 1.0
+    p = k / n
+    denom = 1 + z * z / n
+    centre = (p + z * z / (2 * n)) / denom
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+# --- running probes -------------------------------------------------------------------------
+def _pair(
+    topo, recv_side: str, recv_argv: list[str], send_side: str, send_argv: list[str], timeout: float
+) -> tuple[dict, dict]:
+    """Start the receiving/serving probe, wait until it is ready, run the other to the end."""
+    srv = topo.popen(
+        recv_side,
+        recv_argv,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=probes.env(),
+    )
+    try:
+        sel = selectors.DefaultSelector()
+        sel.register(srv.stdout, selectors.EVENT_READ)
+        ready = sel.select(timeout=15)
+        sel.close()
+        line = srv.stdout.readline() if ready else ""
+        if '"ready"' not in line:
+            srv.kill()
+            err = srv.stderr.read().strip()
+            raise EngineError(f"probe {recv_argv[3]} did not start: {err[-300:] or 'no output'}")
+        cli = topo.run(send_side, send_argv, env=probes.env(), timeout=timeout)
+        if cli.returncode != 0:
+            raise EngineError(f"probe {send_argv[3]} failed: {cli.stderr.strip()[-300:]}")
+        out, err = srv.communicate(timeout=timeout)
+        if srv.returncode != 0:
+            raise EngineError(f"probe {recv_argv[3]} failed: {err.strip()[-300:]}")
+        return json.loads(out.strip().splitlines()[-1]), json.loads(cli.stdout.strip())
+    finally:
+        if srv.poll() is None:
+            srv.kill()
+            srv.wait()
+
+
+def _result(check, direction, expected, measured, low, high, unit, n, note=""):
+    passed = bool(low <= measured <= high) if measured == measured else False
+    return {
+        "check_name": check,
+        "direction": direction,
+        "expected": float(expected),
+        "measured": float(measured),
+        "low": float(low),
+        "high": float(high),
+        "unit": unit,
+        "n": int(n),
+        "passed": passed,
+        "note": note,
+    }
+
+
+def check_rtt(topo, profile: LinkProfile, count: int, raw: list, seed: int) -> dict:
+    port = PORT + 1
+    # Space the connects so that no packet of the previous one is still queued (with jitter
+    # and a rate, netem would hold the SYN behind it).
+    spread = max(d.delay_s + 4.5 * d.jitter_s for d in (profile.c2s, profile.s2c))
+    gap_ms = max(5.0, 2e3 * spread + 5) if (profile.c2s.jitter_s or profile.s2c.jitter_s) else 5.0
+    srv, cli = _pair(
+        topo,
+        "server",
+        probes.argv("tcp-accept", "--bind", f"{topo.server_ip}:{port}", "--count", count),
+        "client",
+        probes.argv(
+            "tcp-connect",
+            "--to",
+            f"{topo.server_ip}:{port}",
+            "--count",
+            count,
+            "--gap-ms",
+            f"{gap_ms:.1f}",
+        ),
+        timeout=120 + count * gap_ms / 1e3,
+    )
+    times = np.array([c["connect_ns"] for c in cli["connects"]], dtype=np.int64)
+    raw += [("tcp_connect", "rtt", i, int(v)) for i, v in enumerate(times)]
+    rng = np.random.default_rng(seed)
+    # Expected median: the two one-way delays (with jitter: drawn from netem's tables).
+    k = 20000
+    c2s = draw_delays_ns(profile.c2s, k, rng) + packet_time_ns(profile.c2s, SYN_WIRE)
+    s2c = draw_delays_ns(profile.s2c, k, rng) + packet_time_ns(profile.s2c, SYN_WIRE)
+    rtts = np.maximum(c2s, 0) + np.maximum(s2c, 0)
+    expected = float(np.median(rtts)) / 1e6
+    # With jitter the median of len(times) samples has its own spread: take its 99% range
+    # from netem's model, then widen by the 2% + 0.5 ms tolerance.
+    medians = np.median(rng.choice(rtts, size=(2000, len(times))), axis=1) / 1e6
+    lo_m, hi_m = np.quantile(medians, [0.005, 0.995])
+    measured = float(np.median(times)) / 1e6
+    tol = 0.02 * expected + 0.5
+    tcpi = [c["tcpi_rtt_us"] / 1e3 for c in cli["connects"]]
+    return _result(
+        "rtt",
+        "round trip",
+        expected,
+        measured,
+        lo_m - tol,
+        hi_m + tol,
+        "ms",
+        len(times),
+        f"median TCP connect time; tcpi_rtt median "
+        f"{float(np.median(tcpi)):.3f} ms; tolerance 2% + 0.5 ms"
+        + (
+            " around the 99% range of the median under jitter"
+            if profile.c2s.jitter_s or profile.s2c.jitter_s
+            else ""
+        ),
+    )
+
+
+def check_rate(topo, profile: LinkProfile, seconds: float, raw: list) -> dict | None:
+    d = profile.s2c
+    if not d.rate_bps or any(x.loss_pct or x.jitter_s for x in (profile.c2s, profile.s2c)):
+        # With loss, TCP's recovery leaves the link idle; with jitter and a rate, netem holds
+        # packets behind the longest delay drawn (max(now + delay, last)), stretching the
+        # RTT: serialisation alone predicts neither.
+        return None
+    # Long enough that slow start (about log2(BDP / initcwnd) round trips) is a small part.
+    seconds = max(seconds, 30 * profile.rtt_s)
+    nbytes = int(min(max(d.rate_bps / 8 * seconds, 200_000), 200_000_000))
+    port = PORT + 2
+    srv, cli = _pair(
+        topo,
+        "server",
+        probes.argv(
+            "tcp-source", "--bind", f"{topo.server_ip}:{port}", "--bytes", nbytes, "--timeout", 300
+        ),
+        "client",
+        probes.argv("tcp-sink", "--to", f"{topo.server_ip}:{port}", "--timeout", 300),
+        timeout=400,
+    )
+    if cli["received"] != nbytes:
+        raise EngineError(f"rate check: received {cli['received']} of {nbytes} bytes")
+    samples = np.array(cli["samples"], dtype=np.int64)
+    raw += [("tcp_bulk", "s2c", int(b), int(t - cli["t_connect_start"])) for t, b in samples]
+    start = int(np.searchsorted(samples[:, 1], nbytes // 4))
+    t0, b0 = samples[start]
+    t1, b1 = samples[-1]
+    mss = profile.mtu - 52  # IP + TCP headers with the timestamp option
+    segments = (b1 - b0) / mss
+    wire_bits = (b1 - b0 + segments * (52 + ETH)) * 8
+    expected = wire_bits / d.rate_bps
+    measured = (t1 - t0) / 1e9
+    retrans = srv.get("tcp_info", {}).get("total_retrans", 0)
+    return _result(
+        "rate",
+        "s2c",
+        expected * 1e3,
+        measured * 1e3,
+        expected * 0.97e3,
+        expected * 1.03e3,
+        "ms",
+        int(b1 - b0),
+        f"{b1 - b0} payload bytes after the first 25% of {nbytes}; "
+        f"{wire_bits / 8:.0f} bytes on the wire at {d.rate_bps:g} bit/s; "
+        f"sender retransmitted {retrans} segments",
+    )
+
+
+def check_udp(
+    topo, profile: LinkProfile, direction: str, count: int, raw: list, seed: int
+) -> list[dict]:
+    d: Direction = profile.c2s if direction == "c2s" else profile.s2c
+    size = 100
+    wire = size + 28 + ETH
+    interval_us = max(500, 3 * packet_time_ns(d, wire) // 1000)
+    send_side, recv_side = ("client", "server") if direction == "c2s" else ("server", "client")
+    dst = topo.server_ip if direction == "c2s" else topo.client_ip
+    port = PORT + (3 if direction == "c2s" else 4)
+    max_delay = d.delay_s + 4.5 * d.jitter_s
+    sink, sender = _pair(
+        topo,
+        recv_side,
+        probes.argv(
+            "udp-sink",
+            "--bind",
+            f"{dst}:{port}",
+            "--count",
+            count,
+            "--idle",
+            f"{max(1.0, 2 * max_delay + 0.5):.2f}",
+            "--timeout",
+            300,
+        ),
+        send_side,
+        probes.argv(
+            "udp-send",
+            "--to",
+            f"{dst}:{port}",
+            "--count",
+            count,
+            "--interval-us",
+            interval_us,
+            "--size",
+            size,
+        ),
+        timeout=400,
+    )
+    got = np.array(sink["received"], dtype=np.int64).reshape(-1, 3)
+    sent = sender["sent"]
+    lost = sent - len(np.unique(got[:, 0])) if len(got) else sent
+    raw += [("udp_one_way", direction, int(s), int(r - t)) for s, t, r in got]
+    lo, hi = wilson(lost, sent)
+    p = d.loss_pct / 100
+    out = [
+        _result(
+            "loss",
+            direction,
+            d.loss_pct,
+            lost / sent * 100,
+            lo * 100,
+            hi * 100,
+            "%",
+            sent,
+            f"{lost} of {sent} UDP probes lost; 99% Wilson interval of the "
+            "measured share must contain the configured loss",
+        )
+    ]
+    # The pass criterion for loss is the configured value inside the measured interval.
+    out[0]["passed"] = bool(lo <= p <= hi)
+    if len(got) < 20:
+        return out
+    delays = (got[:, 2] - got[:, 1]).astype(np.int64)
+    send_rel = got[:, 1] - got[0, 1]
+    rng = np.random.default_rng(seed)
+    # netem's model replayed for these very send times, many times over. The band of each
+    # quantile is its 99% range across the replays: that covers plain sampling error and
+    # also the dependence between packets a rate creates (a packet drawn with a long delay
+    # holds every later one: max(now + delay, last)).
+    runs = np.stack([simulate_one_way_ns(d, send_rel, wire, rng) for _ in range(REPLAYS)])
+    n = len(delays)
+    tol_ns = 0.5e6 + 0.01 * d.delay_s * 1e9
+    for q in QUANTILES:
+        per_run = np.quantile(runs, q, axis=1)
+        lo_q, hi_q = np.quantile(per_run, [0.005, 0.995])
+        out.append(
+            _result(
+                f"delay_p{round(q * 100)}",
+                direction,
+                float(np.median(per_run)) / 1e6,
+                np.quantile(delays, q) / 1e6,
+                (lo_q - tol_ns) / 1e6,
+                (hi_q + tol_ns) / 1e6,
+                "ms",
+                n,
+                f"one-way delay quantile vs netem's model ({d.dist}, jitter "
+                f"{d.jitter_s * 1e3:g} ms) replayed {REPLAYS} times for the same send "
+                "times; band: its 99% range + 0.5 ms + 1% of the delay",
+            )
+        )
+    return out
+
+
+def run_checks(
+    topo,
+    profile: LinkProfile,
+    *,
+    connects: int = 20,
+    udp_count: int = 1000,
+    rate_seconds: float = 2.0,
+    seed: int = 1,
+) -> tuple[list[dict], list]:
+    """All checks on a running topology; returns (results, raw samples)."""
+    raw: list = []
+    results = [check_rtt(topo, profile, connects, raw, seed)]
+    r = check_rate(topo, profile, rate_seconds, raw)
+    if r:
+        results.append(r)
+    for direction in ("c2s", "s2c"):
+        results += check_udp(topo, profile, direction, udp_count, raw, seed)
+    return results, raw
+
+
+# --- experiment -----------------------------------------------------------------------------
+def measure(
+    store,
+    profiles: list[LinkProfile],
+    shaper: str,
+    progress=None,
+    connects=20,
+    udp_count=1000,
+    rate_seconds=2.0,
+) -> list[dict]:
+    from pqlab.net.shaping import make_link
+    from pqlab.net.topology import TwoHosts
+
+    store.ensure_table(RESULTS_DDL)
+    store.ensure_table(RAW_DDL)
+    store.ensure_table(META_DDL)
+    done = store.cells_done(EXPERIMENT)
+    all_results = []
+    for profile in profiles:
+        cell = f"{profile.name}|{shaper}"
+        if cell in done:
+            if progress:
+                progress.advance()
+            continue
+        if progress:
+            progress.start(profile.name)
+        link = make_link(profile, shaper)
+        if progress:
+            progress.log(f"{profile.name}: shaper {link.choice}")
+        with TwoHosts(link=link, mtu=profile.mtu, tcp=profile.tcp_settings()) as topo:
+            topo_desc = topo.describe()
+            results, raw = run_checks(
+                topo, profile, connects=connects, udp_count=udp_count, rate_seconds=rate_seconds
+            )
+        kind = link.kind
+        with store.cell(EXPERIMENT, cell, {"profile": profile.describe(), "shaper": shaper}):
+            store.insert_rows(
+                "linktest", [{"profile": profile.name, "shaper": kind, **r} for r in results]
+            )
+            if raw:
+                store.insert(
+                    "linktest_raw",
+                    {
+                        "profile": [profile.name] * len(raw),
+                        "shaper": [kind] * len(raw),
+                        "probe": [r[0] for r in raw],
+                        "direction": [r[1] for r in raw],
+                        "seq": [r[2] for r in raw],
+                        "value_ns": [r[3] for r in raw],
+                    },
+                )
+            from pqlab.stats import Warning_
+
+            store.add_warnings(
+                EXPERIMENT,
+                cell,
+                [
+                    Warning_(
+                        "linktest-failed",
+                        f"linktest {profile.name} [{kind}]",
+                        f"{r['check_name']} {r['direction']}: measured {r['measured']:.3f} "
+                        f"{r['unit']}, accepted {r['low']:.3f}..{r['high']:.3f}",
+                        "numbers measured over this link do not mean what the profile "
+                        "says; see the note in tables/linktest.csv",
+                    )
+                    for r in results
+                    if not r["passed"]
+                ],
+            )
+            store.insert_rows(
+                "linktest_profiles",
+                [
+                    {
+                        "profile": profile.name,
+                        "shaper": kind,
+                        "choice": link.choice,
+                        "profile_json": json.dumps(profile.describe()),
+                        "link_json": json.dumps(link.describe(), default=str),
+                        "topology_json": json.dumps(topo_desc, default=str),
+                    }
+                ],
+            )
+        all_results += [{"profile": profile.name, "shaper": kind, **r} for r in results]
+        if progress:
+            progress.advance()
+    return all_results
+
+
+def export(store):
+    from pqlab import figures
+    from pqlab.report import Section
+
+    if not store.has_table("linktest"):
+        return None
+    section = Section(
+        "Link physics checks",
+        "<p>Each emulated link is checked against its profile with real traffic between the "
+        "two namespaces: the TCP connect time against the configured RTT (within 2 % + "
+        "0.5 ms), a bulk TCP transfer against the time serialisation of its bytes on the wire "
+        "predicts (within 3 %), the share of lost UDP probes against the configured loss "
+        "(99 % Wilson interval), and the one-way delay quantiles of the probes against netem's "
+        "own model of the same send times (drawn from the same 4096-entry tables). "
+        "<code>passed</code> says whether the measured value lies in "
+        "<code>[low, high]</code>; a failed check means numbers measured over that link do "
+        "not mean what the profile says.</p>",
+    )
+    csv = store.export_table(
+        "linktest",
+        "SELECT profile, shaper, check_name AS check, direction, expected, "
+        "measured, low, high, unit, n, passed, note FROM linktest ORDER BY profile, shaper, "
+        "check_name, direction",
+    )
+    section.table(csv, "Physics checks per profile and shaper")
+    rows = store.query(
+        "SELECT profile, shaper, direction, value_ns FROM linktest_raw "
+        "WHERE probe = 'udp_one_way' ORDER BY profile, direction, seq"
+    )
+    if rows:
+        import matplotlib.pyplot as plt
+
+        keys = sorted({(r["profile"], r["shaper"], r["direction"]) for r in rows})
+        fig, ax = plt.subplots(figsize=(7, 4))
+        for key in keys:
+            v = np.sort(
+                [
+                    r["value_ns"] / 1e6
+                    for r in rows
+                    if (r["profile"], r["shaper"], r["direction"]) == key
+                ]
+            )
+            ax.plot(v, np.arange(1, len(v) + 1) / len(v), label=" / ".join(key))
+        ax.set_xlabel("one-way delay of UDP probes (ms)")
+        ax.set_ylabel("CDF")
+        ax.legend(fontsize=7)
+        png = figures.save(fig, store, "linktest_delay_cdf")
+        section.figure(png, "One-way delay of the UDP probes per profile and direction")
+    return section

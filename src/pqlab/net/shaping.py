@@ -1,0 +1,318 @@
+"""Shaped links between the two hosts: the kernel's netem, or pqlab's userspace emulator.
+
+Both are `Link`s for `pqlab.net.topology.TwoHosts` and apply a `LinkProfile` per direction
+with netem's semantics:
+
+- `NetemLink`: a veth pair with a netem qdisc at the root of each end (the client end shapes
+  client-to-server traffic, the server end server-to-client), using netem's own `rate`.
+- `UserspaceLink`: two TUN devices joined by `pqlab-engine linkem`, for kernels without netem.
+
+`make_link(profile, shaper)` picks one (`auto` = netem when the kernel has it) and records
+why. Other experiments wire `--profile` through this one seam:
+
+    link = make_link(profile, args.shaper)
+    with TwoHosts(link=link, mtu=profile.mtu, tcp=profile.tcp_settings()) as topo: ...
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import itertools
+import json
+import os
+import selectors
+import shutil
+import subprocess
+import time
+
+from pqlab import engine
+from pqlab.errors import EngineError, UserError
+from pqlab.net.profiles import LinkProfile
+from pqlab.net.topology import SIDES, Link, TopologyError, VethLink
+
+SHAPERS = ("auto", "netem", "userspace")
+# A veth frame carries a 14-byte Ethernet header that netem's rate counts; a TUN device
+# carries bare IP packets, so the emulator adds the same 14 bytes per packet to match.
+ETHERNET_HEADER = 14
+_tun_counter = itertools.count()
+# SCHED_FIFO priority of the emulator's threads: precise wake-ups on a busy machine. Low
+# enough not to compete with kernel threads; the engine falls back to normal scheduling
+# (and records why) where real-time scheduling is not allowed.
+DEFAULT_RT_PRIORITY = int(os.environ.get("PQLAB_LINKEM_RT_PRIORITY", "10"))
+
+
+def _run(argv: list[str], timeout: float = 20) -> subprocess.CompletedProcess:
+    try:
+        return subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+    except FileNotFoundError:
+        raise TopologyError(f"{argv[0]} not found; install iproute2") from None
+    except subprocess.TimeoutExpired:
+        raise TopologyError(f"'{' '.join(argv)}' did not finish in {timeout:.0f} s") from None
+
+
+@functools.lru_cache(maxsize=1)
+def netem_available() -> tuple[bool, str]:
+    """(True, how it was checked) if the kernel has the netem qdisc, else (False, why).
+
+    Probed for real: a netem qdisc is added to the loopback device of a throwaway network
+    namespace, which is deleted again."""
+    if not shutil.which("tc"):
+        return False, "tc (iproute2) is not installed"
+    ns = f"pqlab-probe-{os.getpid()}"
+    made = _run(["ip", "netns", "add", ns])
+    if made.returncode != 0:
+        return False, f"cannot create a namespace to probe netem: {made.stderr.strip()}"
+    try:
+        probe = _run(
+            [
+                "ip",
+                "netns",
+                "exec",
+                ns,
+                "tc",
+                "qdisc",
+                "add",
+                "dev",
+                "lo",
+                "root",
+                "netem",
+                "delay",
+                "1ms",
+            ]
+        )
+    finally:
+        _run(["ip", "netns", "del", ns])
+    if probe.returncode == 0:
+        return True, "a netem qdisc could be added in a probe namespace"
+    err = probe.stderr.strip().splitlines()
+    reason = err[-1] if err else f"tc exited with {probe.returncode}"
+    return False, (
+        f"the kernel refused a netem qdisc ({reason}); load it with "
+        "'modprobe sch_netem' (on Ubuntu it is in linux-modules-extra-$(uname -r))"
+    )
+
+
+class NetemLink(VethLink):
+    """A veth pair with netem (own rate) on both ends' egress."""
+
+    kind = "netem"
+
+    def __init__(self, profile: LinkProfile):
+        self.profile = profile
+        self.commands: list[list[str]] = []
+
+    def qdisc_commands(self, topo) -> list[list[str]]:
+        """The tc commands, per side: each end's egress carries one direction."""
+        out = []
+        for side, direction in (("client", self.profile.c2s), ("server", self.profile.s2c)):
+            out.append(
+                topo.exec_argv(
+                    side,
+                    [
+                        "tc",
+                        "qdisc",
+                        "replace",
+                        "dev",
+                        topo.ifname(side),
+                        "root",
+                        "netem",
+                        *direction.netem_args(),
+                    ],
+                )
+            )
+        return out
+
+    def setup(self, topo) -> None:
+        ok, why = netem_available()
+        if not ok:
+            raise UserError(f"--shaper netem: {why}; use --shaper userspace (or auto)")
+        super().setup(topo)
+        self.commands = self.qdisc_commands(topo)
+        for argv in self.commands:
+            proc = _run(argv)
+            if proc.returncode != 0:
+                raise TopologyError(f"'{' '.join(argv)}' failed: {proc.stderr.strip()}")
+
+    def stats(self, topo) -> dict:
+        """netem's own counters (sent, dropped, backlog) per side."""
+        out = {}
+        for side in SIDES:
+            proc = _run(
+                topo.exec_argv(side, ["tc", "-s", "-j", "qdisc", "show", "dev", topo.ifname(side)])
+            )
+            with contextlib.suppress(ValueError):
+                out[side] = json.loads(proc.stdout or "[]")
+        return out
+
+    def describe(self) -> dict:
+        return {
+            "kind": self.kind,
+            "profile": self.profile.describe(),
+            "tc": [" ".join(c) for c in self.commands],
+        }
+
+
+class UserspaceLink(Link):
+    """Two TUN devices joined by `pqlab-engine linkem` (one thread per direction).
+
+    The engine creates both devices in the root namespace under temporary names; they are
+    moved into the client and server namespaces, renamed and configured like a veth end. The
+    devices belong to the engine process: when it exits they vanish, wherever they are."""
+
+    kind = "userspace"
+
+    def __init__(
+        self,
+        profile: LinkProfile,
+        seed: int = 1,
+        spin_us: int | None = None,
+        lateness_samples: int = 20000,
+        rt_priority: int = DEFAULT_RT_PRIORITY,
+    ):
+        self.profile = profile
+        self.rt_priority = rt_priority
+        self.seed = seed
+        self.spin_us = spin_us
+        self.lateness_samples = lateness_samples
+        self.proc: subprocess.Popen | None = None
+        self.stats: list[dict] = []
+        self.ready: dict = {}
+
+    def engine_args(self, tun_a: str, tun_b: str) -> list[str]:
+        args = [
+            "linkem",
+            "--tun-a",
+            tun_a,
+            "--tun-b",
+            tun_b,
+            "--config",
+            json.dumps(self.profile.linkem_config(self.seed, ETHERNET_HEADER)),
+            "--lateness-samples",
+            str(self.lateness_samples),
+        ]
+        if self.rt_priority:
+            args += ["--rt-priority", str(self.rt_priority)]
+        if self.spin_us is not None:
+            args += ["--spin-us", str(self.spin_us)]
+        return args
+
+    def setup(self, topo) -> None:
+        n = next(_tun_counter)
+        tmp = {
+            "client": f"pqt{os.getpid() % 100000}-{n}a",
+            "server": f"pqt{os.getpid() % 100000}-{n}b",
+        }
+        argv = engine.command(self.engine_args(tmp["client"], tmp["server"]))
+        self.proc = subprocess.Popen(
+            argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        self.ready = self._first_record(timeout=10)
+        for side in SIDES:
+            ns, dev = topo.ns(side), topo.ifname(side)
+            for cmd in (
+                ["ip", "link", "set", "dev", tmp[side], "netns", ns],
+                ["ip", "-n", ns, "link", "set", "dev", tmp[side], "name", dev],
+                ["ip", "-n", ns, "link", "set", "dev", dev, "txqueuelen", "1000"],
+            ):
+                proc = _run(cmd)
+                if proc.returncode != 0:
+                    raise TopologyError(f"'{' '.join(cmd)}' failed: {proc.stderr.strip()}")
+            topo.configure_interface(side)
+
+    def _first_record(self, timeout: float) -> dict:
+        assert self.proc and self.proc.stdout
+        sel = selectors.DefaultSelector()
+        sel.register(self.proc.stdout, selectors.EVENT_READ)
+        deadline = time.monotonic() + timeout
+        try:
+            while time.monotonic() < deadline:
+                if sel.select(timeout=max(0.0, deadline - time.monotonic())):
+                    line = self.proc.stdout.readline()
+                    if not line:
+                        break
+                    try:
+                        rec = engine.parse_line(line)
+                    except EngineError as e:
+                        self._stop_engine()
+                        raise EngineError(f"the link emulator did not start: {e}") from None
+                    if rec.get("type") == "linkem_ready":
+                        return rec
+        finally:
+            sel.close()
+        self._stop_engine()
+        err = (self.proc.stderr.read() if self.proc.stderr else "").strip()
+        raise EngineError(
+            "the link emulator did not start: "
+            + (err.splitlines()[-1] if err else "no ready record in 10 s")
+        )
+
+    def _stop_engine(self) -> str:
+        if not self.proc:
+            return ""
+        if self.proc.poll() is None:
+            self.proc.terminate()
+        try:
+            out, err = self.proc.communicate(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            out, err = self.proc.communicate(timeout=5)
+        for line in (out or "").splitlines():
+            if line.strip():
+                with contextlib.suppress(EngineError):
+                    rec = engine.parse_line(line)
+                    if rec.get("type") == "linkem_stats":
+                        self.stats.append(rec)
+        return err or ""
+
+    def teardown(self, topo) -> None:
+        err = self._stop_engine()
+        if self.proc and self.proc.returncode not in (0, None) and not self.stats:
+            raise EngineError(f"the link emulator failed: {err.strip()[-300:]}")
+
+    def direction_stats(self) -> dict[str, dict]:
+        """Engine counters per direction after teardown: 'c2s' and 's2c'."""
+        names = {"a_to_b": "c2s", "b_to_a": "s2c"}
+        return {names[s["direction"]]: s for s in self.stats}
+
+    def describe(self) -> dict:
+        d = {
+            "kind": self.kind,
+            "profile": self.profile.describe(),
+            "seed": self.seed,
+            "spin_us": self.ready.get("spin_us"),
+            "rt_priority": self.ready.get("rt_priority"),
+            "rt_error": self.ready.get("rt_error"),
+            "ethernet_overhead_bytes": ETHERNET_HEADER,
+        }
+        if self.stats:
+            d["stats"] = {
+                k: {f: v for f, v in s.items() if f != "lateness_ns"}
+                for k, s in self.direction_stats().items()
+            }
+        return d
+
+
+def make_link(profile: LinkProfile, shaper: str = "auto", seed: int = 1) -> Link:
+    """The link for `profile` with the chosen backend. `link.choice` says which one and why
+    (print it: users must know which emulator their numbers came from)."""
+    if shaper not in SHAPERS:
+        raise UserError(f"--shaper {shaper!r} is not one of {', '.join(SHAPERS)}")
+    if shaper == "netem":
+        ok, why = netem_available()
+        if not ok:
+            raise UserError(f"--shaper netem: {why}; use --shaper userspace (or auto)")
+        link: Link = NetemLink(profile)
+        link.choice = "netem (asked for)"
+    elif shaper == "userspace":
+        link = UserspaceLink(profile, seed=seed)
+        link.choice = "userspace (asked for)"
+    else:
+        ok, why = netem_available()
+        if ok:
+            link = NetemLink(profile)
+            link.choice = "netem (auto: the kernel has netem)"
+        else:
+            link = UserspaceLink(profile, seed=seed)
+            link.choice = f"userspace (auto: netem unavailable: {why})"
+    return link

@@ -1,0 +1,210 @@
+"""pqlab aead: the issue's matrix end to end, the record checks, the AES-NI masks, bad input.
+
+Durations are tiny (no speed assertions: the machine is shared)."""
+
+from __future__ import annotations
+
+import csv
+import platform
+
+import pytest
+
+from pqlab import cli, engine
+from pqlab.errors import EngineError
+from pqlab.experiments import aead as experiment
+
+
+def _rows(path):
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def test_issue_matrix_produces_every_cell(tmp_path):
+    out = tmp_path / "run"
+    rc = cli.main(
+        [
+            "aead",
+            "--ciphers",
+            "aes-128-gcm,chacha20-poly1305,aes-128-ccm",
+            "--sizes",
+            "16,1024,16384",
+            "--aesni",
+            "on,off",
+            "--seconds",
+            "0.02",
+            "--out",
+            str(out),
+        ]
+    )
+    assert rc == 0
+    rows = _rows(out / "tables" / "aead.csv")
+    for col in (
+        "cipher",
+        "aesni",
+        "mode",
+        "record_bytes",
+        "direction",
+        "mb_per_s",
+        "openssl_kbytes_per_s",
+        "cpu_mask",
+        "openssl_ia32cap",
+    ):
+        assert col in rows[0]
+    cells = {(r["cipher"], r["aesni"], r["record_bytes"], r["direction"]) for r in rows}
+    want = {
+        (c, a, s, d)
+        for c in ("aes-128-gcm", "chacha20-poly1305", "aes-128-ccm")
+        for a in ("on", "off")
+        for s in ("16", "1024", "16384")
+        for d in ("encrypt", "decrypt")
+    }
+    assert cells == want
+    assert len(rows) == len(want)
+    for r in rows:
+        assert r["mode"] == "fair"
+        assert float(r["mb_per_s"]) > 0
+        # OpenSSL's unit is 1000 bytes per second; MB/s is 10^6 bytes per second.
+        assert float(r["openssl_kbytes_per_s"]) == pytest.approx(
+            float(r["mb_per_s"]) * 1000, rel=1e-3
+        )
+        assert r["records"] == r["verified_records"]
+        assert r["cpu_mask"] == ("none" if r["aesni"] == "on" else "documents")
+        assert int(r["aad_bytes"]) == 13
+    assert (out / "tables" / "aead_aes_128_gcm_vs_chacha.csv").exists()
+    assert (out / "figures" / "aead_fair_encrypt.png").exists()
+    html = (out / "report.html").read_text()
+    assert "CCM" in html and "~0x200000200000000" in html
+    # The report is rebuilt from the database alone.
+    (out / "tables" / "aead.csv").unlink()
+    assert cli.main(["report", str(out)]) == 0
+    assert len(_rows(out / "tables" / "aead.csv")) == len(want)
+
+
+def test_speed_compatible_mode_and_baselines(tmp_path):
+    out = tmp_path / "run"
+    rc = cli.main(
+        [
+            "aead",
+            "--ciphers",
+            "chacha20,chacha20-poly1305,aes-128-gcm,aes-128-ecb",
+            "--sizes",
+            "64",
+            "--aesni",
+            "on",
+            "--mode",
+            "both",
+            "--seconds",
+            "0.01",
+            "--directions",
+            "encrypt",
+            "--out",
+            str(out),
+        ]
+    )
+    assert rc == 0
+    rows = _rows(out / "tables" / "aead.csv")
+    assert {(r["cipher"], r["mode"]) for r in rows} == {
+        (c, m)
+        for c in ("chacha20", "chacha20-poly1305", "aes-128-gcm", "aes-128-ecb")
+        for m in ("fair", "speed-compatible")
+    }
+    by = {(r["cipher"], r["mode"]): r for r in rows}
+    # speed re-keys GCM per call without AAD; it streams ChaCha20-Poly1305.
+    assert by[("aes-128-gcm", "speed-compatible")]["key_set_per_record"] == "true"
+    assert by[("aes-128-gcm", "speed-compatible")]["aad_bytes"] == "0"
+    assert "stream" in by[("chacha20-poly1305", "speed-compatible")]["nonce"]
+    assert by[("aes-128-ecb", "fair")]["aad_bytes"] == "0"
+    assert _rows(out / "tables" / "aead_poly1305_overhead.csv")
+    assert _rows(out / "tables" / "aead_modes.csv")
+
+
+@pytest.mark.parametrize("mode", ["fair", "speed-compatible"])
+@pytest.mark.parametrize("direction", ["encrypt", "decrypt"])
+@pytest.mark.parametrize("cipher", ["aes-128-gcm", "aes-256-ccm", "chacha20-poly1305"])
+def test_corrupted_tag_is_detected(cipher, direction, mode):
+    args = [
+        "aead",
+        "--cipher",
+        cipher,
+        "--sizes",
+        "64",
+        "--directions",
+        direction,
+        "--mode",
+        mode,
+        "--seconds",
+        "0.002",
+        "--inject-fault",
+        "tag",
+    ]
+    with pytest.raises(EngineError) as e:
+        engine.run(args, timeout=60)
+    assert "record" in str(e.value) or "tag" in str(e.value)
+    # The same run without the fault passes its checks.
+    records = engine.run(args[:-2], timeout=60)
+    cell = [r for r in records if r["type"] == "cell"][0]
+    assert cell["verified_records"] == cell["records"] > 0
+
+
+def test_corrupted_data_of_unauthenticated_cipher_is_detected():
+    with pytest.raises(EngineError, match="plaintext"):
+        engine.run(
+            [
+                "aead",
+                "--cipher",
+                "aes-128-ctr",
+                "--sizes",
+                "64",
+                "--directions",
+                "decrypt",
+                "--seconds",
+                "0.002",
+                "--inject-fault",
+                "data",
+            ],
+            timeout=60,
+        )
+
+
+@pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="x86_64 masks")
+def test_masks_change_the_features_openssl_uses():
+    full = experiment.probe_cpu(None)
+    if not full["features"]["aesni"]:
+        pytest.skip("this CPU has no AES-NI")
+    docs = experiment.probe_cpu(experiment.MASKS["documents"])
+    precise = experiment.probe_cpu(experiment.MASKS["precise"])
+    assert docs["openssl_ia32cap"] != full["openssl_ia32cap"]
+    for rec in (docs, precise):
+        assert rec["features"]["aesni"] is False
+        assert rec["features"]["pclmulqdq"] is False
+        assert rec["features"]["vaes"] is False
+        assert rec["features"]["vpclmulqdq"] is False
+        assert not rec["aes_gcm_path"].startswith(("vaes", "aesni"))
+    # The documents' mask also takes the CPUID(7) features; the precise one keeps them.
+    if full["features"]["avx2"]:
+        assert docs["features"]["avx2"] is False
+        assert precise["features"]["avx2"] is True
+    assert precise["features"]["ssse3"] == full["features"]["ssse3"]
+
+
+@pytest.mark.parametrize(
+    "argv, needle",
+    [
+        (["--ciphers", "aes-128-gcm,rot13"], "unknown cipher 'rot13'"),
+        (["--sizes", "16,abc"], "'abc'"),
+        (["--sizes", "0"], "outside"),
+        (["--ciphers", "aes-128-ecb", "--sizes", "17"], "multiple of 16"),
+        (["--aesni", "maybe"], "--aesni"),
+        (["--mask", "loose"], "--mask"),
+        (["--mode", "fast"], "--mode"),
+        (["--seconds", "0"], "--seconds"),
+        (["--seconds", "x"], "--seconds"),
+    ],
+)
+def test_bad_input_is_one_clear_line(tmp_path, capsys, argv, needle):
+    rc = cli.main(["aead", *argv, "--out", str(tmp_path / "run")])
+    assert rc == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error:") and needle in err
+    assert len(err.splitlines()) == 1
+    assert not (tmp_path / "run").exists()  # validated before anything was created

@@ -1,0 +1,203 @@
+"""The handshake experiment's analysis and export on synthetic captures and engine records:
+engine events -> TLS records, pairing, per-handshake rows, tables and figures from the DB."""
+
+from __future__ import annotations
+
+import csv
+import json
+
+import pytest
+
+from pqlab import catalog, pcap
+from pqlab.errors import EngineError
+from pqlab.experiments import handshake as hs
+from pqlab.experiments import handshake_phases as hp
+from pqlab.store import RunStore
+from test_phases import PORT, Wire, small_handshake
+
+NAMES = {
+    "ClientHello": "client_hello",
+    "ServerHello": "server_hello",
+    "EncryptedExtensions": "encrypted_extensions",
+    "Certificate": "certificate",
+    "CertificateVerify": "certificate_verify",
+    "Finished": "finished",
+}
+CT = {20: "change_cipher_spec", 22: "handshake", 23: "application_data"}
+
+
+def engine_record(role: str, port: int, records: list[hp.TlsRecord], warmup=False) -> dict:
+    """A connection record as `pqlab-engine tls client|server` prints it."""
+    events = []
+    for r in records:
+        if r.sender != role:
+            continue
+        events.append(
+            {
+                "ev": "record",
+                "dir": "sent",
+                "t": 0,
+                "content_type": CT[r.content_type],
+                "header_bytes": 5,
+                "length": 0,
+                "offset_end": r.end,
+            }
+        )
+        for name, length in r.messages:
+            events.append(
+                {
+                    "ev": "handshake",
+                    "dir": "sent",
+                    "t": 0,
+                    "msg": NAMES[name],
+                    "msg_type": 0,
+                    "length": length,
+                    "offset_end": r.end,
+                }
+            )
+    rec = {
+        "type": "connection",
+        "role": role,
+        "events": events,
+        "verified": True,
+        "negotiated": {"group": "X25519", "sigalg": "mldsa44"},
+        "tcp_info": {"snd_mss": 1448, "snd_cwnd": 10, "total_retrans": 0},
+    }
+    if role == "client":
+        rec["local"] = f"198.18.0.1:{port}"
+        rec["warmup"] = warmup
+    else:
+        rec["peer"] = f"198.18.0.1:{port}"
+    return rec
+
+
+def cell_captures(tmp_path, ports):
+    client, server, crecs, srecs = [], [], [], []
+    for i, port in enumerate(ports):
+        w = Wire(10**18 + i * 10**8, port)
+        recs = small_handshake(w)
+        client += w.client_frames
+        server += w.server_frames
+        crecs.append(engine_record("client", port, recs, warmup=i == 0))
+        srecs.append(engine_record("server", port, recs))
+    pcap.write_pcap(tmp_path / "c.pcap", client)
+    pcap.write_pcap(tmp_path / "s.pcap", server)
+    return crecs, srecs
+
+
+def test_engine_events_become_tls_records():
+    w = Wire(0, 40000)
+    recs = small_handshake(w)
+    rec = engine_record("server", 40000, recs)
+    assert hs.tls_records(rec, "server") == [r for r in recs if r.sender == "server"]
+
+
+def test_cell_rows_phases_and_warmup_dropped(tmp_path):
+    crecs, srecs = cell_captures(tmp_path, [40000, 40001, 40002])
+    pairs = hs.pair_records(crecs, list(reversed(srecs)))
+    assert [hs._port(c["local"]) for c, _ in pairs] == [40001, 40002]
+    rows, phases = hs.analyse_cell(
+        tmp_path / "c.pcap", tmp_path / "s.pcap", pairs, PORT, 10, "X25519", "mldsa44"
+    )
+    assert len(rows) == 2 and len(phases) == 2 * 24
+    r = rows[0]
+    assert r["handshake_ns"] == 452_000 and r["total_ns"] == 600_000
+    assert r["server_flight_segments"] == 3 and r["server_flight_bytes"] == 3299
+    assert r["certificate_bytes"] == 2800 and r["client_hello_bytes"] == 295
+    assert json.loads(r["points"])["9"] == 600_000
+    for view in ("client", "server"):
+        assert sum(p["ns"] for p in phases if p["idx"] == 0 and p["view"] == view) == 600_000
+
+
+def test_wrong_negotiation_is_an_error(tmp_path):
+    crecs, srecs = cell_captures(tmp_path, [40000, 40001])
+    pairs = hs.pair_records(crecs, srecs)
+    with pytest.raises(EngineError, match="negotiated group"):
+        hs.analyse_cell(
+            tmp_path / "c.pcap", tmp_path / "s.pcap", pairs, PORT, 10, "X25519MLKEM768", "mldsa44"
+        )
+
+
+def test_missing_connection_in_capture_is_an_error(tmp_path):
+    crecs, srecs = cell_captures(tmp_path, [40000, 40001])
+    crecs.append(engine_record("client", 40009, []))
+    srecs.append(engine_record("server", 40009, []))
+    pairs = hs.pair_records(crecs, srecs)
+    with pytest.raises(EngineError, match="missing from the client capture"):
+        hs.analyse_cell(
+            tmp_path / "c.pcap", tmp_path / "s.pcap", pairs, PORT, 10, "X25519", "mldsa44"
+        )
+
+
+def test_export_builds_tables_and_figures_from_the_database(tmp_path):
+    crecs, srecs = cell_captures(tmp_path, [40000, 40001, 40002])
+    rows, phases = hs.analyse_cell(
+        tmp_path / "c.pcap",
+        tmp_path / "s.pcap",
+        hs.pair_records(crecs, srecs),
+        PORT,
+        10,
+        "X25519",
+        "mldsa44",
+    )
+    store = RunStore.create(tmp_path / "run", "handshake")
+    for ddl in (hs.RAW_DDL, hs.PHASE_DDL, hs.CAPTURE_DDL):
+        store.ensure_table(ddl)
+    g = catalog.resolve("X25519", "kem")
+    sigs = [catalog.resolve(n, "sig") for n in ("ML-DSA-44", "RSA-2048")]
+    for s in sigs:
+        labels = {
+            "cell_id": hs.cell_id(g, s, sigs[1]),
+            "group": g.name,
+            "server_sig": s.name,
+            "ca_sig": sigs[1].name,
+        }
+        with store.cell("handshake", labels["cell_id"], labels):
+            store.insert("handshake_raw", hs._columns(rows, labels))
+            store.insert("handshake_phase", hs._columns(phases, labels))
+    section = hs.export(store)
+    tables = tmp_path / "run" / "tables"
+    with open(tables / "handshake_summary.csv") as f:
+        summary = list(csv.DictReader(f))
+    assert list(summary[0])[:11] == [
+        "group",
+        "server_sig",
+        "ca_sig",
+        "n",
+        "median_ms",
+        "mean_ms",
+        "p90_ms",
+        "server_flight_segments",
+        "server_flight_bytes",
+        "client_bytes",
+        "server_bytes",
+    ]
+    assert [r["server_sig"] for r in summary] == ["RSA-2048", "ML-DSA-44"]
+    assert float(summary[0]["median_ms"]) == pytest.approx(0.452)
+    with open(tables / "handshake_phases.csv") as f:
+        ph = list(csv.DictReader(f))
+    assert list(ph[0])[:7] == [
+        "group",
+        "server_sig",
+        "ca_sig",
+        "view",
+        "phase",
+        "mean_ms",
+        "median_ms",
+    ]
+    for view in ("client", "server"):
+        total = sum(
+            float(r["mean_ms"]) for r in ph if r["view"] == view and r["server_sig"] == "RSA-2048"
+        )
+        assert total == pytest.approx(0.6)
+    assert (tables / "handshake_client_processing.csv").exists()
+    assert (tables / "handshake_message_sizes.csv").exists()
+    with open(tables / "handshake_server_segments.csv") as f:
+        seg = list(csv.reader(f))
+    assert seg == [
+        ["group", "CA RSA-2048 / server RSA-2048", "CA RSA-2048 / server ML-DSA-44"],
+        ["X25519", "3", "3"],
+    ]
+    figs = [b for b in section.blocks if b[0] == "figure"]
+    assert figs and all(b[1].exists() for b in figs)
+    store.close()

@@ -1,0 +1,176 @@
+"""pqlab tls12: real handshakes between two namespaces (root only), matrix and checks;
+bad input. No speed assertions."""
+
+from __future__ import annotations
+
+import csv
+import os
+import subprocess
+
+import pytest
+
+from pqlab import cli
+from pqlab.experiments import tls12 as experiment
+from pqlab.net import privileges
+
+needs_net = pytest.mark.skipif(
+    not privileges.can_admin_network()[0], reason="needs CAP_NET_ADMIN (run as root)"
+)
+
+
+def _rows(path):
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def _namespaces() -> set[str]:
+    out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    return {line.split()[0] for line in out.splitlines() if line.strip()}
+
+
+def test_matrix_covers_every_kex_and_cert():
+    plan = experiment.Plan(
+        versions=["1.2", "1.3"],
+        kexes=list(experiment.KEX_NAMES),
+        certs=list(experiment.CERTS),
+        n=1,
+        warmup=0,
+        server_cpu=None,
+        profile=None,
+        shaper="auto",
+    )
+    cells = {(c.version, c.kex.label, c.cert): c for c in plan.cells()}
+    assert len(cells) == (10 + 8) * 2
+    assert cells[("1.2", "RSA", "ECDSA-P-256")].suite is None
+    assert all(
+        cells[("1.2", f"DHE-{b}", "ECDSA-P-256")].suite is None for b in (1024, 2048, 3072, 4096)
+    )
+    assert cells[("1.2", "DHE-2048", "RSA-2048")].suite == "DHE-RSA-AES128-GCM-SHA256"
+    assert cells[("1.2", "ECDHE-X448", "ECDSA-P-256")].suite == "ECDHE-ECDSA-AES128-GCM-SHA256"
+    assert cells[("1.3", "FFDHE-4096", "ECDSA-P-256")].suite == "TLS_AES_128_GCM_SHA256"
+    # ECDSA in TLS 1.2 needs P-256 offered for the certificate, measured group first.
+    server, client, expect = experiment.tls_args(cells[("1.2", "ECDHE-X25519", "ECDSA-P-256")])
+    assert client[client.index("--groups") + 1] == "x25519:secp256r1" and expect == "x25519"
+    # DHE-1024 needs the client's security level lowered; the server gets the DH size.
+    server, client, expect = experiment.tls_args(cells[("1.2", "DHE-1024", "RSA-2048")])
+    assert "--security-level" in client and server[server.index("--dh-bits") + 1] == "1024"
+
+
+@needs_net
+def test_tls12_small_run_has_every_row_and_verified_negotiation(tmp_path):
+    out = tmp_path / "run"
+    rc = cli.main(["tls12", "-n", "5", "--warmup", "1", "--out", str(out)])
+    assert rc == 0
+    # Nothing left behind (other processes on the machine may have their own namespaces).
+    assert not [ns for ns in _namespaces() if ns.startswith(f"pqlab-{os.getpid()}-")]
+    rows = _rows(out / "tables" / "tls12.csv")
+    for col in ("kex", "cert", "n", "mean_ms", "median_ms", "p90_ms", "ratio_vs_rsa", "version"):
+        assert col in rows[0]
+    got = {(r["version"], r["kex"], r["cert"]): r for r in rows}
+    for version, kexes in (("1.2", experiment.KEX12), ("1.3", experiment.KEX13)):
+        for k in kexes:
+            for cert in experiment.CERTS:
+                r = got[(version, k.label, cert)]
+                spec = experiment.cell_spec(version, k, cert)
+                if spec.suite is None:
+                    assert r["n"] == "0" and r["note"]
+                    continue
+                assert r["n"] == "5"
+                assert r["suite"] == spec.suite
+                if k.family == "dhe":
+                    assert r["group"] == f"DH {k.dh_bits} bit"
+                elif k.family == "rsa":
+                    assert r["group"] == "-"
+                else:
+                    assert r["group"] == k.group
+                if cert.startswith("ECDSA") and k.family != "rsa":
+                    assert r["server_sigalg"].startswith("ecdsa")
+                assert float(r["median_ms"]) > 0
+    assert float(got[("1.2", "RSA", "RSA-2048")]["ratio_vs_rsa"]) == 1.0
+    assert len(rows) == 36
+
+
+@needs_net
+def test_server_cpu_quota_is_recorded_and_removed(tmp_path):
+    out = tmp_path / "run"
+    rc = cli.main(
+        [
+            "tls12",
+            "-n",
+            "3",
+            "--warmup",
+            "0",
+            "--versions",
+            "1.2",
+            "--kex",
+            "ECDHE-X25519",
+            "--certs",
+            "ECDSA-P-256",
+            "--server-cpu",
+            "0.5",
+            "--out",
+            str(out),
+        ]
+    )
+    assert rc == 0
+    rows = _rows(out / "tables" / "tls12.csv")
+    assert rows[0]["server_cpu"] == "0.5" and float(rows[0]["server_cpu_ms_per_handshake"]) > 0
+    html = (out / "report.html").read_text()
+    assert "cgroup" in html
+    for root in ("/sys/fs/cgroup/cpu", "/sys/fs/cgroup"):
+        try:
+            assert not [d for d in os.listdir(root) if d.startswith(f"pqlab-{os.getpid()}-")]
+        except FileNotFoundError:
+            pass
+
+
+@pytest.mark.parametrize(
+    "argv, needle",
+    [
+        (["-n", "0"], "-n"),
+        (["-n", "x"], "-n"),
+        (["--kex", "DHE-512"], "unknown key exchange 'DHE-512'"),
+        (["--certs", "DSA-1024"], "unknown certificate 'DSA-1024'"),
+        (["--versions", "1.1"], "--versions"),
+        (["--server-cpu", "2"], "--server-cpu"),
+        (["--server-cpu", "quarter"], "--server-cpu"),
+        (["--versions", "1.3", "--kex", "RSA"], "no cells"),
+    ],
+)
+def test_bad_input_is_one_clear_line(tmp_path, capsys, argv, needle):
+    rc = cli.main(["tls12", *argv, "--out", str(tmp_path / "run")])
+    assert rc == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error:") and needle in err
+    assert len(err.splitlines()) == 1
+    assert not (tmp_path / "run").exists()
+
+
+@needs_net
+def test_link_profile_is_applied(tmp_path):
+    # A lower bound from physics, not a speed assertion: TCP connect plus a TLS 1.3
+    # handshake take two round trips, so with rtt=10ms no sample can be under 20 ms.
+    out = tmp_path / "run"
+    rc = cli.main(
+        [
+            "tls12",
+            "-n",
+            "3",
+            "--warmup",
+            "0",
+            "--versions",
+            "1.3",
+            "--kex",
+            "ECDHE-X25519",
+            "--certs",
+            "ECDSA-P-256",
+            "--profile",
+            "rtt=10ms",
+            "--out",
+            str(out),
+        ]
+    )
+    assert rc == 0
+    row = _rows(out / "tables" / "tls12.csv")[0]
+    assert row["profile"] != "none"
+    assert float(row["median_ms"]) >= 20.0

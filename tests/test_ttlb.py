@@ -1,0 +1,238 @@
+"""`pqlab ttlb` end to end over the userspace emulator: the issue's checks."""
+
+from __future__ import annotations
+
+import csv
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import needs_root, pqlab_env, run_pqlab
+from netleaks import nothing_left  # noqa: F401
+from pqlab.experiments import ttlb_model
+from pqlab.net.profiles import parse_profile
+
+
+def _rows(path):
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def test_model_is_serialisation():
+    """At a rate that dominates, 200 KiB costs its wire bytes at that rate, plus RTTs."""
+    p = parse_profile("rtt=50ms,rate=1mbit")
+    ttfb, ttlb = ttlb_model.model(
+        p,
+        client_hello_bytes=200,
+        server_flight_bytes=2400,
+        client_finish_bytes=120,
+        response_bytes=204_800 + 13 * 22,
+        data_bytes=204_800,
+    )
+    segs = -(-(204_800 + 13 * 22) // 1448)
+    wire = (204_800 + 13 * 22 + segs * 66) * 8 / 1e6
+    assert ttlb - ttfb == pytest.approx(0.05 + wire, rel=0.01)
+    assert ttfb == pytest.approx(
+        0.1 + 2 * 74 * 8 / 1e6 + (2400 + 2 * 66) * 8 / 1e6 + (200 + 66) * 8 / 1e6, rel=0.02
+    )
+    # A flight above initcwnd segments waits a round trip for ACKs.
+    fast = parse_profile("rtt=100ms,initcwnd=10")
+    small, _ = ttlb_model.model(
+        fast,
+        client_hello_bytes=200,
+        server_flight_bytes=14_000,
+        client_finish_bytes=100,
+        response_bytes=0,
+        data_bytes=0,
+    )
+    big, _ = ttlb_model.model(
+        fast,
+        client_hello_bytes=200,
+        server_flight_bytes=16_000,
+        client_finish_bytes=100,
+        response_bytes=0,
+        data_bytes=0,
+    )
+    assert big - small == pytest.approx(0.1, rel=0.01)
+
+
+@pytest.mark.parametrize(
+    "args, fragment",
+    [
+        (["--profile", "delay=-5ms"], "negative"),
+        (["--profile", "loss=101%"], "outside 0-100%"),
+        (["--profile", "nosuch"], "unknown link profile preset"),
+        (["--profile", "rtt=5ms,bogus=1"], "unknown profile key 'bogus'"),
+        (["--sizes", "0,lots"], "is not a size"),
+        (["--groups", "NotAGroup"], "NotAGroup"),
+        (["--chain", "X25519"], "X25519"),
+        (["-n", "0"], "at least 1"),
+    ],
+)
+def test_bad_input_one_line(args, fragment, tmp_path):
+    proc = run_pqlab("ttlb", *args, "--out", tmp_path / "run")
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and fragment in lines[0], lines
+    assert not (tmp_path / "run").exists()  # validated before anything was created
+
+
+@needs_root
+def test_netem_where_missing_is_a_clear_error(tmp_path):
+    from pqlab.net.shaping import netem_available
+
+    if netem_available()[0]:
+        pytest.skip("this kernel has netem")
+    proc = run_pqlab(
+        "ttlb",
+        "--profile",
+        "lan",
+        "--shaper",
+        "netem",
+        "--groups",
+        "X25519",
+        "--chain",
+        "RSA-2048",
+        "--sizes",
+        "0",
+        "-n",
+        "1",
+        "--out",
+        tmp_path / "r",
+    )
+    assert proc.returncode == 2
+    assert "--shaper netem" in proc.stderr and "userspace" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+
+
+@needs_root
+@pytest.mark.usefixtures("nothing_left")
+def test_issue_check_serialisation(tmp_path):
+    out = tmp_path / "run"
+    run_pqlab(
+        "ttlb",
+        "--profile",
+        "rtt=50ms,rate=1mbit",
+        "--groups",
+        "X25519",
+        "--chain",
+        "RSA-2048",
+        "--sizes",
+        "0,200KiB",
+        "-n",
+        "5",
+        "--out",
+        out,
+        check=True,
+    )
+    rows = {int(r["data_bytes"]): r for r in _rows(out / "tables" / "ttlb.csv")}
+    assert set(rows) == {0, 204800}
+    big = rows[204800]
+    assert big["shaper"] == "userspace" or big["shaper"] == "netem"
+    assert int(big["n"]) == 5
+    # 200 KiB: within 5 % of the serialisation model of the bytes on the wire.
+    assert abs(float(big["ttlb_p50_ms"]) / float(big["model_ttlb_ms"]) - 1) < 0.05, big
+    # The model itself is what serialisation says: >= wire bytes / 1 Mbit/s.
+    assert float(big["model_ttlb_ms"]) > 204_800 * 8 / 1e6 * 1e3
+    # TTFB: two round trips plus the transmission of both flights (~ 123 ms here).
+    small = rows[0]
+    wire_ms = (int(small["server_flight_bytes"]) + int(small["client_hello_bytes"])) * 8 / 1e3
+    expected = 2 * 50 + wire_ms
+    assert expected * 0.97 < float(small["ttfb_p50_ms"]) < expected * 1.08 + 3, small
+    assert float(big["retransmits_mean"]) == 0
+    assert (out / "report.html").exists()
+
+
+@needs_root
+@pytest.mark.slow
+@pytest.mark.usefixtures("nothing_left")
+def test_pq_increase_falls_with_data(tmp_path):
+    out = tmp_path / "run"
+    run_pqlab(
+        "ttlb",
+        "--profile",
+        "1mbps-200ms",
+        "--groups",
+        "X25519,X25519MLKEM768",
+        "--chain",
+        "RSA-2048,ML-DSA-44",
+        "--sizes",
+        "0,50KiB,200KiB",
+        "-n",
+        "2",
+        "--warmup",
+        "0",
+        "--out",
+        out,
+        check=True,
+        timeout=900,
+    )
+    inc = _rows(out / "tables" / "ttlb_increase.csv")
+    pq = {
+        (int(r["data_bytes"]), int(r["percentile"])): float(r["ttlb_increase_pct"])
+        for r in inc
+        if r["group"] == "X25519MLKEM768" and r["chain"] == "ML-DSA-44"
+    }
+    # The document's finding, at the median: the PQ increase falls as the data grows. At the
+    # upper percentiles of 2 samples one scheduling hiccup can swap neighbours, so there
+    # only the ends of the range are compared.
+    assert pq[(0, 50)] > pq[(51200, 50)] > pq[(204800, 50)] > 0, pq
+    for p in (75, 90):
+        assert pq[(0, p)] > pq[(204800, p)] > 0, pq
+    assert pq[(0, 50)] > 10  # the handshake's extra KB cost real time at 1 Mbit/s
+    figs = {f.name for f in (out / "figures").iterdir()}
+    assert any(f.startswith("ttlb_increase_") for f in figs)
+    assert any(f.startswith("ttlb_cdf_") for f in figs)
+    assert any(f.startswith("ttlb_ttfb_increase_") for f in figs)
+
+
+@needs_root
+def test_ctrl_c_leaves_nothing(tmp_path):
+    """SIGINT mid-run: exit 130, no namespace, TUN device or engine process left."""
+    out = tmp_path / "run"
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "pqlab",
+            "ttlb",
+            "--profile",
+            "rtt=100ms,rate=1mbit",
+            "--groups",
+            "X25519",
+            "--chain",
+            "RSA-2048",
+            "--sizes",
+            "200KiB",
+            "-n",
+            "20",
+            "--out",
+            str(out),
+        ],
+        env=pqlab_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    ns_prefix = f"pqlab-{proc.pid}-"
+    tun_prefix = f"pqt{proc.pid % 100000}-"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:  # wait until connections are running
+        links = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+        if ns_prefix in links and os.path.exists(out / "certs"):
+            break
+        time.sleep(0.2)
+    time.sleep(3)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    assert ns_prefix not in netns
+    links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
+    assert tun_prefix not in links
+    ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+    assert str(out) not in ps and tun_prefix not in ps
