@@ -23,10 +23,10 @@ What is compared (the reference tools measure slightly different things):
   (new context, set peer with validation, derive) vs `openssl speed ecdhx25519` (derive
   only, context reused).
 
-- Compiler flags: the openssl-src crate builds the engine's OpenSSL at -O2, a plain
-  ./Configure (scripts/build-openssl-cli.sh) at -O3; OpenSSL's C ML-KEM is 1.3-1.7x slower
-  at -O2. Compare like with like: build the engine with CFLAGS=-O3, or pass --openssl with
-  an openssl built with the crate's flags (see docs/primitives.md).
+- Compiler flags: the openssl-src crate alone builds OpenSSL at -O2, a plain ./Configure
+  (scripts/build-openssl-cli.sh) at -O3, and OpenSSL's C ML-KEM is 1.3-1.7x slower at -O2.
+  The engine builds with CFLAGS=-O3 (engine/.cargo/config.toml); `pqlab-engine info` shows
+  the flags, `openssl version -a` the reference's (see docs/primitives.md).
 
 Usage: python benchmarks/primitives_fidelity.py [--rounds 3] [--seconds 2] [--openssl PATH]
        (PQLAB_ENGINE=path selects another engine build)
