@@ -23,7 +23,13 @@ What is compared (the reference tools measure slightly different things):
   (new context, set peer with validation, derive) vs `openssl speed ecdhx25519` (derive
   only, context reused).
 
-Usage: python benchmarks/primitives_fidelity.py [--rounds 3] [--seconds 2]
+- Compiler flags: the openssl-src crate alone builds OpenSSL at -O2, a plain ./Configure
+  (scripts/build-openssl-cli.sh) at -O3, and OpenSSL's C ML-KEM is 1.3-1.7x slower at -O2.
+  The engine builds with CFLAGS=-O3 (engine/.cargo/config.toml); `pqlab-engine info` shows
+  the flags, `openssl version -a` the reference's (see docs/primitives.md).
+
+Usage: python benchmarks/primitives_fidelity.py [--rounds 3] [--seconds 2] [--openssl PATH]
+       (PQLAB_ENGINE=path selects another engine build)
 """
 
 from __future__ import annotations
