@@ -17,7 +17,7 @@ report: setup
 
 lint:
 	cd engine && cargo fmt --check
-	cd engine && cargo clippy --release --locked -q -- -D warnings
+	cd engine && cargo clippy --release --locked --all-targets -q -- -D warnings
 	$(VENV)/bin/ruff check src tests benchmarks
 	$(VENV)/bin/ruff format --check src tests benchmarks
 
