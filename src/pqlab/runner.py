@@ -48,7 +48,7 @@ def run_experiment(
         raise
     finally:
         store.finish(status)
-        if status == "complete":
+        if status == "complete" and not getattr(args, "no_export", False):
             from pqlab.report import export_all
 
             export_all(store, html=not getattr(args, "no_report", False))

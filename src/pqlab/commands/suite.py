@@ -1,5 +1,5 @@
 """`pqlab suite`: the default job. Every experiment of the source documents, sized to finish
-in about a quarter of an hour on a 2-core machine, into one run directory and one report.
+in about 20 minutes on a 2-core machine, into one run directory and one report.
 
 Network experiments need CAP_NET_ADMIN; without it they are skipped and the report says so.
 `--quick` runs a smaller version of everything (a few minutes); `--full` the documents'
@@ -127,6 +127,15 @@ def run(args) -> int:
             raise KeyboardInterrupt
         if code != 0:
             failures.append((name, code))
+    if out.exists():
+        from pqlab.report import export_all
+        from pqlab.store import RunStore
+
+        store = RunStore.open(out)
+        try:
+            export_all(store, html=True)
+        finally:
+            store.close()
     if failures:
         raise EngineError(
             "suite: "

@@ -1,0 +1,27 @@
+"""pqlab suite: steps into one run directory, exported once at the end."""
+
+from conftest import run_pqlab
+
+
+def test_suite_runs_steps_into_one_report(tmp_path):
+    out = tmp_path / "suite"
+    proc = run_pqlab("suite", "--quick", "--only", "sizes,certs", "--out", out, timeout=900)
+    assert proc.returncode == 0, proc.stderr
+    for table in ("sizes.csv", "certs_root.csv", "certs_server.csv"):
+        assert (out / "tables" / table).is_file(), table
+    html = (out / "report.html").read_text()
+    assert "pqlab report" in html
+    assert html.count("<h2>") >= 3  # machine + two experiment sections
+    # the metadata lists both commands of the run
+    import json
+
+    meta = json.loads((out / "metadata.json").read_text())
+    assert [i["experiment"] for i in meta["invocations"]] == ["sizes", "certs"]
+    assert all(i["status"] == "complete" for i in meta["invocations"])
+
+
+def test_suite_rejects_unknown_steps(tmp_path):
+    proc = run_pqlab("suite", "--only", "sizes,bogus", "--out", tmp_path / "x")
+    assert proc.returncode == 2
+    assert "bogus" in proc.stderr and "primitives" in proc.stderr
+    assert not (tmp_path / "x").exists()
