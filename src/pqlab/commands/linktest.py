@@ -73,6 +73,9 @@ def run(args) -> int:
         from pqlab.errors import PrivilegeError
 
         raise PrivilegeError(f"pqlab linktest needs network namespaces: {why}")
+    from pqlab.net.shaping import check_shaper
+
+    check_shaper(args.shaper)
     results: list[dict] = []
 
     def body(store):

@@ -126,6 +126,9 @@ def run(args) -> int:
     from pqlab.net import privileges
 
     privileges.require_net_admin()  # before the run directory is created
+    from pqlab.net.shaping import check_shaper
+
+    check_shaper(args.shaper)
     meta = {
         "tls12_plan": {
             "versions": plan.versions,

@@ -111,6 +111,9 @@ def run(args) -> int:
         from pqlab.errors import PrivilegeError
 
         raise PrivilegeError(f"pqlab ttlb needs network namespaces: {why}")
+    from pqlab.net.shaping import check_shaper
+
+    check_shaper(args.shaper)
     total = len(profiles) * len(groups) * len(chains) * len(sizes)
 
     def body(store):

@@ -293,15 +293,22 @@ class UserspaceLink(Link):
         return d
 
 
-def make_link(profile: LinkProfile, shaper: str = "auto", seed: int = 1) -> Link:
-    """The link for `profile` with the chosen backend. `link.choice` says which one and why
-    (print it: users must know which emulator their numbers came from)."""
+def check_shaper(shaper: str) -> None:
+    """Refuse a shaper this machine cannot provide. Commands call it while validating their
+    input, before a run directory or a namespace exists."""
     if shaper not in SHAPERS:
         raise UserError(f"--shaper {shaper!r} is not one of {', '.join(SHAPERS)}")
     if shaper == "netem":
         ok, why = netem_available()
         if not ok:
             raise UserError(f"--shaper netem: {why}; use --shaper userspace (or auto)")
+
+
+def make_link(profile: LinkProfile, shaper: str = "auto", seed: int = 1) -> Link:
+    """The link for `profile` with the chosen backend. `link.choice` says which one and why
+    (print it: users must know which emulator their numbers came from)."""
+    check_shaper(shaper)
+    if shaper == "netem":
         link: Link = NetemLink(profile)
         link.choice = "netem (asked for)"
     elif shaper == "userspace":
