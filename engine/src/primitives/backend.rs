@@ -31,6 +31,16 @@ pub struct SigSizes {
 pub trait Kem {
     type Key;
     fn keygen(&self) -> Result<Self::Key>;
+    /// Caller-owned output buffers for one key generation, allocated and zeroed (pages
+    /// touched) outside the timed region. None where the library allocates the key itself
+    /// (OpenSSL's EVP_PKEY_keygen): that keygen is timed whole, as `openssl speed` does.
+    fn key_buffer(&self) -> Option<Self::Key> {
+        None
+    }
+    /// Key generation into a buffer from `key_buffer` (the timed part).
+    fn keygen_into(&self, _key: &mut Self::Key) -> Result<()> {
+        Err(crate::out::Error("keygen_into without key_buffer".into()))
+    }
     /// Encapsulate to the public half of `key`: (ciphertext, shared secret).
     fn encaps(&self, key: &Self::Key) -> Result<(Vec<u8>, Vec<u8>)>;
     fn decaps(&self, key: &Self::Key, ciphertext: &[u8]) -> Result<Vec<u8>>;
@@ -60,6 +70,16 @@ pub trait KeyAgreement {
 pub trait Signature {
     type Key;
     fn keygen(&self) -> Result<Self::Key>;
+    /// Caller-owned output buffers for one key generation, allocated and zeroed (pages
+    /// touched) outside the timed region. None where the library allocates the key itself
+    /// (OpenSSL's EVP_PKEY_keygen): that keygen is timed whole, as `openssl speed` does.
+    fn key_buffer(&self) -> Option<Self::Key> {
+        None
+    }
+    /// Key generation into a buffer from `key_buffer` (the timed part).
+    fn keygen_into(&self, _key: &mut Self::Key) -> Result<()> {
+        Err(crate::out::Error("keygen_into without key_buffer".into()))
+    }
     fn sign(&self, key: &Self::Key, message: &[u8]) -> Result<Vec<u8>>;
     /// Ok(false) for a signature that does not verify; Err only for a library failure.
     fn verify(&self, key: &Self::Key, message: &[u8], signature: &[u8]) -> Result<bool>;

@@ -120,15 +120,33 @@ impl Kem for OqsKem {
     type Key = KeyPair;
 
     fn keygen(&self) -> Result<KeyPair> {
+        let mut key = self.key_buffer().expect("liboqs keys are caller-owned");
+        self.keygen_into(&mut key)?;
+        Ok(key)
+    }
+
+    fn key_buffer(&self) -> Option<KeyPair> {
         let r = self.r();
-        let mut public = vec![0u8; r.length_public_key];
-        let mut secret = vec![0u8; r.length_secret_key];
-        // SAFETY: buffers of the lengths liboqs declares.
+        Some(KeyPair {
+            public: vec![0u8; r.length_public_key],
+            secret: vec![0u8; r.length_secret_key],
+        })
+    }
+
+    fn keygen_into(&self, key: &mut KeyPair) -> Result<()> {
+        let r = self.r();
+        if key.public.len() != r.length_public_key || key.secret.len() != r.length_secret_key {
+            return Err(crate::out::Error(
+                "liboqs key buffer of the wrong size".into(),
+            ));
+        }
+        // SAFETY: buffers of the lengths liboqs declares (checked above).
         status(
-            unsafe { kem::OQS_KEM_keypair(self.ptr, public.as_mut_ptr(), secret.as_mut_ptr()) },
+            unsafe {
+                kem::OQS_KEM_keypair(self.ptr, key.public.as_mut_ptr(), key.secret.as_mut_ptr())
+            },
             "OQS_KEM_keypair",
-        )?;
-        Ok(KeyPair { public, secret })
+        )
     }
 
     fn encaps(&self, key: &KeyPair) -> Result<(Vec<u8>, Vec<u8>)> {
@@ -233,15 +251,33 @@ impl Signature for OqsSig {
     type Key = KeyPair;
 
     fn keygen(&self) -> Result<KeyPair> {
+        let mut key = self.key_buffer().expect("liboqs keys are caller-owned");
+        self.keygen_into(&mut key)?;
+        Ok(key)
+    }
+
+    fn key_buffer(&self) -> Option<KeyPair> {
         let r = self.r();
-        let mut public = vec![0u8; r.length_public_key];
-        let mut secret = vec![0u8; r.length_secret_key];
-        // SAFETY: buffers of the declared lengths.
+        Some(KeyPair {
+            public: vec![0u8; r.length_public_key],
+            secret: vec![0u8; r.length_secret_key],
+        })
+    }
+
+    fn keygen_into(&self, key: &mut KeyPair) -> Result<()> {
+        let r = self.r();
+        if key.public.len() != r.length_public_key || key.secret.len() != r.length_secret_key {
+            return Err(crate::out::Error(
+                "liboqs key buffer of the wrong size".into(),
+            ));
+        }
+        // SAFETY: buffers of the lengths liboqs declares (checked above).
         status(
-            unsafe { sig::OQS_SIG_keypair(self.ptr, public.as_mut_ptr(), secret.as_mut_ptr()) },
+            unsafe {
+                sig::OQS_SIG_keypair(self.ptr, key.public.as_mut_ptr(), key.secret.as_mut_ptr())
+            },
             "OQS_SIG_keypair",
-        )?;
-        Ok(KeyPair { public, secret })
+        )
     }
 
     fn sign(&self, key: &KeyPair, message: &[u8]) -> Result<Vec<u8>> {
