@@ -116,6 +116,35 @@ pub struct KeyPair {
     pub secret: Vec<u8>,
 }
 
+impl KeyPair {
+    /// Zeroed buffers of liboqs's declared lengths (allocated outside any timed region).
+    fn zeroed(public_len: usize, secret_len: usize) -> KeyPair {
+        KeyPair {
+            public: vec![0u8; public_len],
+            secret: vec![0u8; secret_len],
+        }
+    }
+
+    /// Run a liboqs keypair function into these buffers after checking their lengths.
+    fn fill(
+        &mut self,
+        public_len: usize,
+        secret_len: usize,
+        what: &str,
+        keypair: impl FnOnce(*mut u8, *mut u8) -> oqs_sys::common::OQS_STATUS,
+    ) -> Result<()> {
+        if self.public.len() != public_len || self.secret.len() != secret_len {
+            return Err(crate::out::Error(
+                "liboqs key buffer of the wrong size".into(),
+            ));
+        }
+        status(
+            keypair(self.public.as_mut_ptr(), self.secret.as_mut_ptr()),
+            what,
+        )
+    }
+}
+
 impl Kem for OqsKem {
     type Key = KeyPair;
 
@@ -127,25 +156,17 @@ impl Kem for OqsKem {
 
     fn key_buffer(&self) -> Option<KeyPair> {
         let r = self.r();
-        Some(KeyPair {
-            public: vec![0u8; r.length_public_key],
-            secret: vec![0u8; r.length_secret_key],
-        })
+        Some(KeyPair::zeroed(r.length_public_key, r.length_secret_key))
     }
 
     fn keygen_into(&self, key: &mut KeyPair) -> Result<()> {
         let r = self.r();
-        if key.public.len() != r.length_public_key || key.secret.len() != r.length_secret_key {
-            return Err(crate::out::Error(
-                "liboqs key buffer of the wrong size".into(),
-            ));
-        }
-        // SAFETY: buffers of the lengths liboqs declares (checked above).
-        status(
-            unsafe {
-                kem::OQS_KEM_keypair(self.ptr, key.public.as_mut_ptr(), key.secret.as_mut_ptr())
-            },
+        // SAFETY: `fill` checked the buffers have the lengths liboqs declares.
+        key.fill(
+            r.length_public_key,
+            r.length_secret_key,
             "OQS_KEM_keypair",
+            |pk, sk| unsafe { kem::OQS_KEM_keypair(self.ptr, pk, sk) },
         )
     }
 
@@ -258,25 +279,17 @@ impl Signature for OqsSig {
 
     fn key_buffer(&self) -> Option<KeyPair> {
         let r = self.r();
-        Some(KeyPair {
-            public: vec![0u8; r.length_public_key],
-            secret: vec![0u8; r.length_secret_key],
-        })
+        Some(KeyPair::zeroed(r.length_public_key, r.length_secret_key))
     }
 
     fn keygen_into(&self, key: &mut KeyPair) -> Result<()> {
         let r = self.r();
-        if key.public.len() != r.length_public_key || key.secret.len() != r.length_secret_key {
-            return Err(crate::out::Error(
-                "liboqs key buffer of the wrong size".into(),
-            ));
-        }
-        // SAFETY: buffers of the lengths liboqs declares (checked above).
-        status(
-            unsafe {
-                sig::OQS_SIG_keypair(self.ptr, key.public.as_mut_ptr(), key.secret.as_mut_ptr())
-            },
+        // SAFETY: `fill` checked the buffers have the lengths liboqs declares.
+        key.fill(
+            r.length_public_key,
+            r.length_secret_key,
             "OQS_SIG_keypair",
+            |pk, sk| unsafe { sig::OQS_SIG_keypair(self.ptr, pk, sk) },
         )
     }
 
