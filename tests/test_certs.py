@@ -87,12 +87,21 @@ def test_certs_kem_is_not_a_signature(tmp_path):
     assert len(proc.stderr.strip().splitlines()) == 1
 
 
-def test_ensure_chain_is_cached(tmp_path):
-    from pqlab.experiments.certs import ensure_chain
+def test_make_chain_is_cached_and_private(tmp_path):
+    import stat
 
-    a = ensure_chain("RSA-2048", "ECDSA-P256", tmp_path)
+    from pqlab.tls.chains import make_chain
+
+    a = make_chain(tmp_path, "RSA-2048", "ECDSA-P256")
     first = a.chain.read_bytes()
-    b = ensure_chain("RSA-2048", "ECDSA-P256", tmp_path)
+    b = make_chain(tmp_path, "RSA-2048", "ECDSA-P256")
+    assert stat.S_IMODE(a.key.stat().st_mode) == 0o600
+    assert stat.S_IMODE(a.directory.stat().st_mode) == 0o700
+    root_key = tmp_path / "roots" / "RSA-2048" / "root.key.pem"
+    assert stat.S_IMODE(root_key.stat().st_mode) == 0o600
+    with_root = a.sending_root()
+    assert with_root.sent_certs == 2 and with_root.chain.read_text().count("BEGIN CERT") == 2
+    assert with_root.sent_der_bytes == a.record["server_cert_der_bytes"] + a.record["root_der_bytes"]
     assert b.chain.read_bytes() == first and b.record == a.record
     assert a.root.exists() and a.key.exists()
     assert a.record["server_sig"] == "ECDSA-P256" and a.record["ca_sig"] == "RSA-2048"

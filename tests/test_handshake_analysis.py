@@ -10,9 +10,12 @@ import pytest
 
 from pqlab import catalog, pcap
 from pqlab.errors import EngineError
-from pqlab.experiments import handshake as hs
-from pqlab.experiments import handshake_phases as hp
+from pqlab.experiments.handshake import analyse as hs
+from pqlab.experiments.handshake import phases as hp
+from pqlab.experiments.handshake import report, run, schema
 from pqlab.store import RunStore
+from pqlab.tls import stacks
+from pqlab.tls.negotiation import Expected
 from test_phases import PORT, Wire, small_handshake
 
 NAMES = {
@@ -60,7 +63,7 @@ def engine_record(role: str, port: int, records: list[hp.TlsRecord], warmup=Fals
         "role": role,
         "events": events,
         "verified": True,
-        "negotiated": {"group": "X25519", "sigalg": "mldsa44"},
+        "negotiated": {"version": "TLSv1.3", "group": "X25519", "sigalg": "mldsa44"},
         "tcp_info": {"snd_mss": 1448, "snd_cwnd": 10, "total_retrans": 0},
     }
     if role == "client":
@@ -69,6 +72,10 @@ def engine_record(role: str, port: int, records: list[hp.TlsRecord], warmup=Fals
     else:
         rec["peer"] = f"198.18.0.1:{port}"
     return rec
+
+
+def expect(group: str) -> Expected:
+    return Expected(group=catalog.resolve(group, "kem"), sigalg=catalog.resolve("ML-DSA-44", "sig"))
 
 
 def cell_captures(tmp_path, ports):
@@ -97,7 +104,7 @@ def test_cell_rows_phases_and_warmup_dropped(tmp_path):
     pairs = hs.pair_records(crecs, list(reversed(srecs)))
     assert [hs._port(c["local"]) for c, _ in pairs] == [40001, 40002]
     rows, phases = hs.analyse_cell(
-        tmp_path / "c.pcap", tmp_path / "s.pcap", pairs, PORT, 10, "X25519", "mldsa44"
+        tmp_path / "c.pcap", tmp_path / "s.pcap", pairs, PORT, 10, expect("X25519"), stacks.get()
     )
     assert len(rows) == 2 and len(phases) == 2 * 24
     r = rows[0]
@@ -114,7 +121,7 @@ def test_wrong_negotiation_is_an_error(tmp_path):
     pairs = hs.pair_records(crecs, srecs)
     with pytest.raises(EngineError, match="negotiated group"):
         hs.analyse_cell(
-            tmp_path / "c.pcap", tmp_path / "s.pcap", pairs, PORT, 10, "X25519MLKEM768", "mldsa44"
+            tmp_path / "c.pcap", tmp_path / "s.pcap", pairs, PORT, 10, expect("X25519MLKEM768"), stacks.get()
         )
 
 
@@ -125,7 +132,7 @@ def test_missing_connection_in_capture_is_an_error(tmp_path):
     pairs = hs.pair_records(crecs, srecs)
     with pytest.raises(EngineError, match="missing from the client capture"):
         hs.analyse_cell(
-            tmp_path / "c.pcap", tmp_path / "s.pcap", pairs, PORT, 10, "X25519", "mldsa44"
+            tmp_path / "c.pcap", tmp_path / "s.pcap", pairs, PORT, 10, expect("X25519"), stacks.get()
         )
 
 
@@ -137,25 +144,24 @@ def test_export_builds_tables_and_figures_from_the_database(tmp_path):
         hs.pair_records(crecs, srecs),
         PORT,
         10,
-        "X25519",
-        "mldsa44",
+        expect("X25519"),
+        stacks.get(),
     )
     store = RunStore.create(tmp_path / "run", "handshake")
-    for ddl in (hs.RAW_DDL, hs.PHASE_DDL, hs.CAPTURE_DDL):
-        store.ensure_table(ddl)
+    schema.ensure(store)
     g = catalog.resolve("X25519", "kem")
     sigs = [catalog.resolve(n, "sig") for n in ("ML-DSA-44", "RSA-2048")]
     for s in sigs:
         labels = {
-            "cell_id": hs.cell_id(g, s, sigs[1]),
+            "cell_id": f"{g.name}|{s.name}|{sigs[1].name}",
             "group": g.name,
             "server_sig": s.name,
             "ca_sig": sigs[1].name,
         }
         with store.cell("handshake", labels["cell_id"], labels):
-            store.insert("handshake_raw", hs._columns(rows, labels))
-            store.insert("handshake_phase", hs._columns(phases, labels))
-    section = hs.export(store)
+            store.insert("handshake_raw", run._columns(rows, labels))
+            store.insert("handshake_phase", run._columns(phases, labels))
+    section = report.export(store)
     tables = tmp_path / "run" / "tables"
     with open(tables / "handshake_summary.csv") as f:
         summary = list(csv.DictReader(f))

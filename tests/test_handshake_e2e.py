@@ -267,7 +267,8 @@ def test_cwnd_stalls_seen_only_when_the_window_is_small(tmp_path):
     """Real handshakes whose first 4096-byte write (3 segments) meets initcwnd 2: the
     server must wait for ACKs; with initcwnd 10 it never does."""
     from pqlab import catalog
-    from pqlab.experiments import handshake as hs
+    from pqlab.experiments.handshake import plan as hs
+    from pqlab.experiments.handshake import run as hs_run
     from pqlab.store import RunStore
 
     result = {}
@@ -285,7 +286,7 @@ def test_cwnd_stalls_seen_only_when_the_window_is_small(tmp_path):
         )
         store = RunStore.create(tmp_path / f"cw{initcwnd}", "handshake")
         try:
-            hs.body(plan, store)
+            hs_run.measure(plan, store)
             result[initcwnd] = store.query(
                 "SELECT avg(cwnd_stalls) AS stalls, min(writes_predicted) AS writes "
                 "FROM handshake_raw"

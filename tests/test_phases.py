@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from pqlab import pcap
-from pqlab.experiments import handshake_phases as hp
+from pqlab.experiments.handshake import phases as hp
 from pqlab.pcap import ACK, PSH, SYN
 
 CLIENT, SERVER, PORT = "198.18.0.1", "198.18.0.2", 4433

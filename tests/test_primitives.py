@@ -12,7 +12,7 @@ import pytest
 
 from conftest import pqlab_env, run_pqlab
 from pqlab import catalog
-from pqlab.experiments import primitives as exp
+from pqlab.experiments import selection
 
 COLUMNS = [
     "algorithm",
@@ -221,7 +221,7 @@ def test_failed_check_is_an_error_not_a_number(tmp_path):
 
 
 def test_default_set_is_document_000_and_engine_args_follow_the_catalogue():
-    cells, skipped = exp.select_cells([], [], "all")
+    cells, skipped = selection.select_cells([], [], "all")
     names = {c.algorithm.name for c in cells}
     doc = {a.name for a in catalog.all_algorithms() if "000" in a.documents}
     assert names | set(skipped) == doc

@@ -119,7 +119,20 @@ def test_liboqs_computed_spki_matches_openssl(run_dir):
 def test_resume_skips_finished_cells_and_refuses_silent_overwrite(run_dir):
     again = run_pqlab("sizes", "--kem", "ML-KEM-512", "--out", run_dir, timeout=60)
     assert again.returncode == 2 and "--resume" in again.stderr
+    other_n = run_pqlab(
+        "sizes", "--kem", "ML-KEM-512", "--out", run_dir, "--resume", "--samples", "32"
+    )
+    assert other_n.returncode == 2 and "samples was 24" in other_n.stderr  # never mixed
     resumed = run_pqlab(
-        "sizes", "--kem", "ML-KEM-512", "--out", run_dir, "--resume", check=True, timeout=60
+        "sizes",
+        "--kem",
+        "ML-KEM-512",
+        "--samples",
+        "24",
+        "--out",
+        run_dir,
+        "--resume",
+        check=True,
+        timeout=60,
     )
     assert "ML-KEM-512" not in resumed.stderr.replace("results:", "")

@@ -13,7 +13,7 @@ import pytest
 
 from conftest import needs_root, pqlab_env, run_pqlab
 from netleaks import nothing_left  # noqa: F401
-from pqlab.experiments import ttlb_model
+from pqlab.experiments.ttlb import model as ttlb_model
 from pqlab.net.profiles import parse_profile
 
 

@@ -1,7 +1,9 @@
 """Finding and running `pqlab-engine`, and reading its JSON-lines output.
 
-The engine prints one JSON record per line; a record `{"type": "error", "message": ...}`
-ends a failed run. See docs/engine-protocol.md.
+The engine prints one JSON record per line; a record `{"type": "error", "kind": ...,
+"message": ...}` ends a failed run and becomes the matching `pqlab.errors` exception (see
+docs/engine-protocol.md). Long-running engine processes (TLS servers and clients, captures)
+are supervised by `pqlab.tls.runner.EngineProcess`; `run` here is for short one-shot calls.
 """
 
 from __future__ import annotations
@@ -11,13 +13,15 @@ import json
 import os
 import shutil
 import subprocess
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
-from pqlab.errors import EngineError, UserError
+from pqlab.errors import EngineError, EngineIOError, UserError, engine_error
 
-PROTOCOL = 1
+PROTOCOL = 2
 REPO_ROOT = Path(__file__).resolve().parents[2]
+# Exit codes the engine uses for each error kind (docs/engine-protocol.md).
+EXIT_KINDS = {2: "usage", 3: "library", 5: "check", 6: "io", 7: "peer"}
 
 
 def engine_path() -> Path:
@@ -40,7 +44,7 @@ def engine_path() -> Path:
     )
 
 
-def command(args: Sequence[str], netns: str | None = None) -> list[str]:
+def command(args: Sequence, netns: str | None = None) -> list[str]:
     """The argv that runs the engine with `args`, inside network namespace `netns` if given."""
     argv = [str(engine_path()), *map(str, args)]
     if netns:
@@ -56,56 +60,86 @@ def parse_line(line: str) -> dict:
     if not isinstance(record, dict) or "type" not in record:
         raise EngineError(f"engine record without a type: {line[:200]!r}")
     if record["type"] == "error":
-        raise EngineError(record.get("message", "engine failed without a message"))
+        raise engine_error(record.get("kind"), record.get("message", "engine failed"))
     return record
 
 
-def stream(
-    args: Sequence[str],
-    netns: str | None = None,
-    timeout: float | None = None,
-    env: dict | None = None,
-) -> Iterator[dict]:
-    """Run the engine and yield its records as they arrive; raise EngineError on failure."""
-    argv = command(args, netns)
-    full_env = {**os.environ, **(env or {})}
-    proc = subprocess.Popen(
-        argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=full_env
-    )
-    try:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            if line.strip():
-                yield parse_line(line)
-        proc.wait(timeout=timeout)
-    except BaseException:
-        proc.kill()
-        proc.wait()
-        raise
-    if proc.returncode != 0:
-        err = (proc.stderr.read() if proc.stderr else "").strip()
-        raise EngineError(
-            f"engine exited with {proc.returncode}: {err.splitlines()[-1] if err else argv}"
-        )
-
-
 def run(
-    args: Sequence[str],
+    args: Sequence,
     netns: str | None = None,
     timeout: float | None = None,
     env: dict | None = None,
 ) -> list[dict]:
-    """Run the engine to completion and return all its records."""
-    return list(stream(args, netns=netns, timeout=timeout, env=env))
+    """Run the engine to completion and return its records; the engine's own error record
+    (or, without one, its exit code and last stderr line) becomes the matching exception."""
+    argv = command(args, netns)
+    full_env = {**os.environ, **(env or {})}
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, env=full_env, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise EngineIOError(
+            f"engine {' '.join(map(str, args[:2]))} did not finish within {timeout:.0f} s"
+        ) from None
+    records = [parse_line(line) for line in proc.stdout.splitlines() if line.strip()]
+    if proc.returncode != 0:
+        err = proc.stderr.strip().splitlines()
+        raise engine_error(
+            EXIT_KINDS.get(proc.returncode, "library"),
+            f"engine exited with {proc.returncode}: {err[-1] if err else argv}",
+        )
+    return records
+
+
+def stream(args: Sequence, timeout: float | None = None, env: dict | None = None):
+    """Run the engine and yield its records as they arrive (for commands that print as they
+    go, such as `connect`); the engine's error becomes the matching exception."""
+    from pqlab.tls.runner import EngineProcess
+
+    proc = EngineProcess(args, f"engine {' '.join(map(str, args[:2]))}", env=env)
+    try:
+        yield from proc.iter_records(timeout)
+        proc.finish(10)
+    finally:
+        proc.stop()
+
+
+def _adapt_protocol1(rec: dict) -> dict:
+    """TEMPORARY: an engine of protocol 1 reports no `tls_stacks`; derive the OpenSSL stack
+    from its capability lists. Removed once the engine speaks protocol 2."""
+    ossl = rec.get("openssl", {})
+    groups = [{"name": g["name"], "code": g["id"]} for g in ossl.get("tls_groups", [])]
+    sigalgs = []
+    for s in ossl.get("tls_sigalgs", []):
+        codes = s.get("wire_code_point") or []
+        if codes:
+            sigalgs.append({"name": s["iana_name"], "code": codes[0]})
+    keymgmt = {m["name"].upper() for m in ossl.get("keymgmt", [])}
+    signers = {m["name"].upper() for m in ossl.get("signatures", [])}
+    cert = sorted((keymgmt & signers) | ({"EC"} if "ECDSA" in signers else set()))
+    rec["tls_stacks"] = [
+        {
+            "name": "openssl",
+            "implementation": ossl.get("version_text", "OpenSSL"),
+            "groups": groups,
+            "sigalgs": sigalgs,
+            "cert_key_types": cert,
+            "limits": {},
+        }
+    ]
+    rec["protocol"] = PROTOCOL
+    return rec
 
 
 @functools.lru_cache(maxsize=1)
 def info() -> dict:
-    """The engine's build record: library versions and the algorithms each backend has."""
+    """The engine's build record: library versions, build id, the algorithms each backend
+    has and the TLS stacks with their capabilities."""
     records = run(["info"], timeout=60)
     rec = next((r for r in records if r["type"] == "info"), None)
     if rec is None:
         raise EngineError("engine 'info' printed no info record")
+    if rec.get("protocol") == 1:
+        rec = _adapt_protocol1(rec)
     if rec.get("protocol") != PROTOCOL:
         raise EngineError(
             f"engine speaks protocol {rec.get('protocol')}, this pqlab expects {PROTOCOL}; "

@@ -4,13 +4,22 @@ A run directory holds `results.duckdb` (raw samples, summaries, metadata, cell s
 `metadata.json`, `tables/` (CSV and Parquet exports), `figures/` (PNG and SVG) and
 `report.html`. Results are committed cell by cell: a crash loses at most the cell in
 flight, and `--resume` finishes the rest. Summaries are always recomputed from raw samples.
+
+One writer at a time: a writer holds an exclusive lock on `RUN/.lock` (with its PID in it)
+for as long as the store is open; readers (`report`, `compare`) take a shared lock and open
+the database read-only, so they never change a run and never race a writer. The database
+records the schema version it was written with; a run of another version is refused with
+one line, as is a `--resume` on another machine or engine build (`check_resume`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import datetime as _dt
+import errno
+import fcntl
 import json
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,8 +28,12 @@ import pyarrow as pa
 
 from pqlab.errors import UserError
 
-SCHEMA_VERSION = 1
+# 2: invocations carry the writer's PID (killed runs are detected); TLS tables carry the
+# stack. Version 1 runs can still be read by `pqlab compare`.
+SCHEMA_VERSION = 2
+READABLE_VERSIONS = (1, 2)
 DB_NAME = "results.duckdb"
+LOCK_NAME = ".lock"
 
 _BASE_SCHEMA = """
 CREATE TABLE IF NOT EXISTS schema_info (version INTEGER);
@@ -34,6 +47,16 @@ CREATE TABLE IF NOT EXISTS warnings (
     experiment TEXT, cell_id TEXT, code TEXT, subject TEXT, message TEXT, advice TEXT);
 """
 
+# What must be the same for `--resume` to add cells to a run: (label, path in metadata).
+RESUME_IDENTITY = (
+    ("CPU model", ("cpu", "model")),
+    ("logical CPUs", ("cpu", "count")),
+    ("engine build", ("engine", "build_id")),
+    ("OpenSSL", ("engine", "openssl", "version_text")),
+    ("liboqs", ("engine", "liboqs", "version")),
+    ("pqlab version", ("pqlab_version",)),
+)
+
 
 def default_out(experiment: str) -> Path:
     stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
@@ -44,58 +67,174 @@ def _now() -> str:
     return _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
 
 
-class RunStore:
-    """One run directory. Use `RunStore.create(...)` to start or resume, `open(...)` to read."""
+def _dig(d: dict, path: tuple[str, ...]):
+    for k in path:
+        if not isinstance(d, dict):
+            return None
+        d = d.get(k)
+    return d
 
-    def __init__(self, path: Path, read_only: bool = False):
+
+class _Lock:
+    """`RUN/.lock`: flock(2) exclusive for a writer (PID written inside), shared for readers.
+    Released when the process exits, however it exits."""
+
+    def __init__(self, path: Path, exclusive: bool):
+        self.path = path
+        self.fd = -1
+        flags = os.O_RDWR | os.O_CREAT if exclusive else os.O_RDONLY
+        try:
+            self.fd = os.open(path, flags | os.O_CLOEXEC, 0o644)
+        except FileNotFoundError:
+            return  # a reader of a run made before locks existed: nothing to share
+        except OSError as e:
+            raise UserError(f"cannot open {path}: {e.strerror}") from None
+        try:
+            fcntl.flock(self.fd, (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | fcntl.LOCK_NB)
+        except OSError as e:
+            holder = self.holder()
+            os.close(self.fd)
+            self.fd = -1
+            if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
+                who = f"PID {holder}" if holder else "another process"
+                raise UserError(
+                    f"run directory {str(path.parent)!r} is in use by {who}; wait for it to "
+                    "finish (or stop it and use --resume), or choose another --out"
+                ) from None
+            raise UserError(f"cannot lock {path}: {e.strerror}") from None
+        if exclusive:
+            os.ftruncate(self.fd, 0)
+            os.write(self.fd, f"{os.getpid()}\n".encode())
+
+    def holder(self) -> int | None:
+        try:
+            text = self.path.read_text().strip()
+            return int(text) if text else None
+        except (OSError, ValueError):
+            return None
+
+    def release(self) -> None:
+        if self.fd >= 0:
+            with contextlib.suppress(OSError):
+                os.close(self.fd)
+            self.fd = -1
+
+
+def _connect(db_path: Path, read_only: bool) -> duckdb.DuckDBPyConnection:
+    try:
+        return duckdb.connect(str(db_path), read_only=read_only)
+    except duckdb.Error as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise UserError(f"{db_path} is damaged: {first}") from None
+
+
+class RunStore:
+    """One run directory. `RunStore.create(...)` starts or resumes a run (the one writer),
+    `RunStore.open(...)` reads one."""
+
+    def __init__(self, path: Path, read_only: bool = False, _lock: _Lock | None = None):
         self.path = Path(path)
         self.db_path = self.path / DB_NAME
-        self.con = duckdb.connect(str(self.db_path), read_only=read_only)
+        self.read_only = read_only
+        self._lock = _lock
+        self.con = _connect(self.db_path, read_only)
         self.invocation_id: int | None = None
+        self.schema_version = SCHEMA_VERSION
 
     # --- opening -------------------------------------------------------------------------
     @classmethod
     def create(cls, out: str | Path | None, experiment: str, resume: bool = False) -> RunStore:
-        """Open `out` for writing `experiment`. Refuse to mix with finished results unless
-        --resume is given, so a second run never silently overwrites the first."""
+        """Open `out` for writing. Refuse to add to finished results of `experiment` unless
+        --resume is given, so a second run never silently mixes with the first."""
         path = Path(out) if out else default_out(experiment)
-        if path.exists() and not path.is_dir():
-            raise UserError(f"--out {str(path)!r} exists and is not a directory")
+        check_out(path)
         try:
             path.mkdir(parents=True, exist_ok=True)
-            (path / "tables").mkdir(exist_ok=True)
-            (path / "figures").mkdir(exist_ok=True)
         except OSError as e:
             raise UserError(f"cannot create run directory {str(path)!r}: {e.strerror}") from None
-        existed = (path / DB_NAME).exists()
-        store = cls(path)
-        store.con.execute(_BASE_SCHEMA)
-        if not existed:
-            store.con.execute("INSERT INTO schema_info VALUES (?)", [SCHEMA_VERSION])
-        elif not resume and store.cells_done(experiment):
+        lock = _Lock(path / LOCK_NAME, exclusive=True)
+        try:
+            existed = (path / DB_NAME).exists()
+            store = cls(path, _lock=lock)
+        except BaseException:
+            lock.release()
+            raise
+        try:
+            if existed:
+                store._check_version(write=True)
+            store.con.execute(_BASE_SCHEMA)
+            if not existed:
+                store.con.execute("INSERT INTO schema_info VALUES (?)", [SCHEMA_VERSION])
+            for sub in ("tables", "figures"):
+                (path / sub).mkdir(exist_ok=True)
+            store.mark_killed()
+            if experiment and not resume and store.cells_done(experiment):
+                raise UserError(
+                    f"{str(path)!r} already holds {experiment} results; use --resume to finish "
+                    "that run, or choose another --out"
+                )
+        except BaseException:
             store.close()
-            raise UserError(
-                f"{str(path)!r} already holds {experiment} results; use --resume to finish "
-                "that run, or choose another --out"
-            )
+            raise
         return store
 
     @classmethod
-    def open(cls, path: str | Path) -> RunStore:
+    def open(cls, path: str | Path, any_version: bool = False) -> RunStore:
+        """Open a run directory to read it (read-only; waits for no one: a run still being
+        written is refused with the writer's PID)."""
         path = Path(path)
-        if not (path / DB_NAME).exists():
+        if not (path / DB_NAME).is_file():
             raise UserError(f"{str(path)!r} is not a pqlab run directory (no {DB_NAME})")
-        store = cls(path, read_only=False)
+        lock = _Lock(path / LOCK_NAME, exclusive=False)
+        try:
+            store = cls(path, read_only=True, _lock=lock)
+        except BaseException:
+            lock.release()
+            raise
+        try:
+            store._check_version(write=False, any_version=any_version)
+        except BaseException:
+            store.close()
+            raise
         return store
 
+    def _check_version(self, write: bool, any_version: bool = False) -> None:
+        try:
+            rows = self.con.execute("SELECT version FROM schema_info").fetchall()
+        except duckdb.Error as e:
+            first = str(e).strip().splitlines()[0]
+            raise UserError(f"{self.db_path} is damaged: {first}") from None
+        versions = sorted({int(r[0]) for r in rows})
+        if len(versions) != 1:
+            raise UserError(f"{self.db_path} is damaged: schema versions {versions or 'none'}")
+        version = versions[0]
+        self.schema_version = version
+        if version == SCHEMA_VERSION:
+            return
+        if not write and any_version and version in READABLE_VERSIONS:
+            return
+        what = "an older" if version < SCHEMA_VERSION else "a newer"
+        raise UserError(
+            f"{str(self.path)!r} was written by {what} pqlab (results schema {version}; this "
+            f"pqlab {'writes' if write else 'reads'} schema {SCHEMA_VERSION}); "
+            + ("use another --out" if write else "open it with the pqlab that made it")
+        )
+
     def close(self) -> None:
+        if not self.read_only:
+            with contextlib.suppress(Exception):
+                self.con.execute("CHECKPOINT")
         with contextlib.suppress(Exception):
             self.con.close()
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
 
     # --- invocations and metadata --------------------------------------------------------
     def begin(self, experiment: str, metadata: dict) -> None:
         row = self.con.execute("SELECT coalesce(max(id), 0) + 1 FROM invocations").fetchall()[:1]
         self.invocation_id = int(row[0][0])
+        metadata = {**metadata, "pid": os.getpid()}
         self.con.execute(
             "INSERT INTO invocations VALUES (?, ?, ?, ?, NULL, 'running', ?)",
             [
@@ -103,7 +242,7 @@ class RunStore:
                 experiment,
                 metadata.get("command_line", ""),
                 _now(),
-                json.dumps(metadata),
+                json.dumps(metadata, default=str),
             ],
         )
         self.write_metadata_json()
@@ -115,7 +254,20 @@ class RunStore:
             "UPDATE invocations SET finished = ?, status = ? WHERE id = ?",
             [_now(), status, self.invocation_id],
         )
+        self.invocation_id = None
         self.write_metadata_json()
+
+    def mark_killed(self) -> list[int]:
+        """Invocations still 'running' when a writer opens the run were killed (SIGKILL, power
+        loss): their writer no longer holds the lock we now hold. Say so, instead of leaving
+        them 'running' forever."""
+        rows = self.con.execute("SELECT id FROM invocations WHERE status = 'running'").fetchall()
+        killed = [int(r[0]) for r in rows]
+        for inv_id in killed:
+            self.con.execute("UPDATE invocations SET status = 'killed' WHERE id = ?", [inv_id])
+        if killed:
+            self.write_metadata_json()
+        return killed
 
     def metadata(self) -> dict:
         """Metadata of the most recent invocation (machine, libraries, command line)."""
@@ -124,15 +276,11 @@ class RunStore:
         ).fetchall()[:1]
         return json.loads(row[0][0]) if row else {}
 
-    def write_metadata_json(self) -> None:
-        rows = self.con.execute(
-            "SELECT id, experiment, command_line, started, finished, status, metadata "
-            "FROM invocations ORDER BY id"
-        ).fetchall()
-        if not rows:
-            return
-        latest = json.loads(rows[-1][6])
-        latest["invocations"] = [
+    def invocations(self, experiment: str | None = None) -> list[dict]:
+        sql = "SELECT id, experiment, command_line, started, finished, status, metadata FROM "
+        sql += "invocations" + (" WHERE experiment = ?" if experiment else "") + " ORDER BY id"
+        rows = self.con.execute(sql, [experiment] if experiment else []).fetchall()
+        return [
             {
                 "id": r[0],
                 "experiment": r[1],
@@ -140,11 +288,54 @@ class RunStore:
                 "started": r[3],
                 "finished": r[4],
                 "status": r[5],
+                "metadata": json.loads(r[6]) if r[6] else {},
             }
             for r in rows
         ]
+
+    def check_resume(self, metadata: dict) -> None:
+        """Refuse to add to a run made on another machine or with another engine build or
+        library, naming the first difference."""
+        earlier = self.invocations()
+        if not earlier:
+            return
+        first = earlier[0]["metadata"]
+        for label, path in RESUME_IDENTITY:
+            was, now = _dig(first, path), _dig(metadata, path)
+            if was is not None and now is not None and was != now:
+                raise UserError(
+                    f"--resume: {label} differs from the run's ({was!r} then, {now!r} now); "
+                    "finish it on the same machine and build, or choose another --out"
+                )
+
+    def check_plan(self, experiment: str, key: dict) -> None:
+        """Refuse to resume `experiment` with per-cell parameters other than those its finished
+        cells were measured with (e.g. -n 20 into cells of -n 200)."""
+        if not self.cells_done(experiment):
+            return
+        for inv in reversed(self.invocations(experiment)):
+            stored = inv["metadata"].get("plan")
+            if stored is None:
+                continue
+            for k in sorted(set(stored) | set(key)):
+                was, now = stored.get(k), key.get(k)
+                if was != now:
+                    raise UserError(
+                        f"--resume: {k} was {was!r} for the finished {experiment} cells, now "
+                        f"{now!r}; resume with the same options or choose another --out"
+                    )
+            return
+
+    def write_metadata_json(self) -> None:
+        invocations = self.invocations()
+        if not invocations:
+            return
+        latest = dict(invocations[-1]["metadata"])
+        latest["invocations"] = [
+            {k: v for k, v in i.items() if k != "metadata"} for i in invocations
+        ]
         tmp = self.path / "metadata.json.tmp"
-        tmp.write_text(json.dumps(latest, indent=2, sort_keys=True))
+        tmp.write_text(json.dumps(latest, indent=2, sort_keys=True, default=str))
         tmp.replace(self.path / "metadata.json")
 
     def experiments(self) -> list[str]:
@@ -231,6 +422,12 @@ class RunStore:
         ).fetchall()[:1]
         return bool(row and row[0][0])
 
+    def columns(self, table: str) -> set[str]:
+        rows = self.con.execute(
+            "SELECT column_name FROM information_schema.columns WHERE table_name = ?", [table]
+        ).fetchall()
+        return {r[0] for r in rows}
+
     # --- exports -------------------------------------------------------------------------
     def export_table(self, name: str, sql: str, params: list | None = None) -> Path:
         """Write the result of `sql` to tables/<name>.csv and .parquet; return the CSV path."""
@@ -239,11 +436,41 @@ class RunStore:
         import pyarrow.csv as pacsv
         import pyarrow.parquet as pq
 
+        csv_path.parent.mkdir(exist_ok=True)
         tmp = csv_path.with_suffix(".csv.tmp")
         pacsv.write_csv(rel, tmp)
         tmp.replace(csv_path)
         pq.write_table(rel, self.path / "tables" / f"{name}.parquet")
         return csv_path
 
+    def export_rows(self, name: str, rows: list[dict], columns: list[str] | None = None):
+        """Write computed rows (dicts) as tables/<name>.csv and .parquet, in `columns` order
+        (default: the first row's keys); None when there are no rows."""
+        if not rows:
+            return None
+        cols = columns or list(rows[0])
+        table = pa.table({c: [r.get(c) for r in rows] for c in cols})
+        self.con.register("_pqlab_rows", table)
+        try:
+            return self.export_table(name, "SELECT * FROM _pqlab_rows")
+        finally:
+            self.con.unregister("_pqlab_rows")
+
     def figure_path(self, name: str) -> Path:
         return self.path / "figures" / name
+
+
+def check_out(path: Path) -> None:
+    """A usable --out: a directory or a path that can become one (checked before anything
+    runs, so a bad --out fails at once rather than after the first measurement)."""
+    if path.exists() and not path.is_dir():
+        raise UserError(f"--out {str(path)!r} exists and is not a directory")
+    parent = path
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir():
+        raise UserError(f"--out {str(path)!r}: {str(parent)!r} is not a directory")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise UserError(f"--out {str(path)!r}: {str(parent)!r} is not writable")
+    if (path / DB_NAME).exists() and not (path / DB_NAME).is_file():
+        raise UserError(f"--out {str(path)!r}: {DB_NAME} there is not a file")

@@ -151,7 +151,31 @@ def to_json(alg: catalog.Algorithm, have: dict[str, set[str] | None] | None) -> 
     d["documents"] = list(alg.documents)
     d["backends"] = list(alg.backends)
     d["available"] = None if have is None else available_backends(alg, have)
+    d["tls_usable"] = tls_roles(alg)
     return d
+
+
+def tls_roles(alg: catalog.Algorithm) -> dict[str, list[str]] | None:
+    """Per TLS stack of this engine build, the roles `alg` can play there (None: the engine
+    cannot be asked)."""
+    from pqlab.tls import stacks
+
+    try:
+        all_stacks = stacks.all_stacks()
+    except (UserError, EngineError):
+        return None
+    roles = ("group",) if alg.kind != "sig" else ("server", "client", "ca")
+    return {
+        name: [r for r in roles if alg.usable_in_tls(name, r)] for name in sorted(all_stacks)
+    }
+
+
+def _tls_text(alg: catalog.Algorithm) -> str:
+    roles = tls_roles(alg)
+    if roles is None:
+        return "?"
+    parts = [f"{stack}:{'+'.join(r)}" for stack, r in roles.items() if r]
+    return " ".join(parts) or "-"
 
 
 def _size(alg: catalog.Algorithm, key: str) -> str:
@@ -180,6 +204,7 @@ def rows(algs: list[catalog.Algorithm], have: dict[str, set[str] | None] | None)
                 _size(a, "signature" if a.kind == "sig" else "ciphertext"),
                 _size(a, "shared_secret"),
                 tls,
+                _tls_text(a),
                 backends,
                 ",".join(a.documents) or "-",
             ]
@@ -197,6 +222,7 @@ HEADER = [
     "ct/sig",
     "ss",
     "tls",
+    "in TLS (stack:roles)",
     "backends",
     "documents",
 ]
@@ -245,5 +271,8 @@ def _print(args, algs: list[catalog.Algorithm], have: dict[str, set[str] | None]
                 f"\n{len(algs)} algorithms. Sizes in bytes as the algorithm defines them "
                 "(pk public key, sk secret key, ct ciphertext or sig signature, ss shared "
                 "secret). level: NIST category ('-' classical). tls: TLS NamedGroup / "
-                "SignatureScheme code point; * = oqs-provider's private-use value, not IANA."
+                "SignatureScheme code point; * = oqs-provider's private-use value, not IANA. "
+                "in TLS: the roles each TLS stack of this engine build can use it in (group: "
+                "key exchange; server/client: certificate and CertificateVerify; ca: signs "
+                "certificates)."
             )

@@ -10,60 +10,27 @@ from __future__ import annotations
 
 import csv
 import json
+import math
+import os
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from pqlab import stats
 from pqlab.errors import UserError
+from pqlab.experiment import CompareSpec
 from pqlab.store import RunStore
 
 
-@dataclass(frozen=True)
-class Spec:
-    """One comparable measurement: raw samples of `value_sql` from `table`, grouped by `keys`."""
-
-    table: str
-    keys: tuple[str, ...]
-    value_sql: str
-    unit: str
-    better: str = "lower"  # "lower" (times) or "higher" (throughput)
-    where: str = "TRUE"
-
-
-SPECS: dict[str, Spec] = {
-    "primitives": Spec(
-        "primitive_samples",
-        ("algorithm", "backend", "operation"),
-        "ns / 1e3",
-        "us",
-        where="NOT coalesce(dropped, FALSE)",
-    ),
-    "handshake": Spec(
-        "handshake_raw", ("group", "server_sig", "ca_sig"), "handshake_ns / 1e6", "ms"
-    ),
-    "ttfb": Spec("ttlb_raw", ("profile", "grp", "chain", "data_bytes"), "ttfb_ns / 1e6", "ms"),
-    "ttlb": Spec("ttlb_raw", ("profile", "grp", "chain", "data_bytes"), "ttlb_ns / 1e6", "ms"),
-    "aead": Spec(
-        "aead_windows",
-        ("cipher", "aesni", "mode", "direction", "record_bytes"),
-        "bytes * 1e3 / ns",
-        "MB/s",
-        better="higher",
-        where="ns > 0",
-    ),
-    "tls12": Spec(
-        "tls12_handshakes", ("version", "kex", "cert"), "connect_to_handshake_ns / 1e6", "ms"
-    ),
-}
-
-
-def _samples(store: RunStore, spec: Spec) -> dict:
+def _samples(store: RunStore, spec: CompareSpec) -> dict:
     if not store.has_table(spec.table):
         return {}
-    cols = ", ".join(f'"{k}"' for k in spec.keys)
+    have = store.columns(spec.table)
+    cols = ", ".join(
+        f'"{k}"' if k in have else f"{_literal(spec.missing.get(k))} AS \"{k}\""
+        for k in spec.keys
+    )
     rows = store.con.execute(
         f"SELECT {cols}, {spec.value_sql} AS v FROM {spec.table} WHERE {spec.where}"
     ).fetchall()
@@ -72,6 +39,12 @@ def _samples(store: RunStore, spec: Spec) -> dict:
         if row[-1] is not None:
             out.setdefault(tuple(row[:-1]), []).append(float(row[-1]))
     return {k: np.asarray(v) for k, v in out.items()}
+
+
+def _literal(value) -> str:
+    if value is None:
+        return "NULL"
+    return "'" + str(value).replace("'", "''") + "'"
 
 
 def _verdict(significant: bool, change: float, better: str, threshold: float = 0.02) -> str:
@@ -101,13 +74,66 @@ def metadata_changes(a: dict, b: dict) -> list[tuple[str, str, str]]:
     return [(k, str(pa[k]), str(pb[k])) for k in pa if pa[k] != pb[k]]
 
 
+def _csv_tables(run: Path) -> dict[str, tuple[list[str], int]]:
+    """tables/*.csv of a run: name -> (columns, rows)."""
+    out = {}
+    for path in sorted((run / "tables").glob("*.csv")):
+        with open(path, newline="") as f:
+            rows = list(csv.reader(f))
+        out[path.stem] = (rows[0] if rows else [], max(0, len(rows) - 1))
+    return out
+
+
+def structure_changes(a: RunStore, b: RunStore) -> list[str]:
+    """How the two runs differ in shape rather than in numbers: exported tables, their
+    columns and row counts, and the measured cells (experiment and cell id)."""
+    out = []
+    ta, tb = _csv_tables(a.path), _csv_tables(b.path)
+    for name in sorted(set(ta) - set(tb)):
+        out.append(f"table {name} only in A")
+    for name in sorted(set(tb) - set(ta)):
+        out.append(f"table {name} only in B")
+    for name in sorted(set(ta) & set(tb)):
+        (ca, na), (cb, nb) = ta[name], tb[name]
+        if ca != cb:
+            gone, new = [c for c in ca if c not in cb], [c for c in cb if c not in ca]
+            out.append(
+                f"table {name}: columns differ"
+                + (f" (only in A: {', '.join(gone)})" if gone else "")
+                + (f" (only in B: {', '.join(new)})" if new else "")
+                + ("" if gone or new else " (order)")
+            )
+        if na != nb:
+            out.append(f"table {name}: {na} rows in A, {nb} in B")
+    cells = "SELECT experiment, cell_id FROM cells"
+    sa = {tuple(r.values()) for r in a.query(cells)}
+    sb = {tuple(r.values()) for r in b.query(cells)}
+    for label, only in (("A", sa - sb), ("B", sb - sa)):
+        if only:
+            first = sorted(only)[:3]
+            out.append(
+                f"{len(only)} cell(s) only in {label}: "
+                + ", ".join(f"{e} {c}" for e, c in first)
+                + (" ..." if len(only) > 3 else "")
+            )
+    return out
+
+
 def compare(
     run_a: Path, run_b: Path, level: float = 0.95, threshold: float = 0.02
-) -> tuple[list[dict], list]:
-    a, b = RunStore.open(run_a), RunStore.open(run_b)
+) -> tuple[list[dict], list, list[str]]:
+    from pqlab.experiment import registry
+
+    a = RunStore.open(run_a, any_version=True)
+    try:
+        b = RunStore.open(run_b, any_version=True)
+    except BaseException:
+        a.close()
+        raise
     try:
         rows = []
-        for experiment, spec in SPECS.items():
+        specs = [spec for exp in registry() for spec in exp.compare]
+        for spec in specs:
             sa, sb = (_samples(s, spec) for s in (a, b))
             for key in sorted(set(sa) & set(sb), key=str):
                 xa, xb = sa[key], sb[key]
@@ -117,7 +143,7 @@ def compare(
                 significant = lo > 0 or hi < 0
                 rows.append(
                     {
-                        "experiment": experiment,
+                        "experiment": spec.label,
                         "key": " / ".join(map(str, key)),
                         "unit": spec.unit,
                         "median_a": float(np.median(xa)),
@@ -130,10 +156,22 @@ def compare(
                         "verdict": _verdict(significant, est, spec.better, threshold),
                     }
                 )
-        return rows, metadata_changes(a.metadata(), b.metadata())
+        return rows, metadata_changes(a.metadata(), b.metadata()), structure_changes(a, b)
     finally:
         a.close()
         b.close()
+
+
+def _percent(text: str) -> float:
+    import argparse
+
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number")
+    return value
 
 
 def register(sub) -> None:
@@ -144,7 +182,7 @@ def register(sub) -> None:
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.add_argument(
         "--threshold",
-        type=float,
+        type=_percent,
         default=2.0,
         metavar="PCT",
         help="changes smaller than this (percent) are reported as small even when "
@@ -153,17 +191,44 @@ def register(sub) -> None:
     p.set_defaults(func=run)
 
 
+def _check_csv(text: str) -> Path:
+    """--csv must be writable; checked before anything is computed."""
+    path = Path(text)
+    if path.is_dir():
+        raise UserError(f"--csv {text!r} is a directory; give a file name")
+    parent = path.parent
+    if not parent.is_dir():
+        raise UserError(f"--csv {text!r}: directory {str(parent)!r} does not exist")
+    if not os.access(parent, os.W_OK | os.X_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise UserError(f"--csv {text!r} is not writable")
+    return path
+
+
 def run(args) -> int:
     if not 0 <= args.threshold < 100:
         raise UserError(f"--threshold {args.threshold!r} must be a percentage from 0 to 100")
-    rows, changes = compare(Path(args.run_a), Path(args.run_b), threshold=args.threshold / 100)
+    csv_path = _check_csv(args.csv) if args.csv else None
+    rows, changes, structure = compare(
+        Path(args.run_a), Path(args.run_b), threshold=args.threshold / 100
+    )
     if args.json:
-        print(json.dumps({"rows": rows, "metadata_changes": changes}, indent=2))
+        print(
+            json.dumps(
+                {"rows": rows, "metadata_changes": changes, "structure_changes": structure},
+                indent=2,
+            )
+        )
     else:
         if changes:
             print("Metadata that differs (may explain the differences):")
             for k, va, vb in changes:
                 print(f"  {k}: {va}  ->  {vb}")
+        if structure:
+            print("Structure that differs (tables, columns, rows, cells):")
+            for line in structure:
+                print(f"  {line}")
+        else:
+            print("Structure: the same tables, columns, row counts and cells in both runs.")
         if not rows:
             raise UserError("the two runs have no measurement in common to compare")
         width = max(len(r["key"]) for r in rows)
@@ -177,8 +242,8 @@ def run(args) -> int:
                 f"{r['experiment']:<11} {r['key']:<{width}} {r['median_a']:>10.4g} "
                 f"{r['median_b']:>10.4g} {r['change_pct']:>+7.1f}% {ci:>18}  {r['verdict']}"
             )
-    if args.csv:
-        with open(args.csv, "w", newline="") as f:
+    if csv_path is not None:
+        with open(csv_path, "w", newline="") as f:
             w = csv.DictWriter(f, fieldnames=list(rows[0]) if rows else ["experiment"])
             w.writeheader()
             w.writerows(rows)

@@ -17,6 +17,7 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
+    # Exports write files next to the database, never the database itself: read-only.
     store = RunStore.open(args.run)
     try:
         sections = export_all(store, html=True)

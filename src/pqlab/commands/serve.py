@@ -4,23 +4,32 @@ Generates (or reuses) a root CA and server certificate for the chosen algorithms
 the key-exchange group and signature algorithm, and prints where it listens and the root
 certificate to verify it with, e.g. `openssl s_client -connect HOST:PORT -CAfile ROOT
 -groups X25519MLKEM768` or `curl --cacert ROOT https://localhost:PORT/`.
+
+Connections are served by a bounded pool of --max-concurrent workers; more simultaneous
+connections than that are refused (closed at once) and reported. See docs/security.md before
+listening on anything but loopback.
 """
 
 from __future__ import annotations
 
+import argparse
 import ipaddress
-import json
+import os
+import re
 import shutil
 import signal
 import socket
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-from pqlab import catalog, engine
-from pqlab.errors import EngineError, UserError
-from pqlab.experiments import certs
+from pqlab import catalog, units
+from pqlab.errors import UserError
+from pqlab.tls import runner, stacks
+from pqlab.tls.chains import make_chain, private_dir
+
+TMP_PREFIX = "pqlab-serve-"
+DEFAULT_MAX_CONCURRENT = 64
 
 
 def register(sub) -> None:
@@ -28,47 +37,54 @@ def register(sub) -> None:
         "serve",
         help="run the TLS server for outside clients",
         description=__doc__,
-        formatter_class=_raw(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument(
-        "--group",
-        default="X25519MLKEM768",
-        help="key-exchange group to force (default X25519MLKEM768)",
+        "--group", default="X25519MLKEM768", help="key-exchange group to force (default %(default)s)"
     )
     p.add_argument(
         "--sig",
         default="ML-DSA-44",
-        help="server certificate / CertificateVerify algorithm (default ML-DSA-44)",
+        help="server certificate / CertificateVerify algorithm (default %(default)s)",
     )
     p.add_argument("--ca", default=None, help="CA signature algorithm (default: the same as --sig)")
-    p.add_argument("--port", type=int, default=4433, help="TCP port (default 4433)")
-    p.add_argument("--listen", default="127.0.0.1", help="address (default 127.0.0.1)")
+    p.add_argument("--stack", default=stacks.DEFAULT_STACK, help="TLS stack (default %(default)s)")
+    p.add_argument("--port", default="4433", help="TCP port (default %(default)s)")
+    p.add_argument("--listen", default="127.0.0.1", help="address (default %(default)s)")
     p.add_argument("--tls-version", choices=["1.2", "1.3"], default="1.3")
     p.add_argument(
         "--cert-dir",
         metavar="DIR",
-        help="keep the certificates here (default: a temporary directory "
-        "removed when the server stops)",
+        help="keep the certificates here (default: a temporary directory removed when the "
+        "server stops); private keys are written 0600 in 0700 directories",
     )
-    p.add_argument("--keylog", metavar="FILE", help="write an SSLKEYLOGFILE for Wireshark")
     p.add_argument(
-        "--max-connections", type=int, default=None, help="stop after this many connections"
+        "--keylog", metavar="FILE", help="write an SSLKEYLOGFILE for Wireshark (created 0600)"
+    )
+    p.add_argument(
+        "--max-connections", metavar="N", default=None, help="stop after this many connections"
+    )
+    p.add_argument(
+        "--max-concurrent",
+        metavar="N",
+        default=str(DEFAULT_MAX_CONCURRENT),
+        help="connections served at the same time (a bounded worker pool); more are refused "
+        "(default %(default)s)",
     )
     p.add_argument("--json", action="store_true", help="print the engine's records as JSON")
     p.set_defaults(func=run)
 
 
-def _raw():
-    import argparse
-
-    return argparse.RawDescriptionHelpFormatter
+def _fmt_host(h: str) -> str:
+    return f"[{h}]" if ":" in h else h
 
 
-def _check_port(listen: str, port: int) -> None:
+def check_listen(listen: str, port_text: str) -> int:
     try:
         addr = ipaddress.ip_address(listen)
     except ValueError:
         raise UserError(f"--listen {listen!r} is not an IP address (e.g. 127.0.0.1)") from None
+    port = units.parse_positive_int(port_text, "--port")
     if not 0 < port < 65536:
         raise UserError(f"--port {port} is out of range 1..65535")
     fam = socket.AF_INET6 if addr.version == 6 else socket.AF_INET
@@ -81,137 +97,188 @@ def _check_port(listen: str, port: int) -> None:
                 f"cannot listen on {listen}:{port}: {e.strerror}; choose another "
                 "--port or stop what uses it"
             ) from None
+    return port
 
 
-def server_args(
-    chain: certs.ChainPaths, group, sig, listen: str, port: int, tls_version: str = "1.3"
-) -> list[str]:
-    return [
-        "tls",
-        "server",
-        "--listen",
-        f"{_fmt_host(listen)}:{port}",
-        "--cert-chain",
-        str(chain.chain),
-        "--key",
-        str(chain.key),
-        "--groups",
-        group.tls_name or group.openssl,
-        "--sigalgs",
-        sig.tls_name,
-        "--tls-version",
-        tls_version,
-    ]
+def check_cert_dir(text: str) -> Path:
+    """A directory the certificates can be kept in: existing and writable, or creatable."""
+    path = Path(text)
+    if path.exists() and not path.is_dir():
+        raise UserError(f"--cert-dir {text!r} exists and is not a directory")
+    parent = path if path.exists() else path.parent
+    while not parent.exists():
+        parent = parent.parent
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise UserError(f"--cert-dir {text!r}: {str(parent)!r} is not writable")
+    return path
 
 
-def _fmt_host(h: str) -> str:
-    return f"[{h}]" if ":" in h else h
+def check_keylog(text: str) -> Path:
+    path = Path(text)
+    if path.is_dir():
+        raise UserError(f"--keylog {text!r} is a directory; give a file name")
+    if not path.parent.is_dir() or not os.access(path.parent, os.W_OK | os.X_OK):
+        raise UserError(f"--keylog {text!r}: {str(path.parent)!r} is not a writable directory")
+    return path
 
 
-def run(args) -> int:
+def open_secret_file(path: Path) -> None:
+    """Create (or restrict) a file that will hold secrets: mode 0600 before anything is
+    written to it."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    os.fchmod(fd, 0o600)
+    os.close(fd)
+
+
+def remove_stale_temp_dirs() -> list[Path]:
+    """Temporary certificate directories of `pqlab serve` processes that are gone (killed
+    with SIGKILL, so they could not clean up): they hold private keys; remove them."""
+    removed = []
+    pattern = re.compile(rf"^{TMP_PREFIX}(\d+)-")
+    for d in Path(tempfile.gettempdir()).glob(f"{TMP_PREFIX}*"):
+        m = pattern.match(d.name)
+        if not m or not d.is_dir():
+            continue
+        pid = int(m.group(1))
+        try:
+            os.kill(pid, 0)
+            continue  # still running
+        except ProcessLookupError:
+            pass
+        except PermissionError:
+            continue
+        shutil.rmtree(d, ignore_errors=True)
+        removed.append(d)
+    return removed
+
+
+def _plan(args):
+    stack = stacks.get(args.stack)
     group = catalog.resolve(args.group, "kem")
     sig = catalog.resolve(args.sig, "sig")
     ca = catalog.resolve(args.ca, "sig") if args.ca else sig
-    if not (group.openssl and group.tls_name):
-        raise UserError(f"{group.name} is not a TLS key-exchange group in OpenSSL's TLS stack")
-    if not certs.tls_supported(sig):
-        raise UserError(f"{sig.name} has no TLS signature scheme in OpenSSL's TLS stack")
-    _check_port(args.listen, args.port)
+    stacks.require([group], stack, "group", "--group")
+    stacks.require([sig], stack, "server", "--sig")
+    stacks.require([ca], stack, "ca", "--ca")
+    port = check_listen(args.listen, args.port)
+    max_conn = None
+    if args.max_connections is not None:
+        max_conn = units.parse_positive_int(args.max_connections, "--max-connections")
+    max_concurrent = units.parse_positive_int(args.max_concurrent, "--max-concurrent")
+    if max_concurrent > 4096:
+        raise UserError(f"--max-concurrent {args.max_concurrent!r}: at most 4096")
+    cert_dir = check_cert_dir(args.cert_dir) if args.cert_dir else None
+    keylog = check_keylog(args.keylog) if args.keylog else None
+    return stack, group, sig, ca, port, max_conn, max_concurrent, cert_dir, keylog
+
+
+def run(args) -> int:
+    stack, group, sig, ca, port, max_conn, max_concurrent, cert_dir, keylog = _plan(args)
+    remove_stale_temp_dirs()
     tmp = None
-    cert_dir = Path(args.cert_dir) if args.cert_dir else None
     if cert_dir is None:
-        tmp = tempfile.mkdtemp(prefix="pqlab-serve-")
-        cert_dir = Path(tmp)
-    proc = None
-    # Ctrl-C / SIGTERM stop the engine and let the read loop below end by itself: no
-    # exception that could land in the middle of the cleanup.
-    state: dict = {"proc": None, "stopped": False}
-
-    def on_stop(signum, frame):
-        state["stopped"] = True
-        running = state["proc"]
-        if running is None:
-            raise KeyboardInterrupt  # still making certificates: abandon that
-        if running.poll() is None:
-            running.terminate()
-
-    old_handlers = {s: signal.signal(s, on_stop) for s in (signal.SIGINT, signal.SIGTERM)}
+        tmp = Path(tempfile.mkdtemp(prefix=f"{TMP_PREFIX}{os.getpid()}-"))
+        cert_dir = tmp
     try:
-        chain = certs.ensure_chain(ca, sig, cert_dir)
-        argv = server_args(chain, group, sig, args.listen, args.port, args.tls_version)
-        argv += ["--concurrent", "--events", "off"]
-        if args.keylog:
-            argv += ["--keylog", args.keylog]
-        if args.max_connections:
-            argv += ["--max-connections", str(args.max_connections)]
-        proc = subprocess.Popen(
-            engine.command(argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        private_dir(cert_dir)
+        if keylog is not None:
+            open_secret_file(keylog)
+        chain = make_chain(cert_dir, ca, sig, stack.name)
+        spec = runner.ServerSpec(
+            tls=runner.Tls(
+                stack=stack.name,
+                groups=(group,),
+                sigalgs=(sig,),
+                version=args.tls_version,
+                events=False,
+                keylog=keylog,
+            ),
+            chain=chain,
+            listen=f"{_fmt_host(args.listen)}:{port}",
+            max_connections=max_conn,
+            concurrent=True,
+            max_concurrent=max_concurrent,
         )
-        state["proc"] = proc
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            if not line.strip():
-                continue
-            rec = json.loads(line)
-            if args.json:
-                print(line.rstrip(), flush=True)
-            kind = rec.get("type")
-            if kind == "error":
-                raise EngineError(rec.get("message", "server failed"))
-            if kind == "listening" and not args.json:
-                host = args.listen if args.listen not in ("0.0.0.0", "::") else "localhost"
-                print(
-                    f"listening on {rec['address']} ({sig.name} certificate signed by a "
-                    f"{ca.name} root, group {group.name}, TLS {args.tls_version})"
-                )
-                print(f"root certificate: {chain.root}")
-                print(
-                    f"try: openssl s_client -connect {_fmt_host(host)}:{rec['port']} "
-                    f"-CAfile {chain.root} -groups {group.tls_name} "
-                    f"-servername localhost"
-                )
-                print(f"     curl --cacert {chain.root} https://localhost:{rec['port']}/")
-                print("Ctrl-C stops the server", flush=True)
-            elif kind in ("connection", "connection_error") and not args.json:
-                neg = rec.get("negotiated") or {}
-                if kind == "connection":
-                    print(
-                        f"connection {rec['index']} from {rec['peer']}: {neg.get('version')} "
-                        f"group {neg.get('group')} signature {neg.get('sigalg')} "
-                        f"cipher {neg.get('cipher')} handshake "
-                        f"{rec.get('handshake_ns', 0) / 1e6:.2f} ms",
-                        flush=True,
-                    )
-                else:
-                    print(
-                        f"connection {rec['index']} from {rec['peer']} failed: "
-                        f"{rec.get('message')}",
-                        flush=True,
-                    )
-        proc.wait()
-        if state["stopped"]:
-            print("stopped", file=sys.stderr)
-            return 0
-        if proc.returncode not in (0, -signal.SIGTERM, -signal.SIGINT):
-            err = (proc.stderr.read() if proc.stderr else "").strip()
-            raise EngineError(err.splitlines()[-1] if err else f"server exited {proc.returncode}")
+        return _serve(spec, args, group, sig, ca, chain)
     except KeyboardInterrupt:
         print("stopped", file=sys.stderr)
         return 0
     finally:
-        _cleanup(proc, tmp)
-        for sig, old in old_handlers.items():
-            signal.signal(sig, old)
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _serve(spec, args, group, sig, ca, chain) -> int:
+    # Ctrl-C / SIGTERM stop the engine and let the read loop below end by itself: no
+    # exception can land in the middle of the cleanup.
+    state = {"stopped": False}
+    server = runner.start_server(spec)
+
+    def on_stop(signum, frame):
+        state["stopped"] = True
+        server.signal(signal.SIGTERM)
+
+    old = {s: signal.signal(s, on_stop) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        if args.json:
+            print(_json(server.listening), flush=True)
+        else:
+            _banner(server.listening, args, group, sig, ca, chain)
+        for rec in server.iter_records():
+            _show(rec, args)
+        if not state["stopped"]:
+            server.finish(10)
+    finally:
+        server.stop()
+        for s, h in old.items():
+            signal.signal(s, h)
+    if state["stopped"]:
+        print("stopped", file=sys.stderr)
     return 0
 
 
-def _cleanup(proc, tmp) -> None:
-    if proc is not None and proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(timeout=3)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-    if tmp:
-        shutil.rmtree(tmp, ignore_errors=True)
+def _json(rec: dict) -> str:
+    import json
+
+    return json.dumps(rec)
+
+
+def _banner(listening: dict, args, group, sig, ca, chain) -> None:
+    host = args.listen if args.listen not in ("0.0.0.0", "::") else "localhost"
+    print(
+        f"listening on {listening['address']} ({sig.name} certificate signed by a "
+        f"{ca.name} root, group {group.name}, TLS {args.tls_version}, stack {args.stack})"
+    )
+    print(f"root certificate: {chain.root}")
+    print(
+        f"try: openssl s_client -connect {_fmt_host(host)}:{listening['port']} "
+        f"-CAfile {chain.root} -groups {group.tls_name or group.name} -servername localhost"
+    )
+    print(f"     curl --cacert {chain.root} https://localhost:{listening['port']}/")
+    print("Ctrl-C stops the server", flush=True)
+
+
+def _show(rec: dict, args) -> None:
+    if args.json:
+        print(_json(rec), flush=True)
+        return
+    kind = rec.get("type")
+    neg = rec.get("negotiated") or {}
+    if kind == "connection":
+        print(
+            f"connection {rec['index']} from {rec['peer']}: {neg.get('version')} "
+            f"group {neg.get('group')} signature {neg.get('sigalg')} "
+            f"cipher {neg.get('cipher')} handshake "
+            f"{rec.get('handshake_ns', 0) / 1e6:.2f} ms",
+            flush=True,
+        )
+    elif kind == "connection_error":
+        print(
+            f"connection {rec.get('index')} from {rec.get('peer')} failed: {rec.get('message')}",
+            flush=True,
+        )
+    elif kind == "connection_refused":
+        print(
+            f"connection from {rec.get('peer')} refused: {rec.get('message')}",
+            flush=True,
+        )

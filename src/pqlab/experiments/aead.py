@@ -14,12 +14,14 @@ import os
 from dataclasses import asdict, dataclass
 
 from pqlab import engine, figures
-from pqlab.errors import EngineError
+from pqlab.errors import EngineError, UserError
+from pqlab.experiment import CompareSpec, Experiment, Option
 from pqlab.progress import CellProgress
 from pqlab.report import Section
 from pqlab.stats import Warning_
+from pqlab.units import parse_size, split_list
 
-EXPERIMENT = "aead"
+NAME = "aead"
 CIPHERS = [
     "aes-128-gcm",
     "aes-256-gcm",
@@ -108,10 +110,23 @@ def probe_cpu(value: str | None) -> dict:
 def measure(store, plan: Plan) -> None:
     for ddl in DDL:
         store.ensure_table(ddl)
+    _drop_user_mask(store)
+    done = store.cells_done(NAME)
+    cpus = {(a, m): _probe_environment(store, a, m, v, done) for a, m, v in plan.environments()}
+    jobs = _jobs(plan, done)
+    with CellProgress("aead", sum(len(j[-1]) for j in jobs)) as progress:
+        for job in jobs:
+            _run_job(store, plan, job, cpus, progress)
+    _contention_warning(store)
+
+
+def _drop_user_mask(store) -> None:
+    """pqlab sets OPENSSL_ia32cap itself per --aesni/--mask; a user's value would skew every
+    cell, so it is removed (and the run says so)."""
     user_mask = os.environ.pop(ENV_VAR, None)
     if user_mask is not None:
         store.add_warnings(
-            EXPERIMENT,
+            NAME,
             "-",
             [
                 Warning_(
@@ -122,56 +137,58 @@ def measure(store, plan: Plan) -> None:
                 )
             ],
         )
-    done = store.cells_done(EXPERIMENT)
-    envs = plan.environments()
-    cpus = {}
-    for aesni, mask, value in envs:
-        cpu = probe_cpu(value)
-        cpus[(aesni, mask)] = cpu
-        feats = cpu.get("features", {})
-        if cpu.get("arch") != "x86_64" and aesni == "off":
-            raise EngineError(
-                "--aesni off needs an x86_64 CPU: OPENSSL_ia32cap has no effect "
-                f"on {cpu.get('arch')}"
-            )
-        if aesni == "off" and feats.get("aesni"):
-            raise EngineError(
-                f"the {mask} mask {value} did not turn AES-NI off: OpenSSL still "
-                f"reports {cpu.get('openssl_ia32cap')}"
-            )
-        if aesni == "on" and not feats.get("aesni"):
-            store.add_warnings(
-                EXPERIMENT,
-                "-",
+
+
+def _probe_environment(store, aesni: str, mask: str, value, done: set) -> dict:
+    """OpenSSL's capabilities under this mask, checked to be what was asked, and stored."""
+    cpu = probe_cpu(value)
+    feats = cpu.get("features", {})
+    if cpu.get("arch") != "x86_64" and aesni == "off":
+        raise EngineError(
+            "--aesni off needs an x86_64 CPU: OPENSSL_ia32cap has no effect "
+            f"on {cpu.get('arch')}"
+        )
+    if aesni == "off" and feats.get("aesni"):
+        raise EngineError(
+            f"the {mask} mask {value} did not turn AES-NI off: OpenSSL still "
+            f"reports {cpu.get('openssl_ia32cap')}"
+        )
+    if aesni == "on" and not feats.get("aesni"):
+        store.add_warnings(
+            NAME,
+            "-",
+            [
+                Warning_(
+                    "no-aesni",
+                    "AES-NI on",
+                    "this CPU (or OpenSSL) has no AES-NI, so 'on' measures software AES",
+                    "run on a CPU with AES-NI to compare",
+                )
+            ],
+        )
+    cid = f"cpu|{aesni}|{mask}"
+    if cid not in done:
+        with store.cell(NAME, cid, {"aesni": aesni, "mask": mask}):
+            store.insert_rows(
+                "aead_cpu",
                 [
-                    Warning_(
-                        "no-aesni",
-                        "AES-NI on",
-                        "this CPU (or OpenSSL) has no AES-NI, so 'on' measures software AES",
-                        "run on a CPU with AES-NI to compare",
-                    )
+                    {
+                        "aesni": aesni,
+                        "mask": mask,
+                        "ia32cap_env": value,
+                        "openssl_ia32cap": cpu["openssl_ia32cap"],
+                        "aes_gcm_path": cpu["aes_gcm_path"],
+                        "features": json.dumps(feats),
+                    }
                 ],
             )
-        cid = f"cpu|{aesni}|{mask}"
-        if cid not in done:
-            with store.cell(EXPERIMENT, cid, {"aesni": aesni, "mask": mask}):
-                store.insert_rows(
-                    "aead_cpu",
-                    [
-                        {
-                            "aesni": aesni,
-                            "mask": mask,
-                            "ia32cap_env": value,
-                            "openssl_ia32cap": cpu["openssl_ia32cap"],
-                            "aes_gcm_path": cpu["aes_gcm_path"],
-                            "features": json.dumps(feats),
-                        }
-                    ],
-                )
+    return cpu
 
-    window_ms = max(1.0, min(100.0, plan.seconds * 1000 / 10))
+
+def _jobs(plan: Plan, done: set) -> list[tuple]:
+    """One engine run per (environment, mode, cipher, direction) with its sizes not done."""
     jobs = []
-    for aesni, mask, value in envs:
+    for aesni, mask, value in plan.environments():
         for mode in plan.modes:
             for cipher in plan.ciphers:
                 for direction in plan.directions:
@@ -182,50 +199,55 @@ def measure(store, plan: Plan) -> None:
                     ]
                     if todo:
                         jobs.append((aesni, mask, value, mode, cipher, direction, todo))
-    total = sum(len(j[-1]) for j in jobs)
-    with CellProgress("aead", total) as progress:
-        for aesni, mask, value, mode, cipher, direction, todo in jobs:
-            progress.start(
-                f"{cipher} {mode} {direction} AES-NI {aesni}"
-                + (f" ({mask} mask)" if aesni == "off" else "")
+    return jobs
+
+
+def _run_job(store, plan: Plan, job: tuple, cpus: dict, progress) -> None:
+    aesni, mask, value, mode, cipher, direction, todo = job
+    progress.start(
+        f"{cipher} {mode} {direction} AES-NI {aesni}"
+        + (f" ({mask} mask)" if aesni == "off" else "")
+    )
+    window_ms = max(1.0, min(100.0, plan.seconds * 1000 / 10))
+    args = [
+        "aead",
+        "--cipher",
+        cipher,
+        "--mode",
+        mode,
+        "--directions",
+        direction,
+        "--sizes",
+        ",".join(map(str, todo)),
+        "--seconds",
+        f"{plan.seconds:g}",
+        "--window-ms",
+        f"{window_ms:g}",
+    ]
+    cpu = cpus[(aesni, mask)]
+    windows: list[dict] = []
+    timeout = len(todo) * (plan.seconds * 20 + 30)
+    for rec in engine.stream(args, env=_engine_env(value), timeout=timeout):
+        if rec["type"] == "cpu" and rec["openssl_ia32cap"] != cpu["openssl_ia32cap"]:
+            raise EngineError(
+                f"OpenSSL's capability vector changed between runs: {rec['openssl_ia32cap']}"
             )
-            args = [
-                "aead",
-                "--cipher",
-                cipher,
-                "--mode",
-                mode,
-                "--directions",
-                direction,
-                "--sizes",
-                ",".join(map(str, todo)),
-                "--seconds",
-                f"{plan.seconds:g}",
-                "--window-ms",
-                f"{window_ms:g}",
-            ]
-            windows: list[dict] = []
-            timeout = len(todo) * (plan.seconds * 20 + 30)
-            for rec in engine.stream(args, env=_engine_env(value), timeout=timeout):
-                if rec["type"] == "cpu":
-                    if rec["openssl_ia32cap"] != cpus[(aesni, mask)]["openssl_ia32cap"]:
-                        raise EngineError(
-                            "OpenSSL's capability vector changed between runs: "
-                            f"{rec['openssl_ia32cap']}"
-                        )
-                elif rec["type"] == "window":
-                    windows.append(rec)
-                elif rec["type"] == "cell":
-                    _save_cell(store, plan, rec, windows, aesni, mask, value, cpus[(aesni, mask)])
-                    windows = []
-                    progress.advance()
+        if rec["type"] == "window":
+            windows.append(rec)
+        elif rec["type"] == "cell":
+            _save_cell(store, plan, rec, windows, aesni, mask, value, cpu)
+            windows = []
+            progress.advance()
+
+
+def _contention_warning(store) -> None:
     contended = store.query(
         "SELECT count(*) AS n, min(cpu_ns * 1.0 / ns) AS worst FROM aead_cells "
         "WHERE cpu_ns < 0.9 * ns"
     )[0]
     if contended["n"]:
         store.add_warnings(
-            EXPERIMENT,
+            NAME,
             "-",
             [
                 Warning_(
@@ -259,7 +281,7 @@ def _save_cell(store, plan, rec, windows, aesni, mask, value, cpu) -> None:
         "direction": rec["direction"],
         "record_bytes": size,
     }
-    with store.cell(EXPERIMENT, cid, params):
+    with store.cell(NAME, cid, params):
         store.insert(
             "aead_windows",
             {
@@ -552,3 +574,142 @@ def _mask_html(cpu_rows: list[dict]) -> str:
         )
     parts.append("</table>")
     return "".join(parts)
+
+
+# --- the experiment ---------------------------------------------------------------------------
+
+OPTIONS = (
+    Option(
+        "ciphers",
+        "comma-separated ciphers (default: all): " + ", ".join(CIPHERS),
+        default=",".join(CIPHERS),
+        metavar="LIST",
+    ),
+    Option(
+        "sizes",
+        "record sizes in bytes, comma separated",
+        default="16,64,256,1024,8192,16384",
+        metavar="LIST",
+    ),
+    Option("aesni", "on, off or on,off", default="on,off", metavar="LIST"),
+    Option(
+        "mask",
+        "CPU mask for AES-NI off: documents (~0x200000200000000, as the documents; also "
+        "disables AVX2/AVX-512/VAES), precise (AES-NI, PCLMULQDQ, VAES, VPCLMULQDQ only), or "
+        "both",
+        default="documents",
+        metavar="NAME",
+    ),
+    Option("mode", "fair, speed-compatible or both", default="fair", metavar="MODE"),
+    Option("speed-compatible", "same as --mode speed-compatible", flag=True),
+    Option("directions", "encrypt, decrypt or both", default="encrypt,decrypt", metavar="LIST"),
+    Option(
+        "seconds",
+        "timed seconds per cell, like openssl speed's 3 s",
+        default="3",
+        metavar="S",
+    ),
+)
+
+
+def _choose(text: str, option: str, accepted: tuple[str, ...], both: list[str] | None = None):
+    """A comma-separated choice from `accepted` ("both" meaning `both`), or UserError."""
+    values = split_list(text)
+    if both is not None and values == ["both"]:
+        return list(both)
+    if not values or any(v not in accepted for v in values):
+        words = ", ".join(accepted) + (" or both" if both else "")
+        raise UserError(f"{option} {text!r}: use {words}")
+    return list(dict.fromkeys(values))
+
+
+def _record_sizes(text: str, ciphers: list[str]) -> list[int]:
+    sizes = []
+    for item in split_list(text):
+        n = parse_size(item, "record size")
+        if not 1 <= n <= MAX_RECORD:
+            raise UserError(f"record size {item!r} is outside 1..{MAX_RECORD} bytes")
+        sizes.append(n)
+    if not sizes:
+        raise UserError("--sizes is empty; give e.g. 16,1024,16384")
+    for c in ciphers:
+        bad = [s for s in sizes if s % 16]
+        if c.endswith("-ecb") and bad:
+            raise UserError(
+                f"{c} encrypts whole 16-byte blocks; record size {bad[0]} is not a multiple of 16"
+            )
+    return list(dict.fromkeys(sizes))
+
+
+def plan_from_values(args) -> Plan:
+    """Validate everything before the first measurement; raise UserError on bad input."""
+    ciphers = [c.lower() for c in split_list(args.ciphers)]
+    if not ciphers:
+        raise UserError("--ciphers is empty; choose from " + ", ".join(CIPHERS))
+    for c in ciphers:
+        if c not in CIPHERS:
+            raise UserError(
+                f"unknown cipher {c!r} in --ciphers; choose from " + ", ".join(CIPHERS)
+            )
+    mode_text = "speed-compatible" if args.speed_compatible else args.mode
+    modes = ("fair", "speed-compatible")
+    try:
+        seconds = float(args.seconds)
+    except ValueError:
+        raise UserError(f"--seconds {args.seconds!r} is not a number of seconds") from None
+    if not 0 < seconds <= MAX_SECONDS:
+        raise UserError(
+            f"--seconds {args.seconds!r} must be above 0 and at most {MAX_SECONDS:g}"
+        )
+    return Plan(
+        ciphers=list(dict.fromkeys(ciphers)),
+        sizes=_record_sizes(args.sizes, ciphers),
+        aesni=_choose(args.aesni, "--aesni", ("on", "off")),
+        masks=_choose(args.mask, "--mask", tuple(MASKS), both=list(MASKS)),
+        modes=_choose(mode_text, "--mode", modes, both=list(modes)),
+        directions=_choose(
+            args.directions, "--directions", ("encrypt", "decrypt"), both=["encrypt", "decrypt"]
+        ),
+        seconds=seconds,
+    )
+
+
+class Aead(Experiment):
+    name = NAME
+    help = "AEAD / cipher throughput, AES-NI on and off"
+    description = (
+        "AEAD and cipher throughput through OpenSSL, AES-NI on and off. Every record is a full "
+        "init-update-final with a fresh nonce by default (fair); --mode speed-compatible "
+        "drives OpenSSL as `openssl speed -evp` does, so the two can be compared. Every "
+        "record is checked. Results: tables/aead.csv, figures, report section."
+    )
+    options = OPTIONS
+    compare = (
+        CompareSpec(
+            "aead",
+            "aead_windows",
+            ("cipher", "aesni", "mode", "direction", "record_bytes"),
+            "bytes * 1e3 / ns",
+            "MB/s",
+            better="higher",
+            where="ns > 0",
+        ),
+    )
+
+    def plan(self, values) -> Plan:
+        return plan_from_values(values)
+
+    def measure(self, plan: Plan, store) -> None:
+        measure(store, plan)
+
+    def export(self, store):
+        return export(store)
+
+    def metadata(self, plan: Plan) -> dict:
+        return {"aead_plan": plan.as_dict()}
+
+    def resume_key(self, plan: Plan) -> dict:
+        return {"seconds": plan.seconds}
+
+
+EXPERIMENT = Aead()

@@ -16,17 +16,18 @@ from __future__ import annotations
 
 import json
 import math
-import selectors
-import subprocess
+import sys
+from dataclasses import dataclass
 
 import numpy as np
 
-from pqlab import engine
-from pqlab.errors import EngineError
+from pqlab import engine, units
+from pqlab.errors import CheckError, EngineError, UserError
+from pqlab.experiment import Experiment, Option
 from pqlab.net import probes
 from pqlab.net.profiles import Direction, LinkProfile
 
-EXPERIMENT = "linktest"
+NAME = "linktest"
 QUANTILES = (0.10, 0.25, 0.50, 0.75, 0.90)
 Z99 = 2.5758
 SYN_WIRE = 74  # SYN / SYN-ACK with options (60-byte IP packet) + 14-byte Ethernet header
@@ -137,36 +138,23 @@ def wilson(k: int, n: int, z: float = Z99) -> tuple[float, float]:
 def _pair(
     topo, recv_side: str, recv_argv: list[str], send_side: str, send_argv: list[str], timeout: float
 ) -> tuple[dict, dict]:
-    """Start the receiving/serving probe, wait until it is ready, run the other to the end."""
-    srv = topo.popen(
-        recv_side,
-        recv_argv,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=probes.env(),
-    )
-    try:
-        sel = selectors.DefaultSelector()
-        sel.register(srv.stdout, selectors.EVENT_READ)
-        ready = sel.select(timeout=15)
-        sel.close()
-        line = srv.stdout.readline() if ready else ""
-        if '"ready"' not in line:
-            srv.kill()
-            err = srv.stderr.read().strip()
-            raise EngineError(f"probe {recv_argv[3]} did not start: {err[-300:] or 'no output'}")
-        cli = topo.run(send_side, send_argv, env=probes.env(), timeout=timeout)
-        if cli.returncode != 0:
-            raise EngineError(f"probe {send_argv[3]} failed: {cli.stderr.strip()[-300:]}")
-        out, err = srv.communicate(timeout=timeout)
-        if srv.returncode != 0:
-            raise EngineError(f"probe {recv_argv[3]} failed: {err.strip()[-300:]}")
-        return json.loads(out.strip().splitlines()[-1]), json.loads(cli.stdout.strip())
-    finally:
-        if srv.poll() is None:
-            srv.kill()
-            srv.wait()
+    """Start the receiving/serving probe, wait until it is ready, run the other to the end;
+    both probes' results (supervised by the lab's one runner)."""
+    from pqlab.tls.runner import Process
+
+    def result(proc: Process) -> dict:
+        rec = next((r for r in proc.finish(timeout) if r["type"] == "probe_result"), None)
+        if rec is None:
+            raise EngineError(f"{proc.what} printed no result")
+        return {k: v for k, v in rec.items() if k != "type"}
+
+    with Process(recv_argv, f"probe {recv_argv[3]}", topo=topo, side=recv_side,
+                 env=probes.env()) as srv:
+        srv.wait_for("ready", 15)
+        with Process(send_argv, f"probe {send_argv[3]}", topo=topo, side=send_side,
+                     env=probes.env()) as cli:
+            sent = result(cli)
+        return result(srv), sent
 
 
 def _result(check, direction, expected, measured, low, high, unit, n, note=""):
@@ -406,91 +394,87 @@ def run_checks(
 
 
 # --- experiment -----------------------------------------------------------------------------
-def measure(
-    store,
-    profiles: list[LinkProfile],
-    shaper: str,
-    progress=None,
-    connects=20,
-    udp_count=1000,
-    rate_seconds=2.0,
-) -> list[dict]:
-    from pqlab.net.shaping import make_link
-    from pqlab.net.topology import TwoHosts
+def measure(store, plan: Plan) -> None:
+    from pqlab.progress import CellProgress
 
     store.ensure_table(RESULTS_DDL)
     store.ensure_table(RAW_DDL)
     store.ensure_table(META_DDL)
-    done = store.cells_done(EXPERIMENT)
-    all_results = []
-    for profile in profiles:
-        cell = f"{profile.name}|{shaper}"
-        if cell in done:
-            if progress:
-                progress.advance()
-            continue
-        if progress:
-            progress.start(profile.name)
-        link = make_link(profile, shaper)
-        if progress:
-            progress.log(f"{profile.name}: shaper {link.choice}")
-        with TwoHosts(link=link, mtu=profile.mtu, tcp=profile.tcp_settings()) as topo:
-            topo_desc = topo.describe()
-            results, raw = run_checks(
-                topo, profile, connects=connects, udp_count=udp_count, rate_seconds=rate_seconds
-            )
-        kind = link.kind
-        with store.cell(EXPERIMENT, cell, {"profile": profile.describe(), "shaper": shaper}):
-            store.insert_rows(
-                "linktest", [{"profile": profile.name, "shaper": kind, **r} for r in results]
-            )
-            if raw:
-                store.insert(
-                    "linktest_raw",
-                    {
-                        "profile": [profile.name] * len(raw),
-                        "shaper": [kind] * len(raw),
-                        "probe": [r[0] for r in raw],
-                        "direction": [r[1] for r in raw],
-                        "seq": [r[2] for r in raw],
-                        "value_ns": [r[3] for r in raw],
-                    },
-                )
-            from pqlab.stats import Warning_
-
-            store.add_warnings(
-                EXPERIMENT,
-                cell,
-                [
-                    Warning_(
-                        "linktest-failed",
-                        f"linktest {profile.name} [{kind}]",
-                        f"{r['check_name']} {r['direction']}: measured {r['measured']:.3f} "
-                        f"{r['unit']}, accepted {r['low']:.3f}..{r['high']:.3f}",
-                        "numbers measured over this link do not mean what the profile "
-                        "says; see the note in tables/linktest.csv",
-                    )
-                    for r in results
-                    if not r["passed"]
-                ],
-            )
-            store.insert_rows(
-                "linktest_profiles",
-                [
-                    {
-                        "profile": profile.name,
-                        "shaper": kind,
-                        "choice": link.choice,
-                        "profile_json": json.dumps(profile.describe()),
-                        "link_json": json.dumps(link.describe(), default=str),
-                        "topology_json": json.dumps(topo_desc, default=str),
-                    }
-                ],
-            )
-        all_results += [{"profile": profile.name, "shaper": kind, **r} for r in results]
-        if progress:
+    done = store.cells_done(NAME)
+    with CellProgress("linktest", len(plan.profiles)) as progress:
+        for profile in plan.profiles:
+            cell = f"{profile.name}|{plan.shaper}"
+            if cell not in done:
+                progress.start(profile.name)
+                _measure_profile(store, plan, profile, cell, progress)
             progress.advance()
-    return all_results
+
+
+def _measure_profile(store, plan: Plan, profile: LinkProfile, cell: str, progress) -> None:
+    from pqlab.net.shaping import build_hosts
+
+    shaper = plan.shaper
+    topo = build_hosts(profile, shaper)
+    link = topo.link
+    progress.log(f"{profile.name}: shaper {link.choice}")
+    with topo:
+        topo_desc = topo.describe()
+        results, raw = run_checks(
+            topo,
+            profile,
+            connects=plan.connects,
+            udp_count=plan.probes,
+            rate_seconds=plan.rate_seconds,
+        )
+    kind = link.kind
+    with store.cell(NAME, cell, {"profile": profile.describe(), "shaper": shaper}):
+        store.insert_rows(
+            "linktest", [{"profile": profile.name, "shaper": kind, **r} for r in results]
+        )
+        if raw:
+            store.insert(
+                "linktest_raw",
+                {
+                    "profile": [profile.name] * len(raw),
+                    "shaper": [kind] * len(raw),
+                    "probe": [r[0] for r in raw],
+                    "direction": [r[1] for r in raw],
+                    "seq": [r[2] for r in raw],
+                    "value_ns": [r[3] for r in raw],
+                },
+            )
+        from pqlab.stats import Warning_
+
+        store.add_warnings(
+            NAME,
+            cell,
+            [
+                Warning_(
+                    "linktest-failed",
+                    f"linktest {profile.name} [{kind}]",
+                    f"{r['check_name']} {r['direction']}: measured {r['measured']:.3f} "
+                    f"{r['unit']}, accepted {r['low']:.3f}..{r['high']:.3f}",
+                    "numbers measured over this link do not mean what the profile "
+                    "says; see the note in tables/linktest.csv",
+                )
+                for r in results
+                if not r["passed"]
+            ],
+        )
+        store.insert_rows(
+            "linktest_profiles",
+            [
+                {
+                    "profile": profile.name,
+                    "shaper": kind,
+                    "choice": link.choice,
+                    "profile_json": json.dumps(profile.describe()),
+                    "link_json": json.dumps(link.describe(), default=str),
+                    "topology_json": json.dumps(topo_desc, default=str),
+                }
+            ],
+        )
+
 
 
 def export(store):
@@ -542,3 +526,131 @@ def export(store):
         png = figures.save(fig, store, "linktest_delay_cdf")
         section.figure(png, "One-way delay of the UDP probes per profile and direction")
     return section
+
+
+# --- the experiment ---------------------------------------------------------------------------
+
+MAX_RATE_SECONDS = 600.0
+
+
+@dataclass
+class Plan:
+    profiles: list[LinkProfile]
+    shaper: str
+    probes: int
+    connects: int
+    rate_seconds: float
+
+
+def _seconds(text, option: str, maximum: float) -> float:
+    """A positive, finite number of seconds (nan, inf, 0 and negatives refused)."""
+    try:
+        value = float(str(text))
+    except ValueError:
+        raise UserError(f"{option} {text!r} is not a number of seconds") from None
+    if not math.isfinite(value) or value <= 0 or value > maximum:
+        raise UserError(f"{option} {text!r}: give seconds above 0 and at most {maximum:g}")
+    return value
+
+
+def _profile_help() -> str:
+    from pqlab.net import profiles
+
+    return (
+        "link profile: a preset ("
+        + ", ".join(profiles.preset_names())
+        + "), key=value pairs or a .toml file; repeatable"
+    )
+
+
+class Linktest(Experiment):
+    name = NAME
+    help = "physics checks of an emulated link profile"
+    description = (
+        "Check that an emulated link does what its profile says (RTT seen by TCP, transfer "
+        "time at the configured rate, loss, one-way delay distribution). Needs CAP_NET_ADMIN."
+    )
+    needs_net = True
+    options = (
+        Option("profile", _profile_help(), metavar="PROFILE", repeat=True),
+        Option(
+            "shaper",
+            "netem, userspace or auto (netem when available)",
+            default="auto",
+            choices=("auto", "netem", "userspace"),
+        ),
+        Option("probes", "UDP probes per direction for loss and delay (20-1000000)",
+               default="1000", metavar="N"),
+        Option("connects", "TCP connects for the RTT check (3-100000)", default="20",
+               metavar="N"),
+        Option(
+            "rate-seconds",
+            f"length of the bulk transfer for the rate check (above 0, at most "
+            f"{MAX_RATE_SECONDS:g})",
+            default="2.0",
+            metavar="S",
+        ),
+    )
+
+    def plan(self, values) -> Plan:
+        from pqlab.net.profiles import load_profiles
+        from pqlab.net.shaping import check_shaper
+
+        if not values.profile:
+            raise UserError("--profile is required (a preset, key=value pairs or a .toml file)")
+        profiles = load_profiles(values.profile)
+        probes = units.parse_positive_int(values.probes, "--probes", minimum=20)
+        connects = units.parse_positive_int(values.connects, "--connects", minimum=3)
+        if probes > 1_000_000 or connects > 100_000:
+            raise UserError("--probes is at most 1000000 and --connects at most 100000")
+        rate_seconds = _seconds(values.rate_seconds, "--rate-seconds", MAX_RATE_SECONDS)
+        check_shaper(values.shaper or "auto")
+        for p in profiles:
+            for text in p.warnings():
+                print(f"warning: {text}", file=sys.stderr)
+        return Plan(profiles, values.shaper or "auto", probes, connects, rate_seconds)
+
+    def measure(self, plan: Plan, store) -> None:
+        measure(store, plan)
+
+    def export(self, store):
+        return export(store)
+
+    def metadata(self, plan: Plan) -> dict:
+        return {
+            "link_profiles": [p.describe() for p in plan.profiles],
+            "profile_warnings": [w for p in plan.profiles for w in p.warnings()],
+            "shaper_requested": plan.shaper,
+        }
+
+    def resume_key(self, plan: Plan) -> dict:
+        return {
+            "probes": plan.probes,
+            "connects": plan.connects,
+            "rate_seconds": plan.rate_seconds,
+        }
+
+    def verdict(self, plan: Plan, store) -> None:
+        """Print every check of this plan's profiles; fail (exit 5) if any failed."""
+        names = [p.name for p in plan.profiles]
+        rows = [
+            r
+            for r in store.query("SELECT * FROM linktest ORDER BY rowid")
+            if r["profile"] in names
+        ]
+        for r in rows:
+            mark = "ok  " if r["passed"] else "FAIL"
+            print(
+                f"{mark} {r['profile']} [{r['shaper']}] {r['check_name']} {r['direction']}: "
+                f"measured {r['measured']:.3f} {r['unit']}, expected {r['expected']:.3f} "
+                f"(accepted {r['low']:.3f}..{r['high']:.3f})",
+                file=sys.stderr,
+            )
+        failed = [r for r in rows if not r["passed"]]
+        if failed:
+            raise CheckError(
+                f"linktest: {len(failed)} of {len(rows)} checks failed; see tables/linktest.csv"
+            )
+
+
+EXPERIMENT = Linktest()

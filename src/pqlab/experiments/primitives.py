@@ -14,16 +14,21 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pqlab import catalog, engine, metadata, stats
-from pqlab.catalog import Algorithm
+from pqlab import catalog, engine, metadata, stats, units
 from pqlab.errors import EngineError, UserError
+from pqlab.experiment import CompareSpec, Experiment, Option
 from pqlab.experiments import sizes as sizes_exp
+from pqlab.experiments.selection import (
+    SELECTION_OPTIONS,
+    Cell,
+    selection,
+)
 from pqlab.progress import CellProgress
 from pqlab.report import Section
 from pqlab.stats import Warning_
 from pqlab.store import RunStore
 
-EXPERIMENT = "primitives"
+NAME = "primitives"
 
 SAMPLES_DDL = """
 CREATE TABLE IF NOT EXISTS primitive_samples (
@@ -37,8 +42,10 @@ CREATE TABLE IF NOT EXISTS primitive_runs (
     kept INTEGER, warmup_runs INTEGER, budget_exhausted BOOLEAN, phase_seconds DOUBLE,
     checks_passed BIGINT, negative_checks JSON)
 """
+# A temporary table: derived at export time from the raw samples, never stored (exports read
+# the run read-only).
 SUMMARY_DDL = """
-CREATE TABLE primitive_summary (
+CREATE OR REPLACE TEMP TABLE primitive_summary (
     algorithm TEXT, backend TEXT, operation TEXT, n INTEGER, mean_us DOUBLE, sd_us DOUBLE,
     q1_us DOUBLE, median_us DOUBLE, q3_us DOUBLE, robust_cv DOUBLE, min_us DOUBLE,
     max_us DOUBLE, p90_us DOUBLE, p99_us DOUBLE, ops_per_s DOUBLE, median_cycles DOUBLE,
@@ -67,119 +74,6 @@ OPERATIONS = {
     "sig": ("keygen", "sign", "verify"),
 }
 OP_ORDER = ["keygen", "encaps", "decaps", "public_key", "shared_secret", "sign", "verify"]
-
-# TLS group spellings the catalogue may carry in `openssl` for key agreements, mapped to the
-# EVP algorithm and group the engine expects (see docs/primitives.md, "engine arguments").
-_GROUP_ALIASES = {
-    "p256": ("EC", "P-256"),
-    "secp256r1": ("EC", "P-256"),
-    "prime256v1": ("EC", "P-256"),
-    "p384": ("EC", "P-384"),
-    "secp384r1": ("EC", "P-384"),
-    "p521": ("EC", "P-521"),
-    "secp521r1": ("EC", "P-521"),
-    "ffdhe2048": ("DH", "ffdhe2048"),
-    "ffdhe3072": ("DH", "ffdhe3072"),
-    "ffdhe4096": ("DH", "ffdhe4096"),
-}
-
-
-@dataclass(frozen=True)
-class Cell:
-    algorithm: Algorithm
-    backend: str
-
-    @property
-    def cell_id(self) -> str:
-        return f"{self.algorithm.name}|{self.backend}"
-
-    @property
-    def subcommand(self) -> str:
-        return "sig" if self.algorithm.kind == "sig" else "kem"
-
-    def engine_args(self) -> list[str]:
-        """The engine's arguments for this cell, from the catalogue entry."""
-        alg = self.algorithm
-        name = alg.backend_name(self.backend)
-        args = [self.subcommand, "--backend", self.backend]
-        if self.backend == "liboqs":
-            args += ["--alg", name]
-            oid = alg.key_oid or alg.oid
-            if oid:
-                args += ["--oid", oid]
-            return args
-        params = {k: _param_str(v) for k, v in (alg.params or {}).items()}
-        key = name.replace("-", "").replace("_", "").lower()
-        if alg.kind == "kex" and key in _GROUP_ALIASES:
-            name, group = _GROUP_ALIASES[key]
-            if "curve" not in params and "group" not in params:
-                params["group"] = group
-        args += ["--alg", name]
-        for k, v in sorted(params.items()):
-            args += ["--param", f"{k}={v}"]
-        return args
-
-
-def _param_str(v) -> str:
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    return str(v)
-
-
-def _resolve(names: list[str], kind: str) -> list[Algorithm]:
-    """Catalogue lookup; the single name "all" means every algorithm of that kind."""
-    if [n.lower() for n in names] == ["all"]:
-        return catalog.all_algorithms(kind)
-    return catalog.resolve_list(names, kind)
-
-
-def select_cells(
-    kem_names: list[str], sig_names: list[str], backend: str
-) -> tuple[list[Cell], list[str]]:
-    """Resolve names (or the document-000 default set) to cells; every error before any work.
-
-    Explicitly named algorithms must be provided by the chosen backend; the default set is
-    filtered to what the backend provides; the names left out are returned with the cells.
-    """
-    if backend not in ("openssl", "liboqs", "all"):
-        raise UserError(f"--backend {backend!r} is not one of openssl, liboqs, all")
-    explicit = bool(kem_names or sig_names)
-    if explicit:
-        algs = _resolve(kem_names, "kem") + _resolve(sig_names, "sig")
-        # "all" asks for what the build provides: filter like the default set.
-        explicit = not any(
-            [n.lower() for n in names] == ["all"] for names in (kem_names, sig_names)
-        )
-    else:
-        algs = [a for a in catalog.all_algorithms() if "000" in a.documents]
-        if not algs:
-            raise UserError(
-                "the catalogue tags no algorithm with document 000; "
-                "name algorithms with --kem / --sig"
-            )
-    cells, skipped = [], []
-    for alg in algs:
-        provided = alg.backends
-        if backend == "all":
-            if not provided:
-                if explicit:
-                    raise UserError(f"{alg.name} is not provided by any backend of this build")
-                skipped.append(alg.name)
-                continue
-            cells += [Cell(alg, b) for b in provided]
-        elif backend in provided:
-            cells.append(Cell(alg, backend))
-        elif explicit:
-            raise UserError(
-                f"{alg.name} is not provided by backend {backend!r}; it is provided by "
-                f"{', '.join(provided) or 'no backend of this build'} (use --backend all)"
-            )
-        else:
-            skipped.append(alg.name)
-    if not cells:
-        raise UserError(f"no algorithm of the default set is provided by backend {backend!r}")
-    return cells, skipped
-
 
 def governor_warnings() -> list[Warning_]:
     cpu = metadata.cpu_info()
@@ -237,12 +131,12 @@ def run_cells(
     store.ensure_table(SAMPLES_DDL)
     store.ensure_table(RUNS_DDL)
     store.ensure_table(sizes_exp.SIZES_DDL)
-    done = store.cells_done(EXPERIMENT)
+    done = store.cells_done(NAME)
     todo = [c for c in cells if c.cell_id not in done]
     if "__machine__" not in done:
-        with store.cell(EXPERIMENT, "__machine__", {}):
+        with store.cell(NAME, "__machine__", {}):
             store.add_warnings(
-                EXPERIMENT, "__machine__", governor_warnings() + list(skipped_warning)
+                NAME, "__machine__", governor_warnings() + list(skipped_warning)
             )
     with CellProgress("primitives", len(cells)) as progress:
         progress.advance(len(cells) - len(todo))
@@ -305,7 +199,7 @@ def measure_cell(
         ]
         if kept:
             warnings += stats.noise_warnings(f"{name} ({backend}) {op}", stats.summarize(kept))
-    with store.cell(EXPERIMENT, cell.cell_id, {"args": args}):
+    with store.cell(NAME, cell.cell_id, {"args": args}):
         store.insert(
             "primitive_samples", {"algorithm": [name] * n, "backend": [backend] * n, **samples}
         )
@@ -332,8 +226,8 @@ def measure_cell(
                 for r in op_done
             ],
         )
-        sizes_exp.store_sizes(store, EXPERIMENT, cell, size_rec)
-        store.add_warnings(EXPERIMENT, cell.cell_id, warnings)
+        sizes_exp.store_sizes(store, NAME, cell, size_rec)
+        store.add_warnings(NAME, cell.cell_id, warnings)
 
 
 # --- export ----------------------------------------------------------------------------
@@ -397,7 +291,7 @@ def summaries(store: RunStore) -> list[dict]:
     order = {}
     for r in store.query(
         "SELECT cell_id, min(rowid) AS k FROM cells WHERE experiment = ? GROUP BY cell_id",
-        [EXPERIMENT],
+        [NAME],
     ):
         order[r["cell_id"]] = r["k"]
     out.sort(
@@ -435,7 +329,6 @@ def export(store: RunStore) -> Section | None:
     if not store.has_table("primitive_samples"):
         return None
     rows = summaries(store)
-    store.con.execute("DROP TABLE IF EXISTS primitive_summary")
     store.con.execute(SUMMARY_DDL)
     if rows:
         store.insert_rows(
@@ -446,9 +339,8 @@ def export(store: RunStore) -> Section | None:
         "primitives", f"SELECT {cols} FROM primitive_summary ORDER BY rowid"
     )
     ratios = backend_ratios(rows)
-    store.con.execute("DROP TABLE IF EXISTS primitive_backend_ratios")
     store.con.execute(
-        "CREATE TABLE primitive_backend_ratios (algorithm TEXT, operation TEXT, "
+        "CREATE OR REPLACE TEMP TABLE primitive_backend_ratios (algorithm TEXT, operation TEXT, "
         "openssl_median_us DOUBLE, liboqs_median_us DOUBLE, "
         "openssl_over_liboqs DOUBLE)"
     )
@@ -503,3 +395,91 @@ def _ratio_text(r: float) -> str:
     if r >= 1:
         return f"OpenSSL {r:.1f}x slower"
     return f"OpenSSL {1 / r:.1f}x faster"
+
+
+# --- the experiment ---------------------------------------------------------------------------
+
+MAX_ITERATIONS = 1_000_000  # samples are kept in memory by the engine (16 bytes each)
+MAX_WARMUP = 100_000
+MAX_SECONDS = 86_400.0
+
+@dataclass
+class Plan:
+    cells: list[Cell]
+    skipped: list[str]
+    backend: str
+    iterations: int
+    warmup: int
+    max_seconds: float | None
+
+
+class Primitives(Experiment):
+    name = NAME
+    help = "time KEM and signature operations (keygen, encaps/decaps, sign/verify)"
+    description = __doc__.split("\n\n")[0]
+    options = (
+        *SELECTION_OPTIONS,
+        Option(
+            "iterations",
+            f"kept timed runs per operation (one more is made first and dropped; at most "
+            f"{MAX_ITERATIONS})",
+            default="1000",
+            metavar="N",
+            short="-n",
+        ),
+        Option(
+            "warmup",
+            "untimed runs per phase before timing (at most 2 s)",
+            default="10",
+            metavar="N",
+        ),
+        Option(
+            "max-seconds",
+            "time budget per phase (key generation; the pair of operations that use a key) "
+            "so very slow operations stop early; 0 = none",
+            default="60",
+            metavar="S",
+        ),
+    )
+    compare = (
+        CompareSpec(
+            "primitives",
+            "primitive_samples",
+            ("algorithm", "backend", "operation"),
+            "ns / 1e3",
+            "us",
+            where="NOT coalesce(dropped, FALSE)",
+        ),
+    )
+
+    def plan(self, values) -> Plan:
+        iterations = units.parse_positive_int(values.iterations, "--iterations")
+        if iterations > MAX_ITERATIONS:
+            raise UserError(f"--iterations {values.iterations!r}: at most {MAX_ITERATIONS}")
+        warmup = units.parse_positive_int(values.warmup, "--warmup", minimum=0)
+        if warmup > MAX_WARMUP:
+            raise UserError(f"--warmup {values.warmup!r}: at most {MAX_WARMUP}")
+        max_seconds = units.parse_duration(values.max_seconds, "--max-seconds")
+        if max_seconds > MAX_SECONDS:
+            raise UserError(f"--max-seconds {values.max_seconds!r}: at most 86400 (one day)")
+        cells, skipped = selection(values)
+        return Plan(cells, skipped, values.backend, iterations, warmup, max_seconds or None)
+
+    def measure(self, plan: Plan, store) -> None:
+        run_cells(
+            store,
+            plan.cells,
+            plan.iterations,
+            plan.warmup,
+            plan.max_seconds,
+            skipped_warnings(plan.skipped, plan.backend),
+        )
+
+    def export(self, store):
+        return export(store)
+
+    def resume_key(self, plan: Plan) -> dict:
+        return {"iterations": plan.iterations, "warmup": plan.warmup}
+
+
+EXPERIMENT = Primitives()

@@ -9,12 +9,16 @@ tables/sizes.csv from all of them.
 
 from __future__ import annotations
 
-from pqlab import catalog, figures
+from dataclasses import dataclass
+
+from pqlab import catalog, figures, units
 from pqlab.errors import UserError
+from pqlab.experiment import Experiment, Option
+from pqlab.experiments.selection import SELECTION_OPTIONS, selection
 from pqlab.report import Section
 from pqlab.store import RunStore
 
-EXPERIMENT = "sizes"
+NAME = "sizes"
 
 SIZES_DDL = """
 CREATE TABLE IF NOT EXISTS primitive_sizes (
@@ -189,12 +193,11 @@ def rows(store: RunStore) -> list[dict]:
 
 def write_table(store: RunStore):
     table = rows(store)
-    store.con.execute("DROP TABLE IF EXISTS sizes_summary")
     types = {c: "BIGINT" for c in COLUMNS}
     for c in ("algorithm", "kind", "encoding_source", "catalogue_check", "backends", "notes"):
         types[c] = "TEXT"
     store.con.execute(
-        "CREATE TABLE sizes_summary (" + ", ".join(f"{c} {types[c]}" for c in COLUMNS) + ")"
+        "CREATE OR REPLACE TEMP TABLE sizes_summary (" + ", ".join(f"{c} {types[c]}" for c in COLUMNS) + ")"
     )
     if table:
         store.insert_rows("sizes_summary", table)
@@ -285,7 +288,7 @@ def run_cells(store: RunStore, cells, samples: int, max_seconds: float | None) -
     from pqlab.progress import CellProgress
 
     store.ensure_table(SIZES_DDL)
-    done = store.cells_done(EXPERIMENT)
+    done = store.cells_done(NAME)
     todo = [c for c in cells if c.cell_id not in done]
     with CellProgress("sizes", len(cells)) as progress:
         progress.advance(len(cells) - len(todo))
@@ -301,11 +304,71 @@ def run_cells(store: RunStore, cells, samples: int, max_seconds: float | None) -
             if max_seconds:
                 args += ["--max-seconds", f"{max_seconds:g}"]
             try:
-                record = next((r for r in engine.stream(args) if r["type"] == "sizes"), None)
+                records = engine.run(args, timeout=(max_seconds or 3600) * 4 + 60)
+                record = next((r for r in records if r["type"] == "sizes"), None)
             except EngineError as e:
                 raise EngineError(f"{cell.algorithm.name} ({cell.backend}): {e}") from None
             if record is None:
                 raise EngineError(f"{cell.algorithm.name} ({cell.backend}): no sizes record")
-            with store.cell(EXPERIMENT, cell.cell_id, {"args": args}):
-                store_sizes(store, EXPERIMENT, cell, record)
+            with store.cell(NAME, cell.cell_id, {"args": args}):
+                store_sizes(store, NAME, cell, record)
             progress.advance()
+
+
+# --- the experiment ---------------------------------------------------------------------------
+
+MAX_SAMPLES = 100_000
+
+
+@dataclass
+class Plan:
+    cells: list
+    samples: int
+    max_seconds: float | None
+
+
+class Sizes(Experiment):
+    name = NAME
+    help = "key, ciphertext and signature sizes (raw and DER)"
+    description = (
+        "Public key, secret key, ciphertext, shared secret and signature sizes, raw and as "
+        "encoded in practice (DER SPKI, PKCS#8, DER signatures), with observed ranges."
+    )
+    options = (
+        *SELECTION_OPTIONS,
+        Option(
+            "samples",
+            "keys and signatures generated per algorithm to observe the range of variable "
+            f"encodings (at most {MAX_SAMPLES})",
+            default="32",
+            metavar="N",
+        ),
+        Option(
+            "max-seconds",
+            "time budget per algorithm phase, for slow key generation or signing",
+            default="10",
+            metavar="S",
+        ),
+    )
+
+    def plan(self, values) -> Plan:
+        samples = units.parse_positive_int(values.samples, "--samples")
+        if samples > MAX_SAMPLES:
+            raise UserError(f"--samples {values.samples!r}: at most {MAX_SAMPLES}")
+        max_seconds = units.parse_duration(values.max_seconds, "--max-seconds")
+        if max_seconds > 86_400:
+            raise UserError(f"--max-seconds {values.max_seconds!r}: at most 86400 (one day)")
+        cells, _skipped = selection(values)
+        return Plan(cells, samples, max_seconds or None)
+
+    def measure(self, plan: Plan, store) -> None:
+        run_cells(store, plan.cells, plan.samples, plan.max_seconds)
+
+    def export(self, store):
+        return export(store)
+
+    def resume_key(self, plan: Plan) -> dict:
+        return {"samples": plan.samples}
+
+
+EXPERIMENT = Sizes()

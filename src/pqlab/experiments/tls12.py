@@ -12,18 +12,18 @@ from __future__ import annotations
 
 import contextlib
 import html
-import os
-import subprocess
-import threading
-import time
 from dataclasses import dataclass
 
-from pqlab import engine, figures, stats
-from pqlab.errors import EngineError, UserError
+from pqlab import catalog, figures, stats, units
+from pqlab.errors import CheckError, EngineError, UserError
+from pqlab.experiment import CompareSpec, Experiment, Option
 from pqlab.progress import CellProgress
-from pqlab.report import Section
+from pqlab.report import Section, template
+from pqlab.tls import runner
+from pqlab.tls.chains import Chain, make_chain
+from pqlab.tls.negotiation import Expected
 
-EXPERIMENT = "tls12"
+NAME = "tls12"
 SUITE12 = "AES128-GCM-SHA256"  # the bulk cipher fixed by the document
 SUITE13 = "TLS_AES_128_GCM_SHA256"
 EVP_PKEY_DH = 28
@@ -50,7 +50,8 @@ KEX12 = [
 KEX13 = [Kex(f"FFDHE-{b}", "ffdhe", f"ffdhe{b}", b) for b in (2048, 3072, 4096)] + [
     k for k in KEX12 if k.family == "ecdhe"
 ]
-CERTS = {"RSA-2048": "RSA:2048", "ECDSA-P-256": "EC:P-256"}
+# Certificate label (as in the tables) -> catalogue algorithm of root and server key.
+CERTS = {"RSA-2048": "RSA-2048", "ECDSA-P-256": "ECDSA-P256"}
 KEX_NAMES = {k.label.lower(): k for k in KEX12 + KEX13}
 
 
@@ -119,34 +120,32 @@ class Plan:
         return out
 
 
-def tls_args(spec: CellSpec) -> tuple[list[str], list[str], str | None]:
-    """(server args, client args, group the client must negotiate) for a defined cell."""
-    common = ["--tls-version", spec.version, "--events", "off"]
-    server, client = list(common), list(common)
-    expect = None
+def tls_config(spec: CellSpec) -> tuple[runner.Tls, runner.Tls, Expected, int | None]:
+    """(server TLS, client TLS, what must be negotiated, DH bits) for a defined cell."""
+    common = {"version": spec.version, "events": False}
     if spec.version == "1.3":
-        server += ["--ciphersuites", SUITE13, "--groups", spec.kex.group]
-        client += ["--ciphersuites", SUITE13, "--groups", spec.kex.group]
-        expect = spec.kex.group
-    else:
-        server += ["--ciphers", spec.suite]
-        client += ["--ciphers", spec.suite]
-        if spec.kex.family == "dhe":
-            server += ["--dh-bits", str(spec.kex.dh_bits)]
-            if spec.kex.dh_bits < 2048:
-                # OpenSSL's default security level 2 refuses DH below 2048 bits.
-                client += ["--security-level", "1"]
-        elif spec.kex.family == "ecdhe":
-            groups = spec.kex.group
-            if spec.cert.startswith("ECDSA") and groups != "secp256r1":
-                # TLS 1.2 (RFC 4492): the client's supported groups also govern the curve of
-                # an ECDSA certificate, so P-256 must be offered too; the measured group is
-                # listed first and must be the one negotiated (the document did the same).
-                groups += ":secp256r1"
-            server += ["--groups", groups]
-            client += ["--groups", groups]
-            expect = spec.kex.group
-    return server, client, expect
+        group = catalog.resolve(spec.kex.group, "kem")
+        tls = runner.Tls(groups=(group,), ciphersuites=SUITE13, **common)
+        return tls, tls, Expected("1.3", group=group, cipher=SUITE13), None
+    expected = Expected("1.2", cipher=spec.suite)
+    if spec.kex.family == "dhe":
+        # OpenSSL's default security level 2 refuses DH below 2048 bits.
+        level = 1 if spec.kex.dh_bits < 2048 else None
+        server = runner.Tls(ciphers=spec.suite, **common)
+        client = runner.Tls(ciphers=spec.suite, security_level=level, **common)
+        return server, client, expected, spec.kex.dh_bits
+    if spec.kex.family == "ecdhe":
+        group = catalog.resolve(spec.kex.group, "kem")
+        groups = (group,)
+        if spec.cert.startswith("ECDSA") and spec.kex.group != "secp256r1":
+            # TLS 1.2 (RFC 4492): the client's supported groups also govern the curve of an
+            # ECDSA certificate, so P-256 must be offered too; the measured group is listed
+            # first and must be the one negotiated (the document did the same).
+            groups += (catalog.resolve("secp256r1", "kem"),)
+        tls = runner.Tls(groups=groups, ciphers=spec.suite, **common)
+        return tls, tls, Expected("1.2", group=group, cipher=spec.suite), None
+    tls = runner.Tls(ciphers=spec.suite, **common)
+    return tls, tls, expected, None
 
 
 DDL = [
@@ -162,128 +161,66 @@ DDL = [
 ]
 
 
-def _ensure_certs(store, plan: Plan) -> dict[str, dict]:
-    """One CA + server certificate per certificate type (CA of the same algorithm), made by
-    the engine into the run directory, kept for reruns (--resume)."""
-    out = {}
-    for cert in plan.certs:
-        d = store.path / "certs" / cert.lower()
-        files = {"chain": d / "chain.pem", "key": d / "server.key.pem", "ca": d / "root.crt.pem"}
-        if not all(p.exists() for p in files.values()):
-            d.mkdir(parents=True, exist_ok=True)
-            engine.run(
-                [
-                    "tls",
-                    "certs",
-                    "--ca-alg",
-                    CERTS[cert],
-                    "--server-alg",
-                    CERTS[cert],
-                    "--out-dir",
-                    str(d),
-                    "--cn",
-                    "server.pqlab.test",
-                    "--san",
-                    "server.pqlab.test,198.18.0.2",
-                ],
-                timeout=120,
-            )
-        out[cert] = {k: str(v) for k, v in files.items()}
-    return out
+def _chains(store, plan: Plan) -> dict[str, Chain]:
+    """One root CA + server certificate per certificate type (the CA of the same
+    algorithm), made into the run directory and kept for --resume."""
+    return {
+        cert: make_chain(store.path / "certs", CERTS[cert], CERTS[cert]) for cert in plan.certs
+    }
 
 
-class _Drain(threading.Thread):
-    """Read a child's stdout into a list so its pipe never fills up."""
+def _hosts(plan: Plan):
+    from pqlab.net.shaping import build_hosts
 
-    def __init__(self, stream):
-        super().__init__(daemon=True)
-        self.stream = stream
-        self.lines: list[str] = []
-        self.first = threading.Event()
-
-    def run(self) -> None:
-        for line in self.stream:
-            self.lines.append(line)
-            self.first.set()
-        self.first.set()
-
-
-def _topology(plan: Plan):
-    from pqlab.net.topology import TwoHosts
-
-    if plan.profile is None:
-        return TwoHosts(), "veth (no shaping)"
-    from pqlab.net import shaping
-
-    link = shaping.make_link(plan.profile, plan.shaper)
-    topo = TwoHosts(link=link, tcp=plan.profile.tcp_settings(), mtu=plan.profile.mtu)
-    return topo, getattr(link, "choice", type(link).__name__)
+    hosts = build_hosts(plan.profile, plan.shaper)
+    link = getattr(hosts.link, "choice", None) if plan.profile else "veth (no shaping)"
+    return hosts, link or type(hosts.link).__name__
 
 
 def measure(store, plan: Plan) -> None:
-    from pqlab.net import privileges
-
-    privileges.require_net_admin()
     for ddl in DDL:
         store.ensure_table(ddl)
-    done = store.cells_done(EXPERIMENT)
+    done = store.cells_done(NAME)
     cells = [c for c in plan.cells() if c.cell_id not in done]
-    certs = _ensure_certs(store, plan)
+    if not cells:
+        return
+    chains = _chains(store, plan)
     profile_name = getattr(plan.profile, "name", None) or "none"
     quota_cm = contextlib.nullcontext(None)
     if plan.server_cpu is not None:
         from pqlab.cpuquota import CpuQuota
 
         quota_cm = CpuQuota(plan.server_cpu)
-    with quota_cm as quota, CellProgress("tls12", len(cells)) as progress:
-        topo, link_desc = _topology(plan)
-        with topo:
-            for spec in cells:
-                progress.start(f"TLS {spec.version} {spec.kex.label} {spec.cert}")
-                if spec.suite is None:
-                    with store.cell(EXPERIMENT, spec.cell_id, {"note": spec.note}):
-                        store.insert_rows(
-                            "tls12_cells",
-                            [_cell_row(spec, plan, 0, quota, None, profile_name, link_desc, None)],
-                        )
-                    progress.advance()
-                    continue
-                rows, used_ms, level = _run_cell(topo, spec, plan, certs[spec.cert], quota)
-                with store.cell(
-                    EXPERIMENT,
-                    spec.cell_id,
-                    {
-                        "version": spec.version,
-                        "kex": spec.kex.label,
-                        "cert": spec.cert,
-                        "n": plan.n,
-                    },
-                ):
-                    store.insert_rows("tls12_handshakes", rows)
+    hosts, link_desc = _hosts(plan)
+    with quota_cm as quota, CellProgress("tls12", len(cells)) as progress, hosts:
+        for spec in cells:
+            progress.start(f"TLS {spec.version} {spec.kex.label} {spec.cert}")
+            if spec.suite is None:
+                with store.cell(NAME, spec.cell_id, {"note": spec.note}):
                     store.insert_rows(
                         "tls12_cells",
-                        [
-                            _cell_row(
-                                spec,
-                                plan,
-                                len(rows),
-                                quota,
-                                used_ms,
-                                profile_name,
-                                link_desc,
-                                level,
-                            )
-                        ],
-                    )
-                    summary = stats.summarize([r["connect_to_handshake_ns"] for r in rows])
-                    store.add_warnings(
-                        EXPERIMENT,
-                        spec.cell_id,
-                        stats.noise_warnings(
-                            f"TLS {spec.version} {spec.kex.label} {spec.cert}", summary
-                        ),
+                        [_cell_row(spec, plan, 0, quota, None, profile_name, link_desc, None)],
                     )
                 progress.advance()
+                continue
+            rows, used_ms, level = _run_cell(hosts, spec, plan, chains[spec.cert], quota)
+            params = {"version": spec.version, "kex": spec.kex.label, "cert": spec.cert}
+            with store.cell(NAME, spec.cell_id, {**params, "n": plan.n}):
+                store.insert_rows("tls12_handshakes", rows)
+                store.insert_rows(
+                    "tls12_cells",
+                    [_cell_row(spec, plan, len(rows), quota, used_ms, profile_name, link_desc,
+                               level)],
+                )
+                summary = stats.summarize([r["connect_to_handshake_ns"] for r in rows])
+                store.add_warnings(
+                    NAME,
+                    spec.cell_id,
+                    stats.noise_warnings(
+                        f"TLS {spec.version} {spec.kex.label} {spec.cert}", summary
+                    ),
+                )
+            progress.advance()
 
 
 def _cell_row(spec, plan, n, quota, used_ms, profile_name, link_desc, level) -> dict:
@@ -307,86 +244,52 @@ def _cell_row(spec, plan, n, quota, used_ms, profile_name, link_desc, level) -> 
     }
 
 
-def _run_cell(topo, spec: CellSpec, plan: Plan, cert: dict, quota):
-    server_args, client_args, expect = tls_args(spec)
+def _run_cell(hosts, spec: CellSpec, plan: Plan, chain: Chain, quota):
+    server_tls, client_tls, expected, dh_bits = tls_config(spec)
     total = plan.warmup + plan.n
-    server_argv = engine.command(
-        [
-            "tls",
-            "server",
-            "--listen",
-            f"{topo.server_ip}:0",
-            "--cert-chain",
-            cert["chain"],
-            "--key",
-            cert["key"],
-            "--max-connections",
-            str(total),
-            *server_args,
-        ]
+    server_spec = runner.ServerSpec(
+        tls=server_tls,
+        chain=chain,
+        listen=f"{hosts.server_ip}:0",
+        max_connections=total,
+        dh_bits=dh_bits,
     )
-    kw = {"preexec_fn": quota.join} if quota is not None else {}
-    proc = topo.popen(
-        "server", server_argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw
-    )
-    drain = _Drain(proc.stdout)
-    drain.start()
-    try:
-        if not drain.first.wait(60) or not drain.lines:
-            err = proc.stderr.read() if proc.poll() is not None else ""
-            raise EngineError(
-                f"TLS server for {spec.cell_id} did not start: "
-                f"{err.strip().splitlines()[-1:] or 'no output'}"
-            )
-        listening = engine.parse_line(drain.lines[0])
-        port = listening["port"]
-        args = [
-            "tls",
-            "client",
-            "--connect",
-            f"{topo.server_ip}:{port}",
-            "--ca",
-            cert["ca"],
-            "--servername",
-            "server.pqlab.test",
-            "-n",
-            str(plan.n),
-            "--warmup",
-            str(plan.warmup),
-            *client_args,
-        ]
-        if expect:
-            args += ["--expect-group", expect]
-        records = engine.run(args, netns=topo.client_ns, timeout=600 + plan.n * 30)
-        usage = _wait_rusage(proc, timeout=60)
-        drain.join(timeout=10)
-    except BaseException:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        raise
-    # The server's own CPU time (user + system) for the whole cell, start-up included.
-    used = (usage.ru_utime + usage.ru_stime) * 1000.0
-    server_recs = [engine.parse_line(x) for x in drain.lines[1:] if x.strip()]
+    preexec = quota.join if quota is not None else None
+    with runner.start_server(server_spec, hosts, preexec_fn=preexec) as server:
+        client_spec = runner.ClientSpec(
+            tls=client_tls,
+            connect=f"{hosts.server_ip}:{server.listening['port']}",
+            ca=chain.root,
+            servername="server.pqlab.test",
+            n=plan.n,
+            warmup=plan.warmup,
+            time_limit=600 + plan.n * 30,
+            expected=Expected(spec.version, group=expected.group),
+        )
+        records = runner.run_client(client_spec, hosts, timeout=600 + plan.n * 30)
+        server_recs = [r for r in server.finish(60) if r["type"] != "listening"]
+        # The server's own CPU time (user + system) for the whole cell, start-up included.
+        used = server.cpu_seconds() * 1000.0
     bad = [r for r in server_recs if r["type"] != "connection"]
     if bad:
         raise EngineError(f"{spec.cell_id}: server reported {bad[0].get('message', bad[0])}")
-    if proc.returncode != 0 or len(server_recs) != total:
+    if len(server_recs) != total:
         raise EngineError(
-            f"{spec.cell_id}: server handled {len(server_recs)} of {total} "
-            f"connections (exit {proc.returncode})"
+            f"{spec.cell_id}: server handled {len(server_recs)} of {total} connections"
         )
     server_by_idx = {r["index"]: r for r in server_recs}
-    conns = [r for r in records if r["type"] == "connection" and not r["warmup"]]
+    conns = [r for r in records if not r["warmup"]]
     if len(conns) != plan.n:
         raise EngineError(f"{spec.cell_id}: client reported {len(conns)} of {plan.n} handshakes")
     rows = []
     level = None
     for c in conns:
-        neg = c["negotiated"]
-        _check(spec, c, expect)
-        level = c.get("security_level")
+        what = f"{spec.cell_id} connection {c['index']}"
         srv = server_by_idx.get(c["index"] + plan.warmup, {})
+        runner_check(c, srv, expected, what)
+        _check_kex(spec, c, what)
+        level = c.get("security_level")
+        neg = c["negotiated"]
         tmp = neg.get("peer_tmp_key") or {}
         d = c["durations"]
         rows.append(
@@ -412,42 +315,25 @@ def _run_cell(topo, spec: CellSpec, plan: Plan, cert: dict, quota):
     return rows, used, level
 
 
-def _wait_rusage(proc: subprocess.Popen, timeout: float):
-    """Wait for the server to exit and return its resource usage (CPU time)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
-        if pid:
-            proc.returncode = os.waitstatus_to_exitcode(status)
-            return usage
-        if time.monotonic() > deadline:
-            raise subprocess.TimeoutExpired(proc.args, timeout)
-        time.sleep(0.01)
+def runner_check(client: dict, server: dict, expected: Expected, what: str) -> None:
+    """Both ends negotiated the cell's version, suite and group (the one check)."""
+    from pqlab.tls import negotiation, stacks
+
+    stack = stacks.get()
+    negotiation.check(client, expected, stack, what=f"{what} (client)")
+    if server:
+        negotiation.check(server, expected, stack, what=f"{what} (server)")
 
 
-def _check(spec: CellSpec, c: dict, expect: str | None) -> None:
-    """Every sample is a verified handshake with the asked-for suite and group."""
-    neg = c["negotiated"]
-    where = f"{spec.cell_id} connection {c['index']}"
-    want_version = "TLSv1.3" if spec.version == "1.3" else "TLSv1.2"
-    if not c.get("verified"):
-        raise EngineError(f"{where}: certificate chain not verified")
-    if neg["version"] != want_version:
-        raise EngineError(f"{where}: negotiated {neg['version']}, asked for {want_version}")
-    got_suite = neg["cipher"] if spec.version == "1.2" else neg.get("cipher_standard_name")
-    if got_suite != spec.suite:
-        raise EngineError(f"{where}: negotiated suite {got_suite}, asked for {spec.suite}")
-    tmp = neg.get("peer_tmp_key") or {}
-    if spec.kex.family == "rsa":
-        if tmp:
-            raise EngineError(f"{where}: RSA key exchange but the server sent a key share")
-    elif spec.kex.family == "dhe":
-        if tmp.get("pkey_id") != EVP_PKEY_DH or tmp.get("bits") != spec.kex.dh_bits:
-            raise EngineError(f"{where}: server DH key {tmp}, asked for {spec.kex.dh_bits}-bit DHE")
-    else:
-        got = (neg.get("group") or "").lower().replace("-", "").replace("_", "")
-        if got != (expect or "").lower().replace("-", "").replace("_", ""):
-            raise EngineError(f"{where}: negotiated group {neg.get('group')}, asked for {expect}")
+def _check_kex(spec: CellSpec, c: dict, where: str) -> None:
+    """The key exchange itself: no key share for RSA key exchange, the asked-for DH size."""
+    tmp = (c["negotiated"].get("peer_tmp_key")) or {}
+    if spec.kex.family == "rsa" and tmp:
+        raise CheckError(f"{where}: RSA key exchange but the server sent a key share")
+    if spec.kex.family == "dhe" and (
+        tmp.get("pkey_id") != EVP_PKEY_DH or tmp.get("bits") != spec.kex.dh_bits
+    ):
+        raise CheckError(f"{where}: server DH key {tmp}, asked for {spec.kex.dh_bits}-bit DHE")
 
 
 # --- export --------------------------------------------------------------------------------
@@ -541,48 +427,24 @@ def export(store) -> Section | None:
     if not store.has_table("tls12_cells") or not store.query("SELECT 1 FROM tls12_cells LIMIT 1"):
         return None
     rows = _summary_rows(store)
-    import pyarrow as pa
-
-    table = pa.table({c: [r.get(c) for r in rows] for c in COLUMNS})
-    store.con.register("_tls12_summary", table)
-    try:
-        csv_path = store.export_table("tls12", "SELECT * FROM _tls12_summary")
-    finally:
-        store.con.unregister("_tls12_summary")
+    csv_path = store.export_rows("tls12", rows, COLUMNS)
     cells = store.query(
         "SELECT DISTINCT server_cpu, cpu_mechanism, profile, link, "
         "client_security_level FROM tls12_cells WHERE n > 0"
     )
     section = Section(title="TLS 1.2 key exchange (and TLS 1.3 counterparts)")
     cpu = cells[0] if cells else {}
-    section.intro = (
-        "<p>Full handshakes between the client and the server namespace, bulk cipher fixed "
-        "to AES-128-GCM (TLS 1.2 <code>*-AES128-GCM-SHA256</code>, TLS 1.3 "
-        "<code>TLS_AES_128_GCM_SHA256</code>), as in the document's Raspberry Pi table. The "
-        "sample is the client's time from the start of the TCP connect to handshake "
-        "complete, for each fresh connection (no session resumption); warm-up connections "
-        "are not counted. Every sample is a verified handshake: the client checks the chain "
-        "against the run's CA and the host name, and the negotiated version, suite and group "
-        "(for DHE: the server's DH key size) are checked against what the cell asked for. "
-        "<b>ratio_vs_rsa</b> is mean / mean of TLS 1.2 RSA key exchange with the RSA-2048 "
-        "certificate, for every row (ECDSA rows too), as the document's 'RSA 2048bit比' "
-        "column; <b>median_ratio_vs_rsa</b> is the same with medians, which is the steadier "
-        "one on a shared machine.</p>"
-        "<p>DHE uses the RFC 2409 (1024) and RFC 3526 (2048-4096) MODP groups as server "
-        "parameters; TLS 1.3 uses the RFC 7919 FFDHE groups (none below 2048 bits). "
-        "OpenSSL recognises the RFC 3526 and RFC 7919 primes as named groups and uses short "
-        "private exponents with them (225/275/325 bits for 2048/3072/4096), but not the "
-        "RFC 2409 1024-bit prime, which gets a full 1023-bit exponent: so DHE-1024 costs "
-        "about as much as DHE-2048 here, unlike in the document, whose generated parameters "
-        "had full-length exponents at every size. TLS 1.2 "
-        "has no DHE-ECDSA suite and RSA key exchange needs an RSA certificate: those rows "
-        "have n = 0 and say so. For ECDHE-ECDSA in TLS 1.2 the client also offers P-256 "
-        "(after the measured group), because TLS 1.2 ties the certificate's curve to the "
-        "supported groups, as the document did; the negotiated group is checked.</p>"
-        f"<p>Server CPU: {'limited to ' + str(cpu.get('server_cpu')) + ' of one core by ' + html.escape(str(cpu.get('cpu_mechanism'))) if cpu.get('server_cpu') else 'not limited'}; "
-        f"link: {html.escape(str(cpu.get('link', '?')))} (profile {html.escape(str(cpu.get('profile', 'none')))}); "
-        f"client security level {cpu.get('client_security_level')} (1 for DHE-1024, which "
-        "level 2 refuses).</p>"
+    limit = (
+        f"limited to {cpu.get('server_cpu')} of one core by {cpu.get('cpu_mechanism')}"
+        if cpu.get("server_cpu")
+        else "not limited"
+    )
+    section.intro = template(
+        "tls12_intro",
+        server_cpu=html.escape(limit),
+        link=html.escape(str(cpu.get("link", "?"))),
+        profile=html.escape(str(cpu.get("profile", "none"))),
+        level=html.escape(str(cpu.get("client_security_level"))),
     )
     section.table(csv_path, "Handshake time per key exchange and certificate (ms)")
     _figure(store, section, rows)
@@ -637,3 +499,157 @@ def parse_kexes(text: str | None) -> list[str]:
     if not out:
         raise UserError("--kex is empty")
     return out
+
+
+# --- the experiment ---------------------------------------------------------------------------
+
+OPTIONS = (
+    Option(
+        "n",
+        "measured handshakes per (version, kex, cert) cell (1-100000)",
+        default="200",
+        short="-n",
+        metavar="N",
+    ),
+    Option("warmup", "unrecorded handshakes before each cell", default="3", metavar="N"),
+    Option("versions", "TLS versions: 1.2, 1.3 or 1.2,1.3", default="1.2,1.3", metavar="LIST"),
+    Option(
+        "kex",
+        "key exchanges, comma separated (default: all): "
+        + ", ".join(k.label for k in KEX12 + KEX13[:3]),
+        metavar="LIST",
+    ),
+    Option(
+        "certs",
+        "server certificates: " + ", ".join(CERTS),
+        default=",".join(CERTS),
+        metavar="LIST",
+    ),
+    Option(
+        "server-cpu",
+        "limit the server to this fraction of one CPU core (cgroup CPU quota), e.g. 0.25, "
+        "to see the ranking on weaker hardware",
+        metavar="FRACTION",
+    ),
+    Option(
+        "profile",
+        "link profile (preset, key=value list or .toml file naming one profile, see "
+        "'pqlab linktest'); default: an unshaped veth link",
+        metavar="PROFILE",
+    ),
+    Option(
+        "shaper",
+        "link emulator for --profile: auto, netem or userspace",
+        default="auto",
+        choices=("auto", "netem", "userspace"),
+    ),
+)
+
+
+def plan_from_values(values) -> Plan:
+    n = units.parse_positive_int(values.n, "-n")
+    if n > 100_000:
+        raise UserError(f"-n {values.n!r} is more than 100000 handshakes per cell")
+    warmup = units.parse_positive_int(values.warmup, "--warmup", minimum=0)
+    if warmup > 10_000:
+        raise UserError(f"--warmup {values.warmup!r}: at most 10000")
+    versions = units.split_list(values.versions)
+    if not versions or any(v not in ("1.2", "1.3") for v in versions):
+        raise UserError(f"--versions {values.versions!r}: use 1.2, 1.3 or 1.2,1.3")
+    kexes = parse_kexes(values.kex)
+    certs = []
+    for c in units.split_list(values.certs):
+        match = [k for k in CERTS if k.lower() == c.lower()]
+        if not match:
+            raise UserError(f"unknown certificate {c!r} in --certs; use " + ", ".join(CERTS))
+        certs.append(match[0])
+    if not certs:
+        raise UserError("--certs is empty; use RSA-2048, ECDSA-P-256 or both")
+    server_cpu = None
+    if values.server_cpu is not None:
+        from pqlab.cpuquota import parse_fraction
+
+        server_cpu = parse_fraction(values.server_cpu)
+    profile = None
+    if values.profile:
+        from pqlab.net import profiles
+        from pqlab.net.shaping import check_shaper
+
+        loaded = profiles.load_profiles([values.profile])
+        if len(loaded) != 1:
+            raise UserError(
+                f"--profile {values.profile!r} names {len(loaded)} profiles; give exactly one"
+            )
+        check_shaper(values.shaper or "auto")
+        profile = loaded[0]
+    plan = Plan(
+        versions=list(dict.fromkeys(versions)),
+        kexes=kexes,
+        certs=list(dict.fromkeys(certs)),
+        n=n,
+        warmup=warmup,
+        server_cpu=server_cpu,
+        profile=profile,
+        shaper=values.shaper or "auto",
+    )
+    if not plan.cells():
+        raise UserError(
+            "no cells: the chosen --kex do not exist in the chosen --versions "
+            "(RSA and DHE are TLS 1.2 only, FFDHE TLS 1.3 only)"
+        )
+    return plan
+
+
+class Tls12(Experiment):
+    name = NAME
+    help = "TLS 1.2 key exchange study (and TLS 1.3 counterparts)"
+    description = (
+        "TLS 1.2 handshake time per key exchange (RSA, DHE, ECDHE) and server certificate "
+        "(RSA-2048, ECDSA P-256), AES-128-GCM fixed, with the TLS 1.3 counterparts (FFDHE and "
+        "the same ECDHE curves), between two network namespaces (document 002). Needs root "
+        "(CAP_NET_ADMIN). Results: tables/tls12.csv, a figure, a report section."
+    )
+    needs_net = True
+    options = OPTIONS
+    compare = (
+        CompareSpec(
+            "tls12",
+            "tls12_handshakes",
+            ("version", "kex", "cert"),
+            "connect_to_handshake_ns / 1e6",
+            "ms",
+        ),
+    )
+
+    def plan(self, values) -> Plan:
+        return plan_from_values(values)
+
+    def measure(self, plan: Plan, store) -> None:
+        measure(store, plan)
+
+    def export(self, store):
+        return export(store)
+
+    def resume_key(self, plan: Plan) -> dict:
+        return {
+            "n": plan.n,
+            "warmup": plan.warmup,
+            "server_cpu": plan.server_cpu,
+            "profile": getattr(plan.profile, "spec", None) or None,
+        }
+
+    def metadata(self, plan: Plan) -> dict:
+        return {
+            "tls12_plan": {
+                "versions": plan.versions,
+                "kex": plan.kexes,
+                "certs": plan.certs,
+                "n": plan.n,
+                "warmup": plan.warmup,
+                "server_cpu": plan.server_cpu,
+                "profile": getattr(plan.profile, "spec", None) or None,
+            }
+        }
+
+
+EXPERIMENT = Tls12()

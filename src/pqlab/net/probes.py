@@ -1,6 +1,7 @@
 """Small network probes run inside the two namespaces (`python -m pqlab.net.probes CMD`):
 UDP packets carrying their send time (one-way delay, loss), TCP connects (RTT as TCP sees
-it), and a TCP bulk transfer (rate). Each prints one JSON object on stdout. Every wait is
+it), and a TCP bulk transfer (rate). Each prints JSON lines on stdout (a `ready` record
+when it serves, then one `probe_result`). Every wait is
 bounded by --timeout. Both namespaces share the host's clocks, so one-way delays are exact (UDP: send time
 in the packet, kernel receive timestamp).
 """
@@ -77,7 +78,7 @@ def udp_sink(a) -> dict:
     # so the receiver's own wake-up latency stays out of the one-way delay.
     s.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
     s.bind(_addr(a.bind))
-    print(json.dumps({"ready": True}), flush=True)
+    print(json.dumps({"type": "ready"}), flush=True)
     got = []
     deadline = time.monotonic() + a.timeout
     s.settimeout(a.idle)
@@ -106,7 +107,7 @@ def tcp_accept(a) -> dict:
     s.bind(_addr(a.bind))
     s.listen(64)
     s.settimeout(a.timeout)
-    print(json.dumps({"ready": True}), flush=True)
+    print(json.dumps({"type": "ready"}), flush=True)
     n = 0
     for _ in range(a.count):
         c, _ = s.accept()
@@ -140,7 +141,7 @@ def tcp_source(a) -> dict:
     s.bind(_addr(a.bind))
     s.listen(1)
     s.settimeout(a.timeout)
-    print(json.dumps({"ready": True}), flush=True)
+    print(json.dumps({"type": "ready"}), flush=True)
     c, _ = s.accept()
     c.settimeout(a.timeout)
     c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -211,7 +212,7 @@ def main(args: list[str] | None = None) -> int:
         if name in ("tcp-source",):
             sp.add_argument("--bytes", type=int, required=True)
     a = p.parse_args(args)
-    print(json.dumps(a.fn(a)), flush=True)
+    print(json.dumps({"type": "probe_result", **a.fn(a)}), flush=True)
     return 0
 
 

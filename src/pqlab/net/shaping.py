@@ -21,13 +21,11 @@ import functools
 import itertools
 import json
 import os
-import selectors
 import shutil
+import signal
 import subprocess
-import time
 
-from pqlab import engine
-from pqlab.errors import EngineError, UserError
+from pqlab.errors import UserError
 from pqlab.net.profiles import LinkProfile
 from pqlab.net.topology import SIDES, Link, TopologyError, VethLink
 
@@ -175,7 +173,7 @@ class UserspaceLink(Link):
         self.seed = seed
         self.spin_us = spin_us
         self.lateness_samples = lateness_samples
-        self.proc: subprocess.Popen | None = None
+        self.proc = None  # pqlab.tls.runner.EngineProcess while the link is up
         self.stats: list[dict] = []
         self.ready: dict = {}
 
@@ -198,16 +196,17 @@ class UserspaceLink(Link):
         return args
 
     def setup(self, topo) -> None:
+        from pqlab.tls.runner import EngineProcess
+
         n = next(_tun_counter)
         tmp = {
             "client": f"pqt{os.getpid() % 100000}-{n}a",
             "server": f"pqt{os.getpid() % 100000}-{n}b",
         }
-        argv = engine.command(self.engine_args(tmp["client"], tmp["server"]))
-        self.proc = subprocess.Popen(
-            argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        self.proc = EngineProcess(
+            self.engine_args(tmp["client"], tmp["server"]), "the link emulator"
         )
-        self.ready = self._first_record(timeout=10)
+        self.ready = self.proc.wait_for("linkem_ready", 10)
         for side in SIDES:
             ns, dev = topo.ns(side), topo.ifname(side)
             for cmd in (
@@ -220,55 +219,17 @@ class UserspaceLink(Link):
                     raise TopologyError(f"'{' '.join(cmd)}' failed: {proc.stderr.strip()}")
             topo.configure_interface(side)
 
-    def _first_record(self, timeout: float) -> dict:
-        assert self.proc and self.proc.stdout
-        sel = selectors.DefaultSelector()
-        sel.register(self.proc.stdout, selectors.EVENT_READ)
-        deadline = time.monotonic() + timeout
-        try:
-            while time.monotonic() < deadline:
-                if sel.select(timeout=max(0.0, deadline - time.monotonic())):
-                    line = self.proc.stdout.readline()
-                    if not line:
-                        break
-                    try:
-                        rec = engine.parse_line(line)
-                    except EngineError as e:
-                        self._stop_engine()
-                        raise EngineError(f"the link emulator did not start: {e}") from None
-                    if rec.get("type") == "linkem_ready":
-                        return rec
-        finally:
-            sel.close()
-        self._stop_engine()
-        err = (self.proc.stderr.read() if self.proc.stderr else "").strip()
-        raise EngineError(
-            "the link emulator did not start: "
-            + (err.splitlines()[-1] if err else "no ready record in 10 s")
-        )
-
-    def _stop_engine(self) -> str:
-        if not self.proc:
-            return ""
-        if self.proc.poll() is None:
-            self.proc.terminate()
-        try:
-            out, err = self.proc.communicate(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            out, err = self.proc.communicate(timeout=5)
-        for line in (out or "").splitlines():
-            if line.strip():
-                with contextlib.suppress(EngineError):
-                    rec = engine.parse_line(line)
-                    if rec.get("type") == "linkem_stats":
-                        self.stats.append(rec)
-        return err or ""
-
     def teardown(self, topo) -> None:
-        err = self._stop_engine()
-        if self.proc and self.proc.returncode not in (0, None) and not self.stats:
-            raise EngineError(f"the link emulator failed: {err.strip()[-300:]}")
+        """Stop the emulator (SIGTERM: it prints one linkem_stats record per direction)."""
+        if self.proc is None:
+            return
+        proc, self.proc = self.proc, None
+        proc.signal(signal.SIGTERM)
+        try:
+            proc.finish(10)
+        finally:
+            proc.stop()
+            self.stats = proc.take("linkem_stats")
 
     def direction_stats(self) -> dict[str, dict]:
         """Engine counters per direction after teardown: 'c2s' and 's2c'."""
@@ -323,3 +284,14 @@ def make_link(profile: LinkProfile, shaper: str = "auto", seed: int = 1) -> Link
             link = UserspaceLink(profile, seed=seed)
             link.choice = f"userspace (auto: netem unavailable: {why})"
     return link
+
+
+def build_hosts(profile: LinkProfile | None, shaper: str = "auto", tcp=None):
+    """The one topology builder: two hosts joined by a bare veth link (no profile; `tcp`
+    settings or the defaults) or by the shaped link of `profile` (its MTU and TCP settings),
+    with the chosen shaper. Use as a context manager."""
+    from pqlab.net.topology import TwoHosts
+
+    if profile is None:
+        return TwoHosts(tcp=tcp)
+    return TwoHosts(link=make_link(profile, shaper), mtu=profile.mtu, tcp=profile.tcp_settings())

@@ -21,7 +21,7 @@ import threading
 import time
 from dataclasses import asdict, dataclass, field
 
-from pqlab.errors import UserError
+from pqlab.errors import Interrupted, UserError
 from pqlab.net import privileges
 
 SIDES = ("client", "server")
@@ -47,8 +47,8 @@ _lock = threading.Lock()
 _saved_handlers: dict[int, object] = {}
 
 
-def _on_term(signum, frame):
-    raise SystemExit(128 + signum)
+def _on_signal(signum, frame):
+    raise Interrupted(signum)
 
 
 def _in_main_thread() -> bool:
@@ -56,11 +56,11 @@ def _in_main_thread() -> bool:
 
 
 def _install_handlers() -> None:
-    """While any topology is up: SIGINT raises KeyboardInterrupt, SIGTERM SystemExit, so
-    the `with` block unwinds and tears down."""
+    """While any topology is up, SIGINT and SIGTERM raise `Interrupted` (a KeyboardInterrupt),
+    so the `with` block unwinds and tears down (also when used outside the CLI)."""
     if not _in_main_thread() or _saved_handlers:
         return
-    for sig, handler in ((signal.SIGTERM, _on_term), (signal.SIGINT, signal.default_int_handler)):
+    for sig, handler in ((signal.SIGTERM, _on_signal), (signal.SIGINT, _on_signal)):
         _saved_handlers[sig] = signal.getsignal(sig)
         signal.signal(sig, handler)
 

@@ -1,8 +1,10 @@
 """The report: tables, figures and report.html, rebuilt from the results database alone.
 
-Each experiment module in pqlab.experiments has `export(store) -> Section`; the report
-stitches the sections of the experiments present in the run into one self-contained HTML
-file (figures embedded), so `pqlab report RUN` can rebuild it at any time.
+Each experiment of the registry (`pqlab.experiment.registry()`) exports its tables and
+figures and returns a `Section`; the report stitches the sections of the experiments present
+in the run into one self-contained HTML file (figures embedded), so `pqlab report RUN` can
+rebuild it at any time. Longer report prose lives in `report/templates/*.html`
+(`template(name)`), not in code.
 """
 
 from __future__ import annotations
@@ -10,15 +12,19 @@ from __future__ import annotations
 import base64
 import csv
 import html
-import importlib
 import json
+import string
 from dataclasses import dataclass, field
+from importlib import resources
 from pathlib import Path
 
 from pqlab.store import RunStore
 
-# Report order.
-EXPERIMENTS = ["primitives", "sizes", "certs", "handshake", "ttlb", "linktest", "aead", "tls12"]
+
+def template(name: str, **values) -> str:
+    """The report prose `report/templates/<name>.html`, with `$name` placeholders filled."""
+    text = resources.files("pqlab.report").joinpath("templates", f"{name}.html").read_text()
+    return string.Template(text).substitute(values) if values else text
 
 
 @dataclass
@@ -40,13 +46,14 @@ class Section:
 
 
 def export_all(store: RunStore, html: bool = True) -> list[Section]:
+    from pqlab.experiment import registry
+
     sections = []
     present = set(store.experiments())
-    for name in EXPERIMENTS:
-        if name not in present:
+    for exp in registry():
+        if exp.name not in present:
             continue
-        module = importlib.import_module(f"pqlab.experiments.{name}")
-        section = module.export(store)
+        section = exp.export(store)
         if section is not None:
             sections.append(section)
     if html:

@@ -1,0 +1,71 @@
+"""`pqlab handshake`: TLS 1.3 handshakes over a matrix of key-exchange groups, server
+signature algorithms and CA signature algorithms, captured on both hosts and broken down
+message by message (document 000, section 4-3). Needs CAP_NET_ADMIN (network namespaces).
+
+The package is split by job: `plan` (options and validation), `run` (the measuring loop on
+the TLS runner), `analyse` (engine records and captures to rows), `phases` (one handshake
+taken apart), `schema` (database tables), `report` (tables, figures, report section).
+"""
+
+from __future__ import annotations
+
+from pqlab.experiment import CompareSpec, Experiment
+from pqlab.experiments.handshake import plan as _plan
+from pqlab.experiments.handshake import report as _report
+from pqlab.experiments.handshake import run as _run
+
+
+class Handshake(Experiment):
+    name = "handshake"
+    help = "TLS 1.3 handshakes, per-message phases from captures"
+    description = __doc__.split("\n\n")[0]
+    needs_net = True
+    options = _plan.OPTIONS
+    compare = (
+        CompareSpec(
+            "handshake",
+            "handshake_raw",
+            ("group", "server_sig", "ca_sig"),
+            "handshake_ns / 1e6",
+            "ms",
+        ),
+    )
+
+    def plan(self, values) -> _plan.Plan:
+        return _plan.from_values(values)
+
+    def measure(self, plan: _plan.Plan, store) -> None:
+        _run.measure(plan, store)
+
+    def export(self, store):
+        return _report.export(store)
+
+    def resume_key(self, plan: _plan.Plan) -> dict:
+        return {
+            "n": plan.n,
+            "warmup": plan.warmup,
+            "send_root": plan.send_root,
+            "stack": plan.stack,
+            "profile": getattr(plan.profile, "spec", None) or plan.profile_name,
+        }
+
+    def metadata(self, plan: _plan.Plan) -> dict:
+        cells = len(plan.groups) * len(plan.server_sigs) * len(plan.ca_sigs)
+        return {
+            "handshake": {
+                "cells": cells,
+                "n": plan.n,
+                "warmup": plan.warmup,
+                "initcwnd": plan.initcwnd,
+                "congestion_control": plan.congestion_control,
+                "profile": plan.profile_name,
+                "shaper": plan.shaper if plan.profile else None,
+                "stack": plan.stack,
+                "keep_pcap": plan.keep_pcap,
+                "send_root": plan.send_root,
+                "cpus": {"server": plan.cpus[0], "client": plan.cpus[1]} if plan.cpus else None,
+            }
+        }
+
+
+EXPERIMENT = Handshake()

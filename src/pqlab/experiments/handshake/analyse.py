@@ -1,0 +1,200 @@
+"""From a cell's engine records and captures to per-handshake rows and phase rows.
+
+`tls_records` turns one side's engine connection record (the stack's message events) into
+the TLS records it wrote; `pair_records` pairs client and server records by client port;
+`analyse_cell` checks what every handshake negotiated (`pqlab.tls.negotiation`), finds each
+connection in both captures and takes it apart (`phases.analyse`).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from pqlab import pcap
+from pqlab.errors import CheckError, EngineError
+from pqlab.experiments.handshake import phases as hp
+from pqlab.tls import negotiation
+
+CONTENT_TYPES = {"change_cipher_spec": 20, "alert": 21, "handshake": 22, "application_data": 23}
+MESSAGE_NAMES = {
+    "client_hello": "ClientHello",
+    "server_hello": "ServerHello",
+    "encrypted_extensions": "EncryptedExtensions",
+    "certificate": "Certificate",
+    "certificate_verify": "CertificateVerify",
+    "finished": "Finished",
+    "new_session_ticket": "NewSessionTicket",
+    "certificate_request": "CertificateRequest",
+}
+# Sizes reported per handshake (handshake message bytes, 4-byte header included).
+SIZE_COLUMNS = [
+    ("client", "ClientHello", "client_hello_bytes"),
+    ("server", "ServerHello", "server_hello_bytes"),
+    ("server", "EncryptedExtensions", "encrypted_extensions_bytes"),
+    ("server", "Certificate", "certificate_bytes"),
+    ("server", "CertificateVerify", "certificate_verify_bytes"),
+    ("server", "Finished", "server_finished_bytes"),
+    ("client", "Finished", "client_finished_bytes"),
+]
+
+
+def tls_records(conn_record: dict, sender: str) -> list[hp.TlsRecord]:
+    """The records one side wrote (dir "sent"), with the handshake messages they carried."""
+    out: list[hp.TlsRecord] = []
+    messages: dict[int, list] = {}
+    for ev in conn_record.get("events", []):
+        if ev.get("dir") != "sent":
+            continue
+        if ev.get("ev") == "record":
+            out.append(
+                hp.TlsRecord(
+                    sender, int(ev["offset_end"]), CONTENT_TYPES.get(ev["content_type"], 0)
+                )
+            )
+        elif ev.get("ev") == "handshake":
+            name = MESSAGE_NAMES.get(ev["msg"], ev["msg"])
+            messages.setdefault(int(ev["offset_end"]), []).append((name, int(ev["length"])))
+    return [
+        hp.TlsRecord(r.sender, r.end, r.content_type, tuple(messages.get(r.end, ()))) for r in out
+    ]
+
+
+def _port(addr: str) -> int:
+    return int(addr.rsplit(":", 1)[1])
+
+
+def pair_records(client_recs: list[dict], server_recs: list[dict]) -> list[tuple[dict, dict]]:
+    """Measured (non-warm-up) client connections with their server record, by client port
+    (in order, should a port ever be reused within a cell)."""
+    by_port: dict[int, list[dict]] = {}
+    for r in server_recs:
+        by_port.setdefault(_port(r["peer"]), []).append(r)
+    pairs = []
+    for c in client_recs:
+        lst = by_port.get(_port(c["local"]))
+        if not lst:
+            raise EngineError(f"client connection from {c['local']} has no server record")
+        s = lst.pop(0)
+        if not c.get("warmup"):
+            pairs.append((c, s))
+    return pairs
+
+
+def _by_client_port(path: Path, port: int) -> dict[int, list[pcap.Connection]]:
+    out: dict[int, list] = {}
+    for conn in pcap.split_connections(pcap.tcp_packets(path), port):
+        out.setdefault(conn.client[1], []).append(conn)
+    return out
+
+
+def check_pair(idx: int, crec: dict, srec: dict, expected, stack, expect_cc: str | None) -> None:
+    """Both ends of handshake `idx` negotiated what was asked, on the socket the lab set up."""
+    what = f"handshake {idx}"
+    negotiation.check(crec, expected, stack, what=f"{what} (client)")
+    negotiation.check(srec, expected, stack, what=f"{what} (server)")
+    cc = srec.get("congestion_control")
+    if expect_cc and cc and cc != expect_cc:
+        raise CheckError(
+            f"{what}: the server socket used congestion control {cc!r}, the lab set {expect_cc!r}"
+        )
+
+
+def handshake_row(idx: int, cport: int, h: hp.Handshake, crec: dict, srec: dict) -> dict:
+    """One row of handshake_raw (without the cell's labels)."""
+    f, p = h.flight, h.points
+    sizes = f["message_sizes"]
+    info = srec.get("tcp_info") or {}
+    neg_c, neg_s = crec.get("negotiated", {}), srec.get("negotiated", {})
+    row = {
+        "idx": idx,
+        "client_port": cport,
+        "t_syn_ns": p["1"],
+        "handshake_ns": h.handshake_ns,
+        "total_ns": h.total_ns,
+        "client_processing_ns": h.client_processing_ns,
+        "sh_to_cert_ns": p["F"] - p["E"],
+        "sh_to_fin_ns": p["H"] - p["E"],
+        "server_flight_segments": f["segments"],
+        "server_flight_bytes": f["bytes"],
+        "bytes_through_certificate": f["bytes_through_certificate"],
+        "server_flight_retransmissions": f["retransmissions"],
+        "writes_predicted": f["writes_predicted"],
+        "flush_offsets_predicted": json.dumps(f["flush_offsets_predicted"]),
+        "short_segment_ends": json.dumps(f["short_segment_ends"]),
+        "split_by_write_buffer": f["split_by_write_buffer"],
+        "cwnd_stalls": f["cwnd_stalls"],
+        "cwnd_stall_wait_ns": f["cwnd_stall_wait_ns"],
+        "client_bytes": f["client_wire_bytes"],
+        "server_bytes": f["server_wire_bytes"],
+        "negotiated_group": neg_c.get("group"),
+        "negotiated_sigalg": neg_s.get("sigalg") or neg_c.get("sigalg"),
+        "congestion_control": srec.get("congestion_control"),
+        "server_snd_cwnd": info.get("snd_cwnd"),
+        "server_total_retrans": info.get("total_retrans"),
+        "server_snd_mss": info.get("snd_mss"),
+        "points": json.dumps({k: v - p["1"] for k, v in p.items()}),
+    }
+    for side, name, col in SIZE_COLUMNS:
+        row[col] = sizes.get(f"{side} {name}")
+    return row
+
+
+def phase_rows(idx: int, h: hp.Handshake) -> list[dict]:
+    out = []
+    for view, table in hp.VIEWS.items():
+        for order, ((name, ns), (_, _, _, family)) in enumerate(
+            zip(h.phases[view], table, strict=True)
+        ):
+            out.append(
+                {
+                    "idx": idx,
+                    "view": view,
+                    "phase_order": order,
+                    "phase": name,
+                    "family": family,
+                    "ns": ns,
+                }
+            )
+    return out
+
+
+def callback_records(crec: dict, srec: dict) -> list[hp.TlsRecord]:
+    """The TLS records both sides wrote, from the stack's own message events."""
+    return tls_records(crec, "client") + tls_records(srec, "server")
+
+
+def analyse_cell(
+    client_pcap: Path,
+    server_pcap: Path,
+    pairs: list[tuple[dict, dict]],
+    port: int,
+    initcwnd: int,
+    expected,
+    stack=None,
+    expect_cc: str | None = None,
+    records_of=callback_records,
+):
+    """Per-handshake rows and phase rows for one cell (without the cell's labels).
+    `records_of(client_record, server_record)` gives the TLS records both sides wrote."""
+    c_by_port = _by_client_port(client_pcap, port)
+    s_by_port = _by_client_port(server_pcap, port)
+    rows, phases = [], []
+    for idx, (crec, srec) in enumerate(pairs):
+        cport = _port(crec["local"])
+        check_pair(idx, crec, srec, expected, stack, expect_cc)
+        cl, sl = c_by_port.get(cport), s_by_port.get(cport)
+        if not cl or not sl:
+            raise EngineError(
+                f"handshake {idx} (client port {cport}) is missing from the "
+                f"{'client' if not cl else 'server'} capture"
+            )
+        cconn, sconn = cl.pop(0), sl.pop(0)
+        mss = int((srec.get("tcp_info") or {}).get("snd_mss") or 1448)
+        try:
+            h = hp.analyse(cconn, sconn, records_of(crec, srec), mss=mss, initcwnd=initcwnd)
+        except hp.AnalysisError as e:
+            raise EngineError(f"handshake {idx} (client port {cport}): {e}") from None
+        rows.append(handshake_row(idx, cport, h, crec, srec))
+        phases += phase_rows(idx, h)
+    return rows, phases

@@ -1,0 +1,186 @@
+"""The handshake experiment's options and plan: the (group, server signature, CA signature)
+matrix on one TLS stack, the per-cell sizes, the link, all validated before anything runs."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import dataclass, field
+
+from pqlab import catalog, units
+from pqlab.errors import UserError
+from pqlab.experiment import Option
+from pqlab.tls import stacks
+
+DEFAULT_GROUPS = ["X25519", "ML-KEM-512", "ML-KEM-768", "ML-KEM-1024", "X25519MLKEM768"]
+DEFAULT_SIGS = ["RSA-2048", "RSA-3072", "P-256", "ML-DSA-44"]
+DEFAULT_PORT = 4433
+DEFAULT_INITCWND = 10
+MAX_N = 100_000
+MAX_WARMUP = 10_000
+
+OPTIONS = (
+    Option(
+        "groups",
+        "key-exchange groups",
+        default=",".join(DEFAULT_GROUPS),
+        metavar="LIST",
+    ),
+    Option(
+        "server-sig",
+        "server certificate / CertificateVerify signature algorithms",
+        default=",".join(DEFAULT_SIGS),
+        metavar="LIST",
+    ),
+    Option(
+        "ca-sig",
+        "root CA signature algorithms (sign the server certificate)",
+        default=",".join(DEFAULT_SIGS),
+        metavar="LIST",
+    ),
+    Option(
+        "n", f"measured handshakes per cell (1-{MAX_N})", default="1000", metavar="N", short="-n"
+    ),
+    Option(
+        "warmup",
+        f"warm-up handshakes per cell, dropped (0-{MAX_WARMUP})",
+        default="20",
+        metavar="N",
+    ),
+    Option(
+        "stack",
+        "TLS stack of client and server (see 'pqlab algorithms --tls')",
+        default=stacks.DEFAULT_STACK,
+        metavar="NAME",
+    ),
+    Option(
+        "keep-pcap",
+        "keep both captures of every cell in RUN/pcap/ with an SSLKEYLOGFILE so Wireshark "
+        "shows the handshakes decrypted",
+        flag=True,
+    ),
+    Option(
+        "send-root",
+        "send the root CA certificate after the server certificate, as the servers of "
+        "document 000 did (its table 9 segment counts assume it); default: server "
+        "certificate only",
+        flag=True,
+    ),
+    Option(
+        "port", "server TCP port inside the lab", default=str(DEFAULT_PORT), metavar="PORT"
+    ),
+    Option(
+        "profile",
+        "network profile for the link between the hosts: a preset, key=value pairs or a "
+        ".toml file naming one profile (default: the bare link)",
+        metavar="PROFILE",
+    ),
+    Option(
+        "shaper",
+        "link emulator for --profile: netem, userspace or auto (netem when the kernel has it)",
+        default="auto",
+        choices=("auto", "netem", "userspace"),
+    ),
+)
+
+
+def pick_cpus() -> tuple[int, int] | None:
+    """Two different CPUs this process may use (server, client), or None with fewer: the two
+    run on different cores, as on two machines, so the client waking up on data cannot
+    preempt the server in the middle of its flight."""
+    if not shutil.which("taskset"):
+        return None
+    cpus = sorted(os.sched_getaffinity(0))
+    return (cpus[-1], cpus[0]) if len(cpus) >= 2 else None
+
+
+@dataclass
+class Plan:
+    groups: list[catalog.Algorithm]
+    server_sigs: list[catalog.Algorithm]
+    ca_sigs: list[catalog.Algorithm]
+    n: int
+    warmup: int
+    keep_pcap: bool
+    port: int
+    profile: object | None  # pqlab.net.profiles.LinkProfile
+    shaper: str = "auto"
+    stack: str = stacks.DEFAULT_STACK
+    send_root: bool = False
+    initcwnd: int = DEFAULT_INITCWND
+    congestion_control: str = "cubic"
+    rtt_s: float = 0.0  # configured round trip of the link (0: the bare link)
+    cpus: tuple[int, int] | None = field(default_factory=pick_cpus)
+
+    def cells(self):
+        for g in self.groups:
+            for s in self.server_sigs:
+                for c in self.ca_sigs:
+                    yield g, s, c
+
+    def cell_id(self, group, server_sig, ca_sig) -> str:
+        cid = f"{group.name}|{server_sig.name}|{ca_sig.name}"
+        if self.stack != stacks.DEFAULT_STACK:
+            cid += f"|{self.stack}"
+        return cid + ("|+root" if self.send_root else "")
+
+    @property
+    def profile_name(self) -> str | None:
+        return getattr(self.profile, "name", None)
+
+
+def _names(text, option: str) -> list[str]:
+    names = units.split_list(text)
+    if not names:
+        raise UserError(f"{option} is empty; give a comma-separated list of names")
+    return names
+
+
+def from_values(values) -> Plan:
+    """Validate everything the user gave before anything is created."""
+    stack = stacks.get(values.stack or stacks.DEFAULT_STACK)
+    groups = catalog.resolve_list(_names(values.groups, "--groups"), "kem")
+    server_sigs = catalog.resolve_list(_names(values.server_sig, "--server-sig"), "sig")
+    ca_sigs = catalog.resolve_list(_names(values.ca_sig, "--ca-sig"), "sig")
+    stacks.require(groups, stack, "group", "--groups")
+    stacks.require(server_sigs, stack, "server", "--server-sig")
+    stacks.require(ca_sigs, stack, "ca", "--ca-sig")
+    n = units.parse_positive_int(values.n, "-n")
+    warmup = units.parse_positive_int(values.warmup, "--warmup", minimum=0)
+    if n > MAX_N:
+        raise UserError(f"-n {values.n!r}: at most {MAX_N} handshakes per cell")
+    if warmup > MAX_WARMUP:
+        raise UserError(f"--warmup {values.warmup!r}: at most {MAX_WARMUP} per cell")
+    port = units.parse_positive_int(values.port, "--port")
+    if port > 65535:
+        raise UserError(f"--port {port} is not a TCP port; use 1-65535")
+    plan = Plan(
+        groups=groups,
+        server_sigs=server_sigs,
+        ca_sigs=ca_sigs,
+        n=n,
+        warmup=warmup,
+        keep_pcap=bool(values.keep_pcap),
+        port=port,
+        profile=None,
+        shaper=values.shaper or "auto",
+        stack=stack.name,
+        send_root=bool(values.send_root),
+    )
+    if values.profile:
+        from pqlab.net.profiles import load_profiles
+        from pqlab.net.shaping import check_shaper
+
+        loaded = load_profiles([values.profile])
+        if len(loaded) != 1:
+            raise UserError(
+                f"--profile {values.profile!r} names {len(loaded)} profiles; handshake takes "
+                "exactly one"
+            )
+        check_shaper(plan.shaper)
+        lp = loaded[0]
+        plan.profile = lp
+        plan.initcwnd = lp.initcwnd or DEFAULT_INITCWND
+        plan.congestion_control = lp.congestion_control
+        plan.rtt_s = lp.rtt_s
+    return plan

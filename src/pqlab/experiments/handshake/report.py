@@ -1,0 +1,451 @@
+"""The handshake experiment's tables, figures and report section, from the database alone
+(the document's table 9 segment counts, phases in both views, message sizes, client
+processing tables 10-12, stacked-bar figures 8 and 13-18, flight size figures 9-12)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from pqlab import catalog
+from pqlab.errors import UserError
+from pqlab.experiments.handshake import phases as hp
+from pqlab.experiments.handshake.analyse import SIZE_COLUMNS
+from pqlab.experiments.handshake.plan import DEFAULT_GROUPS, DEFAULT_SIGS
+
+THRESHOLDS = [
+    (4096, "4096 B: write buffer"),
+    (8192, "8192 B: two buffers"),
+    (14232, "14232 B: 4096 + 7 x 1448 (10 segments)"),
+]
+FAMILY_COLOURS = {
+    "transmission": ["#00441b", "#1b7837", "#41ab5d", "#74c476", "#a1d99b", "#c7e9c0"],
+    "tcp": ["#525252", "#969696"],
+    "client": ["#08306b", "#2171b5", "#6baed6", "#c6dbef"],
+    "server": ["#67000d", "#a50f15", "#ef3b2c", "#fc9272", "#fcbba1"],
+    "waiting": ["#8c6d00", "#e6b800", "#ffe680"],
+}
+HATCHED = {"server", "waiting"}
+
+
+def phase_colours() -> dict[str, tuple[str, str]]:
+    """Colour and hatch of every phase name: one shade per phase within its family."""
+    out: dict[str, tuple[str, str]] = {}
+    used: dict[str, int] = {}
+    for table in (hp.CLIENT_PHASES, hp.SERVER_PHASES):
+        for name, _, _, family in table:
+            if name in out:
+                continue
+            i = used.get(family, 0)
+            used[family] = i + 1
+            shades = FAMILY_COLOURS[family]
+            out[name] = (shades[i % len(shades)], "//" if family in HATCHED else "")
+    return out
+
+
+def _order_sql(store) -> None:
+    """A temporary table giving each algorithm name its position (the documents' order
+    first, then catalogue order), so every table lists cells the same way."""
+    names = [
+        r["n"]
+        for r in store.query(
+            'SELECT DISTINCT "group" AS n FROM handshake_raw UNION '
+            "SELECT DISTINCT server_sig FROM handshake_raw UNION "
+            "SELECT DISTINCT ca_sig FROM handshake_raw"
+        )
+    ]
+    pref = []
+    for name, kind in [(g, "kem") for g in DEFAULT_GROUPS] + [(x, "sig") for x in DEFAULT_SIGS]:
+        try:
+            pref.append(catalog.resolve(name, kind).name)  # canonical: "P-256" -> "ECDSA-P256"
+        except UserError:
+            pref.append(name)
+    ranked = sorted(names, key=lambda n: (pref.index(n) if n in pref else len(pref), n))
+    store.con.execute("CREATE OR REPLACE TEMP TABLE hs_order (name TEXT, pos INTEGER)")
+    if ranked:
+        store.con.executemany(
+            "INSERT INTO hs_order VALUES (?, ?)", [[n, i] for i, n in enumerate(ranked)]
+        )
+
+
+ORDER_JOIN = """
+JOIN hs_order og ON og.name = t."group" JOIN hs_order os ON os.name = t.server_sig
+JOIN hs_order oc ON oc.name = t.ca_sig
+"""
+
+
+def export(store):
+    from pqlab.report import Section, template
+
+    section = Section("TLS 1.3 handshakes, message by message", intro=template("handshake_intro"))
+    if not store.has_table("handshake_raw"):
+        section.text("<p>No handshake cell finished.</p>")
+        return section
+    _order_sql(store)
+    section.table(
+        _segment_table(store),
+        "TCP segments the server sent from ServerHello through Finished (median), as table "
+        "9 of the document: rows key exchange, columns CA / server signer",
+    )
+    section.table(
+        _summary_table(store),
+        "Per cell: handshake time (SYN sent to the server's Finished "
+        "received at the client), server flight, bytes each way, write-buffer "
+        "splits and congestion-window stalls (table 9 and more)",
+    )
+    section.table(
+        _phase_table(store),
+        "Mean and median of every phase of the legend, client and server view",
+        max_rows=48,
+    )
+    section.table(
+        _size_table(store),
+        "Handshake message sizes (bytes, 4-byte handshake header included) "
+        "and where OpenSSL's 4096-byte write buffer flushes the server flight",
+    )
+    section.table(
+        _processing_table(store),
+        "Client processing time: ServerHello received to client "
+        "Finished sent, mean ms, server signer x CA signer per group (tables 10-12)",
+    )
+    if store.has_table("handshake_capture"):
+        captures = store.export_table(
+            "handshake_captures",
+            "SELECT cell_id, side, handshakes, packets, kernel_packets, kernel_drops, "
+            "userspace_timestamps, round(seconds, 3) AS seconds, pcap "
+            "FROM handshake_capture ORDER BY cell_id, side",
+        )
+        section.text(_lab_text(store))
+        section.table(
+            captures,
+            "Captures per cell and host: packets written, packets the kernel's filter "
+            "saw, drops (must be 0), time the cell's handshakes took",
+        )
+    for png, caption in _figures(store):
+        section.figure(png, caption)
+    section.text(template("handshake_mechanisms"))
+    return section
+
+
+MS = "/ 1e6"
+
+
+def _q(text: str) -> str:
+    return text.replace("'", "''")
+
+
+def _summary_table(store) -> Path:
+    ms = MS
+    return store.export_table(
+        "handshake_summary",
+        f"""
+        SELECT t."group", t.server_sig, t.ca_sig, count(*) AS n,
+          median(handshake_ns) {ms} AS median_ms, avg(handshake_ns) {ms} AS mean_ms,
+          quantile_cont(handshake_ns, 0.9) {ms} AS p90_ms,
+          median(server_flight_segments) AS server_flight_segments,
+          median(server_flight_bytes) AS server_flight_bytes,
+          median(client_bytes) AS client_bytes, median(server_bytes) AS server_bytes,
+          median(total_ns) {ms} AS median_total_ms,
+          median(client_processing_ns) {ms} AS median_client_processing_ms,
+          median(bytes_through_certificate) AS bytes_through_certificate,
+          median(server_hello_bytes) + median(certificate_bytes) AS server_hello_certificate_bytes,
+          median(writes_predicted) AS flight_writes,
+          avg(CASE WHEN split_by_write_buffer THEN 1 ELSE 0 END) AS flight_split_fraction,
+          avg(CASE WHEN cwnd_stalls > 0 THEN 1 ELSE 0 END) AS cwnd_stall_fraction,
+          avg(cwnd_stall_wait_ns) {ms} AS mean_cwnd_stall_wait_ms,
+          avg(sh_to_cert_ns) {ms} AS mean_sh_to_cert_ms,
+          avg(sh_to_fin_ns) {ms} AS mean_sh_to_fin_ms,
+          sum(server_flight_retransmissions) AS retransmissions,
+          median(server_snd_cwnd) AS server_snd_cwnd_after
+        FROM handshake_raw t {ORDER_JOIN}
+        GROUP BY t."group", t.server_sig, t.ca_sig, og.pos, os.pos, oc.pos
+        ORDER BY og.pos, os.pos, oc.pos""",
+    )
+
+
+def _phase_table(store) -> Path:
+    ms = MS
+    return store.export_table(
+        "handshake_phases",
+        f"""
+        SELECT t."group", t.server_sig, t.ca_sig, t.view, t.phase,
+          avg(ns) {ms} AS mean_ms, median(ns) {ms} AS median_ms, t.phase_order, t.family
+        FROM handshake_phase t {ORDER_JOIN}
+        GROUP BY t."group", t.server_sig, t.ca_sig, t.view, t.phase, t.phase_order, t.family,
+          og.pos, os.pos, oc.pos
+        ORDER BY og.pos, os.pos, oc.pos, t.view, t.phase_order""",
+    )
+
+
+def _size_table(store) -> Path:
+    return store.export_table(
+        "handshake_message_sizes",
+        f"""
+        SELECT t."group", t.server_sig, t.ca_sig,
+          {", ".join(f"median({c}) AS {c}" for _, _, c in SIZE_COLUMNS)},
+          median(bytes_through_certificate) AS bytes_through_certificate,
+          median(server_flight_bytes) AS server_flight_bytes,
+          median(server_flight_segments) AS server_flight_segments,
+          mode(flush_offsets_predicted) AS flush_offsets_predicted,
+          mode(short_segment_ends) AS short_segment_ends
+        FROM handshake_raw t {ORDER_JOIN}
+        GROUP BY t."group", t.server_sig, t.ca_sig, og.pos, os.pos, oc.pos
+        ORDER BY og.pos, os.pos, oc.pos""",
+    )
+
+
+def _processing_table(store) -> Path:
+    ms = MS
+    cas = [
+        r["ca_sig"]
+        for r in store.query(
+            "SELECT DISTINCT ca_sig, pos FROM handshake_raw JOIN hs_order ON name = ca_sig "
+            "ORDER BY pos"
+        )
+    ]
+    pivot = ", ".join(
+        f"avg(CASE WHEN t.ca_sig = '{_q(c)}' THEN "
+        f'client_processing_ns END) {ms} AS "CA {c}"'
+        for c in cas
+    )
+    return store.export_table(
+        "handshake_client_processing",
+        f"""
+        SELECT t."group", t.server_sig, {pivot}
+        FROM handshake_raw t {ORDER_JOIN}
+        GROUP BY t."group", t.server_sig, og.pos, os.pos ORDER BY og.pos, os.pos""",
+    )
+
+
+def _segment_table(store) -> Path:
+    pairs = store.query(
+        "SELECT DISTINCT ca_sig, server_sig, oc.pos AS cp, os.pos AS sp FROM handshake_raw "
+        "JOIN hs_order oc ON oc.name = ca_sig JOIN hs_order os ON os.name = server_sig "
+        "ORDER BY cp, sp"
+    )
+    seg_pivot = ", ".join(
+        f"median(CASE WHEN t.ca_sig = '{_q(r['ca_sig'])}' AND t.server_sig = "
+        f"'{_q(r['server_sig'])}' THEN server_flight_segments END) AS "
+        f'"CA {r["ca_sig"]} / server {r["server_sig"]}"'
+        for r in pairs
+    )
+    return store.export_table(
+        "handshake_server_segments",
+        f"""
+        SELECT t."group", {seg_pivot}
+        FROM handshake_raw t {ORDER_JOIN}
+        GROUP BY t."group", og.pos ORDER BY og.pos""",
+    )
+
+
+def _lab_text(store) -> str:
+    """The link and TCP settings the cells ran with, from the stored topology."""
+    import html
+
+    rows = store.query("SELECT DISTINCT topology FROM handshake_capture")
+    parts = []
+    for r in rows:
+        try:
+            t = json.loads(r["topology"])
+        except (TypeError, ValueError):
+            continue
+        server = t.get("sides", {}).get("server", {})
+        offloads = ", ".join(f"{k} {v}" for k, v in server.get("offloads", {}).items())
+        parts.append(
+            f"link {t.get('link', {}).get('kind', '?')}, MTU {t.get('mtu')}, MSS payload "
+            f"{t.get('mss_payload')} bytes, congestion control "
+            f"{t.get('congestion_control')}, initcwnd {t.get('initcwnd') or 'kernel default'}"
+            f"; server interface offloads: {offloads}"
+        )
+    if not parts:
+        return ""
+    return "<p><b>Lab:</b> " + "<br>".join(html.escape(p) for p in parts) + "</p>"
+
+
+def _stacked(store, title: str, name: str, labels: list[str], rows: dict) -> Path:
+    """One stacked-bar figure: client view left, server view right, one bar per label."""
+    from pqlab import figures
+
+    plt = figures.plt
+    colours = phase_colours()
+    fig, axes = plt.subplots(1, 2, figsize=(12, 0.5 * len(labels) + 2.2), sharey=True)
+    for ax, view in zip(axes, ("client", "server"), strict=True):
+        table = hp.VIEWS[view]
+        left = [0.0] * len(labels)
+        for pname, *_ in table:
+            vals = [rows.get((lab, view, pname), 0.0) for lab in labels]
+            colour, hatch = colours[pname]
+            ax.barh(
+                range(len(labels)),
+                vals,
+                left=left,
+                color=colour,
+                hatch=hatch,
+                edgecolor="white",
+                linewidth=0.4,
+                label=pname,
+            )
+            left = [a + b for a, b in zip(left, vals, strict=True)]
+        ax.set_title(f"{view} view")
+        ax.set_xlabel("mean time (ms)")
+        ax.set_yticks(range(len(labels)), labels)
+        ax.invert_yaxis()
+        ax.legend(
+            fontsize=6, loc="upper center", bbox_to_anchor=(0.5, -0.18), ncol=2, frameon=False
+        )
+    fig.suptitle(title)
+    return figures.save(fig, store, name)
+
+
+def _figures(store) -> list[tuple[Path, str]]:
+    from pqlab import figures
+
+    out = []
+    data = store.query(
+        'SELECT "group", server_sig, ca_sig, view, phase, avg(ns) / 1e6 AS ms '
+        "FROM handshake_phase GROUP BY ALL"
+    )
+    cells = store.query(
+        'SELECT DISTINCT t."group", t.server_sig, t.ca_sig, og.pos AS gp, os.pos AS sp, '
+        f"oc.pos AS cp FROM handshake_raw t {ORDER_JOIN} ORDER BY gp, sp, cp"
+    )
+    groups = list(dict.fromkeys(c["group"] for c in cells))
+    ssigs = list(dict.fromkeys(c["server_sig"] for c in cells))
+    cas = list(dict.fromkeys(c["ca_sig"] for c in cells))
+    means = {
+        (d["group"], d["server_sig"], d["ca_sig"], d["view"], d["phase"]): d["ms"] for d in data
+    }
+    present = {(c["group"], c["server_sig"], c["ca_sig"]) for c in cells}
+
+    def family(vary: str, fixed: dict):
+        axis = {"server_sig": ssigs, "group": groups, "ca_sig": cas}[vary]
+        labels, rows = [], {}
+        for v in axis:
+            key = {**fixed, vary: v}
+            k = (key["group"], key["server_sig"], key["ca_sig"])
+            if k not in present:
+                continue
+            labels.append(v)
+            for (g, s, c, view, phase), ms in means.items():
+                if (g, s, c) == k:
+                    rows[(v, view, phase)] = ms
+        return labels, rows
+
+    # Per server signer for a fixed group and CA (figures 8, 13, 14).
+    for g in groups:
+        for c in cas:
+            labels, rows = family("server_sig", {"group": g, "ca_sig": c})
+            if labels:  # always drawn, even for one cell
+                title = f"group {g}, CA {c}: by server signature"
+                out.append(
+                    (
+                        _stacked(
+                            store,
+                            title,
+                            figures.safe_name(f"handshake_phases_group-{g}_ca-{c}"),
+                            labels,
+                            rows,
+                        ),
+                        f"Mean phases, {title} (as figures 8, 13, 14)",
+                    )
+                )
+    # Per group for a fixed server signer and CA (figures 15, 16, 18).
+    for s in ssigs:
+        for c in cas:
+            labels, rows = family("group", {"server_sig": s, "ca_sig": c})
+            if len(labels) > 1:
+                title = f"server {s}, CA {c}: by key exchange"
+                out.append(
+                    (
+                        _stacked(
+                            store,
+                            title,
+                            figures.safe_name(f"handshake_phases_server-{s}_ca-{c}"),
+                            labels,
+                            rows,
+                        ),
+                        f"Mean phases, {title} (as figures 15, 16, 18)",
+                    )
+                )
+    # Per CA for a fixed group and server signer (figure 17).
+    for g in groups:
+        for s in ssigs:
+            labels, rows = family("ca_sig", {"group": g, "server_sig": s})
+            if len(labels) > 1:
+                title = f"group {g}, server {s}: by CA signature"
+                out.append(
+                    (
+                        _stacked(
+                            store,
+                            title,
+                            figures.safe_name(f"handshake_phases_group-{g}_server-{s}"),
+                            labels,
+                            rows,
+                        ),
+                        f"Mean phases, {title} (as figure 17)",
+                    )
+                )
+    out += _size_time_figures(store)
+    return out
+
+
+def _size_time_figures(store) -> list[tuple[Path, str]]:
+    from pqlab import figures
+
+    plt = figures.plt
+    rows = store.query(
+        'SELECT "group", server_sig, ca_sig, median(server_flight_bytes) AS flight, '
+        "median(bytes_through_certificate) AS through_cert, avg(sh_to_fin_ns) / 1e6 AS "
+        "sh_fin, avg(sh_to_cert_ns) / 1e6 AS sh_cert FROM handshake_raw GROUP BY ALL"
+    )
+    out = []
+    for key_x, key_y, name, xlabel, ylabel, zoom, caption in (
+        (
+            "flight",
+            "sh_fin",
+            "handshake_flight_size_vs_sh_to_fin",
+            "server flight: bytes from ServerHello through Finished (TCP stream)",
+            "ServerHello send -> Finished send, mean (ms)",
+            0.1,
+            "Server flight size against ServerHello-to-Finished time at the server "
+            "(figures 9 and 10; right: zoomed to 0-0.1 ms)",
+        ),
+        (
+            "through_cert",
+            "sh_cert",
+            "handshake_sh_cert_size_vs_sh_to_cert",
+            "bytes from ServerHello through Certificate (TCP stream)",
+            "ServerHello send -> Certificate send, mean (ms)",
+            0.5,
+            "ServerHello+Certificate size against ServerHello-to-Certificate time at the "
+            "server (figures 11 and 12; right: zoomed to 0-0.5 ms)",
+        ),
+    ):
+        fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
+        for ax, limit in zip(axes, (None, zoom), strict=True):
+            for r in rows:
+                ax.scatter(r[key_x], r[key_y], s=18)
+                if len(rows) <= 24:
+                    ax.annotate(
+                        f"{r['group']}/{r['server_sig']}/{r['ca_sig']}",
+                        (r[key_x], r[key_y]),
+                        fontsize=5,
+                        alpha=0.7,
+                    )
+            for x, label in THRESHOLDS:
+                ax.axvline(x, color="#888", linestyle="--", linewidth=0.8)
+                ax.text(
+                    x,
+                    1.0,
+                    f" {label}",
+                    rotation=90,
+                    fontsize=6,
+                    va="top",
+                    transform=ax.get_xaxis_transform(),
+                )
+            ax.set_xlabel(xlabel)
+            ax.set_ylabel(ylabel)
+            if limit is not None:
+                ax.set_ylim(0, limit)
+        out.append((figures.save(fig, store, name), caption))
+    return out

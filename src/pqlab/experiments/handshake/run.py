@@ -1,0 +1,220 @@
+"""Running the handshake matrix: per cell, captures in both namespaces, the TLS server, the
+client's warm-up + N handshakes, then analysis and one committed cell.
+
+Everything is started through the TLS runner (`pqlab.tls.runner`) on one topology built by
+`pqlab.net.shaping.build_hosts`; every process is stopped whatever happens.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import shutil
+import time
+from pathlib import Path
+
+from pqlab import stats
+from pqlab.errors import EngineError, UserError
+from pqlab.experiments.handshake import analyse, schema
+from pqlab.experiments.handshake.plan import Plan
+from pqlab.net.topology import TcpSettings
+from pqlab.tls import runner, stacks
+from pqlab.tls.chains import Chain, make_chain, private_dir
+from pqlab.tls.negotiation import Expected
+
+EXPERIMENT = "handshake"
+
+
+def _columns(rows: list[dict], extra: dict) -> dict[str, list]:
+    if not rows:
+        return {}
+    keys = list(extra) + list(rows[0])
+    return {k: [extra[k]] * len(rows) if k in extra else [r[k] for r in rows] for k in keys}
+
+
+def cell_budget(plan: Plan) -> float:
+    """A generous bound on one cell (seconds): a handshake takes 2 RTTs plus processing."""
+    return 120 + (plan.warmup + plan.n) * (0.2 + 4 * plan.rtt_s)
+
+
+def _specs(plan: Plan, hosts, group, server_sig, chain: Chain, keylog: Path | None):
+    tls = runner.Tls(stack=plan.stack, groups=(group,), sigalgs=(server_sig,))
+    total = plan.warmup + plan.n
+    server = runner.ServerSpec(
+        tls=runner.Tls(stack=plan.stack, groups=(group,), sigalgs=(server_sig,), keylog=keylog),
+        chain=chain,
+        listen=f"{hosts.server_ip}:{plan.port}",
+        max_connections=total,
+        response_mode="none",
+    )
+    expected = Expected(group=group, sigalg=server_sig)
+    client = runner.ClientSpec(
+        tls=tls,
+        connect=f"{hosts.server_ip}:{plan.port}",
+        ca=chain.root,
+        servername=None,
+        n=plan.n,
+        warmup=plan.warmup,
+        time_limit=int(cell_budget(plan)),
+        expected=expected,
+    )
+    return server, client, expected
+
+
+def run_cell(store, hosts, plan: Plan, group, server_sig, ca_sig, chain: Chain, work: Path):
+    """Run one cell (captures, server, client), analyse it and commit it to the store."""
+    cid = plan.cell_id(group, server_sig, ca_sig)
+    name = f"{group.name}_{server_sig.name}_{ca_sig.name}".replace("/", "_")
+    pcap_dir = private_dir(store.path / "pcap") if plan.keep_pcap else work
+    client_pcap, server_pcap = pcap_dir / f"{name}.client.pcap", pcap_dir / f"{name}.server.pcap"
+    keylog = pcap_dir / f"{name}.keys.log" if plan.keep_pcap else None
+    budget = cell_budget(plan)
+    server_spec, client_spec, expected = _specs(plan, hosts, group, server_sig, chain, keylog)
+    # Headers suffice for the analysis; Wireshark needs whole packets.
+    snaplen = 262144 if plan.keep_pcap else 128
+    procs: list[runner.EngineProcess] = []
+    started = time.monotonic()
+    try:
+        caps = {}
+        for side, path in (("client", client_pcap), ("server", server_pcap)):
+            caps[side] = runner.start_capture(hosts, side, plan.port, path, snaplen, budget)
+            procs.append(caps[side])
+        server_cpu, client_cpu = plan.cpus or (None, None)
+        server = runner.start_server(server_spec, hosts, cpu=server_cpu)
+        procs.append(server)
+        client = runner.start_client(client_spec, hosts, cpu=client_cpu)
+        procs.append(client)
+        client_recs = [r for r in client.finish(budget) if r["type"] == "connection"]
+        server_recs = [r for r in server.finish(30) if r["type"] == "connection"]
+        bad = runner.connection_errors(client, server)
+        if bad:
+            raise EngineError(f"{len(bad)} connection(s) failed: {bad[0].get('message')}")
+        summaries = {side: runner.stop_capture(cap) for side, cap in caps.items()}
+        elapsed = time.monotonic() - started
+        total = plan.warmup + plan.n
+        if len(client_recs) != total or len(server_recs) != total:
+            raise EngineError(
+                f"expected {total} connections, the client reported "
+                f"{len(client_recs)} and the server {len(server_recs)}"
+            )
+        pairs = analyse.pair_records(client_recs, server_recs)
+        rows, phase_rows = analyse.analyse_cell(
+            client_pcap,
+            server_pcap,
+            pairs,
+            plan.port,
+            plan.initcwnd,
+            expected,
+            stacks.get(plan.stack),
+            plan.congestion_control,
+        )
+        _commit(store, hosts, plan, cid, (group, server_sig, ca_sig), rows, phase_rows,
+                summaries, {"client": client_pcap, "server": server_pcap}, elapsed)
+    finally:
+        for p in reversed(procs):
+            p.stop()
+        if not plan.keep_pcap:
+            for f in (client_pcap, server_pcap):
+                with contextlib.suppress(FileNotFoundError):
+                    f.unlink()
+
+
+def _commit(store, hosts, plan: Plan, cid: str, algs, rows, phase_rows, summaries, pcaps,
+            elapsed: float) -> None:
+    group, server_sig, ca_sig = algs
+    labels = {
+        "cell_id": cid,
+        "group": group.name,
+        "server_sig": server_sig.name,
+        "ca_sig": ca_sig.name,
+    }
+    topo = json.dumps(hosts.describe(), default=str)
+    params = {
+        **labels,
+        "n": plan.n,
+        "warmup": plan.warmup,
+        "port": plan.port,
+        "profile": plan.profile_name,
+        "send_root": plan.send_root,
+        "stack": plan.stack,
+    }
+    with store.cell(EXPERIMENT, cid, params):
+        chain_sent = "server+root" if plan.send_root else "server"
+        store.insert(
+            "handshake_raw",
+            _columns(rows, {**labels, "chain_sent": chain_sent, "stack": plan.stack}),
+        )
+        store.insert("handshake_phase", _columns(phase_rows, labels))
+        store.insert_rows(
+            "handshake_capture",
+            [
+                {
+                    "cell_id": cid,
+                    "side": side,
+                    "packets": s["packets"],
+                    "kernel_packets": s["kernel_packets"],
+                    "kernel_drops": s["kernel_drops"],
+                    "userspace_timestamps": s["userspace_timestamps"],
+                    "pcap": str(pcaps[side]) if plan.keep_pcap else None,
+                    "seconds": elapsed,
+                    "handshakes": plan.warmup + plan.n,
+                    "topology": topo,
+                }
+                for side, s in summaries.items()
+            ],
+        )
+        store.add_warnings(
+            EXPERIMENT,
+            cid,
+            stats.noise_warnings(
+                f"handshake {cid}", stats.summarize([r["handshake_ns"] for r in rows])
+            ),
+        )
+        drops = sum(s["kernel_drops"] for s in summaries.values())
+        if drops:
+            store.add_warnings(
+                EXPERIMENT,
+                cid,
+                [
+                    stats.Warning_(
+                        "capture-drops",
+                        cid,
+                        f"the kernel dropped {drops} captured packets",
+                        "rerun the cell with fewer parallel jobs on the machine",
+                    )
+                ],
+            )
+
+
+def measure(plan: Plan, store) -> None:
+    """Every cell of the plan not yet done in `store`, on one topology."""
+    from pqlab.net.shaping import build_hosts
+    from pqlab.progress import CellProgress
+
+    schema.ensure(store)
+    done = store.cells_done(EXPERIMENT)
+    other = {c for c in done if c.endswith("|+root") != plan.send_root}
+    if other:
+        raise UserError(
+            f"this run directory holds cells {'without' if plan.send_root else 'with'} "
+            "--send-root; use another --out to compare the two"
+        )
+    todo = [c for c in plan.cells() if plan.cell_id(*c) not in done]
+    if not todo:
+        return
+    cert_dir = store.path / "certs"
+    work = store.path / ".work"
+    work.mkdir(exist_ok=True)
+    tcp = TcpSettings(congestion_control=plan.congestion_control, initcwnd=plan.initcwnd)
+    try:
+        with (
+            build_hosts(plan.profile, plan.shaper, tcp) as hosts,
+            CellProgress("handshake", len(todo)) as progress,
+        ):
+            for group, ssig, csig in todo:
+                progress.start(f"{group.name} / {ssig.name} / CA {csig.name}")
+                chain = make_chain(cert_dir, csig, ssig, plan.stack, send_root=plan.send_root)
+                run_cell(store, hosts, plan, group, ssig, csig, chain, work)
+                progress.advance()
+    finally:
+        shutil.rmtree(work, ignore_errors=True)

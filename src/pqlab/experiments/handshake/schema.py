@@ -1,0 +1,38 @@
+"""The handshake experiment's tables in the results database (raw rows per handshake, phase
+rows per handshake and view, capture statistics per cell and host)."""
+
+RAW_DDL = """
+CREATE TABLE IF NOT EXISTS handshake_raw (
+    cell_id TEXT, "group" TEXT, server_sig TEXT, ca_sig TEXT, idx INTEGER,
+    client_port INTEGER, t_syn_ns BIGINT,
+    handshake_ns BIGINT, total_ns BIGINT, client_processing_ns BIGINT,
+    sh_to_cert_ns BIGINT, sh_to_fin_ns BIGINT,
+    server_flight_segments INTEGER, server_flight_bytes INTEGER,
+    bytes_through_certificate INTEGER, server_flight_retransmissions INTEGER,
+    writes_predicted INTEGER, flush_offsets_predicted TEXT, short_segment_ends TEXT,
+    split_by_write_buffer BOOLEAN, cwnd_stalls INTEGER, cwnd_stall_wait_ns BIGINT,
+    client_bytes INTEGER, server_bytes INTEGER,
+    client_hello_bytes INTEGER, server_hello_bytes INTEGER,
+    encrypted_extensions_bytes INTEGER, certificate_bytes INTEGER,
+    certificate_verify_bytes INTEGER, server_finished_bytes INTEGER,
+    client_finished_bytes INTEGER,
+    negotiated_group TEXT, negotiated_sigalg TEXT, congestion_control TEXT, chain_sent TEXT,
+    server_snd_cwnd INTEGER, server_total_retrans INTEGER, server_snd_mss INTEGER,
+    points JSON, stack TEXT)
+"""
+PHASE_DDL = """
+CREATE TABLE IF NOT EXISTS handshake_phase (
+    cell_id TEXT, "group" TEXT, server_sig TEXT, ca_sig TEXT, idx INTEGER,
+    view TEXT, phase_order INTEGER, phase TEXT, family TEXT, ns BIGINT)
+"""
+CAPTURE_DDL = """
+CREATE TABLE IF NOT EXISTS handshake_capture (
+    cell_id TEXT, side TEXT, packets BIGINT, kernel_packets BIGINT, kernel_drops BIGINT,
+    userspace_timestamps BIGINT, pcap TEXT, seconds DOUBLE, handshakes INTEGER,
+    topology JSON)
+"""
+
+
+def ensure(store) -> None:
+    for ddl in (RAW_DDL, PHASE_DDL, CAPTURE_DDL):
+        store.ensure_table(ddl)

@@ -1,0 +1,58 @@
+"""`pqlab ttlb`: time to first byte (handshake) and time to last byte of TLS 1.3 connections
+over emulated links, for key-exchange groups x certificate chains x response sizes (source
+document 003). Needs CAP_NET_ADMIN.
+
+Split by job: `plan` (options, validation), `run` (the measuring loop on the TLS runner),
+`analyse` (rows, percentiles, model, increases, warnings), `model` (the serialisation
+model), `schema` (database tables), `report` (tables, figures, report section).
+"""
+
+from __future__ import annotations
+
+from pqlab.experiment import CompareSpec, Experiment
+from pqlab.experiments.ttlb import plan as _plan
+from pqlab.experiments.ttlb import report as _report
+from pqlab.experiments.ttlb import run as _run
+
+KEYS = ("profile", "grp", "chain", "data_bytes")
+
+
+class Ttlb(Experiment):
+    name = "ttlb"
+    help = "TTFB and TTLB of TLS 1.3 over emulated links (document 003)"
+    description = __doc__.split("\n\n")[0]
+    needs_net = True
+    options = _plan.OPTIONS
+    compare = (
+        CompareSpec("ttfb", "ttlb_raw", KEYS, "ttfb_ns / 1e6", "ms"),
+        CompareSpec("ttlb", "ttlb_raw", KEYS, "ttlb_ns / 1e6", "ms"),
+    )
+
+    def plan(self, values) -> _plan.Plan:
+        return _plan.from_values(values)
+
+    def measure(self, plan: _plan.Plan, store) -> None:
+        _run.measure(plan, store)
+
+    def export(self, store):
+        return _report.export(store)
+
+    def resume_key(self, plan: _plan.Plan) -> dict:
+        return {"n": plan.n, "warmup": plan.warmup, "stack": plan.stack}
+
+    def metadata(self, plan: _plan.Plan) -> dict:
+        return {
+            "ttlb_groups": [g.name for g in plan.groups],
+            "ttlb_chains": [c.name for c in plan.chains],
+            "ttlb_sizes": plan.sizes,
+            "link_profiles": [p.describe() for p in plan.profiles],
+            "profile_warnings": [w for p in plan.profiles for w in p.warnings()],
+            "shaper_requested": plan.shaper,
+            "stack": plan.stack,
+        }
+
+    def summary(self, plan) -> str:
+        return "tables/ttlb.csv, tables/ttlb_increase.csv"
+
+
+EXPERIMENT = Ttlb()

@@ -1,0 +1,147 @@
+"""The ttlb experiment's options and plan: link profiles x groups x chains x response sizes
+on one TLS stack, all validated before anything runs."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+
+from pqlab import catalog, units
+from pqlab.errors import UserError
+from pqlab.experiment import Option
+from pqlab.tls import stacks
+
+DEFAULT_PROFILE = "1mbps-200ms"
+DEFAULT_GROUPS = ["X25519", "X25519MLKEM768"]
+DEFAULT_CHAINS = ["RSA-2048", "ML-DSA-44"]
+DEFAULT_SIZES = ["0", "1KiB", "10KiB", "50KiB", "100KiB", "200KiB"]
+MAX_SIZE = 1 << 30
+MAX_N = 100_000
+MAX_WARMUP = 1000
+
+
+def _profile_help() -> str:
+    from pqlab.net import profiles
+
+    return (
+        "link profile: a preset ("
+        + ", ".join(profiles.preset_names())
+        + "), key=value pairs (rtt=50ms,rate=1mbit,loss=1%,jitter=8.75ms,"
+        "dist=paretonormal,limit=1000,initcwnd=10) or a .toml file with profiles "
+        f"or a [grid]; repeatable (default: {DEFAULT_PROFILE})"
+    )
+
+
+OPTIONS = (
+    Option("profile", _profile_help(), metavar="PROFILE", repeat=True),
+    Option(
+        "groups",
+        "key-exchange groups; the first is the classical baseline",
+        default=",".join(DEFAULT_GROUPS),
+        metavar="LIST",
+    ),
+    Option(
+        "chain",
+        "certificate chains: root CA and server certificate both of this algorithm, both "
+        "sent; the first is the classical baseline",
+        default=",".join(DEFAULT_CHAINS),
+        metavar="LIST",
+    ),
+    Option(
+        "sizes",
+        "bytes the server sends after the handshake",
+        default=",".join(DEFAULT_SIZES),
+        metavar="LIST",
+    ),
+    Option(
+        "n",
+        f"measured connections per cell (1-{MAX_N})",
+        default="20",
+        metavar="N",
+        short="-n",
+        aliases=("--connections",),
+    ),
+    Option(
+        "warmup",
+        f"unrecorded connections before each cell (0-{MAX_WARMUP})",
+        default="1",
+        metavar="N",
+    ),
+    Option(
+        "stack",
+        "TLS stack of client and server",
+        default=stacks.DEFAULT_STACK,
+        metavar="NAME",
+    ),
+    Option(
+        "shaper",
+        "netem (kernel qdisc), userspace (pqlab's TUN emulator) or auto (netem when the "
+        "kernel has it)",
+        default="auto",
+        choices=("auto", "netem", "userspace"),
+    ),
+)
+
+
+@dataclass
+class Plan:
+    profiles: list  # pqlab.net.profiles.LinkProfile
+    groups: list[catalog.Algorithm]
+    chains: list[catalog.Algorithm]
+    sizes: list[int]
+    n: int
+    warmup: int
+    shaper: str
+    stack: str = stacks.DEFAULT_STACK
+
+    @property
+    def cells(self) -> int:
+        return len(self.profiles) * len(self.groups) * len(self.chains) * len(self.sizes)
+
+    def cell_id(self, profile, group, chain, size: int) -> str:
+        cid = f"{profile.name}|{group.name}|{chain.name}|{size}"
+        return cid if self.stack == stacks.DEFAULT_STACK else f"{cid}|{self.stack}"
+
+
+def from_values(values) -> Plan:
+    from pqlab.net.profiles import load_profiles
+    from pqlab.net.shaping import check_shaper
+
+    stack = stacks.get(values.stack or stacks.DEFAULT_STACK)
+    profiles = load_profiles(values.profile or [DEFAULT_PROFILE])
+    group_names = units.split_list(values.groups)
+    chain_names = units.split_list(values.chain)
+    if not group_names or not chain_names:
+        raise UserError("--groups and --chain need at least one name each")
+    groups = catalog.resolve_list(group_names, "kem")
+    chains = catalog.resolve_list(chain_names, "sig")
+    stacks.require(groups, stack, "group", "--groups")
+    stacks.require(chains, stack, "server", "--chain")
+    sizes = []
+    for s in units.split_list(values.sizes):
+        v = units.parse_size(s, "--sizes entry")
+        if v > MAX_SIZE:
+            raise UserError(f"--sizes entry {s!r} is above 1 GiB")
+        sizes.append(v)
+    if not sizes:
+        raise UserError("--sizes needs at least one size, e.g. 0,200KiB")
+    n = units.parse_positive_int(values.n, "-n")
+    if n > MAX_N:
+        raise UserError(f"-n {values.n!r}: at most {MAX_N} connections per cell")
+    warmup = units.parse_positive_int(values.warmup, "--warmup", minimum=0)
+    if warmup > MAX_WARMUP:
+        raise UserError(f"--warmup {values.warmup!r}: at most {MAX_WARMUP}")
+    check_shaper(values.shaper or "auto")
+    for p in profiles:
+        for text in p.warnings():
+            print(f"warning: {text}", file=sys.stderr)
+    return Plan(
+        profiles=profiles,
+        groups=groups,
+        chains=chains,
+        sizes=sorted(set(sizes)),
+        n=n,
+        warmup=warmup,
+        shaper=values.shaper or "auto",
+        stack=stack.name,
+    )

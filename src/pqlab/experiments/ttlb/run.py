@@ -1,0 +1,160 @@
+"""Running the ttlb matrix: per link profile one topology, per (group, chain) one TLS server,
+per response size one client run of warm-up + N fresh connections that each fetch n bytes;
+each (profile, group, chain, size) cell committed on its own."""
+
+from __future__ import annotations
+
+import json
+
+from pqlab.errors import EngineError
+from pqlab.experiments.ttlb import analyse, schema
+from pqlab.experiments.ttlb.plan import Plan
+from pqlab.tls import runner, stacks
+from pqlab.tls.chains import Chain, key_spec, make_chain
+from pqlab.tls.negotiation import Expected
+
+EXPERIMENT = "ttlb"
+PORT = 44330
+
+
+def _chains(plan: Plan, store) -> dict[str, Chain]:
+    """One chain per algorithm: root CA and server certificate both of it, both sent (the CA
+    certificate stands in for the intermediate a public CA's chain carries)."""
+    out = {}
+    for alg in plan.chains:
+        chain = make_chain(store.path / "certs", alg, alg, plan.stack, send_root=True)
+        out[alg.name] = chain
+        if not store.query("SELECT 1 FROM ttlb_chains WHERE chain = ?", [alg.name]):
+            store.insert_rows(
+                "ttlb_chains",
+                [
+                    {
+                        "chain": alg.name,
+                        "key_spec": key_spec(alg, stacks.get(plan.stack)),
+                        "sigalg": stacks.get(plan.stack).sigalg_name(alg),
+                        "chain_certs": chain.sent_certs,
+                        "chain_der_bytes": chain.sent_der_bytes,
+                        "record": json.dumps(chain.record),
+                    }
+                ],
+            )
+    return out
+
+
+def _record_profile(store, profile, link, hosts) -> None:
+    if store.query("SELECT 1 FROM ttlb_profiles WHERE profile = ?", [profile.name]):
+        return
+    store.insert_rows(
+        "ttlb_profiles",
+        [
+            {
+                "profile": profile.name,
+                "shaper": link.kind,
+                "choice": link.choice,
+                "profile_json": json.dumps(profile.describe()),
+                "link_json": json.dumps(link.describe(), default=str),
+                "topology_json": json.dumps(hosts.describe(), default=str),
+            }
+        ],
+    )
+
+
+def _run_sizes(store, plan: Plan, hosts, link, profile, group, chain_alg, chain: Chain,
+               port: int, sizes: list[int], progress) -> None:
+    """One server for (group, chain) and a client run per size."""
+    tls = runner.Tls(stack=plan.stack, groups=(group,), sigalgs=(chain_alg,))
+    server_spec = runner.ServerSpec(
+        tls=runner.Tls(stack=plan.stack, groups=(group,), sigalgs=(chain_alg,), events=False),
+        chain=chain,
+        listen=f"{hosts.server_ip}:{port}",
+    )
+    expected = Expected(group=group, sigalg=chain_alg)
+    gap_ms = max(10, int(profile.rtt_s * 1e3 * 2))
+    stack = stacks.get(plan.stack)
+    with runner.start_server(server_spec, hosts) as server:
+        seen = 0
+        for size in sizes:
+            progress.start(f"{profile.name} {group.name} {chain_alg.name} {size} B")
+            client_spec = runner.ClientSpec(
+                tls=tls,
+                connect=f"{hosts.server_ip}:{port}",
+                ca=chain.root,
+                servername=hosts.server_ip,
+                n=plan.n,
+                warmup=plan.warmup,
+                request_bytes=size,
+                gap_ms=gap_ms,
+                expected=expected,
+            )
+            clients = runner.run_client(client_spec, hosts, timeout=3600)
+            total = plan.n + plan.warmup
+            servers = server.wait_count(("connection", "connection_error"), seen + total, 30)
+            servers, seen = servers[seen:], seen + total
+            cols = analyse.rows(profile, link.kind, group.name, chain_alg.name, size, clients,
+                                servers, expected, stack)
+            if len(cols["idx"]) != plan.n:
+                raise EngineError(f"expected {plan.n} connections, got {len(cols['idx'])}")
+            cid = plan.cell_id(profile, group, chain_alg, size)
+            params = {
+                "profile": profile.name,
+                "group": group.name,
+                "chain": chain_alg.name,
+                "data_bytes": size,
+                "n": plan.n,
+                "stack": plan.stack,
+            }
+            with store.cell(EXPERIMENT, cid, params):
+                store.insert("ttlb_raw", {**cols, "stack": [plan.stack] * len(cols["idx"])})
+                store.add_warnings(
+                    EXPERIMENT,
+                    cid,
+                    analyse.cell_warnings(profile, group.name, chain_alg.name, size, cols),
+                )
+            progress.advance()
+
+
+def measure(plan: Plan, store) -> None:
+    from pqlab.net.shaping import build_hosts
+    from pqlab.progress import CellProgress
+
+    schema.ensure(store)
+    done = store.cells_done(EXPERIMENT)
+    chains = _chains(plan, store)
+    with CellProgress("ttlb", plan.cells) as progress:
+        for profile in plan.profiles:
+            todo = [
+                (g, c, s)
+                for g in plan.groups
+                for c in plan.chains
+                for s in plan.sizes
+                if plan.cell_id(profile, g, c, s) not in done
+            ]
+            progress.advance(plan.cells // len(plan.profiles) - len(todo))
+            if not todo:
+                continue
+            hosts = build_hosts(profile, plan.shaper)
+            link = hosts.link
+            progress.log(f"{profile.name} ({profile.summary()}): shaper {link.choice}")
+            with hosts:
+                _record_profile(store, profile, link, hosts)
+                pairs = [(g, c) for g in plan.groups for c in plan.chains]
+                for port_n, (g, c) in enumerate(pairs):
+                    sizes = [s for (gg, cc, s) in todo if gg is g and cc is c]
+                    if sizes:
+                        _run_sizes(store, plan, hosts, link, profile, g, c, chains[c.name],
+                                   PORT + port_n, sizes, progress)
+            _record_link_stats(store, profile, link)
+
+
+def _record_link_stats(store, profile, link) -> None:
+    """The emulator's own counters, known only after its topology is down."""
+    if not hasattr(link, "direction_stats"):
+        return
+    stats = {
+        k: {f: v for f, v in s.items() if f != "lateness_ns"}
+        for k, s in link.direction_stats().items()
+    }
+    store.con.execute(
+        "UPDATE ttlb_profiles SET link_json = ? WHERE profile = ?",
+        [json.dumps({**link.describe(), "stats": stats}, default=str), profile.name],
+    )

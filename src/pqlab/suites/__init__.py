@@ -1,0 +1,1 @@
+"""Built-in suite files (default, quick, full): TOML, read by pqlab.suite."""

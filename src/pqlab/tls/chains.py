@@ -1,0 +1,169 @@
+"""Certificate chains: the one maker every experiment and command uses.
+
+`make_chain(directory, ca, server)` gives a root CA of algorithm `ca` and a server
+certificate of algorithm `server` signed by it, generated once by the engine (`tls certs`)
+and reused afterwards: pairs live in `<directory>/<ca>__<server>/`, one root per CA algorithm
+in `<directory>/roots/<ca>/` signs every server certificate of that CA (as a real CA does).
+`Chain.sending_root()` is the same chain with the root certificate sent after the server
+certificate (the document-000 servers did that; ttlb's chains stand for a chain with an
+intermediate that way).
+
+Private keys are 0600 in 0700 directories.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from pqlab import catalog, engine
+from pqlab.catalog import Algorithm
+from pqlab.errors import UserError
+
+ROOTS = "roots"
+
+
+def key_spec(alg: Algorithm, stack=None) -> str | None:
+    """The engine's key spec for a signature algorithm (RSA:2048, EC:P-256, ED25519,
+    ML-DSA-44, ...), or None when no backend names it. With a stack, the first spelling that
+    stack's certificate maker accepts."""
+    params = alg.params or {}
+    if alg.family == "RSA" and alg.openssl:
+        return f"RSA:{int(params.get('bits', 2048))}"
+    if alg.family == "ECDSA" and alg.openssl:
+        return f"EC:{params.get('curve', 'P-256')}"
+    names = [n for n in (alg.openssl, alg.liboqs) if n]
+    if stack is not None:
+        for n in names:
+            if stack.can_certify(n):
+                return n
+    return names[0] if names else None
+
+
+def slug(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9.+]+", "-", name).strip("-")
+
+
+def private_dir(path: Path) -> Path:
+    """Create `path` (and parents) for private keys: the leaf directory is 0700."""
+    path.mkdir(parents=True, exist_ok=True)
+    os.chmod(path, 0o700)
+    return path
+
+
+@dataclass(frozen=True)
+class Chain:
+    ca: Algorithm
+    server: Algorithm
+    stack: str
+    directory: Path
+    root: Path  # root certificate (PEM): what clients trust (--ca / -CAfile)
+    chain: Path  # what the server sends (PEM)
+    key: Path  # server private key (PEM, 0600)
+    server_cert: Path
+    record: dict  # the engine's certs record (sizes)
+    sends_root: bool = False
+
+    @property
+    def sent_certs(self) -> int:
+        return 2 if self.sends_root else 1
+
+    @property
+    def sent_der_bytes(self) -> int:
+        """DER bytes of the certificates the server sends."""
+        r = self.record
+        return int(r["server_cert_der_bytes"]) + (
+            int(r["root_der_bytes"]) if self.sends_root else 0
+        )
+
+    def sending_root(self) -> Chain:
+        """This chain with the root certificate appended to what the server sends."""
+        if self.sends_root:
+            return self
+        combined = self.directory / "chain+root.pem"
+        if not combined.exists():
+            text = self.chain.read_text().rstrip("\n") + "\n" + self.root.read_text()
+            tmp = combined.with_suffix(".tmp")
+            tmp.write_text(text)
+            tmp.replace(combined)
+        return replace(self, chain=combined, sends_root=True)
+
+
+def make_chain(
+    directory: str | Path,
+    ca: str | Algorithm,
+    server: str | Algorithm,
+    stack: str = "openssl",
+    send_root: bool = False,
+) -> Chain:
+    """A root CA (`ca`) and a server certificate (`server`) under `directory`, made once."""
+    from pqlab.tls import stacks
+
+    ca = ca if isinstance(ca, Algorithm) else catalog.resolve(ca, "sig")
+    server = server if isinstance(server, Algorithm) else catalog.resolve(server, "sig")
+    st = stacks.get(stack)
+    stacks.require([ca], st, "ca", "CA")
+    stacks.require([server], st, "ca", "server certificate")
+    base = Path(directory)
+    d = base / f"{slug(ca.name)}__{slug(server.name)}"
+    rec_path = d / "certs.json"
+    paths = {
+        "root": d / "root.crt.pem",
+        "chain": d / "chain.pem",
+        "key": d / "server.key.pem",
+        "server_cert": d / "server.crt.pem",
+    }
+    if rec_path.exists() and all(p.exists() for p in paths.values()):
+        record = json.loads(rec_path.read_text())
+    else:
+        record = _generate(base, d, ca, server, st)
+        tmp = rec_path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(record, indent=1))
+        tmp.replace(rec_path)
+    chain = Chain(ca=ca, server=server, stack=stack, directory=d, record=record, **paths)
+    return chain.sending_root() if send_root else chain
+
+
+def _generate(base: Path, d: Path, ca: Algorithm, server: Algorithm, stack) -> dict:
+    private_dir(base)
+    private_dir(d)
+    root_dir = base / ROOTS / slug(ca.name)
+    argv = [
+        "tls",
+        "certs",
+        "--ca-alg",
+        key_spec(ca, stack),
+        "--server-alg",
+        key_spec(server, stack),
+        "--out-dir",
+        str(d),
+    ]
+    if (root_dir / "root.crt.pem").exists() and (root_dir / "root.key.pem").exists():
+        argv += ["--ca-cert", str(root_dir / "root.crt.pem")]
+        argv += ["--ca-key", str(root_dir / "root.key.pem")]
+    records = engine.run(argv, timeout=600)
+    record = next((r for r in records if r["type"] == "certs"), None)
+    if record is None:
+        raise UserError(f"the engine made no certificates in {d}")
+    record["ca_sig"] = ca.name
+    record["server_sig"] = server.name
+    if not (root_dir / "root.crt.pem").exists():
+        # One root per CA algorithm, shared by all its server certificates; made atomically so
+        # concurrent runs never see half a root.
+        private_dir(root_dir.parent)
+        tmp_dir = root_dir.with_name(root_dir.name + f".tmp{os.getpid()}")
+        private_dir(tmp_dir)
+        for name in ("root.crt.pem", "root.key.pem", "root.crt.der"):
+            shutil.copyfile(d / name, tmp_dir / name)
+        os.chmod(tmp_dir / "root.key.pem", 0o600)
+        try:
+            tmp_dir.rename(root_dir)
+        except OSError:  # another process made it first; theirs is as good
+            shutil.rmtree(tmp_dir, ignore_errors=True)
+    for key in d.glob("*.key.pem"):
+        os.chmod(key, 0o600)
+    return record

@@ -1,0 +1,425 @@
+"""The one TLS runner: starting and supervising engine processes, and the typed specs that
+become their arguments.
+
+    server = start_server(ServerSpec(tls, chain, listen=f"{hosts.server_ip}:4433"), hosts)
+    records = run_client(ClientSpec(tls, connect=..., ca=chain.root, n=100), hosts)
+    server_records = server.finish(30)
+
+`EngineProcess` runs any engine subcommand (TLS server or client, capture), on this host or
+inside one side of a `TwoHosts` topology, optionally pinned to a CPU or placed in a cgroup.
+Background threads read its output, so a chatty process never blocks on a full pipe; callers
+wait for a record type with a bound, collect records, stop it (TERM, then KILL, the whole
+process group) and read its resource usage. Every wait is bounded; every process is stopped
+on error, Ctrl-C and SIGTERM (and dies with this one: the engine sets PR_SET_PDEATHSIG).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pqlab import engine
+from pqlab.catalog import Algorithm
+from pqlab.errors import EngineError, EngineIOError
+from pqlab.tls import stacks
+from pqlab.tls.chains import Chain
+from pqlab.tls.negotiation import Expected
+
+
+class Process:
+    """A program that speaks JSON lines (the engine, the lab's network probes), supervised
+    as the module docstring says. `argv` is the whole command line."""
+
+    def __init__(
+        self,
+        argv: Sequence,
+        what: str,
+        topo=None,
+        side: str | None = None,
+        cpu: int | None = None,
+        env: dict | None = None,
+        preexec_fn: Callable[[], None] | None = None,
+    ):
+        self.what = what
+        argv = [str(a) for a in argv]
+        if cpu is not None:
+            argv = ["taskset", "-c", str(cpu), *argv]
+        kw = dict(
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,  # our own process group: stop() signals all of it
+            env={**os.environ, **env} if env else None,
+            preexec_fn=preexec_fn,
+        )
+        if topo is not None:
+            self.p = topo.popen(side or "server", argv, **kw)
+        else:
+            self.p = subprocess.Popen(argv, **kw)
+        self.records: list[dict] = []
+        self.rusage = None
+        self.listening: dict | None = None
+        self._lines: list[str] = []
+        self._err: list[str] = []
+        self._cond = threading.Condition()
+        self._eof = False
+        self._threads = [
+            threading.Thread(target=self._read_out, daemon=True),
+            threading.Thread(target=self._read_err, daemon=True),
+        ]
+        for t in self._threads:
+            t.start()
+
+    # --- reading ---------------------------------------------------------------------------
+    def _read_out(self) -> None:
+        assert self.p.stdout is not None
+        with contextlib.suppress(ValueError, OSError):  # pipe closed by stop()
+            for line in self.p.stdout:
+                with self._cond:
+                    self._lines.append(line)
+                    self._cond.notify_all()
+        with self._cond:
+            self._eof = True
+            self._cond.notify_all()
+
+    def _read_err(self) -> None:
+        assert self.p.stderr is not None
+        with contextlib.suppress(ValueError, OSError):
+            for line in self.p.stderr:
+                self._err.append(line)
+                del self._err[:-50]  # the last lines are the useful ones
+
+    def _parse_pending(self) -> list[dict]:
+        with self._cond:
+            lines, self._lines = self._lines, []
+        new = []
+        for line in lines:
+            if line.strip():
+                rec = engine.parse_line(line)  # raises the engine's error record
+                new.append(rec)
+                self.records.append(rec)
+        return new
+
+    def last_stderr(self) -> str:
+        err = "".join(self._err).strip()
+        return err.splitlines()[-1] if err else ""
+
+    def take(self, *types: str) -> list[dict]:
+        """Records of these types received so far (parsing what has arrived)."""
+        self._parse_pending()
+        return [r for r in self.records if r.get("type") in types]
+
+    def wait_for(self, rtype: str, timeout: float) -> dict:
+        """The first record of type `rtype` (bounded by `timeout`); the process is stopped and
+        EngineError raised if it ends or times out first."""
+        deadline = time.monotonic() + timeout
+        try:
+            while True:
+                for rec in self._parse_pending():
+                    if rec["type"] == rtype:
+                        return rec
+                with self._cond:
+                    if self._eof and not self._lines:
+                        break
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        break
+                    if not self._lines:
+                        self._cond.wait(timeout=min(left, 0.5))
+        except EngineError:
+            self.stop()
+            raise
+        self.stop()
+        err = self.last_stderr()
+        raise EngineIOError(
+            f"{self.what} did not report {rtype!r} within {timeout:.0f} s"
+            + (f": {err}" if err else "")
+        )
+
+    def iter_records(self, timeout: float | None = None):
+        """Yield records as they arrive until the process closes its output (bounded by
+        `timeout` in total, if given)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            yield from self._parse_pending()
+            with self._cond:
+                if self._eof and not self._lines:
+                    return
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    break
+                if not self._lines:
+                    self._cond.wait(timeout=0.5 if left is None else min(left, 0.5))
+        self.stop()
+        raise EngineIOError(f"{self.what} did not finish within {timeout:.0f} s")
+
+    def wait_count(self, rtypes: tuple[str, ...], count: int, timeout: float) -> list[dict]:
+        """Wait until `count` records of these types have arrived (bounded)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            got = self.take(*rtypes)
+            if len(got) >= count:
+                return got
+            with self._cond:
+                if self._eof and not self._lines:
+                    break
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                if not self._lines:
+                    self._cond.wait(timeout=min(left, 0.5))
+        raise EngineIOError(
+            f"{self.what} reported {len(self.take(*rtypes))} of {count} "
+            f"{'/'.join(rtypes)} records within {timeout:.0f} s"
+        )
+
+    # --- ending ------------------------------------------------------------------------------
+    def _reap(self, timeout: float) -> bool:
+        """Wait (bounded) for the process to exit, keeping its resource usage."""
+        if self.p.returncode is not None:
+            return True
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                pid, status, usage = os.wait4(self.p.pid, os.WNOHANG)
+            except ChildProcessError:  # reaped elsewhere (a topology teardown)
+                self.p.poll()
+                return True
+            if pid:
+                self.p.returncode = os.waitstatus_to_exitcode(status)
+                self.rusage = usage
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.005)
+
+    def finish(self, timeout: float) -> list[dict]:
+        """Wait for the process to exit by itself; all its records, or the engine's error."""
+        if not self._reap(timeout):
+            self.stop()
+            raise EngineIOError(f"{self.what} did not finish within {timeout:.0f} s")
+        for t in self._threads:
+            t.join(timeout=10)
+        self._parse_pending()  # raises the engine's own error record first
+        if self.p.returncode != 0:
+            err = self.last_stderr() or f"exit {self.p.returncode}"
+            raise EngineError(f"{self.what} failed: {err}")
+        return self.records
+
+    def signal(self, sig: int) -> None:
+        if self.p.returncode is None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.p.pid, sig)
+
+    def stop(self) -> None:
+        """Terminate (then kill) the process and its group; never leaves it running."""
+        if self.p.returncode is None:
+            self.signal(signal.SIGTERM)
+            if not self._reap(5):
+                self.signal(signal.SIGKILL)
+                self._reap(5)
+        for t in self._threads:
+            t.join(timeout=2)
+        for f in (self.p.stdout, self.p.stderr):
+            if f:
+                with contextlib.suppress(Exception):
+                    f.close()
+
+    def cpu_seconds(self) -> float | None:
+        """User + system CPU time of the finished process (None before it ended)."""
+        if self.rusage is None:
+            return None
+        return self.rusage.ru_utime + self.rusage.ru_stime
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+class EngineProcess(Process):
+    """`pqlab-engine ARGS` under supervision."""
+
+    def __init__(self, args: Sequence, what: str, **kw):
+        super().__init__(engine.command(args), what, **kw)
+
+
+# --- typed specs ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Tls:
+    """What both ends are configured with."""
+
+    stack: str = stacks.DEFAULT_STACK
+    groups: tuple[Algorithm, ...] = ()  # offered (client) / accepted (server), in order
+    sigalgs: tuple[Algorithm, ...] = ()
+    version: str = "1.3"
+    ciphers: str | None = None  # TLS 1.2 cipher list (OpenSSL syntax)
+    ciphersuites: str | None = None  # TLS 1.3 suites
+    security_level: int | None = None
+    events: bool = True
+    keylog: Path | None = None
+
+    def args(self) -> list[str]:
+        st = stacks.get(self.stack)
+        out: list[str] = []
+        if self.stack != stacks.DEFAULT_STACK:
+            out += ["--stack", self.stack]
+        if self.groups:
+            out += ["--groups", ":".join(st.group_name(g) for g in self.groups)]
+        if self.sigalgs:
+            out += ["--sigalgs", ":".join(st.sigalg_name(s) for s in self.sigalgs)]
+        out += ["--tls-version", self.version]
+        if self.ciphers:
+            out += ["--ciphers", self.ciphers]
+        if self.ciphersuites:
+            out += ["--ciphersuites", self.ciphersuites]
+        if self.security_level is not None:
+            out += ["--security-level", str(self.security_level)]
+        out += ["--events", "on" if self.events else "off"]
+        if self.keylog is not None:
+            out += ["--keylog", str(self.keylog)]
+        return out
+
+
+@dataclass(frozen=True)
+class ServerSpec:
+    tls: Tls
+    chain: Chain
+    listen: str  # "IP:PORT" (port 0: any free port; see the listening record)
+    max_connections: int | None = None
+    response_mode: str = "echo-size"  # or "none": wait for the client to close
+    dh_bits: int | None = None
+    concurrent: bool = False  # serve connections in parallel (outside clients)
+    max_concurrent: int | None = None  # the worker pool's size when concurrent
+
+    def args(self) -> list[str]:
+        out = ["tls", "server", "--listen", self.listen]
+        out += ["--cert-chain", str(self.chain.chain), "--key", str(self.chain.key)]
+        out += self.tls.args()
+        if self.max_connections is not None:
+            out += ["--max-connections", str(self.max_connections)]
+        out += ["--response-mode", self.response_mode]
+        if self.dh_bits is not None:
+            out += ["--dh-bits", str(self.dh_bits)]
+        if self.concurrent:
+            out.append("--concurrent")
+            if self.max_concurrent is not None:
+                out += ["--max-concurrent", str(self.max_concurrent)]
+        return out
+
+
+@dataclass(frozen=True)
+class ClientSpec:
+    tls: Tls
+    connect: str  # "HOST:PORT"
+    ca: Path
+    servername: str | None = None
+    n: int = 1
+    warmup: int = 0
+    request_bytes: int | None = None
+    gap_ms: int = 0
+    time_limit: int = 3600
+    expected: Expected = field(default_factory=Expected)
+
+    def args(self) -> list[str]:
+        st = stacks.get(self.tls.stack)
+        out = ["tls", "client", "--connect", self.connect, "--ca", str(self.ca)]
+        if self.servername:
+            out += ["--servername", self.servername]
+        out += self.tls.args()
+        out += ["-n", str(self.n), "--warmup", str(self.warmup)]
+        if self.request_bytes is not None:
+            out += ["--request-bytes", str(self.request_bytes)]
+        if self.gap_ms:
+            out += ["--gap-ms", str(self.gap_ms)]
+        out += ["--time-limit", str(self.time_limit)]
+        if self.expected.group is not None:
+            out += ["--expect-group", st.group_name(self.expected.group)]
+        if self.expected.sigalg is not None:
+            out += ["--expect-sigalg", st.sigalg_name(self.expected.sigalg)]
+        return out
+
+
+def start_server(
+    spec: ServerSpec,
+    topo=None,
+    cpu: int | None = None,
+    preexec_fn: Callable[[], None] | None = None,
+    what: str = "TLS server",
+    start_timeout: float = 30,
+) -> EngineProcess:
+    """The engine's TLS server, started and listening (its `listening` record in
+    `.listening`)."""
+    proc = EngineProcess(
+        spec.args(), what, topo=topo, side="server", cpu=cpu, preexec_fn=preexec_fn
+    )
+    proc.listening = proc.wait_for("listening", start_timeout)
+    return proc
+
+
+def start_client(spec: ClientSpec, topo=None, cpu: int | None = None) -> EngineProcess:
+    return EngineProcess(spec.args(), "TLS client", topo=topo, side="client", cpu=cpu)
+
+
+def run_client(spec: ClientSpec, topo=None, cpu: int | None = None, timeout: float = 3600):
+    """Run the client to completion; its connection records (warm-ups included, marked)."""
+    proc = start_client(spec, topo, cpu)
+    try:
+        records = proc.finish(timeout)
+    finally:
+        proc.stop()
+    return [r for r in records if r.get("type") == "connection"]
+
+
+def connection_errors(*procs: EngineProcess) -> list[dict]:
+    return [r for p in procs for r in p.take("connection_error")]
+
+
+# --- packet captures ---------------------------------------------------------------------------
+
+
+def start_capture(
+    topo, side: str, port: int, pcap_path: Path, snaplen: int, max_seconds: float
+) -> EngineProcess:
+    """The engine's packet capture on one host's interface (TCP port `port`), capturing
+    once its `capturing` record arrived. Stop it with `stop_capture`."""
+    proc = EngineProcess(
+        [
+            "capture",
+            "--interface",
+            topo.ifname(side),
+            "--port",
+            port,
+            "--pcap",
+            pcap_path,
+            "--snaplen",
+            snaplen,
+            "--max-seconds",
+            f"{max_seconds:.0f}",
+        ],
+        f"capture in the {side} namespace",
+        topo=topo,
+        side=side,
+    )
+    proc.wait_for("capturing", 30)
+    return proc
+
+
+def stop_capture(proc: EngineProcess, timeout: float = 30) -> dict:
+    """Stop a capture (SIGTERM: it flushes the pcap) and return its summary record."""
+    proc.signal(signal.SIGTERM)
+    records = proc.finish(timeout)
+    summary = next((r for r in records if r["type"] == "capture_summary"), None)
+    if summary is None:
+        raise EngineError(f"{proc.what} printed no summary")
+    return summary

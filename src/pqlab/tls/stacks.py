@@ -1,0 +1,159 @@
+"""The TLS stacks of this engine build and what each can do, as the engine reports it.
+
+`pqlab-engine info` lists every stack (`tls_stacks`): its groups and signature schemes with
+their TLS code points, the key types its certificate maker handles and its limits. Whether a
+catalogue algorithm is usable in TLS on a stack, in a role, is answered here from that
+report (and exposed on the catalogue as `Algorithm.usable_in_tls`), so a stack added to the
+engine needs no change in the lab.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, field
+
+from pqlab import engine
+from pqlab.errors import UserError
+
+DEFAULT_STACK = "openssl"
+ROLES = ("group", "server", "client", "ca")
+
+
+@dataclass(frozen=True)
+class Stack:
+    name: str
+    implementation: str
+    groups: dict[int, str]  # TLS NamedGroup code -> the stack's name for it
+    sigalgs: dict[int, str]  # TLS SignatureScheme code -> the stack's name
+    cert_key_types: frozenset[str]  # key specs its certificate maker accepts (upper case)
+    limits: dict = field(default_factory=dict)
+    group_codes: dict[str, int] = field(default_factory=dict)  # lower-case name -> code
+    sigalg_codes: dict[str, int] = field(default_factory=dict)
+
+    def group_name(self, alg) -> str:
+        return self.groups[alg.tls_group]
+
+    def sigalg_name(self, alg) -> str:
+        return self.sigalgs[alg.tls_sigscheme]
+
+    def code_of_group(self, name: str | None) -> int | None:
+        return self.group_codes.get((name or "").lower())
+
+    def code_of_sigalg(self, name: str | None) -> int | None:
+        return self.sigalg_codes.get((name or "").lower())
+
+    def can_certify(self, key_spec: str) -> bool:
+        spec = key_spec.upper()
+        return spec in self.cert_key_types or spec.split(":")[0] in self.cert_key_types
+
+    def why_not(self, alg, role: str) -> str | None:
+        """None if `alg` can play `role` on this stack, else the reason (one phrase)."""
+        if role not in ROLES:
+            raise ValueError(f"role must be one of {ROLES}, not {role!r}")
+        where = f"the {self.name} TLS stack ({self.implementation})"
+        if role == "group":
+            if alg.kind not in ("kem", "kex"):
+                return f"{alg.name} is not a key exchange"
+            if alg.tls_group is None:
+                return f"{alg.name} has no TLS NamedGroup code point"
+            if alg.tls_group not in self.groups:
+                return f"{alg.name} (group {alg.tls_group:#06x}) is not a group of {where}"
+            return None
+        if alg.kind != "sig":
+            return f"{alg.name} is not a signature algorithm"
+        from pqlab.tls.chains import key_spec
+
+        spec = key_spec(alg, self)
+        if spec is None or not self.can_certify(spec):
+            return f"{where} cannot make or check {alg.name} certificates"
+        if role == "ca":
+            return None
+        if alg.tls_sigscheme is None:
+            return f"{alg.name} has no TLS SignatureScheme code point"
+        if alg.tls_sigscheme not in self.sigalgs:
+            return (
+                f"{alg.name} (scheme {alg.tls_sigscheme:#06x}) is not a signature scheme of "
+                f"{where}"
+            )
+        return None
+
+
+def _lower_map(entries: list[dict]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for e in entries:
+        if e.get("code") is not None and e.get("name"):
+            out.setdefault(str(e["name"]).lower(), int(e["code"]))
+    return out
+
+
+def _first_names(entries: list[dict]) -> dict[int, str]:
+    out: dict[int, str] = {}
+    for e in entries:
+        if e.get("code") is not None and e.get("name"):
+            out.setdefault(int(e["code"]), str(e["name"]))
+    return out
+
+
+def parse(info: dict) -> dict[str, Stack]:
+    """The stacks of an engine `info` record."""
+    out = {}
+    for s in info.get("tls_stacks") or []:
+        groups, sigalgs = s.get("groups", []), s.get("sigalgs", [])
+        out[s["name"]] = Stack(
+            name=s["name"],
+            implementation=s.get("implementation", s["name"]),
+            groups=_first_names(groups),
+            sigalgs=_first_names(sigalgs),
+            cert_key_types=frozenset(str(k).upper() for k in s.get("cert_key_types", [])),
+            limits=dict(s.get("limits") or {}),
+            group_codes=_lower_map(groups),
+            sigalg_codes=_lower_map(sigalgs),
+        )
+    return out
+
+
+@functools.lru_cache(maxsize=1)
+def all_stacks() -> dict[str, Stack]:
+    return parse(engine.info())
+
+
+def get(name: str = DEFAULT_STACK) -> Stack:
+    stacks = all_stacks()
+    if name not in stacks:
+        raise UserError(
+            f"--stack {name!r} is not a TLS stack of this engine build; available: "
+            + ", ".join(sorted(stacks))
+        )
+    return stacks[name]
+
+
+def parse_stacks(text: str | None, option: str = "--stack") -> list[Stack]:
+    """`--stack openssl` or `--stack openssl,rustls`: the stacks, each checked."""
+    from pqlab.units import split_list
+
+    names = split_list(text) if text else [DEFAULT_STACK]
+    if not names:
+        raise UserError(f"{option} is empty; give a stack name, e.g. {DEFAULT_STACK}")
+    return [get(n) for n in dict.fromkeys(names)]
+
+
+def require(algs, stack: Stack, role: str, option: str) -> None:
+    """UserError naming the first algorithm of `algs` that cannot play `role` on `stack`."""
+    for alg in algs:
+        why = stack.why_not(alg, role)
+        if why:
+            usable = [
+                a.name
+                for a in _catalogue(role)
+                if stack.why_not(a, role) is None
+            ]
+            raise UserError(
+                f"{option} {alg.name}: {why}; usable here: {', '.join(usable[:12])}"
+                + (" ..." if len(usable) > 12 else "")
+            )
+
+
+def _catalogue(role: str):
+    from pqlab import catalog
+
+    return catalog.all_algorithms("kem" if role == "group" else "sig")
