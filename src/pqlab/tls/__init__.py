@@ -1,0 +1,1 @@
+"""The lab's TLS layer: the runner, chains, negotiation checks and key-log decryption."""
