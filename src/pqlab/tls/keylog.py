@@ -390,8 +390,7 @@ def parse_server_hello(body: bytes, what: str) -> Hello:
 @dataclass
 class _Message:
     type: int
-    body: bytes
-    record: int  # index of the record holding its last byte
+    body: bytes  # kept for the hellos only (all this module reads); empty for the rest
 
 
 class _Direction:
@@ -422,7 +421,9 @@ class _Direction:
             total = HANDSHAKE_HEADER + length
             if len(self.pending) < total:
                 break
-            msg = _Message(self.pending[0], bytes(self.pending[HANDSHAKE_HEADER:total]), rec.index)
+            msg_type = self.pending[0]
+            keep = msg_type in (CLIENT_HELLO, SERVER_HELLO)
+            msg = _Message(msg_type, bytes(self.pending[HANDSHAKE_HEADER:total]) if keep else b"")
             del self.pending[:total]
             name = HANDSHAKE_NAMES.get(msg.type, "unknown")
             self.messages_in.setdefault(rec.index, []).append((name, total))
@@ -604,8 +605,8 @@ def records_by_connection(
 ) -> list[tuple[pcap.Connection, list[TlsRecord], list[TlsRecord]]]:
     """Every connection to `server_port` in a full-snaplen capture, in order of its SYN,
     with its (client records, server records) from the key log."""
-    keylog = read_keylog(keylog_path)
     packets = pcap.tcp_packets(pcap_path, keep_payload=True)
+    keylog = read_keylog(keylog_path)
     out = []
     for conn in pcap.split_connections(packets, server_port):
         client_records, server_records = connection_records(conn, keylog)
