@@ -4,6 +4,12 @@ Only what the handshake analysis needs, without third-party packet libraries: th
 pcap format (microsecond 0xa1b2c3d4 and nanosecond 0xa1b23c4d magics, either byte order),
 Ethernet (linktype 1) and bare-IP (linktype 101) framing, IPv4 and IPv6, TCP headers.
 `write_pcap` and `build_tcp_frame` make synthetic captures for tests.
+
+The timing analysis reads headers only, so its captures may be cut at a small snaplen. The
+key-log decryption (pqlab.tls.keylog) also needs the TCP payload: `tcp_packets(path,
+keep_payload=True)` keeps it (and refuses a capture whose packets were cut by the snaplen),
+and `reassemble(conn, from_client)` rebuilds one direction's byte stream of a connection
+from its segments by sequence number.
 """
 
 from __future__ import annotations
@@ -32,7 +38,8 @@ class Frame:
 
 @dataclass(slots=True)
 class TcpPacket:
-    """One captured TCP segment (header fields only; payload length, not content)."""
+    """One captured TCP segment: header fields, the payload length and, only when the
+    reader was asked to keep it (`keep_payload`), the payload bytes."""
 
     ts_ns: int
     src: str
@@ -45,6 +52,7 @@ class TcpPacket:
     payload_len: int
     ip_len: int  # bytes of the IP packet (headers included): what went on the wire
     window: int = 0
+    payload: bytes | None = None  # None unless kept (headers-only readers save the memory)
 
     @property
     def syn(self) -> bool:
@@ -91,6 +99,18 @@ def read_pcap(path: str | Path) -> tuple[int, list[Frame]]:
     return linktype, frames
 
 
+def read_snaplen(path: str | Path) -> int:
+    """The snaplen recorded in a classic pcap file's header (bytes kept per packet)."""
+    with open(path, "rb") as f:
+        head = f.read(24)
+    if len(head) < 24:
+        raise UserError(f"{path}: not a pcap file (only {len(head)} bytes)")
+    for endian in ("<", ">"):
+        if struct.unpack(endian + "I", head[:4])[0] in (MAGIC_USEC, MAGIC_NSEC):
+            return struct.unpack(endian + "I", head[16:20])[0]
+    raise UserError(f"{path}: not a classic pcap file (magic {head[:4].hex()})")
+
+
 def write_pcap(
     path: str | Path, frames: list[Frame], linktype: int = LINKTYPE_ETHERNET, snaplen: int = 262144
 ) -> None:
@@ -110,8 +130,11 @@ def _ip_text(b: bytes) -> str:
     return socket.inet_ntop(socket.AF_INET if len(b) == 4 else socket.AF_INET6, b)
 
 
-def parse_tcp(linktype: int, frame: Frame) -> TcpPacket | None:
-    """The TCP segment in a frame, or None for anything else (ARP, UDP, fragments)."""
+def parse_tcp(linktype: int, frame: Frame, keep_payload: bool = False) -> TcpPacket | None:
+    """The TCP segment in a frame, or None for anything else (ARP, UDP, fragments).
+
+    With `keep_payload` the segment's payload bytes are kept too; the caller must have
+    checked that the frame was captured whole (see `tcp_packets`)."""
     data = frame.data
     if linktype == LINKTYPE_ETHERNET:
         if len(data) < 14:
@@ -150,6 +173,17 @@ def parse_tcp(linktype: int, frame: Frame) -> TcpPacket | None:
         return None
     sport, dport, seq, ack, off_flags, window = struct.unpack_from("!HHIIHH", data, tcp_off)
     doff = (off_flags >> 12) * 4
+    payload = None
+    if keep_payload:
+        # The IP length says where the payload ends: Ethernet pads short frames to 60 bytes,
+        # and that padding is not part of the TCP stream.
+        start, stop = tcp_off + doff, tcp_off + ip_payload
+        if stop > len(data) or start > stop:
+            raise UserError(
+                f"a TCP segment {src}:{sport} -> {dst}:{dport} claims {ip_payload - doff} "
+                f"payload bytes but the frame holds {max(0, len(data) - start)}"
+            )
+        payload = bytes(data[start:stop])
     return TcpPacket(
         ts_ns=frame.ts_ns,
         src=src,
@@ -162,14 +196,28 @@ def parse_tcp(linktype: int, frame: Frame) -> TcpPacket | None:
         payload_len=ip_payload - doff,
         ip_len=ip_len,
         window=window,
+        payload=payload,
     )
 
 
-def tcp_packets(path: str | Path) -> list[TcpPacket]:
+def tcp_packets(path: str | Path, keep_payload: bool = False) -> list[TcpPacket]:
+    """The TCP segments of a capture, in file order.
+
+    With `keep_payload` each packet also carries its payload bytes, and a capture whose
+    packets were cut short by the snaplen is refused (UserError naming the file, the first
+    cut packet and the snaplen): a payload reader must never mistake a cut packet for a
+    short one."""
     linktype, frames = read_pcap(path)
     packets = []
-    for f in frames:
-        p = parse_tcp(linktype, f)
+    for i, f in enumerate(frames):
+        if keep_payload and len(f.data) < f.orig_len:
+            raise UserError(
+                f"{path}: packet {i + 1} was captured with {len(f.data)} of its {f.orig_len} "
+                f"bytes (the capture's snaplen is {read_snaplen(path)}); reading TLS records "
+                "needs whole packets: capture with a full snaplen (pqlab-engine capture "
+                "--snaplen 262144, as `pqlab handshake --keep-pcap` does)"
+            )
+        p = parse_tcp(linktype, f, keep_payload)
         if p is not None:
             packets.append(p)
     return packets
@@ -186,9 +234,15 @@ def build_tcp_frame(
     flags: int,
     payload_len: int,
     window: int = 502,
+    payload: bytes | None = None,
 ) -> Frame:
-    """An Ethernet/IPv4/TCP frame with a zero payload of `payload_len` bytes, kept whole
-    (tests use it to build synthetic captures; checksums are left zero)."""
+    """An Ethernet/IPv4/TCP frame with a zero payload of `payload_len` bytes (or the given
+    `payload`, which must be that long), kept whole (tests use it to build synthetic
+    captures; checksums are left zero)."""
+    if payload is None:
+        payload = bytes(payload_len)
+    elif len(payload) != payload_len:
+        raise ValueError(f"payload has {len(payload)} bytes, payload_len says {payload_len}")
     tcp = struct.pack(
         "!HHIIHHHH",
         sport,
@@ -215,7 +269,7 @@ def build_tcp_frame(
         bytes(int(x) for x in dst.split(".")),
     )
     eth = b"\x02\x00\x00\x00\x00\x02\x02\x00\x00\x00\x00\x01\x08\x00"
-    data = eth + ip + tcp + bytes(payload_len)
+    data = eth + ip + tcp + payload
     return Frame(ts_ns, data, len(data))
 
 
@@ -234,6 +288,7 @@ class Segment:
     end: int
     ack: int  # relative to the other side's stream (bytes of it acknowledged)
     ip_len: int
+    payload: bytes | None = None  # the bytes start..end, when the capture was read with them
 
     @property
     def payload_len(self) -> int:
@@ -294,7 +349,75 @@ def split_connections(packets: list[TcpPacket], server_port: int) -> list[Connec
         start = (p.seq - base - 1) % (1 << 32) if not p.syn else 0
         end = start + p.payload_len if not p.syn else 0
         ack = (p.ack - peer - 1) % (1 << 32) if (p.has_ack and peer is not None) else 0
-        conn.segments.append(Segment(p.ts_ns, from_client, p.flags, start, end, ack, p.ip_len))
+        payload = p.payload if not p.syn else None
+        conn.segments.append(
+            Segment(p.ts_ns, from_client, p.flags, start, end, ack, p.ip_len, payload)
+        )
     done.extend(open_conns.values())
     done.sort(key=lambda c: c.syn_ns)
     return done
+
+
+def describe(conn: Connection) -> str:
+    """A connection as `client ip:port -> server ip:port`, for messages."""
+    return f"{conn.client[0]}:{conn.client[1]} -> {conn.server[0]}:{conn.server[1]}"
+
+
+def reassemble(conn: Connection, from_client: bool) -> bytes:
+    """The byte stream one side of a connection sent (offset 0 = its first payload byte),
+    rebuilt from the captured segments by sequence number, whatever order they arrived in.
+
+    Retransmissions and overlapping segments are merged; overlapping bytes that differ
+    mean a corrupt capture (UserError). Bytes missing before the last captured byte, or
+    bytes the peer acknowledged that no captured segment carried, are a gap (UserError
+    naming the connection and the missing range). The connection must have been read with
+    `tcp_packets(..., keep_payload=True)`."""
+    side = "client" if from_client else "server"
+    pieces = []
+    for s in conn.segments:
+        if s.from_client != from_client or s.end <= s.start:
+            continue  # the other direction, or no payload (SYN, pure ACK, keepalive probe)
+        if s.payload is None:
+            raise UserError(
+                f"connection {describe(conn)}: its segments were read without their payload; "
+                "read the capture with tcp_packets(path, keep_payload=True)"
+            )
+        pieces.append(s)
+    # Sorting by start makes one pass enough: each segment either extends the stream,
+    # repeats bytes already placed (checked equal) or starts past its end (a gap).
+    pieces.sort(key=lambda s: (s.start, -s.end))
+    out = bytearray()
+    for s in pieces:
+        have = len(out)
+        if s.start > have:
+            raise UserError(
+                f"connection {describe(conn)}: the capture is missing {side} stream bytes "
+                f"{have}..{s.start - 1} ({s.start - have} bytes; a packet the capture lost)"
+            )
+        overlap = min(s.end, have) - s.start
+        if overlap > 0 and out[s.start : s.start + overlap] != s.payload[:overlap]:
+            raise UserError(
+                f"connection {describe(conn)}: two captured {side} segments carry different "
+                f"bytes for stream offsets {s.start}..{s.start + overlap - 1}"
+            )
+        if s.end > have:
+            out += s.payload[have - s.start :]
+    # The peer's ACKs show how much of this stream really went through: a FIN takes one
+    # sequence number, so an ACK may run one past the data when this side closed.
+    # (A reset's acknowledgment number says nothing reliable, so resets are left out.)
+    fin = any(s.from_client == from_client and s.flags & FIN for s in conn.segments)
+    acked = max(
+        (
+            s.ack
+            for s in conn.segments
+            if s.from_client != from_client and s.flags & ACK and not s.flags & RST
+        ),
+        default=0,
+    )
+    if acked > len(out) + (1 if fin else 0):
+        raise UserError(
+            f"connection {describe(conn)}: the peer acknowledged {side} stream bytes up to "
+            f"{acked - 1} but the capture holds only {len(out)} bytes (a packet the capture "
+            "lost at the end)"
+        )
+    return bytes(out)
