@@ -101,7 +101,9 @@ def test_make_chain_is_cached_and_private(tmp_path):
     assert stat.S_IMODE(root_key.stat().st_mode) == 0o600
     with_root = a.sending_root()
     assert with_root.sent_certs == 2 and with_root.chain.read_text().count("BEGIN CERT") == 2
-    assert with_root.sent_der_bytes == a.record["server_cert_der_bytes"] + a.record["root_der_bytes"]
+    assert (
+        with_root.sent_der_bytes == a.record["server_cert_der_bytes"] + a.record["root_der_bytes"]
+    )
     assert b.chain.read_bytes() == first and b.record == a.record
     assert a.root.exists() and a.key.exists()
     assert a.record["server_sig"] == "ECDSA-P256" and a.record["ca_sig"] == "RSA-2048"

@@ -14,7 +14,7 @@ from pqlab.experiments.handshake import analyse as hs
 from pqlab.experiments.handshake import phases as hp
 from pqlab.experiments.handshake import report, run, schema
 from pqlab.store import RunStore
-from pqlab.tls import stacks
+from pqlab.tls import records, stacks
 from pqlab.tls.negotiation import Expected
 from test_phases import PORT, Wire, small_handshake
 
@@ -96,7 +96,7 @@ def test_engine_events_become_tls_records():
     w = Wire(0, 40000)
     recs = small_handshake(w)
     rec = engine_record("server", 40000, recs)
-    assert hs.tls_records(rec, "server") == [r for r in recs if r.sender == "server"]
+    assert records.from_events(rec, "server") == [r for r in recs if r.sender == "server"]
 
 
 def test_cell_rows_phases_and_warmup_dropped(tmp_path):
@@ -121,7 +121,13 @@ def test_wrong_negotiation_is_an_error(tmp_path):
     pairs = hs.pair_records(crecs, srecs)
     with pytest.raises(EngineError, match="negotiated group"):
         hs.analyse_cell(
-            tmp_path / "c.pcap", tmp_path / "s.pcap", pairs, PORT, 10, expect("X25519MLKEM768"), stacks.get()
+            tmp_path / "c.pcap",
+            tmp_path / "s.pcap",
+            pairs,
+            PORT,
+            10,
+            expect("X25519MLKEM768"),
+            stacks.get(),
         )
 
 
@@ -132,7 +138,13 @@ def test_missing_connection_in_capture_is_an_error(tmp_path):
     pairs = hs.pair_records(crecs, srecs)
     with pytest.raises(EngineError, match="missing from the client capture"):
         hs.analyse_cell(
-            tmp_path / "c.pcap", tmp_path / "s.pcap", pairs, PORT, 10, expect("X25519"), stacks.get()
+            tmp_path / "c.pcap",
+            tmp_path / "s.pcap",
+            pairs,
+            PORT,
+            10,
+            expect("X25519"),
+            stacks.get(),
         )
 
 

@@ -19,7 +19,6 @@ from __future__ import annotations
 import hashlib
 import hmac
 import os
-import signal
 from pathlib import Path
 
 import pytest
@@ -29,10 +28,11 @@ from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X
 from netleaks import nothing_left  # noqa: F401
 from pqlab import catalog, pcap
 from pqlab.errors import UserError
-from pqlab.experiments import handshake
-from pqlab.experiments.handshake_phases import TlsRecord
+from pqlab.experiments.handshake import analyse
 from pqlab.pcap import ACK, FIN, PSH, SYN
 from pqlab.tls import keylog as kl
+from pqlab.tls import records, runner
+from pqlab.tls.records import TlsRecord
 from tls_helpers import make_chain as engine_certs
 
 # --- RFC 8448 section 3 ------------------------------------------------------------------------
@@ -335,7 +335,7 @@ def test_malformed_keylog_line_names_file_and_line(tmp_path, line, why):
 
 def test_message_names_match_the_callback_path():
     """Every name the lab's callback path gives a handshake type is the one this module
-    gives it (the engine names types; handshake.MESSAGE_NAMES renames some)."""
+    gives it (the engine names types; records.MESSAGE_NAMES renames some)."""
     engine_names = {
         1: "client_hello",
         2: "server_hello",
@@ -347,8 +347,8 @@ def test_message_names_match_the_callback_path():
         20: "finished",
     }
     for code, engine_name in engine_names.items():
-        assert kl.HANDSHAKE_NAMES[code] == handshake.MESSAGE_NAMES[engine_name]
-    assert set(handshake.MESSAGE_NAMES.values()) <= set(kl.HANDSHAKE_NAMES.values())
+        assert kl.HANDSHAKE_NAMES[code] == records.MESSAGE_NAMES[engine_name]
+    assert set(records.MESSAGE_NAMES.values()) <= set(kl.HANDSHAKE_NAMES.values())
     assert kl.HANDSHAKE_NAMES[24] == "key_update"  # not renamed: the engine's own name
 
 
@@ -803,32 +803,14 @@ def run_cell(topo, work: Path, name: str, chain: dict, port: int, **tls) -> dict
     n = tls.get("n", HANDSHAKES_PER_CELL)
     keylog_path = work / f"{name}.keys.log"
     pcaps = {side: work / f"{name}.{side}.pcap" for side in ("client", "server")}
-    procs: list[handshake.Proc] = []
+    procs: list[runner.EngineProcess] = []
     try:
         caps = {}
         for side in ("client", "server"):
-            cap = handshake.Proc(
-                [
-                    "capture",
-                    "--interface",
-                    topo.ifname(side),
-                    "--port",
-                    port,
-                    "--pcap",
-                    pcaps[side],
-                    "--snaplen",
-                    262144,
-                    "--max-seconds",
-                    120,
-                ],
-                topo.ns(side),
-                f"capture in {side} namespace",
-            )
-            procs.append(cap)
-            caps[side] = cap
-            cap.wait_for("capturing", 30)
+            caps[side] = runner.start_capture(topo, side, port, pcaps[side], 262144, 120)
+            procs.append(caps[side])
         common = ["--sigalgs", tls["sigalg"], "--ciphersuites", tls["suite"]]
-        server = handshake.Proc(
+        server = runner.EngineProcess(
             [
                 "tls",
                 "server",
@@ -848,12 +830,13 @@ def run_cell(topo, work: Path, name: str, chain: dict, port: int, **tls) -> dict
                 "--keylog",
                 keylog_path,
             ],
-            topo.server_ns,
             "TLS server",
+            topo=topo,
+            side="server",
         )
         procs.append(server)
         server.wait_for("listening", 30)
-        client = handshake.Proc(
+        client = runner.EngineProcess(
             [
                 "tls",
                 "client",
@@ -871,15 +854,15 @@ def run_cell(topo, work: Path, name: str, chain: dict, port: int, **tls) -> dict
                 "--time-limit",
                 60,
             ],
-            topo.client_ns,
             "TLS client",
+            topo=topo,
+            side="client",
         )
         procs.append(client)
         client_recs = [r for r in client.finish(90) if r["type"] == "connection"]
         server_recs = [r for r in server.finish(30) if r["type"] == "connection"]
         for cap in caps.values():
-            cap.signal(signal.SIGTERM)
-            cap.finish(30)
+            runner.stop_capture(cap)
     finally:
         for p in procs:
             p.stop()
@@ -888,7 +871,7 @@ def run_cell(topo, work: Path, name: str, chain: dict, port: int, **tls) -> dict
         "pcaps": pcaps,
         "keylog": keylog_path,
         "port": port,
-        "pairs": handshake.pair_records(client_recs, server_recs),
+        "pairs": analyse.pair_records(client_recs, server_recs),
     }
 
 
@@ -900,8 +883,8 @@ def compare_cell(cell: dict, suite: str) -> int:
         assert len(decrypted) == len(cell["pairs"]), side
         for crec, srec in cell["pairs"]:
             assert crec["negotiated"]["cipher_standard_name"] == suite
-            want_c = handshake.tls_records(crec, "client")
-            want_s = handshake.tls_records(srec, "server")
+            want_c = records.from_events(crec, "client")
+            want_s = records.from_events(srec, "server")
             got_c, got_s = decrypted[int(crec["local"].rsplit(":", 1)[1])]
             assert got_c == want_c, f"{side} capture, client records"
             assert got_s == want_s, f"{side} capture, server records"
@@ -961,13 +944,13 @@ def test_keylog_equals_openssl_callback_on_real_handshakes(tmp_path, capsys):
             cell, "TLS_AES_256_GCM_SHA384"
         )
         _, srec = cell["pairs"][0]
-        records = handshake.tls_records(srec, "server")
+        sent = records.from_events(srec, "server")
         cert = next(
-            i for i, r in enumerate(records) if any(m == "Certificate" for m, _ in r.messages)
+            i for i, r in enumerate(sent) if any(m == "Certificate" for m, _ in r.messages)
         )
-        assert dict(records[cert].messages)["Certificate"] > 2 * 16384
+        assert dict(sent[cert].messages)["Certificate"] > 2 * 16384
         # Two encrypted records carry only Certificate bytes before the one completing it.
-        assert [(r.content_type, r.messages) for r in records[cert - 2 : cert]] == [(23, ())] * 2
+        assert [(r.content_type, r.messages) for r in sent[cert - 2 : cert]] == [(23, ())] * 2
     with capsys.disabled():
         print(f"\nkey log vs callback: {sum(compared.values())} handshakes, both captures, equal")
         for cell_name, n in compared.items():
@@ -998,8 +981,8 @@ def test_keylog_follows_a_real_hello_retry_request(tmp_path):
     assert compare_cell(cell, "TLS_CHACHA20_POLY1305_SHA256") == HANDSHAKES_PER_CELL
     for crec, srec in cell["pairs"]:
         assert crec["negotiated"]["group"] == "X25519MLKEM768"
-        client_names = [m for r in handshake.tls_records(crec, "client") for m, _ in r.messages]
-        server_names = [m for r in handshake.tls_records(srec, "server") for m, _ in r.messages]
+        client_names = [m for r in records.from_events(crec, "client") for m, _ in r.messages]
+        server_names = [m for r in records.from_events(srec, "server") for m, _ in r.messages]
         assert client_names.count("ClientHello") == 2
         assert server_names.count("ServerHello") == 2
 
@@ -1039,7 +1022,7 @@ def test_real_capture_with_another_runs_keylog_or_a_flipped_byte_is_an_error(tmp
     _, srec = a["pairs"][0]
     cert_end = next(
         r.end
-        for r in handshake.tls_records(srec, "server")
+        for r in records.from_events(srec, "server")
         if any(m == "Certificate" for m, _ in r.messages)
     )
     target = cert_end - 20

@@ -204,11 +204,8 @@ def get(name: str) -> Experiment:
     for exp in registry():
         if exp.name == name:
             return exp
-    raise UserError(
-        f"unknown experiment {name!r}; choose from " + ", ".join(EXPERIMENT_MODULES)
-    )
+    raise UserError(f"unknown experiment {name!r}; choose from " + ", ".join(EXPERIMENT_MODULES))
 
 
 def names() -> list[str]:
     return list(EXPERIMENT_MODULES)
-

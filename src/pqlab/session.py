@@ -67,7 +67,9 @@ def run_steps(
     for step in steps:
         if step.experiment.needs_net and not can_net:
             if not skip_unprivileged:
-                raise PrivilegeError(f"pqlab {step.experiment.name} needs network namespaces: {why}")
+                raise PrivilegeError(
+                    f"pqlab {step.experiment.name} needs network namespaces: {why}"
+                )
             outcome.skipped.append((step.experiment.name, why))
             print(f"suite: skipping {step.experiment.name}: {why}", file=sys.stderr)
             continue
@@ -91,8 +93,14 @@ def run_steps(
                 )
             store.check_plan(exp.name, key)
         for step in runnable:
-            _run_one(store, step, meta, key=step.experiment.resume_key(step.plan), out=outcome,
-                     keep_going=keep_going)
+            _run_one(
+                store,
+                step,
+                meta,
+                key=step.experiment.resume_key(step.plan),
+                out=outcome,
+                keep_going=keep_going,
+            )
         if outcome.completed:
             export(store, html=report)
             outcome.exported = True
@@ -101,8 +109,9 @@ def run_steps(
     return outcome
 
 
-def _run_one(store: RunStore, step: Step, meta: dict, key: dict, out: Outcome,
-             keep_going: bool) -> None:
+def _run_one(
+    store: RunStore, step: Step, meta: dict, key: dict, out: Outcome, keep_going: bool
+) -> None:
     exp = step.experiment
     step_meta = {**meta, **exp.metadata(step.plan), "plan": key}
     if step.command_line:

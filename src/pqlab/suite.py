@@ -65,8 +65,7 @@ def parse(text: str, where: str) -> Suite:
     unknown = sorted(set(data) - set(TOP_KEYS))
     if unknown:
         raise UserError(
-            f"suite {where}: unknown key {unknown[0]!r}; accepted at the top: "
-            "description, [[step]]"
+            f"suite {where}: unknown key {unknown[0]!r}; accepted at the top: description, [[step]]"
         )
     description = data.get("description", "")
     if not isinstance(description, str):
@@ -83,7 +82,7 @@ def parse(text: str, where: str) -> Suite:
         name = table.pop("experiment", None)
         if not isinstance(name, str):
             raise UserError(
-                f"{here}: no experiment = \"...\"; choose from {', '.join(experiments.names())}"
+                f'{here}: no experiment = "..."; choose from {", ".join(experiments.names())}'
             )
         if name not in experiments.names():
             raise UserError(

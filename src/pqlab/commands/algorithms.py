@@ -165,9 +165,7 @@ def tls_roles(alg: catalog.Algorithm) -> dict[str, list[str]] | None:
     except (UserError, EngineError):
         return None
     roles = ("group",) if alg.kind != "sig" else ("server", "client", "ca")
-    return {
-        name: [r for r in roles if alg.usable_in_tls(name, r)] for name in sorted(all_stacks)
-    }
+    return {name: [r for r in roles if alg.usable_in_tls(name, r)] for name in sorted(all_stacks)}
 
 
 def _tls_text(alg: catalog.Algorithm) -> str:

@@ -28,8 +28,7 @@ def _samples(store: RunStore, spec: CompareSpec) -> dict:
         return {}
     have = store.columns(spec.table)
     cols = ", ".join(
-        f'"{k}"' if k in have else f"{_literal(spec.missing.get(k))} AS \"{k}\""
-        for k in spec.keys
+        f'"{k}"' if k in have else f'{_literal(spec.missing.get(k))} AS "{k}"' for k in spec.keys
     )
     rows = store.con.execute(
         f"SELECT {cols}, {spec.value_sql} AS v FROM {spec.table} WHERE {spec.where}"

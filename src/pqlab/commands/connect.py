@@ -49,7 +49,8 @@ def register(sub) -> None:
 
 
 def _spec(args) -> runner.ClientSpec:
-    from pqlab.commands.serve import check_keylog, open_secret_file
+    from pqlab.commands.serve import check_keylog
+    from pqlab.tls.chains import secret_file
 
     host, sep, port = args.target.rpartition(":")
     if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
@@ -76,7 +77,7 @@ def _spec(args) -> runner.ClientSpec:
     keylog = None
     if args.keylog:
         keylog = check_keylog(args.keylog)
-        open_secret_file(keylog)
+        secret_file(keylog)
     tls = runner.Tls(
         stack=stack.name,
         groups=(group,) if group else (),

@@ -26,7 +26,7 @@ from pathlib import Path
 from pqlab import catalog, units
 from pqlab.errors import UserError
 from pqlab.tls import runner, stacks
-from pqlab.tls.chains import make_chain, private_dir
+from pqlab.tls.chains import make_chain, private_dir, secret_file
 
 TMP_PREFIX = "pqlab-serve-"
 DEFAULT_MAX_CONCURRENT = 64
@@ -40,7 +40,9 @@ def register(sub) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument(
-        "--group", default="X25519MLKEM768", help="key-exchange group to force (default %(default)s)"
+        "--group",
+        default="X25519MLKEM768",
+        help="key-exchange group to force (default %(default)s)",
     )
     p.add_argument(
         "--sig",
@@ -122,14 +124,6 @@ def check_keylog(text: str) -> Path:
     return path
 
 
-def open_secret_file(path: Path) -> None:
-    """Create (or restrict) a file that will hold secrets: mode 0600 before anything is
-    written to it."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-    os.fchmod(fd, 0o600)
-    os.close(fd)
-
-
 def remove_stale_temp_dirs() -> list[Path]:
     """Temporary certificate directories of `pqlab serve` processes that are gone (killed
     with SIGKILL, so they could not clean up): they hold private keys; remove them."""
@@ -182,7 +176,7 @@ def run(args) -> int:
     try:
         private_dir(cert_dir)
         if keylog is not None:
-            open_secret_file(keylog)
+            secret_file(keylog)
         chain = make_chain(cert_dir, ca, sig, stack.name)
         spec = runner.ServerSpec(
             tls=runner.Tls(

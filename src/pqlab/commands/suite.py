@@ -85,10 +85,6 @@ def run(args) -> int:
         where = f"; finished experiments are in {outcome.path}" if outcome.completed else ""
         first = outcome.failed[0][1]
         err = type(first) if isinstance(first, EngineError) else EngineError
-        raise err(
-            "suite: "
-            + "; ".join(f"{n} failed: {e}" for n, e in outcome.failed)
-            + where
-        )
+        raise err("suite: " + "; ".join(f"{n} failed: {e}" for n, e in outcome.failed) + where)
     print(f"suite: report {outcome.path / 'report.html'}", file=sys.stderr)
     return 0

@@ -145,8 +145,7 @@ def _probe_environment(store, aesni: str, mask: str, value, done: set) -> dict:
     feats = cpu.get("features", {})
     if cpu.get("arch") != "x86_64" and aesni == "off":
         raise EngineError(
-            "--aesni off needs an x86_64 CPU: OPENSSL_ia32cap has no effect "
-            f"on {cpu.get('arch')}"
+            f"--aesni off needs an x86_64 CPU: OPENSSL_ia32cap has no effect on {cpu.get('arch')}"
         )
     if aesni == "off" and feats.get("aesni"):
         raise EngineError(
@@ -648,9 +647,7 @@ def plan_from_values(args) -> Plan:
         raise UserError("--ciphers is empty; choose from " + ", ".join(CIPHERS))
     for c in ciphers:
         if c not in CIPHERS:
-            raise UserError(
-                f"unknown cipher {c!r} in --ciphers; choose from " + ", ".join(CIPHERS)
-            )
+            raise UserError(f"unknown cipher {c!r} in --ciphers; choose from " + ", ".join(CIPHERS))
     mode_text = "speed-compatible" if args.speed_compatible else args.mode
     modes = ("fair", "speed-compatible")
     try:
@@ -658,9 +655,7 @@ def plan_from_values(args) -> Plan:
     except ValueError:
         raise UserError(f"--seconds {args.seconds!r} is not a number of seconds") from None
     if not 0 < seconds <= MAX_SECONDS:
-        raise UserError(
-            f"--seconds {args.seconds!r} must be above 0 and at most {MAX_SECONDS:g}"
-        )
+        raise UserError(f"--seconds {args.seconds!r} must be above 0 and at most {MAX_SECONDS:g}")
     return Plan(
         ciphers=list(dict.fromkeys(ciphers)),
         sizes=_record_sizes(args.sizes, ciphers),

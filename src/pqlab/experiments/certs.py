@@ -173,8 +173,12 @@ class Certs(Experiment):
             f"signature the stack supports in TLS; default: {','.join(DEFAULT_SIGS)})",
             metavar="LIST",
         ),
-        Option("stack", "TLS stack whose certificates to make", default=stacks.DEFAULT_STACK,
-               metavar="NAME"),
+        Option(
+            "stack",
+            "TLS stack whose certificates to make",
+            default=stacks.DEFAULT_STACK,
+            metavar="NAME",
+        ),
     )
 
     def plan(self, values) -> Plan:

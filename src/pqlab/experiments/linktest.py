@@ -148,11 +148,13 @@ def _pair(
             raise EngineError(f"{proc.what} printed no result")
         return {k: v for k, v in rec.items() if k != "type"}
 
-    with Process(recv_argv, f"probe {recv_argv[3]}", topo=topo, side=recv_side,
-                 env=probes.env()) as srv:
+    with Process(
+        recv_argv, f"probe {recv_argv[3]}", topo=topo, side=recv_side, env=probes.env()
+    ) as srv:
         srv.wait_for("ready", 15)
-        with Process(send_argv, f"probe {send_argv[3]}", topo=topo, side=send_side,
-                     env=probes.env()) as cli:
+        with Process(
+            send_argv, f"probe {send_argv[3]}", topo=topo, side=send_side, env=probes.env()
+        ) as cli:
             sent = result(cli)
         return result(srv), sent
 
@@ -476,7 +478,6 @@ def _measure_profile(store, plan: Plan, profile: LinkProfile, cell: str, progres
         )
 
 
-
 def export(store):
     from pqlab import figures
     from pqlab.report import Section
@@ -579,10 +580,13 @@ class Linktest(Experiment):
             default="auto",
             choices=("auto", "netem", "userspace"),
         ),
-        Option("probes", "UDP probes per direction for loss and delay (20-1000000)",
-               default="1000", metavar="N"),
-        Option("connects", "TCP connects for the RTT check (3-100000)", default="20",
-               metavar="N"),
+        Option(
+            "probes",
+            "UDP probes per direction for loss and delay (20-1000000)",
+            default="1000",
+            metavar="N",
+        ),
+        Option("connects", "TCP connects for the RTT check (3-100000)", default="20", metavar="N"),
         Option(
             "rate-seconds",
             f"length of the bulk transfer for the rate check (above 0, at most "
@@ -634,9 +638,7 @@ class Linktest(Experiment):
         """Print every check of this plan's profiles; fail (exit 5) if any failed."""
         names = [p.name for p in plan.profiles]
         rows = [
-            r
-            for r in store.query("SELECT * FROM linktest ORDER BY rowid")
-            if r["profile"] in names
+            r for r in store.query("SELECT * FROM linktest ORDER BY rowid") if r["profile"] in names
         ]
         for r in rows:
             mark = "ok  " if r["passed"] else "FAIL"

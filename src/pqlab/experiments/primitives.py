@@ -75,6 +75,7 @@ OPERATIONS = {
 }
 OP_ORDER = ["keygen", "encaps", "decaps", "public_key", "shared_secret", "sign", "verify"]
 
+
 def governor_warnings() -> list[Warning_]:
     cpu = metadata.cpu_info()
     gov = cpu.get("governor", "unavailable")
@@ -135,9 +136,7 @@ def run_cells(
     todo = [c for c in cells if c.cell_id not in done]
     if "__machine__" not in done:
         with store.cell(NAME, "__machine__", {}):
-            store.add_warnings(
-                NAME, "__machine__", governor_warnings() + list(skipped_warning)
-            )
+            store.add_warnings(NAME, "__machine__", governor_warnings() + list(skipped_warning))
     with CellProgress("primitives", len(cells)) as progress:
         progress.advance(len(cells) - len(todo))
         for cell in todo:
@@ -146,16 +145,15 @@ def run_cells(
             progress.advance()
 
 
-def measure_cell(
-    store: RunStore, cell: Cell, iterations: int, warmup: int, max_seconds: float | None
-) -> None:
-    args = cell.engine_args() + ["--iterations", str(iterations), "--warmup", str(warmup)]
-    if max_seconds:
-        args += ["--max-seconds", f"{max_seconds:g}"]
+def _read_cell(cell: Cell, args: list[str], max_seconds: float | None):
+    """The engine's records for one cell: samples (columns), op_done records, the checks and
+    sizes records; EngineError naming the cell if anything is missing."""
     samples: dict[str, list] = {k: [] for k in ("operation", "i", "ns", "cycles", "dropped")}
-    op_done, checks, size_rec = [], None, None
+    op_done, found = [], {}
+    # Three timed phases, each bounded by --max-seconds (or a day without one), plus start-up.
+    timeout = 3 * (max_seconds or 86_400) + 600
     try:
-        for rec in engine.stream(args):
+        for rec in engine.stream(args, timeout=timeout):
             t = rec["type"]
             if t == "sample":
                 samples["operation"].append(rec["op"])
@@ -165,30 +163,30 @@ def measure_cell(
                 samples["dropped"].append(bool(rec["dropped"]))
             elif t == "op_done":
                 op_done.append(rec)
-            elif t == "checks":
-                checks = rec
-            elif t == "sizes":
-                size_rec = rec
+            elif t in ("checks", "sizes"):
+                found[t] = rec
     except EngineError as e:
-        raise EngineError(f"{cell.algorithm.name} ({cell.backend}): {e}") from None
-    if checks is None or size_rec is None or not op_done:
+        raise type(e)(f"{cell.algorithm.name} ({cell.backend}): {e}") from None
+    if len(found) < 2 or not op_done:
         raise EngineError(
             f"{cell.algorithm.name} ({cell.backend}): the engine's output is "
             "incomplete (no checks/sizes record)"
         )
-    n = len(samples["i"])
+    return samples, op_done, found["checks"], found["sizes"]
+
+
+def _cell_warnings(cell: Cell, samples: dict, op_done: list[dict]) -> list[Warning_]:
     name, backend = cell.algorithm.name, cell.backend
-    warnings = []
-    for rec in op_done:
-        if rec["budget_exhausted"]:
-            warnings.append(
-                Warning_(
-                    "budget",
-                    f"{name} ({backend}) {rec['op']}",
-                    f"time budget reached after {rec['kept']} of {rec['requested']} samples",
-                    "raise --max-seconds for more samples of slow operations",
-                )
-            )
+    warnings = [
+        Warning_(
+            "budget",
+            f"{name} ({backend}) {rec['op']}",
+            f"time budget reached after {rec['kept']} of {rec['requested']} samples",
+            "raise --max-seconds for more samples of slow operations",
+        )
+        for rec in op_done
+        if rec["budget_exhausted"]
+    ]
     for op in OPERATIONS[cell.algorithm.kind]:
         kept = [
             ns
@@ -199,6 +197,19 @@ def measure_cell(
         ]
         if kept:
             warnings += stats.noise_warnings(f"{name} ({backend}) {op}", stats.summarize(kept))
+    return warnings
+
+
+def measure_cell(
+    store: RunStore, cell: Cell, iterations: int, warmup: int, max_seconds: float | None
+) -> None:
+    args = cell.engine_args() + ["--iterations", str(iterations), "--warmup", str(warmup)]
+    if max_seconds:
+        args += ["--max-seconds", f"{max_seconds:g}"]
+    samples, op_done, checks, size_rec = _read_cell(cell, args, max_seconds)
+    n = len(samples["i"])
+    name, backend = cell.algorithm.name, cell.backend
+    warnings = _cell_warnings(cell, samples, op_done)
     with store.cell(NAME, cell.cell_id, {"args": args}):
         store.insert(
             "primitive_samples", {"algorithm": [name] * n, "backend": [backend] * n, **samples}
@@ -402,6 +413,7 @@ def _ratio_text(r: float) -> str:
 MAX_ITERATIONS = 1_000_000  # samples are kept in memory by the engine (16 bytes each)
 MAX_WARMUP = 100_000
 MAX_SECONDS = 86_400.0
+
 
 @dataclass
 class Plan:

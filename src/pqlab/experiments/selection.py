@@ -28,7 +28,6 @@ _GROUP_ALIASES = {
 }
 
 
-
 @dataclass(frozen=True)
 class Cell:
     algorithm: Algorithm
@@ -139,8 +138,7 @@ SELECTION_OPTIONS = (
     ),
     Option(
         "backend",
-        "library to measure: openssl, liboqs or all (every backend that provides each "
-        "algorithm)",
+        "library to measure: openssl, liboqs or all (every backend that provides each algorithm)",
         default="all",
         metavar="openssl|liboqs|all",
     ),

@@ -89,17 +89,71 @@ def _catalogue_check(alg_name: str, raw: dict) -> str:
     return "mismatch: " + "; ".join(problems) if problems else "ok"
 
 
+def _raw_sizes(backends: dict) -> tuple[dict, list[str]]:
+    """Raw sizes are the algorithm's: take them from any backend (they must agree, except
+    secret key formats); (field -> (min, max) or None, disagreements)."""
+    raw: dict[str, tuple | None] = {}
+    disagree = []
+    for field in RAW_FIELDS:
+        vals = {
+            b: f[field][:2] for b, f in backends.items() if f.get(field) and f[field][0] is not None
+        }
+        if not vals:
+            raw[field] = None
+            continue
+        if len(set(vals.values())) > 1 and field != "secret_key":
+            disagree.append(f"{field}: " + ", ".join(f"{b} {v[0]}-{v[1]}" for b, v in vals.items()))
+        raw[field] = (min(v[0] for v in vals.values()), max(v[1] for v in vals.values()))
+    return raw, disagree
+
+
+def _encoding(backends: dict) -> tuple[str | None, dict]:
+    """Encodings: OpenSSL's own encoder where it has one, else the computed liboqs form."""
+    for b in ("openssl", "liboqs"):
+        f = backends.get(b)
+        if f and f.get("public_key_der") and f["public_key_der"][0] is not None:
+            return b, f
+    return None, {}
+
+
+def _notes(backends: dict, source: str | None, disagree: list[str]) -> list[str]:
+    notes = []
+    if source == "liboqs":
+        notes.append("encodings computed from the catalogue OID (liboqs has no encoder)")
+    if source is None:
+        why = next(
+            (
+                f["public_key_der"][2]
+                for f in backends.values()
+                if f.get("public_key_der") and f["public_key_der"][2]
+            ),
+            "no encoder for this algorithm",
+        )
+        notes.append("no DER encoding: " + why)
+    if disagree:
+        notes.append("backends disagree on " + "; ".join(disagree))
+    ossl, oqs = backends.get("openssl", {}), backends.get("liboqs", {})
+    if (
+        ossl.get("secret_key")
+        and oqs.get("secret_key")
+        and (ossl["secret_key"][:2] != oqs["secret_key"][:2])
+    ):
+        notes.append("secret key formats differ between backends; shown: both ranges")
+    return notes
+
+
 def rows(store: RunStore) -> list[dict]:
     data = store.query(
         "SELECT algorithm, backend, kind, field, min(min_bytes) AS lo, max(max_bytes) AS hi, "
         "any_value(note) AS note FROM primitive_sizes GROUP BY ALL"
     )
+    order = [
+        r["algorithm"]
+        for r in store.query(
+            "SELECT algorithm, min(rowid) AS k FROM primitive_sizes GROUP BY 1 ORDER BY 2"
+        )
+    ]
     by_alg: dict[str, dict] = {}
-    order: list[str] = []
-    for r in store.query(
-        "SELECT algorithm, min(rowid) AS k FROM primitive_sizes GROUP BY 1 ORDER BY 2"
-    ):
-        order.append(r["algorithm"])
     for r in data:
         a = by_alg.setdefault(r["algorithm"], {"kind": r["kind"], "backends": {}})
         a["backends"].setdefault(r["backend"], {})[r["field"]] = (r["lo"], r["hi"], r["note"])
@@ -107,57 +161,9 @@ def rows(store: RunStore) -> list[dict]:
     for name in order:
         a = by_alg[name]
         backends = a["backends"]
-        # Raw sizes are the algorithm's; take them from any backend (they must agree).
-        raw: dict[str, tuple | None] = {}
-        disagree = []
-        for field in RAW_FIELDS:
-            vals = {
-                b: f[field][:2]
-                for b, f in backends.items()
-                if f.get(field) and f[field][0] is not None
-            }
-            if not vals:
-                raw[field] = None
-                continue
-            distinct = set(vals.values())
-            if len(distinct) > 1 and field not in ("secret_key",):
-                disagree.append(
-                    f"{field}: " + ", ".join(f"{b} {v[0]}-{v[1]}" for b, v in vals.items())
-                )
-            raw[field] = (min(v[0] for v in vals.values()), max(v[1] for v in vals.values()))
-        # Encodings: OpenSSL's own encoder where it has one, else the computed liboqs form.
-        source = None
-        enc = {}
-        for b in ("openssl", "liboqs"):
-            f = backends.get(b)
-            if f and f.get("public_key_der") and f["public_key_der"][0] is not None:
-                source = b
-                enc = f
-                break
-        notes = []
-        if source == "liboqs":
-            notes.append("encodings computed from the catalogue OID (liboqs has no encoder)")
-        if source is None:
-            notes.append(
-                "no DER encoding: "
-                + next(
-                    (
-                        f["public_key_der"][2]
-                        for f in backends.values()
-                        if f.get("public_key_der") and f["public_key_der"][2]
-                    ),
-                    "no encoder for this algorithm",
-                )
-            )
-        if disagree:
-            notes.append("backends disagree on " + "; ".join(disagree))
-        if (
-            name in by_alg
-            and backends.get("openssl", {}).get("secret_key")
-            and backends.get("liboqs", {}).get("secret_key")
-            and backends["openssl"]["secret_key"][:2] != backends["liboqs"]["secret_key"][:2]
-        ):
-            notes.append("secret key formats differ between backends; shown: both ranges")
+        raw, disagree = _raw_sizes(backends)
+        source, enc = _encoding(backends)
+        notes = _notes(backends, source, disagree)
 
         def enc_val(field, i, enc=enc):
             v = enc.get(field)
@@ -197,7 +203,9 @@ def write_table(store: RunStore):
     for c in ("algorithm", "kind", "encoding_source", "catalogue_check", "backends", "notes"):
         types[c] = "TEXT"
     store.con.execute(
-        "CREATE OR REPLACE TEMP TABLE sizes_summary (" + ", ".join(f"{c} {types[c]}" for c in COLUMNS) + ")"
+        "CREATE OR REPLACE TEMP TABLE sizes_summary ("
+        + ", ".join(f"{c} {types[c]}" for c in COLUMNS)
+        + ")"
     )
     if table:
         store.insert_rows("sizes_summary", table)

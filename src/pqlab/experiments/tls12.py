@@ -164,9 +164,7 @@ DDL = [
 def _chains(store, plan: Plan) -> dict[str, Chain]:
     """One root CA + server certificate per certificate type (the CA of the same
     algorithm), made into the run directory and kept for --resume."""
-    return {
-        cert: make_chain(store.path / "certs", CERTS[cert], CERTS[cert]) for cert in plan.certs
-    }
+    return {cert: make_chain(store.path / "certs", CERTS[cert], CERTS[cert]) for cert in plan.certs}
 
 
 def _hosts(plan: Plan):
@@ -209,8 +207,11 @@ def measure(store, plan: Plan) -> None:
                 store.insert_rows("tls12_handshakes", rows)
                 store.insert_rows(
                     "tls12_cells",
-                    [_cell_row(spec, plan, len(rows), quota, used_ms, profile_name, link_desc,
-                               level)],
+                    [
+                        _cell_row(
+                            spec, plan, len(rows), quota, used_ms, profile_name, link_desc, level
+                        )
+                    ],
                 )
                 summary = stats.summarize([r["connect_to_handshake_ns"] for r in rows])
                 store.add_warnings(

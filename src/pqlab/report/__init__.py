@@ -12,7 +12,6 @@ from __future__ import annotations
 import base64
 import csv
 import html
-import json
 import string
 from dataclasses import dataclass, field
 from importlib import resources
@@ -101,21 +100,9 @@ details{margin:.5em 0}
 """
 
 
-def write_html(store: RunStore, sections: list[Section]) -> Path:
-    meta = store.metadata()
+def _machine_html(meta: dict) -> str:
     cpu = meta.get("cpu", {})
     eng = meta.get("engine", {})
-    parts = [
-        f"<!doctype html><html><head><meta charset=utf-8><title>pqlab report: "
-        f"{html.escape(store.path.name)}</title><style>{CSS}</style></head><body>",
-        f"<h1>pqlab report: {html.escape(store.path.name)}</h1>",
-    ]
-    parts.append(
-        "<p>Every number below is derived from the raw samples in "
-        "<code>results.duckdb</code>; tables are also in <code>tables/</code> as CSV "
-        "and Parquet, figures in <code>figures/</code> as PNG and SVG. Rebuild this "
-        "page with <code>pqlab report " + html.escape(str(store.path)) + "</code>.</p>"
-    )
     machine = [
         ("CPU", f"{cpu.get('model', '?')} ({cpu.get('count', '?')} logical CPUs)"),
         (
@@ -130,60 +117,78 @@ def write_html(store: RunStore, sections: list[Section]) -> Path:
         ("TCP congestion control (host)", meta.get("network", {}).get("congestion_control")),
         ("OpenSSL", eng.get("openssl", {}).get("version_text", "?")),
         ("liboqs", eng.get("liboqs", {}).get("version", "?")),
+        ("Engine build", eng.get("build_id", "?")),
         ("pqlab", f"{meta.get('pqlab_version')} ({meta.get('pqlab_commit')})"),
     ]
-    parts.append("<h2>Machine and libraries</h2><table>")
-    parts += [
+    rows = "".join(
         f"<tr><th>{html.escape(k)}</th><td>{html.escape(str(v))}</td></tr>" for k, v in machine
-    ]
-    parts.append("</table>")
-    invocations = meta.get("invocations", [])
+    )
+    return f"<h2>Machine and libraries</h2><table>{rows}</table>"
+
+
+def _invocations_html(store: RunStore) -> str:
+    invocations = store.invocations()
     if not invocations:
-        try:
-            invocations = json.loads((store.path / "metadata.json").read_text()).get(
-                "invocations", []
-            )
-        except (OSError, ValueError):
-            invocations = []
-    if invocations:
-        parts.append("<details><summary>Commands in this run</summary><ul>")
-        parts += [
-            f"<li><code>{html.escape(i['command_line'])}</code> ({i['status']})</li>"
-            for i in invocations
-        ]
-        parts.append("</ul></details>")
+        return ""
+    items = "".join(
+        f"<li><code>{html.escape(i['command_line'])}</code> ({i['status']})</li>"
+        for i in invocations
+    )
+    return f"<details><summary>Commands in this run</summary><ul>{items}</ul></details>"
+
+
+def _warnings_html(store: RunStore, limit: int = 50) -> str:
     warnings = store.query("SELECT * FROM warnings ORDER BY experiment, subject")
-    if warnings:
-        parts.append("<h2>Warnings</h2>")
-        for w in warnings[:50]:
-            parts.append(
-                f"<div class=warn><b>{html.escape(w['subject'])}</b>: "
-                f"{html.escape(w['message'])}. <i>{html.escape(w['advice'])}</i></div>"
-            )
-        if len(warnings) > 50:
-            parts.append(f"<p class=note>{len(warnings) - 50} more in the warnings table</p>")
+    if not warnings:
+        return ""
+    parts = ["<h2>Warnings</h2>"]
+    for w in warnings[:limit]:
+        parts.append(
+            f"<div class=warn><b>{html.escape(w['subject'])}</b>: "
+            f"{html.escape(w['message'])}. <i>{html.escape(w['advice'])}</i></div>"
+        )
+    if len(warnings) > limit:
+        parts.append(f"<p class=note>{len(warnings) - limit} more in the warnings table</p>")
+    return "".join(parts)
+
+
+def _block_html(block) -> str:
+    if block[0] == "html":
+        return block[1]
+    if block[0] == "figure":
+        png, caption = block[1], block[2]
+        if not png.exists():
+            return ""
+        data = base64.b64encode(png.read_bytes()).decode()
+        return (
+            f"<figure><img alt='{html.escape(caption)}' "
+            f"src='data:image/png;base64,{data}'><figcaption>"
+            f"{html.escape(caption)} ({html.escape(png.name)})"
+            "</figcaption></figure>"
+        )
+    csv_path, caption, max_rows = block[1], block[2], block[3]
+    return (
+        f"<p><b>{html.escape(caption)}</b> "
+        f"(<code>tables/{html.escape(csv_path.name)}</code>)</p>" + _table_html(csv_path, max_rows)
+    )
+
+
+def write_html(store: RunStore, sections: list[Section]) -> Path:
+    name = html.escape(store.path.name)
+    parts = [
+        f"<!doctype html><html><head><meta charset=utf-8><title>pqlab report: {name}</title>"
+        f"<style>{CSS}</style></head><body><h1>pqlab report: {name}</h1>",
+        "<p>Every number below is derived from the raw samples in "
+        "<code>results.duckdb</code>; tables are also in <code>tables/</code> as CSV "
+        "and Parquet, figures in <code>figures/</code> as PNG and SVG. Rebuild this "
+        "page with <code>pqlab report " + html.escape(str(store.path)) + "</code>.</p>",
+        _machine_html(store.metadata()),
+        _invocations_html(store),
+        _warnings_html(store),
+    ]
     for s in sections:
         parts.append(f"<h2>{html.escape(s.title)}</h2>{s.intro}")
-        for block in s.blocks:
-            if block[0] == "html":
-                parts.append(block[1])
-            elif block[0] == "figure":
-                png, caption = block[1], block[2]
-                if png.exists():
-                    data = base64.b64encode(png.read_bytes()).decode()
-                    parts.append(
-                        f"<figure><img alt='{html.escape(caption)}' "
-                        f"src='data:image/png;base64,{data}'><figcaption>"
-                        f"{html.escape(caption)} ({html.escape(png.name)})"
-                        "</figcaption></figure>"
-                    )
-            elif block[0] == "table":
-                csv_path, caption, max_rows = block[1], block[2], block[3]
-                parts.append(
-                    f"<p><b>{html.escape(caption)}</b> "
-                    f"(<code>tables/{html.escape(csv_path.name)}</code>)</p>"
-                )
-                parts.append(_table_html(csv_path, max_rows))
+        parts += [_block_html(b) for b in s.blocks]
     parts.append("</body></html>")
     out = store.path / "report.html"
     tmp = out.with_suffix(".html.tmp")

@@ -55,6 +55,17 @@ def private_dir(path: Path) -> Path:
     return path
 
 
+def secret_file(path: Path) -> Path:
+    """Create (or restrict) a file that will hold secrets, such as a key log: mode 0600
+    before anything is written to it."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    try:
+        os.fchmod(fd, 0o600)
+    finally:
+        os.close(fd)
+    return path
+
+
 @dataclass(frozen=True)
 class Chain:
     ca: Algorithm

@@ -17,11 +17,11 @@ facts from the capture itself, so any stack that writes an SSLKEYLOGFILE can be 
 5. handshake messages are reassembled across records and each one is attributed to the
    record holding its last byte.
 
-The result is what `pqlab.experiments.handshake.tls_records` builds from the engine's
+The result is what `pqlab.tls.records.from_events` builds from the engine's
 callback events: per side, a list of `TlsRecord(sender, end, content_type, messages)`
 with `end` the stream offset after the record, `content_type` the OUTER record type (23
 for everything encrypted) and `messages` the (name, length incl. the 4-byte header) of
-the handshake messages completed in that record. `handshake_phases.analyse` takes either.
+the handshake messages completed in that record. `pqlab.experiments.handshake.phases.analyse` takes either.
 
 Limits: TLS 1.3 only (a TLS 1.2 connection is refused with a clear error); the AEADs
 TLS_AES_128_GCM_SHA256, TLS_AES_256_GCM_SHA384 and TLS_CHACHA20_POLY1305_SHA256; no 0-RTT
@@ -43,7 +43,7 @@ from cryptography.hazmat.primitives.kdf.hkdf import HKDFExpand
 
 from pqlab import pcap
 from pqlab.errors import UserError
-from pqlab.experiments.handshake_phases import TlsRecord
+from pqlab.tls.records import TlsRecord
 
 CHANGE_CIPHER_SPEC, ALERT, HANDSHAKE, APPLICATION_DATA = 20, 21, 22, 23
 RECORD_HEADER = 5
@@ -56,7 +56,7 @@ TLS13 = 0x0304
 
 # Handshake message names exactly as the callback path produces them: the engine names
 # each type (engine/src/tls/common.rs handshake_type_name) and the lab turns the ones it
-# analyses into message names (pqlab.experiments.handshake.MESSAGE_NAMES); any other type
+# analyses into message names (pqlab.tls.records.MESSAGE_NAMES); any other type
 # keeps the engine's lower-case name. A test checks this table against MESSAGE_NAMES.
 HANDSHAKE_NAMES = {
     0: "hello_request",

@@ -72,8 +72,7 @@ class Stack:
             return f"{alg.name} has no TLS SignatureScheme code point"
         if alg.tls_sigscheme not in self.sigalgs:
             return (
-                f"{alg.name} (scheme {alg.tls_sigscheme:#06x}) is not a signature scheme of "
-                f"{where}"
+                f"{alg.name} (scheme {alg.tls_sigscheme:#06x}) is not a signature scheme of {where}"
             )
         return None
 
@@ -142,11 +141,7 @@ def require(algs, stack: Stack, role: str, option: str) -> None:
     for alg in algs:
         why = stack.why_not(alg, role)
         if why:
-            usable = [
-                a.name
-                for a in _catalogue(role)
-                if stack.why_not(a, role) is None
-            ]
+            usable = [a.name for a in _catalogue(role) if stack.why_not(a, role) is None]
             raise UserError(
                 f"{option} {alg.name}: {why}; usable here: {', '.join(usable[:12])}"
                 + (" ..." if len(usable) > 12 else "")

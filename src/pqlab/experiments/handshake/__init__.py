@@ -63,6 +63,7 @@ class Handshake(Experiment):
                 "stack": plan.stack,
                 "keep_pcap": plan.keep_pcap,
                 "send_root": plan.send_root,
+                "messages": plan.messages,
                 "cpus": {"server": plan.cpus[0], "client": plan.cpus[1]} if plan.cpus else None,
             }
         }

@@ -1,7 +1,7 @@
 """From a cell's engine records and captures to per-handshake rows and phase rows.
 
-`tls_records` turns one side's engine connection record (the stack's message events) into
-the TLS records it wrote; `pair_records` pairs client and server records by client port;
+`callback_records` gives the TLS records both sides wrote from the stack's message events
+(`pqlab.tls.records`; the key log is the other source); `pair_records` pairs client and server records by client port;
 `analyse_cell` checks what every handshake negotiated (`pqlab.tls.negotiation`), finds each
 connection in both captures and takes it apart (`phases.analyse`).
 """
@@ -14,19 +14,9 @@ from pathlib import Path
 from pqlab import pcap
 from pqlab.errors import CheckError, EngineError
 from pqlab.experiments.handshake import phases as hp
-from pqlab.tls import negotiation
+from pqlab.tls import negotiation, records
+from pqlab.tls.records import TlsRecord
 
-CONTENT_TYPES = {"change_cipher_spec": 20, "alert": 21, "handshake": 22, "application_data": 23}
-MESSAGE_NAMES = {
-    "client_hello": "ClientHello",
-    "server_hello": "ServerHello",
-    "encrypted_extensions": "EncryptedExtensions",
-    "certificate": "Certificate",
-    "certificate_verify": "CertificateVerify",
-    "finished": "Finished",
-    "new_session_ticket": "NewSessionTicket",
-    "certificate_request": "CertificateRequest",
-}
 # Sizes reported per handshake (handshake message bytes, 4-byte header included).
 SIZE_COLUMNS = [
     ("client", "ClientHello", "client_hello_bytes"),
@@ -37,27 +27,6 @@ SIZE_COLUMNS = [
     ("server", "Finished", "server_finished_bytes"),
     ("client", "Finished", "client_finished_bytes"),
 ]
-
-
-def tls_records(conn_record: dict, sender: str) -> list[hp.TlsRecord]:
-    """The records one side wrote (dir "sent"), with the handshake messages they carried."""
-    out: list[hp.TlsRecord] = []
-    messages: dict[int, list] = {}
-    for ev in conn_record.get("events", []):
-        if ev.get("dir") != "sent":
-            continue
-        if ev.get("ev") == "record":
-            out.append(
-                hp.TlsRecord(
-                    sender, int(ev["offset_end"]), CONTENT_TYPES.get(ev["content_type"], 0)
-                )
-            )
-        elif ev.get("ev") == "handshake":
-            name = MESSAGE_NAMES.get(ev["msg"], ev["msg"])
-            messages.setdefault(int(ev["offset_end"]), []).append((name, int(ev["length"])))
-    return [
-        hp.TlsRecord(r.sender, r.end, r.content_type, tuple(messages.get(r.end, ()))) for r in out
-    ]
 
 
 def _port(addr: str) -> int:
@@ -159,9 +128,48 @@ def phase_rows(idx: int, h: hp.Handshake) -> list[dict]:
     return out
 
 
-def callback_records(crec: dict, srec: dict) -> list[hp.TlsRecord]:
+def callback_records(crec: dict, srec: dict) -> list[TlsRecord]:
     """The TLS records both sides wrote, from the stack's own message events."""
-    return tls_records(crec, "client") + tls_records(srec, "server")
+    return records.from_events(crec, "client") + records.from_events(srec, "server")
+
+
+def keylog_records(server_pcap: Path, keylog: Path, port: int):
+    """`records_of` for the key-log source: both sides' records recovered from the server's
+    capture decrypted with the server's key log (any TLS stack)."""
+    from pqlab.tls import keylog as kl
+
+    by_port = kl.records_from_capture(server_pcap, keylog, port)
+
+    def records_of(crec: dict, srec: dict) -> list[TlsRecord]:
+        cport = _port(crec["local"])
+        if cport not in by_port:
+            raise EngineError(f"client port {cport} is not in the decrypted capture")
+        client, server = by_port[cport]
+        return client + server
+
+    return records_of
+
+
+def cross_checked_records(server_pcap: Path, keylog: Path, port: int):
+    """`records_of` that uses the stack's callback and requires the key-log source to give
+    exactly the same records (types, lengths, stream offsets) for every handshake."""
+    from_keylog = keylog_records(server_pcap, keylog, port)
+
+    def records_of(crec: dict, srec: dict) -> list[TlsRecord]:
+        want = callback_records(crec, srec)
+        got = from_keylog(crec, srec)
+        if got != want:
+            diff = next(
+                (f"{w} vs {g}" for w, g in zip(want, got, strict=False) if w != g),
+                f"{len(want)} vs {len(got)} records",
+            )
+            raise CheckError(
+                f"client port {_port(crec['local'])}: the key log and the stack's callback "
+                f"disagree on the TLS records ({diff})"
+            )
+        return want
+
+    return records_of
 
 
 def analyse_cell(

@@ -23,6 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from pqlab.pcap import ACK, SYN, Connection, Segment
+from pqlab.tls.records import TlsRecord
 
 # Phase name (as in the document's legend), from point, to point, colour family.
 CLIENT_PHASES = [
@@ -70,17 +71,6 @@ WRITE_BUFFER = 4096  # OpenSSL's buffering BIO during the handshake (bf_buff.c d
 
 class AnalysisError(Exception):
     """A handshake whose captures do not contain what the analysis needs."""
-
-
-@dataclass(frozen=True)
-class TlsRecord:
-    """One TLS record as written by `sender`; `end` is the cumulative number of bytes the
-    sender had written to the TCP stream once this record was out (0-based stream)."""
-
-    sender: str  # "client" | "server"
-    end: int
-    content_type: int  # 22 handshake, 20 change_cipher_spec, 23 application data (TLS 1.3)
-    messages: tuple[tuple[str, int], ...] = ()  # (handshake message name, its length)
 
 
 @dataclass
@@ -193,6 +183,66 @@ def simulate_write_buffer(record_sizes: list[int], size: int = WRITE_BUFFER) -> 
     return writes
 
 
+class _FlightReplay:
+    """The server capture replayed up to the segment carrying the end of Finished: flight
+    segments, retransmissions, and stalls on the congestion window.
+
+    A segment "stalled" when an ACK of new data arrived since the previous flight segment and
+    either (a) the replayed window was full at that ACK (initcwnd, slow-start growth when at
+    least half the window was in use, RFC 7661; Linux counts segments), or (b) the segment
+    was handed to the kernel in the same write as the previous one (so it was ready at once)
+    yet left only after the ACK, closer to the ACK than to its predecessor: whatever the
+    kernel's window was, the ACK released it."""
+
+    def __init__(self, predicted_writes: list[int], initcwnd: int):
+        self.predicted = predicted_writes
+        self.cwnd = initcwnd
+        self.snd_una = 0
+        self.segs: list[int] = []  # stream offset at the end of each flight segment
+        self.retrans = 0
+        self.max_end = 0
+        self.full_at_ack = False
+        self.last_ack_ns: int | None = None
+        self.stalls = 0
+        self.stall_wait_ns = 0
+        self.prev_seg_ts: int | None = None
+        self.prev_write: int | None = None
+
+    def write_of(self, end: int) -> int:
+        """Which of the predicted writes carried stream byte end-1."""
+        return next((i for i, w in enumerate(self.predicted) if w >= end), len(self.predicted))
+
+    def ack(self, seg: Segment) -> None:
+        if not (seg.flags & ACK and seg.ack > self.snd_una):
+            return
+        outstanding = [e for e in self.segs if e > self.snd_una]
+        newly = sum(1 for e in outstanding if e <= seg.ack)
+        if len(outstanding) >= self.cwnd:
+            self.full_at_ack = True
+        if 2 * len(outstanding) >= self.cwnd:
+            self.cwnd += newly
+        self.snd_una = seg.ack
+        self.last_ack_ns = seg.ts_ns
+
+    def data(self, seg: Segment) -> None:
+        if seg.payload_len == 0 or seg.flags & SYN:
+            return
+        if seg.end <= self.max_end:
+            self.retrans += 1
+            return
+        write = self.write_of(seg.end)
+        prev, ack = self.prev_seg_ts, self.last_ack_ns
+        if prev is not None and ack is not None and ack > prev:
+            released = write == self.prev_write and (seg.ts_ns - ack < ack - prev)
+            if self.full_at_ack or released:
+                self.stalls += 1
+                self.stall_wait_ns += seg.ts_ns - prev
+        self.full_at_ack = False
+        self.segs.append(seg.end)
+        self.max_end = seg.end
+        self.prev_seg_ts, self.prev_write = seg.ts_ns, write
+
+
 def server_flight(
     client_conn: Connection,
     server_conn: Connection,
@@ -213,63 +263,29 @@ def server_flight(
         prev = r.end
     predicted = simulate_write_buffer(sizes)
 
-    # Walk the server capture up to the segment carrying the end of Finished. A segment
-    # "stalled" when an ACK of new data arrived since the previous flight segment and
-    # either (a) the replayed window was full at that ACK (initcwnd, slow-start growth
-    # when at least half the window was in use, RFC 7661; Linux counts segments), or
-    # (b) the segment was handed to the kernel in the same write as the previous one
-    # (so it was ready at once) yet left only after the ACK, closer to the ACK than to
-    # its predecessor: whatever the kernel's window was, the ACK released it.
-    def write_of(end: int) -> int:
-        return next((i for i, w in enumerate(predicted) if w >= end), len(predicted))
-
     last = covering(server_conn, False, fin_end)
-    segs, retrans, max_end = [], 0, 0
-    snd_una, cwnd = 0, initcwnd
-    full_at_ack, last_ack_ns = False, None
-    stalls, stall_wait_ns, prev_seg_ts, prev_write = 0, 0, None, None
-    for s in server_conn.segments:
-        if s.ts_ns > last.ts_ns:
+    replay = _FlightReplay(predicted, initcwnd)
+    for seg in server_conn.segments:
+        if seg.ts_ns > last.ts_ns:
             break
-        if s.from_client:
-            if s.flags & ACK and s.ack > snd_una:
-                outstanding = [e for e in segs if e > snd_una]
-                newly = sum(1 for e in outstanding if e <= s.ack)
-                if len(outstanding) >= cwnd:
-                    full_at_ack = True
-                if 2 * len(outstanding) >= cwnd:
-                    cwnd += newly
-                snd_una = s.ack
-                last_ack_ns = s.ts_ns
-            continue
-        if s.payload_len == 0 or s.flags & SYN:
-            continue
-        if s.end <= max_end:
-            retrans += 1
-            continue
-        write = write_of(s.end)
-        if prev_seg_ts is not None and last_ack_ns is not None and last_ack_ns > prev_seg_ts:
-            released = write == prev_write and (s.ts_ns - last_ack_ns < last_ack_ns - prev_seg_ts)
-            if full_at_ack or released:
-                stalls += 1
-                stall_wait_ns += s.ts_ns - prev_seg_ts
-        full_at_ack = False
-        segs.append(s.end)
-        max_end = s.end
-        prev_seg_ts, prev_write = s.ts_ns, write
+        if seg.from_client:
+            replay.ack(seg)
+        else:
+            replay.data(seg)
+    segs = replay.segs
     seg_sizes = [b - a for a, b in zip([0, *segs[:-1]], segs, strict=True)]
     observed = [end for end, n in zip(segs[:-1], seg_sizes[:-1], strict=True) if n < mss]
     return {
         "segments": len(segs),
-        "retransmissions": retrans,
+        "retransmissions": replay.retrans,
         "bytes": fin_end,
         "bytes_through_certificate": cert_end,
         "writes_predicted": len(predicted),
         "flush_offsets_predicted": predicted,
         "short_segment_ends": observed,
         "split_by_write_buffer": len(predicted) > 1,
-        "cwnd_stalls": stalls,
-        "cwnd_stall_wait_ns": stall_wait_ns,
+        "cwnd_stalls": replay.stalls,
+        "cwnd_stall_wait_ns": replay.stall_wait_ns,
     }
 
 

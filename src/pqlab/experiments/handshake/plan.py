@@ -16,6 +16,7 @@ DEFAULT_GROUPS = ["X25519", "ML-KEM-512", "ML-KEM-768", "ML-KEM-1024", "X25519ML
 DEFAULT_SIGS = ["RSA-2048", "RSA-3072", "P-256", "ML-DSA-44"]
 DEFAULT_PORT = 4433
 DEFAULT_INITCWND = 10
+MESSAGE_SOURCES = ("auto", "callback", "keylog", "both")
 MAX_N = 100_000
 MAX_WARMUP = 10_000
 
@@ -67,8 +68,15 @@ OPTIONS = (
         flag=True,
     ),
     Option(
-        "port", "server TCP port inside the lab", default=str(DEFAULT_PORT), metavar="PORT"
+        "messages",
+        "where TLS message boundaries come from: callback (the stack's own message events), "
+        "keylog (the captures decrypted with the server's key log; any stack), both (the "
+        "callback, with the key log required to agree exactly for every handshake), or "
+        "auto (callback when the stack has one, else keylog)",
+        default="auto",
+        choices=MESSAGE_SOURCES,
     ),
+    Option("port", "server TCP port inside the lab", default=str(DEFAULT_PORT), metavar="PORT"),
     Option(
         "profile",
         "network profile for the link between the hosts: a preset, key=value pairs or a "
@@ -107,6 +115,7 @@ class Plan:
     shaper: str = "auto"
     stack: str = stacks.DEFAULT_STACK
     send_root: bool = False
+    messages: str = "callback"  # resolved: callback | keylog | both
     initcwnd: int = DEFAULT_INITCWND
     congestion_control: str = "cubic"
     rtt_s: float = 0.0  # configured round trip of the link (0: the bare link)
@@ -125,6 +134,10 @@ class Plan:
         return cid + ("|+root" if self.send_root else "")
 
     @property
+    def needs_keylog(self) -> bool:
+        return self.messages in ("keylog", "both")
+
+    @property
     def profile_name(self) -> str | None:
         return getattr(self.profile, "name", None)
 
@@ -134,6 +147,20 @@ def _names(text, option: str) -> list[str]:
     if not names:
         raise UserError(f"{option} is empty; give a comma-separated list of names")
     return names
+
+
+def _message_source(choice: str, stack) -> str:
+    if choice not in MESSAGE_SOURCES:
+        raise UserError(f"--messages {choice!r}: use {', '.join(MESSAGE_SOURCES)}")
+    has_callback = bool(stack.limits.get("message_events", True))
+    if choice == "auto":
+        return "callback" if has_callback else "keylog"
+    if choice in ("callback", "both") and not has_callback:
+        raise UserError(
+            f"--messages {choice}: the {stack.name} stack reports no message events; use "
+            "--messages keylog"
+        )
+    return choice
 
 
 def from_values(values) -> Plan:
@@ -166,6 +193,7 @@ def from_values(values) -> Plan:
         shaper=values.shaper or "auto",
         stack=stack.name,
         send_root=bool(values.send_root),
+        messages=_message_source(values.messages or "auto", stack),
     )
     if values.profile:
         from pqlab.net.profiles import load_profiles

@@ -204,8 +204,7 @@ def _processing_table(store) -> Path:
         )
     ]
     pivot = ", ".join(
-        f"avg(CASE WHEN t.ca_sig = '{_q(c)}' THEN "
-        f'client_processing_ns END) {ms} AS "CA {c}"'
+        f"avg(CASE WHEN t.ca_sig = '{_q(c)}' THEN client_processing_ns END) {ms} AS \"CA {c}\""
         for c in cas
     )
     return store.export_table(
@@ -297,94 +296,93 @@ def _stacked(store, title: str, name: str, labels: list[str], rows: dict) -> Pat
     return figures.save(fig, store, name)
 
 
+class _PhaseMeans:
+    """Mean phase times of every cell, and the cells' axes in report order."""
+
+    def __init__(self, store):
+        data = store.query(
+            'SELECT "group", server_sig, ca_sig, view, phase, avg(ns) / 1e6 AS ms '
+            "FROM handshake_phase GROUP BY ALL"
+        )
+        cells = store.query(
+            'SELECT DISTINCT t."group", t.server_sig, t.ca_sig, og.pos AS gp, os.pos AS sp, '
+            f"oc.pos AS cp FROM handshake_raw t {ORDER_JOIN} ORDER BY gp, sp, cp"
+        )
+        self.axes = {
+            axis: list(dict.fromkeys(c[axis] for c in cells))
+            for axis in ("group", "server_sig", "ca_sig")
+        }
+        self.present = {(c["group"], c["server_sig"], c["ca_sig"]) for c in cells}
+        self.means: dict[tuple, dict] = {}
+        for d in data:
+            cell = (d["group"], d["server_sig"], d["ca_sig"])
+            self.means.setdefault(cell, {})[(d["view"], d["phase"])] = d["ms"]
+
+    def family(self, vary: str, fixed: dict) -> tuple[list[str], dict]:
+        """One bar per value of `vary` with the other two axes fixed: labels and
+        {(label, view, phase): mean ms}."""
+        labels, rows = [], {}
+        for v in self.axes[vary]:
+            key = {**fixed, vary: v}
+            cell = (key["group"], key["server_sig"], key["ca_sig"])
+            if cell not in self.present:
+                continue
+            labels.append(v)
+            for (view, phase), ms in self.means.get(cell, {}).items():
+                rows[(v, view, phase)] = ms
+        return labels, rows
+
+
+# The document's families of stacked-bar figures: (axis varied, the two fixed axes, file name
+# prefix, title, caption, whether a single bar is drawn too).
+FAMILIES = (
+    (
+        "server_sig",
+        ("group", "ca_sig"),
+        "group-{group}_ca-{ca_sig}",
+        "group {group}, CA {ca_sig}: by server signature",
+        "as figures 8, 13, 14",
+        True,
+    ),
+    (
+        "group",
+        ("server_sig", "ca_sig"),
+        "server-{server_sig}_ca-{ca_sig}",
+        "server {server_sig}, CA {ca_sig}: by key exchange",
+        "as figures 15, 16, 18",
+        False,
+    ),
+    (
+        "ca_sig",
+        ("group", "server_sig"),
+        "group-{group}_server-{server_sig}",
+        "group {group}, server {server_sig}: by CA signature",
+        "as figure 17",
+        False,
+    ),
+)
+
+
 def _figures(store) -> list[tuple[Path, str]]:
     from pqlab import figures
 
+    means = _PhaseMeans(store)
     out = []
-    data = store.query(
-        'SELECT "group", server_sig, ca_sig, view, phase, avg(ns) / 1e6 AS ms '
-        "FROM handshake_phase GROUP BY ALL"
-    )
-    cells = store.query(
-        'SELECT DISTINCT t."group", t.server_sig, t.ca_sig, og.pos AS gp, os.pos AS sp, '
-        f"oc.pos AS cp FROM handshake_raw t {ORDER_JOIN} ORDER BY gp, sp, cp"
-    )
-    groups = list(dict.fromkeys(c["group"] for c in cells))
-    ssigs = list(dict.fromkeys(c["server_sig"] for c in cells))
-    cas = list(dict.fromkeys(c["ca_sig"] for c in cells))
-    means = {
-        (d["group"], d["server_sig"], d["ca_sig"], d["view"], d["phase"]): d["ms"] for d in data
-    }
-    present = {(c["group"], c["server_sig"], c["ca_sig"]) for c in cells}
-
-    def family(vary: str, fixed: dict):
-        axis = {"server_sig": ssigs, "group": groups, "ca_sig": cas}[vary]
-        labels, rows = [], {}
-        for v in axis:
-            key = {**fixed, vary: v}
-            k = (key["group"], key["server_sig"], key["ca_sig"])
-            if k not in present:
-                continue
-            labels.append(v)
-            for (g, s, c, view, phase), ms in means.items():
-                if (g, s, c) == k:
-                    rows[(v, view, phase)] = ms
-        return labels, rows
-
-    # Per server signer for a fixed group and CA (figures 8, 13, 14).
-    for g in groups:
-        for c in cas:
-            labels, rows = family("server_sig", {"group": g, "ca_sig": c})
-            if labels:  # always drawn, even for one cell
-                title = f"group {g}, CA {c}: by server signature"
-                out.append(
-                    (
-                        _stacked(
-                            store,
-                            title,
-                            figures.safe_name(f"handshake_phases_group-{g}_ca-{c}"),
-                            labels,
-                            rows,
-                        ),
-                        f"Mean phases, {title} (as figures 8, 13, 14)",
+    for vary, (a, b), name, title, caption, single in FAMILIES:
+        for va in means.axes[a]:
+            for vb in means.axes[b]:
+                fixed = {a: va, b: vb}
+                labels, rows = means.family(vary, fixed)
+                if len(labels) > (0 if single else 1):
+                    text = title.format(**fixed)
+                    png = _stacked(
+                        store,
+                        text,
+                        figures.safe_name("handshake_phases_" + name.format(**fixed)),
+                        labels,
+                        rows,
                     )
-                )
-    # Per group for a fixed server signer and CA (figures 15, 16, 18).
-    for s in ssigs:
-        for c in cas:
-            labels, rows = family("group", {"server_sig": s, "ca_sig": c})
-            if len(labels) > 1:
-                title = f"server {s}, CA {c}: by key exchange"
-                out.append(
-                    (
-                        _stacked(
-                            store,
-                            title,
-                            figures.safe_name(f"handshake_phases_server-{s}_ca-{c}"),
-                            labels,
-                            rows,
-                        ),
-                        f"Mean phases, {title} (as figures 15, 16, 18)",
-                    )
-                )
-    # Per CA for a fixed group and server signer (figure 17).
-    for g in groups:
-        for s in ssigs:
-            labels, rows = family("ca_sig", {"group": g, "server_sig": s})
-            if len(labels) > 1:
-                title = f"group {g}, server {s}: by CA signature"
-                out.append(
-                    (
-                        _stacked(
-                            store,
-                            title,
-                            figures.safe_name(f"handshake_phases_group-{g}_server-{s}"),
-                            labels,
-                            rows,
-                        ),
-                        f"Mean phases, {title} (as figure 17)",
-                    )
-                )
+                    out.append((png, f"Mean phases, {text} ({caption})"))
     out += _size_time_figures(store)
     return out
 

@@ -19,7 +19,7 @@ from pqlab.experiments.handshake import analyse, schema
 from pqlab.experiments.handshake.plan import Plan
 from pqlab.net.topology import TcpSettings
 from pqlab.tls import runner, stacks
-from pqlab.tls.chains import Chain, make_chain, private_dir
+from pqlab.tls.chains import Chain, make_chain, private_dir, secret_file
 from pqlab.tls.negotiation import Expected
 
 EXPERIMENT = "handshake"
@@ -67,11 +67,14 @@ def run_cell(store, hosts, plan: Plan, group, server_sig, ca_sig, chain: Chain, 
     name = f"{group.name}_{server_sig.name}_{ca_sig.name}".replace("/", "_")
     pcap_dir = private_dir(store.path / "pcap") if plan.keep_pcap else work
     client_pcap, server_pcap = pcap_dir / f"{name}.client.pcap", pcap_dir / f"{name}.server.pcap"
-    keylog = pcap_dir / f"{name}.keys.log" if plan.keep_pcap else None
+    keylog = pcap_dir / f"{name}.keys.log" if plan.keep_pcap or plan.needs_keylog else None
+    if keylog is not None:
+        secret_file(keylog)
     budget = cell_budget(plan)
     server_spec, client_spec, expected = _specs(plan, hosts, group, server_sig, chain, keylog)
-    # Headers suffice for the analysis; Wireshark needs whole packets.
-    snaplen = 262144 if plan.keep_pcap else 128
+    # Headers suffice for the callback analysis; the key-log source and Wireshark need
+    # whole packets.
+    snaplen = 262144 if plan.keep_pcap or plan.needs_keylog else 128
     procs: list[runner.EngineProcess] = []
     started = time.monotonic()
     try:
@@ -107,20 +110,43 @@ def run_cell(store, hosts, plan: Plan, group, server_sig, ca_sig, chain: Chain, 
             expected,
             stacks.get(plan.stack),
             plan.congestion_control,
+            records_of=_records_source(plan, server_pcap, keylog),
         )
-        _commit(store, hosts, plan, cid, (group, server_sig, ca_sig), rows, phase_rows,
-                summaries, {"client": client_pcap, "server": server_pcap}, elapsed)
+        _commit(
+            store,
+            hosts,
+            plan,
+            cid,
+            (group, server_sig, ca_sig),
+            rows,
+            phase_rows,
+            summaries,
+            {"client": client_pcap, "server": server_pcap},
+            elapsed,
+        )
     finally:
         for p in reversed(procs):
             p.stop()
         if not plan.keep_pcap:
-            for f in (client_pcap, server_pcap):
-                with contextlib.suppress(FileNotFoundError):
-                    f.unlink()
+            for f in (client_pcap, server_pcap, keylog):
+                if f is not None:
+                    with contextlib.suppress(FileNotFoundError):
+                        f.unlink()
 
 
-def _commit(store, hosts, plan: Plan, cid: str, algs, rows, phase_rows, summaries, pcaps,
-            elapsed: float) -> None:
+def _records_source(plan: Plan, server_pcap: Path, keylog: Path | None):
+    """Where the analysis takes each handshake's TLS records from (--messages)."""
+    if plan.messages == "keylog":
+        return analyse.keylog_records(server_pcap, keylog, plan.port)
+    if plan.messages == "both":
+        return analyse.cross_checked_records(server_pcap, keylog, plan.port)
+    return analyse.callback_records
+
+
+
+def _commit(
+    store, hosts, plan: Plan, cid: str, algs, rows, phase_rows, summaries, pcaps, elapsed: float
+) -> None:
     group, server_sig, ca_sig = algs
     labels = {
         "cell_id": cid,
@@ -140,10 +166,8 @@ def _commit(store, hosts, plan: Plan, cid: str, algs, rows, phase_rows, summarie
     }
     with store.cell(EXPERIMENT, cid, params):
         chain_sent = "server+root" if plan.send_root else "server"
-        store.insert(
-            "handshake_raw",
-            _columns(rows, {**labels, "chain_sent": chain_sent, "stack": plan.stack}),
-        )
+        extra = {"chain_sent": chain_sent, "stack": plan.stack, "message_source": plan.messages}
+        store.insert("handshake_raw", _columns(rows, {**labels, **extra}))
         store.insert("handshake_phase", _columns(phase_rows, labels))
         store.insert_rows(
             "handshake_capture",

@@ -18,7 +18,7 @@ CREATE TABLE IF NOT EXISTS handshake_raw (
     client_finished_bytes INTEGER,
     negotiated_group TEXT, negotiated_sigalg TEXT, congestion_control TEXT, chain_sent TEXT,
     server_snd_cwnd INTEGER, server_total_retrans INTEGER, server_snd_mss INTEGER,
-    points JSON, stack TEXT)
+    points JSON, stack TEXT, message_source TEXT)
 """
 PHASE_DDL = """
 CREATE TABLE IF NOT EXISTS handshake_phase (

@@ -314,5 +314,3 @@ def baseline(store) -> tuple[str, str] | None:
         p = json.loads(rows[0]["params"])
         return p["group"], p["chain"]
     return None
-
-

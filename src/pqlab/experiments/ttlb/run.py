@@ -59,8 +59,19 @@ def _record_profile(store, profile, link, hosts) -> None:
     )
 
 
-def _run_sizes(store, plan: Plan, hosts, link, profile, group, chain_alg, chain: Chain,
-               port: int, sizes: list[int], progress) -> None:
+def _run_sizes(
+    store,
+    plan: Plan,
+    hosts,
+    link,
+    profile,
+    group,
+    chain_alg,
+    chain: Chain,
+    port: int,
+    sizes: list[int],
+    progress,
+) -> None:
     """One server for (group, chain) and a client run per size."""
     tls = runner.Tls(stack=plan.stack, groups=(group,), sigalgs=(chain_alg,))
     server_spec = runner.ServerSpec(
@@ -90,8 +101,17 @@ def _run_sizes(store, plan: Plan, hosts, link, profile, group, chain_alg, chain:
             total = plan.n + plan.warmup
             servers = server.wait_count(("connection", "connection_error"), seen + total, 30)
             servers, seen = servers[seen:], seen + total
-            cols = analyse.rows(profile, link.kind, group.name, chain_alg.name, size, clients,
-                                servers, expected, stack)
+            cols = analyse.rows(
+                profile,
+                link.kind,
+                group.name,
+                chain_alg.name,
+                size,
+                clients,
+                servers,
+                expected,
+                stack,
+            )
             if len(cols["idx"]) != plan.n:
                 raise EngineError(f"expected {plan.n} connections, got {len(cols['idx'])}")
             cid = plan.cell_id(profile, group, chain_alg, size)
@@ -141,8 +161,19 @@ def measure(plan: Plan, store) -> None:
                 for port_n, (g, c) in enumerate(pairs):
                     sizes = [s for (gg, cc, s) in todo if gg is g and cc is c]
                     if sizes:
-                        _run_sizes(store, plan, hosts, link, profile, g, c, chains[c.name],
-                                   PORT + port_n, sizes, progress)
+                        _run_sizes(
+                            store,
+                            plan,
+                            hosts,
+                            link,
+                            profile,
+                            g,
+                            c,
+                            chains[c.name],
+                            PORT + port_n,
+                            sizes,
+                            progress,
+                        )
             _record_link_stats(store, profile, link)
 
 

@@ -22,7 +22,6 @@ CREATE TABLE IF NOT EXISTS ttlb_chains (
 """
 
 
-
 def ensure(store) -> None:
     for ddl in (RAW_DDL, PROFILES_DDL, CHAINS_DDL):
         store.ensure_table(ddl)

@@ -1,0 +1,55 @@
+"""TLS records as one side wrote them, whatever the source: the TLS stack's own message
+events (OpenSSL's callback, `from_events`) or the capture decrypted with the key log
+(`pqlab.tls.keylog`). The handshake analysis takes either; both must agree exactly."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+CONTENT_TYPES = {"change_cipher_spec": 20, "alert": 21, "handshake": 22, "application_data": 23}
+# The engine's handshake type names -> the names the analysis uses.
+MESSAGE_NAMES = {
+    "client_hello": "ClientHello",
+    "server_hello": "ServerHello",
+    "encrypted_extensions": "EncryptedExtensions",
+    "certificate": "Certificate",
+    "certificate_verify": "CertificateVerify",
+    "finished": "Finished",
+    "new_session_ticket": "NewSessionTicket",
+    "certificate_request": "CertificateRequest",
+}
+
+
+@dataclass(frozen=True)
+class TlsRecord:
+    """One TLS record as written by `sender`; `end` is the cumulative number of bytes the
+    sender had written to the TCP stream once this record was out (0-based stream)."""
+
+    sender: str  # "client" | "server"
+    end: int
+    content_type: int  # outer type: 22 handshake, 20 CCS, 21 alert, 23 encrypted/app data
+    messages: tuple[tuple[str, int], ...] = ()  # (handshake message name, its length)
+
+
+def from_events(conn_record: dict, sender: str) -> list[TlsRecord]:
+    """The records one side wrote (dir "sent") with the handshake messages they carried, from
+    an engine connection record's message events."""
+    out: list[TlsRecord] = []
+    messages: dict[int, list] = {}
+    for ev in conn_record.get("events", []):
+        if ev.get("dir") != "sent":
+            continue
+        if ev.get("ev") == "record":
+            out.append(
+                TlsRecord(sender, int(ev["offset_end"]), CONTENT_TYPES.get(ev["content_type"], 0))
+            )
+        elif ev.get("ev") == "handshake":
+            name = MESSAGE_NAMES.get(ev["msg"], ev["msg"])
+            messages.setdefault(int(ev["offset_end"]), []).append((name, int(ev["length"])))
+    return [TlsRecord(r.sender, r.end, r.content_type, tuple(messages.get(r.end, ()))) for r in out]
+
+
+def has_events(conn_record: dict) -> bool:
+    """Whether the stack reported message events for this connection (OpenSSL does; a stack
+    without a message callback does not, and the key log must be used)."""
+    return any(ev.get("ev") == "record" for ev in conn_record.get("events", []))
