@@ -67,11 +67,14 @@ _PERCENT = re.compile(_WS + _NUM + _WS + r"%?" + _WS)
 _INT = re.compile(_WS + r"(-?[0-9]+)" + _WS)
 
 
-def show(text) -> str:
-    """`repr` of a user's value for a one-line message: control characters escaped, long
-    values shortened in the middle (both ends stay recognisable)."""
+def show(text, limit: int = 60) -> str:
+    """`repr` of a user's value for a one-line message: control characters escaped, values
+    longer than `limit` shortened in the middle (both ends stay recognisable)."""
     r = repr(text if isinstance(text, str) else str(text))
-    return r if len(r) <= 60 else r[:40] + "..." + r[-15:]
+    if len(r) <= limit:
+        return r
+    tail = max(15, limit // 4)
+    return r[: limit - tail - 3] + "..." + r[-tail:]
 
 
 def _too_long(text: str, what: str, kind: str) -> None:
