@@ -178,3 +178,19 @@ def test_parse_list_refuses_empty_lists_and_items():
     for bad, pos in (("a,,b", 2), ("a,", 2), (",a", 1)):
         assert f"empty item (number {pos})" in _one_line_error(parse_list, bad, "--sizes")
     assert "at most 2" in _one_line_error(parse_list, "a,b,c", "--x", max_items=2)
+
+
+def test_cpu_fraction():
+    from pqlab.cpuquota import parse_fraction
+
+    assert parse_fraction("0.25") == 0.25
+    assert parse_fraction("25%") == 0.25
+    assert parse_fraction("0.01") == 0.01  # the bound itself (0.01 is not a double)
+    assert parse_fraction("1") == 1.0
+    # float() took nan ('must lie between' by luck), '0.5_0', '１' and '1e-1' as numbers.
+    for bad in ("nan", "inf", "0.5_0", "０.5", "1e-1", "", "quarter"):
+        msg = _one_line_error(parse_fraction, bad)
+        assert show_in(msg, bad) and "not a number" in msg and "0.01 to 1" in msg
+    for bad in ("0.009", "1.0000001", "-0.5", "-0", "101%", "0"):
+        msg = _one_line_error(parse_fraction, bad, "--server-cpu")
+        assert f"--server-cpu {bad!r} is out of range" in msg and "0.01 to 1" in msg
