@@ -379,3 +379,10 @@ def test_profile_strings_that_name_files(tmp_path, monkeypatch):
     assert load_profiles(["./lan"])[0].rtt_s == pytest.approx(0.007)
     # 'name=x.toml' is a profile string, not a file.
     assert load_profiles(["rtt=5ms,name=x.toml"])[0].name == "x.toml"
+
+
+def test_empty_grid_is_refused(tmp_path):
+    # Found by test_properties: the product of no lists is one profile named ''.
+    f = tmp_path / "empty.toml"
+    f.write_text("[grid]\n")
+    assert "[grid] has no keys" in _error(load_toml, f)

@@ -681,6 +681,8 @@ def load_toml(path: str | Path) -> list[LinkProfile]:
         if not isinstance(grid, dict):
             raise UserError(f"{where}: 'grid' must be a table ([grid])")
         keys, values = _grid_columns(grid, where)
+        if not keys:  # the product of no lists is one empty profile, named ''
+            raise UserError(f'{where}: [grid] has no keys; give lists like rtt = ["35ms", "200ms"]')
         count = math.prod(len(v) for v in values)
         if count > MAX_GRID_PROFILES:
             raise UserError(
