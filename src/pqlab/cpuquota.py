@@ -17,10 +17,13 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import re
 import time
+from fractions import Fraction
 from pathlib import Path
 
 from pqlab.errors import UserError
+from pqlab.units import show
 
 MIN_QUOTA_US = 1000  # kernel minimum for cfs quota (and period)
 V2_ROOT = Path("/sys/fs/cgroup")
@@ -39,16 +42,26 @@ def _v2_root() -> Path | None:
     return None
 
 
-def parse_fraction(text: str, what: str = "--server-cpu") -> float:
-    try:
-        value = float(text)
-    except (TypeError, ValueError):
-        raise UserError(
-            f"{what} {text!r} is not a number; give a fraction of one core, e.g. 0.25"
-        ) from None
-    if not 0.01 <= value <= 1.0:
-        raise UserError(f"{what} {text!r} must lie between 0.01 and 1 (a fraction of one CPU core)")
-    return value
+# The smallest fraction: its 1 ms minimum quota needs a 100 ms period, which still pauses a
+# busy process within a handshake; below it the period nears the kernel's 1 s maximum and a
+# handshake could run unthrottled for most of a period.
+MIN_FRACTION = 0.01
+
+
+def parse_fraction(text, what: str = "--server-cpu") -> float:
+    """A fraction of one CPU core in [0.01, 1]: '0.25', '1', or '25%'.
+
+    ASCII decimals only: float() would also take 'nan', 'inf', '1e-1', '0.5_0' and
+    fullwidth or Arabic-Indic digits, which are refused here like any other non-number."""
+    accepted = "accepted: a fraction of one CPU core from 0.01 to 1, e.g. 0.25 or 25%"
+    s = str(text)
+    m = re.fullmatch(r"[ \t\n\r\f\v]*(-?[0-9]{1,30}(?:\.[0-9]{1,30})?)[ \t]*(%?)[ \t\n\r\f\v]*", s)
+    if not m:
+        raise UserError(f"{what} {show(text)} is not a number; {accepted}")
+    value = Fraction(m.group(1)) / (100 if m.group(2) else 1)
+    if not Fraction(str(MIN_FRACTION)) <= value <= 1:  # exact: 0.01 is not a double
+        raise UserError(f"{what} {show(text)} is out of range; {accepted}")
+    return float(value)
 
 
 class CpuQuota:

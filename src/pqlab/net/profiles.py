@@ -9,7 +9,14 @@ backends (kernel netem, pqlab's userspace emulator) apply it with netem's semant
 Text form: comma-separated `key=value` pairs, optionally starting with a preset name:
     rtt=50ms,rate=1mbit,loss=1%,jitter=8.75ms,dist=paretonormal,limit=1000,initcwnd=10
     1mbps-200ms,initcwnd=10,s2c.loss=3%
-Unprefixed link keys apply to both directions; `c2s.` / `s2c.` set one direction.
+Unprefixed link keys apply to both directions; `c2s.` / `s2c.` set one direction and win
+over an unprefixed key wherever it stands; a key given twice in one place is refused, and
+the keys after a preset override the preset's.
+
+Every value is checked against the bounds below (the reason for each is next to it), in
+strings, TOML files and per-direction keys alike, so a profile either describes a link
+both shapers build exactly and the engine can measure within its timeouts, or is refused
+with one line naming the key, the value and the accepted range.
 """
 
 from __future__ import annotations
@@ -17,16 +24,68 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import itertools
+import math
+import stat
 import tomllib
 from dataclasses import dataclass, field
+from decimal import Decimal
 from pathlib import Path
 
 from pqlab.errors import UserError
-from pqlab.units import parse_duration, parse_percent, parse_positive_int, parse_rate, split_list
+from pqlab.units import (
+    parse_duration,
+    parse_percent,
+    parse_positive_int,
+    parse_rate,
+    show,
+)
 
 DISTRIBUTIONS = ("uniform", "normal", "pareto", "paretonormal")
 CONGESTION_CONTROLS = ("cubic", "reno", "bbr")
 DEFAULT_LIMIT = 1000  # netem's default queue limit, packets
+
+# --- Bounds of every field, and why --------------------------------------------------------
+# The engine waits at most 30 s for any single read or write on a TLS socket (its
+# --io-timeout) and for a TCP connect; the lab's cells are budgeted in RTTs (linktest's bulk
+# transfer runs 30 RTTs under a 300 s probe timeout). The bounds keep every wait inside that.
+#
+# Rate: netem keeps it in whole bytes per second (tc divides bits by 8 and truncates) and
+# computes len * 1e9 / rate in whole ns; the userspace emulator takes whole bits per second
+# and computes len * 8 * 1e9 / rate. A multiple of 8 bit/s makes the two the same integer.
+# 8 kbit/s (1000 B/s) puts a full 1514-byte frame at 1.5 s and a 9014-byte jumbo frame at
+# 9 s on the wire, well inside the 30 s per-read timeout (below it a rate rounds towards
+# zero, which both shapers read as "unlimited"). 100 Gbit/s: no veth or TUN path carries
+# more, and a 60-byte frame then takes 5 ns, the whole-ns resolution both shapers work in.
+RATE_MIN_BPS = 8_000
+RATE_MAX_BPS = 100_000_000_000
+# One-way delay 5 s, RTT 10 s, jitter 1 s: netem's tables reach 4 x jitter past the delay,
+# so one packet's one-way delay stays <= 9 s and a round trip <= 18 s, leaving the 30 s
+# per-read timeout room for a jumbo frame at the rate floor; 30 RTTs fit linktest's 300 s.
+# (Real links: geostationary satellite ~0.6 s RTT; bufferbloat a few seconds.)
+DELAY_MAX_S = 5.0
+RTT_MAX_S = 2 * DELAY_MAX_S
+JITTER_MAX_S = 1.0
+# Loss 50 %: a TCP connect needs its SYN and SYN-ACK through; at 50 % each way that is 1 in
+# 4 attempts, and the 5 SYNs Linux sends within the engine's 30 s connect timeout fail
+# together about 1 time in 4: beyond that most cells measure timeouts, not TLS.
+LOSS_MAX_PCT = 50.0
+# Correlation 99 %: at 100 % netem's correlated random source never moves from its first
+# draw, so loss is all-or-nothing for the whole run and the jitter one constant.
+CORR_MAX_PCT = 99.0
+# Queue limit 100000 packets: enough for 1 Gbit/s with a 1 s one-way delay in the delay
+# line (about 83000 full-size frames); every queued packet is memory (kernel memory for
+# netem), and 100000 jumbo frames are already 900 MB per direction.
+LIMIT_MAX = 100_000
+# initcwnd / initrwnd 1000 segments (about 1.4 MB): far above any deployed setting (Linux
+# uses 10; RFC 6928 studied 10); the kernel clamps larger windows to its buffers anyway.
+WINDOW_MAX = 1000
+# MTU: IPv4's minimum datagram every host must accept, up to the usual jumbo frame.
+MTU_MIN, MTU_MAX = 576, 9000
+# Names end up in tables, figure titles and terminal output: printable, bounded.
+NAME_MAX = 200
+# A profile file is a few lines; these bound what reading one can cost.
+MAX_FILE_BYTES = 1 << 20
+MAX_GRID_PROFILES = 1000
 
 # Keys that describe one direction of the link, and their aliases.
 _DIR_KEYS = {
@@ -180,12 +239,22 @@ class LinkProfile:
                 continue
             held = d.rate_bps * (d.delay_s + 4 * d.jitter_s) / ((self.mtu + 14) * 8)
             if held > d.limit:
+                fix = (
+                    f"raise limit= above {int(held * 1.5)}"
+                    if held * 1.5 < LIMIT_MAX
+                    else f"limit= is at most {LIMIT_MAX}: lower the rate or the delay"
+                )
                 out.append(
                     f"{self.name} {name}: at {_fmt_rate(d.rate_bps)} about {held:.0f} "
                     f"full-size packets are in the delay line, above limit={d.limit}; netem "
-                    "counts them against the limit, so the link cannot carry its rate "
-                    f"(raise limit= above {int(held * 1.5)})"
+                    f"counts them against the limit, so the link cannot carry its rate ({fix})"
                 )
+        if self.rtt_s >= 1.0:
+            out.append(
+                f"{self.name}: RTT {self.rtt_s:g} s is above TCP's initial retransmission "
+                "timeout (1 s): the kernel retransmits the SYN before the SYN-ACK can "
+                "arrive, so retransmission counts include it even without loss"
+            )
         return out
 
     def summary(self) -> str:
@@ -249,84 +318,148 @@ def _unknown_key(key: str, where: str) -> UserError:
     close = difflib.get_close_matches(key, ACCEPTED_KEYS, n=3, cutoff=0.5)
     hint = f" (did you mean {', '.join(close)}?)" if close else ""
     return UserError(
-        f"unknown profile key {key!r} in {where}{hint}; accepted: "
+        f"unknown profile key {show(key)} in {where}{hint}; accepted: "
         f"{', '.join(ACCEPTED_KEYS)} (prefix c2s. or s2c. for one direction)"
     )
 
 
-def _apply(fields: dict, key: str, value, where: str) -> None:
-    """Validate one key=value into `fields` (host keys and per-direction dicts)."""
-    text = str(value).strip()
-    prefix = None
+def _preset(text: str, where: str) -> str:
+    """The canonical preset name for `text`, or a UserError listing the presets."""
+    name = str(text).strip().lower()
+    if name in PRESETS:
+        return name
+    close = difflib.get_close_matches(name, list(PRESETS), n=3, cutoff=0.4)
+    hint = f" (did you mean {', '.join(close)}?)" if close else ""
+    raise UserError(
+        f"unknown link profile preset {show(text)} in {where}{hint}; presets: "
+        f"{', '.join(PRESETS)}; or give key=value pairs like rtt=50ms,rate=1mbit"
+    )
+
+
+def _classify(key: str, where: str) -> tuple[str, str]:
+    """(slot, canonical key): slot is 'host' (whole link), 'both', 'c2s' or 's2c'."""
     if "." in key:
-        prefix, key = key.split(".", 1)
+        prefix, base = key.split(".", 1)
         if prefix not in ("c2s", "s2c"):
             raise UserError(
-                f"profile key {prefix + '.' + key!r} in {where}: the direction "
-                "prefix must be c2s. (client to server) or s2c. (server to client)"
+                f"profile key {show(key)} in {where}: the direction prefix must be c2s. "
+                "(client to server) or s2c. (server to client)"
             )
-    if key in _HOST_KEYS and prefix is None:
-        canon = _HOST_KEYS[key]
-        if canon == "rtt":
-            fields["rtt"] = parse_duration(text, f"rtt in {where}")
-        elif canon in ("initcwnd", "initrwnd"):
-            fields[canon] = parse_positive_int(text, f"{canon} in {where}")
-        elif canon == "cc":
-            if text not in CONGESTION_CONTROLS:
-                raise UserError(
-                    f"congestion control {text!r} in {where} is not one of "
-                    f"{', '.join(CONGESTION_CONTROLS)}"
-                )
-            fields["cc"] = text
-        elif canon == "mtu":
-            mtu = parse_positive_int(text, f"mtu in {where}", minimum=576)
-            if mtu > 9000:
-                raise UserError(f"mtu {text!r} in {where} is above 9000")
-            fields["mtu"] = mtu
-        elif canon == "name":
-            fields["name"] = text
-        return
-    if key not in _DIR_KEYS:
+        if base in _DIR_KEYS:
+            return prefix, _DIR_KEYS[base]
+        if base in _HOST_KEYS:
+            raise UserError(
+                f"profile key {show(key)} in {where}: {base} applies to the whole link "
+                "and takes no c2s./s2c. prefix"
+            )
         raise _unknown_key(key, where)
-    canon = _DIR_KEYS[key]
-    label = f"{(prefix + '.') if prefix else ''}{key} in {where}"
-    if canon in ("delay", "jitter"):
-        parsed = parse_duration(text, label)
-    elif canon == "dist":
-        if text not in DISTRIBUTIONS:
-            raise UserError(
-                f"distribution {text!r} ({label}) is not one of {', '.join(DISTRIBUTIONS)}"
-            )
-        parsed = text
-    elif canon in ("loss", "delay_corr", "loss_corr"):
-        parsed = parse_percent(text, label)
-    elif canon == "rate":
-        parsed = None if text in ("none", "unlimited") else parse_rate(text, label)
-    else:  # limit
-        parsed = parse_positive_int(text, label)
-    for d in (prefix,) if prefix else ("c2s", "s2c"):
-        fields.setdefault(d, {})[canon] = parsed
+    if key in _HOST_KEYS:
+        return "host", _HOST_KEYS[key]
+    if key in _DIR_KEYS:
+        return "both", _DIR_KEYS[key]
+    raise _unknown_key(key, where)
 
 
-def _build(name: str, spec: str, fields: dict) -> LinkProfile:
-    where = repr(spec) if spec else name
-    dirs = {}
-    for d in ("c2s", "s2c"):
-        f = fields.get(d, {})
-        if "rtt" in fields and "delay" in f:
+def _check_name(text: str) -> str:
+    name = text.strip()
+    if not name or len(name) > NAME_MAX or not name.isprintable():
+        raise UserError(
+            f"name {show(text)} must be 1 to {NAME_MAX} printable characters "
+            "(no control characters)"
+        )
+    return name
+
+
+def _parse_value(canon: str, text: str, key: str):
+    """One value, checked against its bounds; errors name `key` as the user wrote it."""
+    if canon == "rtt":
+        rtt = parse_duration(text, key, maximum=RTT_MAX_S, whole_ns=True)
+        if round(rtt * 1e9) % 2:
             raise UserError(
-                f"profile {where} gives both rtt and delay; give the round trip "
-                "(rtt=, split evenly) or the one-way delay (delay=), not both"
+                f"{key} {show(text)} is split evenly into two one-way delays, which must be "
+                "whole nanoseconds; give an even number of nanoseconds"
             )
-        delay = fields["rtt"] / 2 if "rtt" in fields else f.get("delay", 0.0)
+        return rtt
+    if canon == "delay":
+        return parse_duration(text, key, maximum=DELAY_MAX_S, whole_ns=True)
+    if canon == "jitter":
+        return parse_duration(text, key, maximum=JITTER_MAX_S, whole_ns=True)
+    if canon == "dist":
+        value = text.strip().lower()
+        if value not in DISTRIBUTIONS:
+            raise UserError(f"{key} {show(text)} is not one of {', '.join(DISTRIBUTIONS)}")
+        return value
+    if canon == "loss":
+        return parse_percent(text, key, maximum=LOSS_MAX_PCT)
+    if canon in ("delay_corr", "loss_corr"):
+        return parse_percent(text, key, maximum=CORR_MAX_PCT)
+    if canon == "rate":
+        if text.strip().lower() in ("none", "unlimited"):
+            return None
+        return parse_rate(text, key, RATE_MIN_BPS, RATE_MAX_BPS, whole_bytes=True)
+    if canon == "limit":
+        return parse_positive_int(text, f"{key} (packets)", 1, LIMIT_MAX)
+    if canon in ("initcwnd", "initrwnd"):
+        return parse_positive_int(text, f"{key} (segments)", 1, WINDOW_MAX)
+    if canon == "cc":
+        value = text.strip().lower()
+        if value not in CONGESTION_CONTROLS:
+            raise UserError(
+                f"congestion control {key} {show(text)} is not one of "
+                f"{', '.join(CONGESTION_CONTROLS)}"
+            )
+        return value
+    if canon == "mtu":
+        return parse_positive_int(text, f"{key} (bytes)", MTU_MIN, MTU_MAX)
+    assert canon == "name", canon
+    return _check_name(text)
+
+
+def _layer(items: list[tuple[str, str]], where: str) -> dict:
+    """One place's key=value pairs (a preset, a string's pairs, one TOML table), checked:
+    {'host': {...}, 'both': {...}, 'c2s': {...}, 's2c': {...}} by canonical key."""
+    layer: dict = {"host": {}, "both": {}, "c2s": {}, "s2c": {}}
+    given: dict[tuple[str, str], str] = {}
+    for raw_key, value in items:
+        key = str(raw_key).strip().lower()
+        slot, canon = _classify(key, where)
+        if (slot, canon) in given:
+            raise UserError(
+                f"profile key {show(key)} in {where} repeats {show(given[slot, canon])}; "
+                "give each key once"
+            )
+        given[slot, canon] = key
+        try:
+            layer[slot][canon] = _parse_value(canon, str(value), key)
+        except UserError as e:
+            raise UserError(f"{where}: {e}") from None
+    if "rtt" in layer["host"] and any("delay" in layer[s] for s in ("both", "c2s", "s2c")):
+        raise UserError(
+            f"{where} gives both rtt and delay; give the round trip "
+            "(rtt=, split evenly) or the one-way delay (delay=), not both"
+        )
+    return layer
+
+
+def _build(name: str, spec: str, layers: list[dict], where: str) -> LinkProfile:
+    """Later layers override earlier ones; within a layer c2s./s2c. win over unprefixed."""
+    host: dict = {}
+    dirs: dict = {"c2s": {}, "s2c": {}}
+    for layer in layers:
+        host.update({k: v for k, v in layer["host"].items() if k != "rtt"})
+        for d in dirs:
+            if "rtt" in layer["host"]:
+                dirs[d]["delay"] = layer["host"]["rtt"] / 2
+            dirs[d].update(layer["both"])
+            dirs[d].update(layer[d])
+    built = {}
+    for d, f in dirs.items():
         dist = f.get("dist", "uniform")
         jitter = f.get("jitter", 0.0)
         if dist != "uniform" and not jitter:
-            raise UserError(f"profile {where}: dist={dist} needs a jitter (e.g. jitter=8.75ms)")
-        if jitter > 2.1:
-            raise UserError(f"profile {where}: jitter {jitter:g}s is above netem's 2.1 s")
-        dirs[d] = Direction(
-            delay_s=delay,
+            raise UserError(f"{where}: dist={dist} needs a jitter (e.g. jitter=8.75ms)")
+        built[d] = Direction(
+            delay_s=f.get("delay", 0.0),
             jitter_s=jitter,
             dist=dist,
             delay_corr_pct=f.get("delay_corr", 0.0),
@@ -336,26 +469,39 @@ def _build(name: str, spec: str, fields: dict) -> LinkProfile:
             limit=f.get("limit", DEFAULT_LIMIT),
         )
     return LinkProfile(
-        name=fields.get("name", name),
-        c2s=dirs["c2s"],
-        s2c=dirs["s2c"],
-        initcwnd=fields.get("initcwnd"),
-        initrwnd=fields.get("initrwnd"),
-        congestion_control=fields.get("cc", "cubic"),
-        mtu=fields.get("mtu", 1500),
+        name=host.get("name", name),
+        c2s=built["c2s"],
+        s2c=built["s2c"],
+        initcwnd=host.get("initcwnd"),
+        initrwnd=host.get("initrwnd"),
+        congestion_control=host.get("cc", "cubic"),
+        mtu=host.get("mtu", 1500),
         spec=spec,
     )
 
 
-def _fields_from_text(text: str, fields: dict, where: str) -> None:
-    for part in split_list(text):
+def _pairs(text: str, where: str) -> list[tuple[str, str]]:
+    """'a=1,b=2' -> [('a', '1'), ('b', '2')]; empty items and items without '=' refused."""
+    out = []
+    for part in text.split(","):
+        part = part.strip()
+        if not part:
+            raise UserError(
+                f"{where} has an empty item (two commas in a row, or a comma at "
+                "an end); give key=value pairs like rtt=50ms,rate=1mbit"
+            )
         if "=" not in part:
             raise UserError(
-                f"{part!r} in profile {where} is not key=value (e.g. rtt=50ms); "
+                f"{show(part)} in {where} is not key=value (e.g. rtt=50ms); "
                 f"keys: {', '.join(ACCEPTED_KEYS)}"
             )
         key, value = part.split("=", 1)
-        _apply(fields, key.strip().lower(), value, where)
+        out.append((key, value))
+    return out
+
+
+def _preset_layer(preset: str) -> dict:
+    return _layer(_pairs(PRESETS[preset][0], repr(preset)), f"preset {preset!r}")
 
 
 def parse_profile(text: str) -> LinkProfile:
@@ -367,66 +513,156 @@ def parse_profile(text: str) -> LinkProfile:
             + ", ".join(PRESETS)
             + ") or key=value pairs like rtt=50ms,rate=1mbit"
         )
-    parts = split_list(spec)
-    fields: dict = {}
-    name = spec
-    if "=" not in parts[0]:
-        preset = parts[0].lower()
-        if preset not in PRESETS:
-            close = difflib.get_close_matches(preset, list(PRESETS), n=3, cutoff=0.4)
-            hint = f" (did you mean {', '.join(close)}?)" if close else ""
-            raise UserError(
-                f"unknown link profile preset {parts[0]!r}{hint}; presets: "
-                f"{', '.join(PRESETS)}; or give key=value pairs like "
-                "rtt=50ms,rate=1mbit"
-            )
-        _fields_from_text(PRESETS[preset][0], fields, repr(preset))
-        parts = parts[1:]
-        name = spec if parts else preset
-    _fields_from_text(",".join(parts), fields, repr(spec))
-    return _build(name, spec, fields)
+    where = f"profile {show(spec)}"
+    first, comma, rest = spec.partition(",")
+    if "=" in first:
+        return _build(spec, spec, [_layer(_pairs(spec, where), where)], where)
+    if not first.strip():
+        _pairs(spec, where)  # raises: an empty item
+    preset = _preset(first, where)
+    layers = [_preset_layer(preset)]
+    if comma:  # overrides after the preset (a trailing comma is an empty item, refused)
+        layers.append(_layer(_pairs(rest, where), where))
+    return _build(spec if comma else preset, spec, layers, where)
 
 
-def _toml_value(v) -> str:
-    if isinstance(v, bool) or isinstance(v, (list, dict)):
-        raise UserError(f"profile value {v!r} must be a string or a number")
-    return str(v)
+# --- TOML files -------------------------------------------------------------------------------
+
+
+def _toml_text(key: str, value, where: str) -> str:
+    """A TOML scalar as the text the string form would have."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        kind = {bool: "a boolean", list: "a list", dict: "a table"}.get(type(value), "a date")
+        raise UserError(
+            f'{where}: {key} is {kind}; give a string like "50ms" or a number'
+            + (" (lists belong in a [grid])" if isinstance(value, list) else "")
+        )
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            return str(value)  # 'inf' / 'nan': refused by the key's parser, by name
+        # 1e-05 as '0.00001': the shortest decimal that reads back as this float.
+        return format(Decimal(repr(value)), "f")
+    return str(value)
+
+
+def _table_items(table: dict, where: str) -> list[tuple[str, str]]:
+    """A profile table's key=value pairs; [c2s] / [s2c] sub-tables become prefixed keys."""
+    items = []
+    for key, value in table.items():
+        k = str(key).strip().lower()
+        if isinstance(value, dict):
+            if k not in ("c2s", "s2c"):
+                raise UserError(
+                    f"{where}: [{key}] is a table; a profile takes only [c2s] and [s2c] "
+                    "tables (one direction's keys)"
+                )
+            for k2, v2 in value.items():
+                items.append((f"{k}.{k2}", _toml_text(f"{k}.{k2}", v2, where)))
+            continue
+        items.append((k, _toml_text(k, value, where)))
+    return items
 
 
 def _profile_from_table(table: dict, default_name: str, where: str) -> LinkProfile:
-    fields: dict = {}
+    table = dict(table)
+    preset_keys = [k for k in table if str(k).strip().lower() == "preset"]
+    preset = table.pop(preset_keys[0]) if len(preset_keys) == 1 else None
+    if len(preset_keys) > 1:
+        raise UserError(f"{where}: preset is given {len(preset_keys)} times; give it once")
+    layers = []
     spec_parts = []
-    preset = table.get("preset")
     if preset is not None:
-        parse_profile(str(preset))  # validates the name, with a clear error
-        spec_parts.append(str(preset))
-        _fields_from_text(PRESETS[str(preset).lower()][0], fields, where)
-    for key, value in table.items():
-        if key == "preset":
-            continue
-        if key in ("c2s", "s2c") and isinstance(value, dict):
-            for k, v in value.items():
-                _apply(fields, f"{key}.{k}", _toml_value(v), where)
-                spec_parts.append(f"{key}.{k}={v}")
-            continue
-        _apply(fields, str(key).lower(), _toml_value(value), where)
-        if key != "name":
-            spec_parts.append(f"{key}={value}")
-    name = fields.get("name") or (str(preset) if preset and len(spec_parts) == 1 else default_name)
-    return _build(name, ",".join(spec_parts), fields)
+        if not isinstance(preset, str):
+            raise UserError(f"{where}: preset must be a preset name, one of {', '.join(PRESETS)}")
+        preset = _preset(preset, where)
+        layers.append(_preset_layer(preset))
+        spec_parts.append(preset)
+    items = _table_items(table, where)
+    layers.append(_layer(items, where))
+    spec_parts += [f"{k}={v}" for k, v in items if k != "name"]
+    name = default_name
+    if preset and len(spec_parts) == 1:
+        name = preset
+    return _build(name, ",".join(spec_parts), layers, where)
+
+
+def _read_toml(path: Path, where: str) -> dict:
+    """The document in `path`, or one line saying why not (never a traceback)."""
+    try:
+        st = path.stat()
+    except (OSError, ValueError) as e:  # ValueError: a NUL byte in the path
+        why = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
+        raise UserError(f"cannot read {where}: {why}") from None
+    if stat.S_ISDIR(st.st_mode):
+        raise UserError(f"cannot read {where}: it is a directory; give a .toml file")
+    if not stat.S_ISREG(st.st_mode):
+        raise UserError(f"cannot read {where}: it is not a regular file; give a .toml file")
+    try:
+        with path.open("rb") as f:
+            data = f.read(MAX_FILE_BYTES + 1)
+    except OSError as e:
+        raise UserError(f"cannot read {where}: {e.strerror or e}") from None
+    if len(data) > MAX_FILE_BYTES:
+        raise UserError(
+            f"{where} is larger than {MAX_FILE_BYTES // 1024} KiB; a profile file is a few lines"
+        )
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data[: e.start].count(b"\n") + 1
+        raise UserError(
+            f"{where} is not UTF-8 text (byte 0x{data[e.start]:02x} on line {line}); "
+            "save it as UTF-8, as TOML requires"
+        ) from None
+    try:
+        # A byte-order mark is how some editors say UTF-8; TOML itself does not allow one.
+        return tomllib.loads(text.removeprefix("\ufeff"))
+    except tomllib.TOMLDecodeError as e:
+        # The message ends with "(at line L, column C)".
+        msg = " ".join(str(e).split())
+        raise UserError(f"{where} is not valid TOML: {msg}") from None
+    except RecursionError:
+        raise UserError(
+            f"{where} is not valid TOML: its arrays or tables nest too deeply"
+        ) from None
+
+
+def _grid_columns(grid: dict, where: str) -> tuple[list[str], list[list]]:
+    """[grid] keys and their value lists; `c2s.loss = [...]` (a [grid.c2s] table) too."""
+    keys, values = [], []
+    for key, value in grid.items():
+        if isinstance(value, dict) and str(key).strip().lower() in ("c2s", "s2c"):
+            for k2, v2 in value.items():
+                keys.append(f"{key}.{k2}")
+                values.append(v2 if isinstance(v2, list) else [v2])
+        elif isinstance(value, dict):
+            raise UserError(
+                f"{where}: [grid.{key}] is a table; a [grid] takes lists of values "
+                "(and [grid.c2s] / [grid.s2c] for one direction)"
+            )
+        else:
+            keys.append(str(key))
+            values.append(value if isinstance(value, list) else [value])
+    for key, vals in zip(keys, values, strict=True):
+        if not vals:
+            raise UserError(f"{where}: [grid] {key} is an empty list; give at least one value")
+        for v in vals:
+            if isinstance(v, list | dict):
+                kind = "a list" if isinstance(v, list) else "a table"
+                raise UserError(
+                    f"{where}: [grid] {key} has {kind} among its values; give strings or numbers"
+                )
+    return keys, values
 
 
 def load_toml(path: str | Path) -> list[LinkProfile]:
     """Profiles from a TOML file: a single profile at top level, `[[profile]]` entries,
     and/or a `[grid]` whose list values are combined (cartesian product)."""
     path = Path(path)
-    try:
-        data = tomllib.loads(path.read_text())
-    except OSError as e:
-        raise UserError(f"cannot read profile file {str(path)!r}: {e.strerror}") from None
-    except tomllib.TOMLDecodeError as e:
-        raise UserError(f"profile file {str(path)!r} is not valid TOML: {e}") from None
-    where = repr(str(path))
+    where = f"profile file {show(str(path), limit=300)}"
+    data = _read_toml(path, where)
     out: list[LinkProfile] = []
     entries = data.pop("profile", None)
     grid = data.pop("grid", None)
@@ -434,18 +670,29 @@ def load_toml(path: str | Path) -> list[LinkProfile]:
         if not isinstance(entries, list):
             raise UserError(f"{where}: 'profile' must be an array of tables ([[profile]])")
         for i, entry in enumerate(entries):
-            out.append(_profile_from_table(entry, f"{path.stem}-{i + 1}", where))
+            if not isinstance(entry, dict):
+                raise UserError(
+                    f"{where}: profile entry {i + 1} is not a table; write each as [[profile]]"
+                )
+            out.append(
+                _profile_from_table(entry, f"{path.stem}-{i + 1}", f"{where} [[profile]] {i + 1}")
+            )
     if grid is not None:
         if not isinstance(grid, dict):
             raise UserError(f"{where}: 'grid' must be a table ([grid])")
-        keys = list(grid)
-        values = [v if isinstance(v, list) else [v] for v in grid.values()]
-        if any(not v for v in values):
-            raise UserError(f"{where}: every [grid] list needs at least one value")
+        keys, values = _grid_columns(grid, where)
+        if not keys:  # the product of no lists is one empty profile, named ''
+            raise UserError(f'{where}: [grid] has no keys; give lists like rtt = ["35ms", "200ms"]')
+        count = math.prod(len(v) for v in values)
+        if count > MAX_GRID_PROFILES:
+            raise UserError(
+                f"{where}: [grid] makes {count} profiles; at most {MAX_GRID_PROFILES} "
+                "(each is a cell measured for seconds to minutes)"
+            )
         for combo in itertools.product(*values):
             table = dict(zip(keys, combo, strict=True))
-            spec = ",".join(f"{k}={v}" for k, v in table.items())
-            out.append(_profile_from_table(table, spec, where))
+            spec = ",".join(f"{k}={_toml_text(k, v, where)}" for k, v in table.items())
+            out.append(_profile_from_table(table, spec, f"{where} [grid] {show(spec)}"))
     if data:
         out.append(_profile_from_table(data, path.stem, where))
     if not out:
@@ -453,13 +700,29 @@ def load_toml(path: str | Path) -> list[LinkProfile]:
     return out
 
 
+def _is_file(spec: str) -> bool:
+    """Whether a --profile value names a file: a string with '=' only if such a file
+    exists, a preset name never (give a file of that name as ./NAME), else an existing
+    file or anything ending in .toml (so a missing file says so)."""
+    s = spec.strip()
+    try:
+        exists = Path(s).is_file()
+    except (OSError, ValueError):
+        exists = False
+    if "=" in s:
+        return exists
+    if s.split(",")[0].strip().lower() in PRESETS:
+        return False
+    return exists or s.endswith(".toml")
+
+
 def load_profiles(specs: list[str] | None) -> list[LinkProfile]:
     """Each spec is a preset, a key=value string or a .toml file; names must be unique."""
     out: list[LinkProfile] = []
     for spec in specs or []:
-        p = Path(spec)
-        if spec.endswith(".toml") or (p.is_file() and "=" not in spec):
-            out.extend(load_toml(p))
+        spec = str(spec)
+        if _is_file(spec):
+            out.extend(load_toml(spec.strip()))
         else:
             out.append(parse_profile(spec))
     names = [p.name for p in out]
