@@ -945,9 +945,7 @@ def test_keylog_equals_openssl_callback_on_real_handshakes(tmp_path, capsys):
         )
         _, srec = cell["pairs"][0]
         sent = records.from_events(srec, "server")
-        cert = next(
-            i for i, r in enumerate(sent) if any(m == "Certificate" for m, _ in r.messages)
-        )
+        cert = next(i for i, r in enumerate(sent) if any(m == "Certificate" for m, _ in r.messages))
         assert dict(sent[cert].messages)["Certificate"] > 2 * 16384
         # Two encrypted records carry only Certificate bytes before the one completing it.
         assert [(r.content_type, r.messages) for r in sent[cert - 2 : cert]] == [(23, ())] * 2

@@ -95,58 +95,46 @@ def percent_text(draw, maximum: int) -> tuple[Fraction, str]:
 # --- Link profiles: generated valid ones round-trip ---------------------------------------------
 
 
-@st.composite
-def valid_profiles(draw):
-    """(items, expected): key=value items inside every bound, and the link they describe
-    {'c2s': {...}, 's2c': {...}, 'host': {...}} in the units linkem_config uses."""
-    items: list[tuple[str, str]] = []
-    both: dict = {}
-    per = {"c2s": {}, "s2c": {}}
+def _draw_direction(draw, prefix: str, target: dict, items: list, use_rtt: bool) -> None:
+    """Link keys for one slot (both directions, c2s. or s2c.), inside every bound."""
+    if not use_rtt and draw(st.booleans()):
+        ns, text = draw(duration_text(int(pr.DELAY_MAX_S * 1e9)))
+        items.append((prefix + "delay", text))
+        target["latency_ns"] = ns
+    if draw(st.booleans()):
+        ns, text = draw(duration_text(int(pr.JITTER_MAX_S * 1e9)))
+        items.append((prefix + "jitter", text))
+        target["jitter_ns"] = ns
+    if draw(st.booleans()):
+        dist = draw(st.sampled_from(pr.DISTRIBUTIONS))
+        items.append((prefix + draw(st.sampled_from(["dist", "distribution"])), dist))
+        target["dist"] = dist
+    for key, cfg, top in (
+        ("loss", "loss_pct", pr.LOSS_MAX_PCT),
+        ("corr", "delay_corr_pct", pr.CORR_MAX_PCT),
+        ("loss_corr", "loss_corr_pct", pr.CORR_MAX_PCT),
+    ):
+        if draw(st.booleans()):
+            value, text = draw(percent_text(int(top)))
+            items.append((prefix + key, text))
+            target[cfg] = float(value)
+    if draw(st.booleans()):
+        if draw(st.integers(0, 9)) == 0:
+            items.append((prefix + "rate", draw(st.sampled_from(["none", "unlimited"]))))
+            target["rate_bps"] = 0
+        else:
+            bps, text = draw(rate_text())
+            items.append((prefix + "rate", text))
+            target["rate_bps"] = bps
+    if draw(st.booleans()):
+        limit = draw(st.integers(1, pr.LIMIT_MAX))
+        items.append((prefix + "limit", str(limit)))
+        target["limit"] = limit
+
+
+def _draw_host(draw, items: list) -> dict:
+    """Host keys (initcwnd, initrwnd, mtu, cc) inside every bound."""
     host: dict = {}
-    use_rtt = draw(st.booleans())
-    if use_rtt:
-        ns, text = draw(duration_text(int(pr.RTT_MAX_S * 1e9)))
-        ns -= ns % 2  # split evenly into two whole-ns delays
-        text = f"{ns}ns" if ns % 2 == 0 else text
-        items.append(("rtt", text))
-        both["latency_ns"] = ns // 2
-    slots = ["both", "c2s", "s2c"]
-    for slot in draw(st.lists(st.sampled_from(slots), unique=True)):
-        target = both if slot == "both" else per[slot]
-        prefix = "" if slot == "both" else f"{slot}."
-        if not use_rtt and draw(st.booleans()):
-            ns, text = draw(duration_text(int(pr.DELAY_MAX_S * 1e9)))
-            items.append((prefix + "delay", text))
-            target["latency_ns"] = ns
-        if draw(st.booleans()):
-            ns, text = draw(duration_text(int(pr.JITTER_MAX_S * 1e9)))
-            items.append((prefix + "jitter", text))
-            target["jitter_ns"] = ns
-        if draw(st.booleans()):
-            dist = draw(st.sampled_from(pr.DISTRIBUTIONS))
-            items.append((prefix + draw(st.sampled_from(["dist", "distribution"])), dist))
-            target["dist"] = dist
-        for key, cfg, top in (
-            ("loss", "loss_pct", pr.LOSS_MAX_PCT),
-            ("corr", "delay_corr_pct", pr.CORR_MAX_PCT),
-            ("loss_corr", "loss_corr_pct", pr.CORR_MAX_PCT),
-        ):
-            if draw(st.booleans()):
-                value, text = draw(percent_text(int(top)))
-                items.append((prefix + key, text))
-                target[cfg] = float(value)
-        if draw(st.booleans()):
-            if draw(st.integers(0, 9)) == 0:
-                items.append((prefix + "rate", draw(st.sampled_from(["none", "unlimited"]))))
-                target["rate_bps"] = 0
-            else:
-                bps, text = draw(rate_text())
-                items.append((prefix + "rate", text))
-                target["rate_bps"] = bps
-        if draw(st.booleans()):
-            limit = draw(st.integers(1, pr.LIMIT_MAX))
-            items.append((prefix + "limit", str(limit)))
-            target["limit"] = limit
     for key, lo, hi in (
         ("initcwnd", 1, pr.WINDOW_MAX),
         ("initrwnd", 1, pr.WINDOW_MAX),
@@ -160,6 +148,28 @@ def valid_profiles(draw):
         cc = draw(st.sampled_from(pr.CONGESTION_CONTROLS))
         items.append(("cc", cc))
         host["cc"] = cc
+    return host
+
+
+@st.composite
+def valid_profiles(draw):
+    """(items, expected): key=value items inside every bound, and the link they describe
+    {'c2s': {...}, 's2c': {...}, 'host': {...}} in the units linkem_config uses."""
+    items: list[tuple[str, str]] = []
+    both: dict = {}
+    per = {"c2s": {}, "s2c": {}}
+    use_rtt = draw(st.booleans())
+    if use_rtt:
+        ns, text = draw(duration_text(int(pr.RTT_MAX_S * 1e9)))
+        ns -= ns % 2  # split evenly into two whole-ns delays
+        text = f"{ns}ns" if ns % 2 == 0 else text
+        items.append(("rtt", text))
+        both["latency_ns"] = ns // 2
+    for slot in draw(st.lists(st.sampled_from(["both", "c2s", "s2c"]), unique=True)):
+        target = both if slot == "both" else per[slot]
+        prefix = "" if slot == "both" else f"{slot}."
+        _draw_direction(draw, prefix, target, items, use_rtt)
+    host = _draw_host(draw, items)
     items = draw(st.permutations(items))  # order must not matter
     defaults = {
         "latency_ns": 0,

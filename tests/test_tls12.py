@@ -49,11 +49,13 @@ def test_matrix_covers_every_kex_and_cert():
     assert cells[("1.2", "ECDHE-X448", "ECDSA-P-256")].suite == "ECDHE-ECDSA-AES128-GCM-SHA256"
     assert cells[("1.3", "FFDHE-4096", "ECDSA-P-256")].suite == "TLS_AES_128_GCM_SHA256"
     # ECDSA in TLS 1.2 needs P-256 offered for the certificate, measured group first.
-    server, client, expect = experiment.tls_args(cells[("1.2", "ECDHE-X25519", "ECDSA-P-256")])
-    assert client[client.index("--groups") + 1] == "x25519:secp256r1" and expect == "x25519"
+    server, client, expect, _ = experiment.tls_config(cells[("1.2", "ECDHE-X25519", "ECDSA-P-256")])
+    args = client.args()
+    assert args[args.index("--groups") + 1] == "x25519:secp256r1"
+    assert expect.group.name == "X25519" and expect.cipher == "ECDHE-ECDSA-AES128-GCM-SHA256"
     # DHE-1024 needs the client's security level lowered; the server gets the DH size.
-    server, client, expect = experiment.tls_args(cells[("1.2", "DHE-1024", "RSA-2048")])
-    assert "--security-level" in client and server[server.index("--dh-bits") + 1] == "1024"
+    server, client, expect, dh_bits = experiment.tls_config(cells[("1.2", "DHE-1024", "RSA-2048")])
+    assert client.security_level == 1 and server.security_level is None and dh_bits == 1024
 
 
 @needs_net

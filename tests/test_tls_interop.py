@@ -118,10 +118,10 @@ def test_serve_port_in_use():
 
 @pytest.mark.parametrize("group_name", ["X25519MLKEM768", "ML-KEM-768"])
 def test_pqlab_connect_against_s_server(tmp_path, group_name):
-    from pqlab.tls.chains import make_chain as ensure_chain
+    from pqlab.tls.chains import make_chain
 
     group = _need(group_name, "kem")
-    chain = ensure_chain("ML-DSA-44", "ML-DSA-44", tmp_path)
+    chain = make_chain(tmp_path, "ML-DSA-44", "ML-DSA-44")
     port = free_port()
     server = subprocess.Popen(
         [
@@ -174,9 +174,9 @@ def test_pqlab_connect_against_s_server(tmp_path, group_name):
 
 
 def test_pqlab_connect_refuses_other_group(tmp_path):
-    from pqlab.tls.chains import make_chain as ensure_chain
+    from pqlab.tls.chains import make_chain
 
-    chain = ensure_chain("ECDSA-P256", "ECDSA-P256", tmp_path)
+    chain = make_chain(tmp_path, "ECDSA-P256", "ECDSA-P256")
     port = free_port()
     server = subprocess.Popen(
         [

@@ -64,7 +64,7 @@ def test_model_is_serialisation():
     "args, fragment",
     [
         (["--profile", "delay=-5ms"], "negative"),
-        (["--profile", "loss=101%"], "outside 0-100%"),
+        (["--profile", "loss=101%"], "outside 0-50%"),
         (["--profile", "nosuch"], "unknown link profile preset"),
         (["--profile", "rtt=5ms,bogus=1"], "unknown profile key 'bogus'"),
         (["--sizes", "0,lots"], "is not a size"),

@@ -130,26 +130,25 @@ def _ip_text(b: bytes) -> str:
     return socket.inet_ntop(socket.AF_INET if len(b) == 4 else socket.AF_INET6, b)
 
 
-def parse_tcp(linktype: int, frame: Frame, keep_payload: bool = False) -> TcpPacket | None:
-    """The TCP segment in a frame, or None for anything else (ARP, UDP, fragments).
-
-    With `keep_payload` the segment's payload bytes are kept too; the caller must have
-    checked that the frame was captured whole (see `tcp_packets`)."""
-    data = frame.data
-    if linktype == LINKTYPE_ETHERNET:
-        if len(data) < 14:
-            return None
-        ethertype = struct.unpack_from("!H", data, 12)[0]
-        off = 14
-        if ethertype == 0x8100 and len(data) >= 18:  # one VLAN tag
-            ethertype = struct.unpack_from("!H", data, 16)[0]
-            off = 18
-        if ethertype not in (0x0800, 0x86DD):
-            return None
-    elif linktype == LINKTYPE_RAW:
-        off = 0
-    else:
+def _ip_offset(linktype: int, data: bytes) -> int | None:
+    """Where the IP header starts in a frame, or None when the frame carries no IP."""
+    if linktype == LINKTYPE_RAW:
+        return 0
+    if linktype != LINKTYPE_ETHERNET:
         raise UserError(f"pcap linktype {linktype} is not supported (Ethernet or raw IP only)")
+    if len(data) < 14:
+        return None
+    ethertype = struct.unpack_from("!H", data, 12)[0]
+    off = 14
+    if ethertype == 0x8100 and len(data) >= 18:  # one VLAN tag
+        ethertype = struct.unpack_from("!H", data, 16)[0]
+        off = 18
+    return off if ethertype in (0x0800, 0x86DD) else None
+
+
+def _ip_header(data: bytes, off: int):
+    """(src, dst, TCP header offset, IP packet length, IP payload length) of a TCP packet, or
+    None for anything else (other protocols, fragments, truncated headers)."""
     if len(data) < off + 20:
         return None
     version = data[off] >> 4
@@ -160,15 +159,27 @@ def parse_tcp(linktype: int, frame: Frame, keep_payload: bool = False) -> TcpPac
         if data[off + 9] != 6 or frag & 0x1FFF:
             return None
         src, dst = _ip_text(data[off + 12 : off + 16]), _ip_text(data[off + 16 : off + 20])
-        tcp_off, ip_len, ip_payload = off + ihl, total, total - ihl
-    elif version == 6:
+        return src, dst, off + ihl, total, total - ihl
+    if version == 6:
         if len(data) < off + 40 or data[off + 6] != 6:
             return None
         plen = struct.unpack_from("!H", data, off + 4)[0]
         src, dst = _ip_text(data[off + 8 : off + 24]), _ip_text(data[off + 24 : off + 40])
-        tcp_off, ip_len, ip_payload = off + 40, plen + 40, plen
-    else:
+        return src, dst, off + 40, plen + 40, plen
+    return None
+
+
+def parse_tcp(linktype: int, frame: Frame, keep_payload: bool = False) -> TcpPacket | None:
+    """The TCP segment in a frame, or None for anything else (ARP, UDP, fragments).
+
+    With `keep_payload` the segment's payload bytes are kept too; the caller must have
+    checked that the frame was captured whole (see `tcp_packets`)."""
+    data = frame.data
+    off = _ip_offset(linktype, data)
+    ip = _ip_header(data, off) if off is not None else None
+    if ip is None:
         return None
+    src, dst, tcp_off, ip_len, ip_payload = ip
     if len(data) < tcp_off + 20:
         return None
     sport, dport, seq, ack, off_flags, window = struct.unpack_from("!HHIIHH", data, tcp_off)

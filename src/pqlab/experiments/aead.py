@@ -19,7 +19,7 @@ from pqlab.experiment import CompareSpec, Experiment, Option
 from pqlab.progress import CellProgress
 from pqlab.report import Section
 from pqlab.stats import Warning_
-from pqlab.units import parse_size, split_list
+from pqlab.units import parse_list, parse_size
 
 NAME = "aead"
 CIPHERS = [
@@ -613,7 +613,7 @@ OPTIONS = (
 
 def _choose(text: str, option: str, accepted: tuple[str, ...], both: list[str] | None = None):
     """A comma-separated choice from `accepted` ("both" meaning `both`), or UserError."""
-    values = split_list(text)
+    values = parse_list(text, option)
     if both is not None and values == ["both"]:
         return list(both)
     if not values or any(v not in accepted for v in values):
@@ -624,7 +624,7 @@ def _choose(text: str, option: str, accepted: tuple[str, ...], both: list[str] |
 
 def _record_sizes(text: str, ciphers: list[str]) -> list[int]:
     sizes = []
-    for item in split_list(text):
+    for item in parse_list(text, "--sizes", example="16,1024,16384"):
         n = parse_size(item, "record size")
         if not 1 <= n <= MAX_RECORD:
             raise UserError(f"record size {item!r} is outside 1..{MAX_RECORD} bytes")
@@ -642,7 +642,7 @@ def _record_sizes(text: str, ciphers: list[str]) -> list[int]:
 
 def plan_from_values(args) -> Plan:
     """Validate everything before the first measurement; raise UserError on bad input."""
-    ciphers = [c.lower() for c in split_list(args.ciphers)]
+    ciphers = [c.lower() for c in parse_list(args.ciphers, "--ciphers")]
     if not ciphers:
         raise UserError("--ciphers is empty; choose from " + ", ".join(CIPHERS))
     for c in ciphers:

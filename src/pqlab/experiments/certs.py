@@ -11,7 +11,6 @@ from dataclasses import dataclass
 
 from pqlab import catalog, units
 from pqlab.catalog import Algorithm
-from pqlab.errors import UserError
 from pqlab.experiment import Experiment, Option
 from pqlab.tls import stacks
 from pqlab.tls.chains import make_chain
@@ -34,9 +33,7 @@ CREATE TABLE IF NOT EXISTS certs_raw (
 def resolve_sigs(text: str | None, role: str, stack, option: str) -> list[Algorithm]:
     """The algorithms of --ca-sig / --server-sig: names, 'all' (every catalogue signature
     the stack can use in that role) or the default set; each checked against the stack."""
-    names = units.split_list(text) if text is not None else DEFAULT_SIGS
-    if text is not None and not names:
-        raise UserError(f"{option} {text!r} names no algorithm; give names, 'all', or leave it out")
+    names = units.parse_list(text, option, example="ML-DSA-44,all") if text else DEFAULT_SIGS
     if [n.lower() for n in names] == ["all"]:
         return [a for a in catalog.all_algorithms("sig") if stack.why_not(a, role) is None]
     algs = catalog.resolve_list(names, "sig")

@@ -147,10 +147,7 @@ SELECTION_OPTIONS = (
 
 def names_option(text: str | None, option: str) -> list[str]:
     """A user's comma-separated names; given but empty (",") is an error, not the default."""
-    names = units.split_list(text)
-    if text is not None and not names:
-        raise UserError(f"{option} {text!r} names no algorithm; give names or leave it out")
-    return names
+    return units.parse_list(text, option, example="ML-KEM-768,X25519")
 
 
 def selection(values) -> tuple[list[Cell], list[str]]:

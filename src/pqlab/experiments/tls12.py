@@ -554,12 +554,12 @@ def plan_from_values(values) -> Plan:
     warmup = units.parse_positive_int(values.warmup, "--warmup", minimum=0)
     if warmup > 10_000:
         raise UserError(f"--warmup {values.warmup!r}: at most 10000")
-    versions = units.split_list(values.versions)
+    versions = units.parse_list(values.versions, "--versions", example="1.2,1.3")
     if not versions or any(v not in ("1.2", "1.3") for v in versions):
         raise UserError(f"--versions {values.versions!r}: use 1.2, 1.3 or 1.2,1.3")
     kexes = parse_kexes(values.kex)
     certs = []
-    for c in units.split_list(values.certs):
+    for c in units.parse_list(values.certs, "--certs", example="RSA-2048"):
         match = [k for k in CERTS if k.lower() == c.lower()]
         if not match:
             raise UserError(f"unknown certificate {c!r} in --certs; use " + ", ".join(CERTS))
@@ -571,17 +571,18 @@ def plan_from_values(values) -> Plan:
         from pqlab.cpuquota import parse_fraction
 
         server_cpu = parse_fraction(values.server_cpu)
+    from pqlab.net.shaping import check_shaper
+
+    check_shaper(values.shaper or "auto")
     profile = None
     if values.profile:
         from pqlab.net import profiles
-        from pqlab.net.shaping import check_shaper
 
         loaded = profiles.load_profiles([values.profile])
         if len(loaded) != 1:
             raise UserError(
                 f"--profile {values.profile!r} names {len(loaded)} profiles; give exactly one"
             )
-        check_shaper(values.shaper or "auto")
         profile = loaded[0]
     plan = Plan(
         versions=list(dict.fromkeys(versions)),

@@ -370,49 +370,51 @@ def _check_name(text: str) -> str:
     return name
 
 
+def _parse_rtt(text: str, key: str) -> float:
+    rtt = parse_duration(text, key, maximum=RTT_MAX_S, whole_ns=True)
+    if round(rtt * 1e9) % 2:
+        raise UserError(
+            f"{key} {show(text)} is split evenly into two one-way delays, which must be "
+            "whole nanoseconds; give an even number of nanoseconds"
+        )
+    return rtt
+
+
+def _parse_choice(text: str, key: str, accepted: tuple[str, ...], what: str = "") -> str:
+    value = text.strip().lower()
+    if value not in accepted:
+        raise UserError(f"{what}{key} {show(text)} is not one of {', '.join(accepted)}")
+    return value
+
+
+def _parse_link_rate(text: str, key: str) -> float | None:
+    if text.strip().lower() in ("none", "unlimited"):
+        return None
+    return parse_rate(text, key, RATE_MIN_BPS, RATE_MAX_BPS, whole_bytes=True)
+
+
+# Every profile key's parser with its bounds: canonical key -> f(text, key as written).
+_VALUE_PARSERS = {
+    "rtt": _parse_rtt,
+    "delay": lambda t, k: parse_duration(t, k, maximum=DELAY_MAX_S, whole_ns=True),
+    "jitter": lambda t, k: parse_duration(t, k, maximum=JITTER_MAX_S, whole_ns=True),
+    "dist": lambda t, k: _parse_choice(t, k, DISTRIBUTIONS),
+    "loss": lambda t, k: parse_percent(t, k, maximum=LOSS_MAX_PCT),
+    "delay_corr": lambda t, k: parse_percent(t, k, maximum=CORR_MAX_PCT),
+    "loss_corr": lambda t, k: parse_percent(t, k, maximum=CORR_MAX_PCT),
+    "rate": _parse_link_rate,
+    "limit": lambda t, k: parse_positive_int(t, f"{k} (packets)", 1, LIMIT_MAX),
+    "initcwnd": lambda t, k: parse_positive_int(t, f"{k} (segments)", 1, WINDOW_MAX),
+    "initrwnd": lambda t, k: parse_positive_int(t, f"{k} (segments)", 1, WINDOW_MAX),
+    "cc": lambda t, k: _parse_choice(t, k, CONGESTION_CONTROLS, "congestion control "),
+    "mtu": lambda t, k: parse_positive_int(t, f"{k} (bytes)", MTU_MIN, MTU_MAX),
+    "name": lambda t, k: _check_name(t),
+}
+
+
 def _parse_value(canon: str, text: str, key: str):
     """One value, checked against its bounds; errors name `key` as the user wrote it."""
-    if canon == "rtt":
-        rtt = parse_duration(text, key, maximum=RTT_MAX_S, whole_ns=True)
-        if round(rtt * 1e9) % 2:
-            raise UserError(
-                f"{key} {show(text)} is split evenly into two one-way delays, which must be "
-                "whole nanoseconds; give an even number of nanoseconds"
-            )
-        return rtt
-    if canon == "delay":
-        return parse_duration(text, key, maximum=DELAY_MAX_S, whole_ns=True)
-    if canon == "jitter":
-        return parse_duration(text, key, maximum=JITTER_MAX_S, whole_ns=True)
-    if canon == "dist":
-        value = text.strip().lower()
-        if value not in DISTRIBUTIONS:
-            raise UserError(f"{key} {show(text)} is not one of {', '.join(DISTRIBUTIONS)}")
-        return value
-    if canon == "loss":
-        return parse_percent(text, key, maximum=LOSS_MAX_PCT)
-    if canon in ("delay_corr", "loss_corr"):
-        return parse_percent(text, key, maximum=CORR_MAX_PCT)
-    if canon == "rate":
-        if text.strip().lower() in ("none", "unlimited"):
-            return None
-        return parse_rate(text, key, RATE_MIN_BPS, RATE_MAX_BPS, whole_bytes=True)
-    if canon == "limit":
-        return parse_positive_int(text, f"{key} (packets)", 1, LIMIT_MAX)
-    if canon in ("initcwnd", "initrwnd"):
-        return parse_positive_int(text, f"{key} (segments)", 1, WINDOW_MAX)
-    if canon == "cc":
-        value = text.strip().lower()
-        if value not in CONGESTION_CONTROLS:
-            raise UserError(
-                f"congestion control {key} {show(text)} is not one of "
-                f"{', '.join(CONGESTION_CONTROLS)}"
-            )
-        return value
-    if canon == "mtu":
-        return parse_positive_int(text, f"{key} (bytes)", MTU_MIN, MTU_MAX)
-    assert canon == "name", canon
-    return _check_name(text)
+    return _VALUE_PARSERS[canon](text, key)
 
 
 def _layer(items: list[tuple[str, str]], where: str) -> dict:

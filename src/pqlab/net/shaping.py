@@ -25,7 +25,7 @@ import shutil
 import signal
 import subprocess
 
-from pqlab.errors import UserError
+from pqlab.errors import EngineError, UserError
 from pqlab.net.profiles import LinkProfile
 from pqlab.net.topology import SIDES, Link, TopologyError, VethLink
 
@@ -206,7 +206,10 @@ class UserspaceLink(Link):
         self.proc = EngineProcess(
             self.engine_args(tmp["client"], tmp["server"]), "the link emulator"
         )
-        self.ready = self.proc.wait_for("linkem_ready", 10)
+        try:
+            self.ready = self.proc.wait_for("linkem_ready", 10)
+        except EngineError as e:
+            raise type(e)(f"the link emulator did not start: {e}") from None
         for side in SIDES:
             ns, dev = topo.ns(side), topo.ifname(side)
             for cmd in (
@@ -221,9 +224,9 @@ class UserspaceLink(Link):
 
     def teardown(self, topo) -> None:
         """Stop the emulator (SIGTERM: it prints one linkem_stats record per direction)."""
-        if self.proc is None:
+        proc = self.proc
+        if proc is None or proc.returncode is not None:
             return
-        proc, self.proc = self.proc, None
         proc.signal(signal.SIGTERM)
         try:
             proc.finish(10)

@@ -458,15 +458,6 @@ class _Direction:
     def read_encrypted(self, suite: CipherSuite, keylog: KeyLog, client_random: bytes) -> None:
         """Decrypt every remaining record: handshake keys first, this side's application
         keys after its Finished, the next generation after each KeyUpdate."""
-
-        def use(epoch: str, secret: bytes, label: str) -> None:
-            self.epoch = epoch
-            self.protection = RecordProtection(secret, suite, label)
-
-        def secret_of(epoch: str) -> tuple[bytes, str]:
-            label = SECRET_LABELS[(self.sender, epoch)]
-            return keylog.lookup(client_random, label, self.what), label
-
         while self.next < len(self.records):
             rec = self.records[self.next]
             self.next += 1
@@ -478,53 +469,74 @@ class _Direction:
                     "after encryption started"
                 )
             if self.protection is None:
-                use("handshake", *secret_of("handshake"))
-            assert self.protection is not None
-            label = self.protection.label
-            try:
-                if len(rec.fragment) <= TAG_LEN:
-                    raise ValueError(f"{len(rec.fragment)} bytes cannot hold a tag and a type")
-                inner_type, content = self.protection.open(rec.header, rec.fragment)
-            except InvalidTag:
-                early = "CLIENT_EARLY_TRAFFIC_SECRET" in keylog.secrets.get(client_random, {})
-                raise KeyLogError(
-                    f"{self._where(rec)}: does not authenticate with the key log's {label} "
-                    f"({suite.name}, record {self.protection.seq} of that key): the key log "
-                    "belongs to another connection or the captured bytes are damaged"
-                    + ("; 0-RTT early data is not supported" if early else "")
-                ) from None
-            except ValueError as e:
-                raise KeyLogError(f"{self._where(rec)}: {e}") from None
-            if len(content) > MAX_PLAINTEXT:
-                raise KeyLogError(f"{self._where(rec)}: {len(content)} bytes of content")
+                self._use(suite, "handshake", *self._secret(keylog, client_random, "handshake"))
+            inner_type, content = self._open(rec, suite, keylog, client_random)
             if inner_type == HANDSHAKE:
-                done = self._take_handshake(rec, content)
-                for i, msg in enumerate(done):
-                    changes = (msg.type == FINISHED and self.epoch == "handshake") or (
-                        msg.type == KEY_UPDATE and self.epoch == "application"
-                    )
-                    if not changes:
-                        continue
-                    why = "after Finished" if msg.type == FINISHED else "after KeyUpdate"
-                    if i != len(done) - 1:
-                        raise KeyLogError(
-                            f"{self._where(rec)}: more handshake data follows the key change "
-                            f"({why}) in the same record; not a valid TLS 1.3 stream"
-                        )
-                    self._key_change(rec, why)
-                    if msg.type == FINISHED:
-                        use("application", *secret_of("application"))
-                    else:
-                        old = self.protection
-                        use(
-                            "application",
-                            next_traffic_secret(old.secret, suite),
-                            f"{old.label} (after KeyUpdate)",
-                        )
+                self._handshake_content(rec, content, suite, keylog, client_random)
             elif inner_type not in (ALERT, APPLICATION_DATA):
                 raise KeyLogError(
                     f"{self._where(rec)}: decrypted to content type {inner_type}, which TLS 1.3 "
                     "does not encrypt"
+                )
+
+    def _use(self, suite: CipherSuite, epoch: str, secret: bytes, label: str) -> None:
+        self.epoch = epoch
+        self.protection = RecordProtection(secret, suite, label)
+
+    def _secret(self, keylog: KeyLog, client_random: bytes, epoch: str) -> tuple[bytes, str]:
+        label = SECRET_LABELS[(self.sender, epoch)]
+        return keylog.lookup(client_random, label, self.what), label
+
+    def _open(self, rec, suite: CipherSuite, keylog: KeyLog, client_random: bytes):
+        """(inner content type, content) of one encrypted record, or KeyLogError."""
+        assert self.protection is not None
+        label = self.protection.label
+        try:
+            if len(rec.fragment) <= TAG_LEN:
+                raise ValueError(f"{len(rec.fragment)} bytes cannot hold a tag and a type")
+            inner_type, content = self.protection.open(rec.header, rec.fragment)
+        except InvalidTag:
+            early = "CLIENT_EARLY_TRAFFIC_SECRET" in keylog.secrets.get(client_random, {})
+            raise KeyLogError(
+                f"{self._where(rec)}: does not authenticate with the key log's {label} "
+                f"({suite.name}, record {self.protection.seq} of that key): the key log "
+                "belongs to another connection or the captured bytes are damaged"
+                + ("; 0-RTT early data is not supported" if early else "")
+            ) from None
+        except ValueError as e:
+            raise KeyLogError(f"{self._where(rec)}: {e}") from None
+        if len(content) > MAX_PLAINTEXT:
+            raise KeyLogError(f"{self._where(rec)}: {len(content)} bytes of content")
+        return inner_type, content
+
+    def _handshake_content(
+        self, rec, content: bytes, suite: CipherSuite, keylog: KeyLog, client_random: bytes
+    ) -> None:
+        """Handshake messages completed by this record; switch keys after this side's
+        Finished (to application keys) or a KeyUpdate (to the next generation)."""
+        done = self._take_handshake(rec, content)
+        for i, msg in enumerate(done):
+            changes = (msg.type == FINISHED and self.epoch == "handshake") or (
+                msg.type == KEY_UPDATE and self.epoch == "application"
+            )
+            if not changes:
+                continue
+            why = "after Finished" if msg.type == FINISHED else "after KeyUpdate"
+            if i != len(done) - 1:
+                raise KeyLogError(
+                    f"{self._where(rec)}: more handshake data follows the key change "
+                    f"({why}) in the same record; not a valid TLS 1.3 stream"
+                )
+            self._key_change(rec, why)
+            if msg.type == FINISHED:
+                self._use(suite, "application", *self._secret(keylog, client_random, "application"))
+            else:
+                old = self.protection
+                self._use(
+                    suite,
+                    "application",
+                    next_traffic_secret(old.secret, suite),
+                    f"{old.label} (after KeyUpdate)",
                 )
 
     def tls_records(self) -> list[TlsRecord]:

@@ -107,6 +107,14 @@ class Process:
                 self.records.append(rec)
         return new
 
+    @property
+    def pid(self) -> int:
+        return self.p.pid
+
+    @property
+    def returncode(self) -> int | None:
+        return self.p.returncode
+
     def last_stderr(self) -> str:
         err = "".join(self._err).strip()
         return err.splitlines()[-1] if err else ""

@@ -143,10 +143,7 @@ class Plan:
 
 
 def _names(text, option: str) -> list[str]:
-    names = units.split_list(text)
-    if not names:
-        raise UserError(f"{option} is empty; give a comma-separated list of names")
-    return names
+    return units.parse_list(text, option, example="X25519,X25519MLKEM768")
 
 
 def _message_source(choice: str, stack) -> str:
@@ -195,9 +192,11 @@ def from_values(values) -> Plan:
         send_root=bool(values.send_root),
         messages=_message_source(values.messages or "auto", stack),
     )
+    from pqlab.net.shaping import check_shaper
+
+    check_shaper(plan.shaper)
     if values.profile:
         from pqlab.net.profiles import load_profiles
-        from pqlab.net.shaping import check_shaper
 
         loaded = load_profiles([values.profile])
         if len(loaded) != 1:
@@ -205,7 +204,6 @@ def from_values(values) -> Plan:
                 f"--profile {values.profile!r} names {len(loaded)} profiles; handshake takes "
                 "exactly one"
             )
-        check_shaper(plan.shaper)
         lp = loaded[0]
         plan.profile = lp
         plan.initcwnd = lp.initcwnd or DEFAULT_INITCWND

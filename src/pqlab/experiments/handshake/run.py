@@ -143,7 +143,6 @@ def _records_source(plan: Plan, server_pcap: Path, keylog: Path | None):
     return analyse.callback_records
 
 
-
 def _commit(
     store, hosts, plan: Plan, cid: str, algs, rows, phase_rows, summaries, pcaps, elapsed: float
 ) -> None:

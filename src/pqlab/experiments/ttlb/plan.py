@@ -109,16 +109,14 @@ def from_values(values) -> Plan:
 
     stack = stacks.get(values.stack or stacks.DEFAULT_STACK)
     profiles = load_profiles(values.profile or [DEFAULT_PROFILE])
-    group_names = units.split_list(values.groups)
-    chain_names = units.split_list(values.chain)
-    if not group_names or not chain_names:
-        raise UserError("--groups and --chain need at least one name each")
+    group_names = units.parse_list(values.groups, "--groups", example="X25519,X25519MLKEM768")
+    chain_names = units.parse_list(values.chain, "--chain", example="RSA-2048,ML-DSA-44")
     groups = catalog.resolve_list(group_names, "kem")
     chains = catalog.resolve_list(chain_names, "sig")
     stacks.require(groups, stack, "group", "--groups")
     stacks.require(chains, stack, "server", "--chain")
     sizes = []
-    for s in units.split_list(values.sizes):
+    for s in units.parse_list(values.sizes, "--sizes", example="0,10KiB,200KiB"):
         v = units.parse_size(s, "--sizes entry")
         if v > MAX_SIZE:
             raise UserError(f"--sizes entry {s!r} is above 1 GiB")
