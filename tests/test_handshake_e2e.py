@@ -217,6 +217,82 @@ def test_bad_names_fail_before_anything_is_created(tmp_path):
     assert not (tmp_path / "x").exists()
 
 
+@pytest.mark.parametrize(
+    "argv, needle",
+    [
+        (
+            ["--groups", "X25519", "--server-sig", "MAYO-1", "--ca-sig", "P-256", "-n", "5"],
+            "MAYO-1",
+        ),
+        (["--groups", "BIKE-L1"], "BIKE-L1"),
+        (["--ca-sig", "Falcon-512"], "Falcon-512"),
+        (["--server-sig", "SPHINCS+-SHA2-128f-simple"], "SPHINCS+-SHA2-128f-simple"),
+        (["--warmup", "100000000000000000000"], "--warmup"),
+        (["--profile", "rtt=10ms,rate=0.4bit"], "rate"),
+    ],
+)
+def test_names_the_stack_cannot_use_fail_in_one_line_before_any_namespace(tmp_path, argv, needle):
+    before = set(netns_list())
+    proc = run_pqlab("handshake", *argv, "--out", tmp_path / "x", timeout=60)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1 and lines[0].startswith("error: ")
+    assert needle in lines[0]
+    assert not (tmp_path / "x").exists()
+    assert set(netns_list()) == before
+
+
+def test_key_log_and_callback_agree_for_every_handshake_of_a_matrix(tmp_path):
+    """--messages both: the key-log source must give the callback's records (types, lengths,
+    stream offsets) for every handshake, or the cell fails; and --messages keylog alone gives
+    the same phases."""
+    out = tmp_path / "both"
+    common = [
+        "--groups",
+        "X25519,X25519MLKEM768,ML-KEM-1024",
+        "--server-sig",
+        "RSA-2048,ML-DSA-44,ECDSA-P256",
+        "--ca-sig",
+        "ML-DSA-65",
+        "-n",
+        "10",
+        "--warmup",
+        "1",
+        "--port",
+        "4461",
+    ]
+    run_pqlab("handshake", *common, "--messages", "both", "--out", out, check=True, timeout=900)
+    con = duckdb.connect(str(out / "results.duckdb"), read_only=True)
+    rows = con.execute("SELECT message_source, count(*) FROM handshake_raw GROUP BY 1").fetchall()
+    assert rows == [("both", 90)]
+    con.close()
+    only = tmp_path / "keylog"
+    run_pqlab(
+        "handshake",
+        *common[:4],
+        "--ca-sig",
+        "ML-DSA-65",
+        "-n",
+        "10",
+        "--warmup",
+        "1",
+        "--port",
+        "4462",
+        "--messages",
+        "keylog",
+        "--out",
+        only,
+        check=True,
+        timeout=900,
+    )
+    con = duckdb.connect(str(only / "results.duckdb"), read_only=True)
+    sizes = con.execute(
+        'SELECT "group", server_sig, any_value(certificate_bytes), any_value(client_hello_bytes),'
+        " count(*) FROM handshake_raw WHERE message_source = 'keylog' GROUP BY ALL ORDER BY ALL"
+    ).fetchall()
+    con.close()
+    assert len(sizes) == 9 and all(r[2] and r[3] and r[4] == 10 for r in sizes)
+
+
 def test_ctrl_c_leaves_nothing(tmp_path):
     before = set(netns_list())
     out = tmp_path / "C"

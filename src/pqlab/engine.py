@@ -126,6 +126,9 @@ def _adapt_protocol1(rec: dict) -> dict:
             "limits": {},
         }
     ]
+    import hashlib
+
+    rec["build_id"] = hashlib.sha256(engine_path().read_bytes()).hexdigest()
     rec["protocol"] = PROTOCOL
     return rec
 

@@ -120,12 +120,48 @@ class _Lock:
             self.fd = -1
 
 
-def _connect(db_path: Path, read_only: bool) -> duckdb.DuckDBPyConnection:
+# Errors that mean the file itself is bad (truncated, overwritten, half-written by a crash
+# outside DuckDB), as opposed to a mistake in a query.
+_DAMAGE = (duckdb.IOException, duckdb.SerializationException, duckdb.InternalException)
+
+
+def _damaged(db_path: Path, e: Exception) -> UserError:
+    first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    return UserError(f"{db_path} is damaged: {first}")
+
+
+class _Connection:
+    """A DuckDB connection whose damage errors (from any query, at any time: a truncated file
+    opens fine and fails on the first block it lacks) become one line naming the file."""
+
+    def __init__(self, con: duckdb.DuckDBPyConnection, db_path: Path):
+        self._con = con
+        self._db_path = db_path
+
+    def _guard(self, fn, *args, **kw):
+        try:
+            return fn(*args, **kw)
+        except _DAMAGE as e:
+            raise _damaged(self._db_path, e) from None
+
+    def execute(self, *args, **kw):
+        return self._guard(self._con.execute, *args, **kw)
+
+    def executemany(self, *args, **kw):
+        return self._guard(self._con.executemany, *args, **kw)
+
+    def sql(self, *args, **kw):
+        return self._guard(self._con.sql, *args, **kw)
+
+    def __getattr__(self, name):
+        return getattr(self._con, name)
+
+
+def _connect(db_path: Path, read_only: bool) -> _Connection:
     try:
-        return duckdb.connect(str(db_path), read_only=read_only)
+        return _Connection(duckdb.connect(str(db_path), read_only=read_only), db_path)
     except duckdb.Error as e:
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise UserError(f"{db_path} is damaged: {first}") from None
+        raise _damaged(db_path, e) from None
 
 
 class RunStore:
@@ -202,8 +238,7 @@ class RunStore:
         try:
             rows = self.con.execute("SELECT version FROM schema_info").fetchall()
         except duckdb.Error as e:
-            first = str(e).strip().splitlines()[0]
-            raise UserError(f"{self.db_path} is damaged: {first}") from None
+            raise _damaged(self.db_path, e) from None
         versions = sorted({int(r[0]) for r in rows})
         if len(versions) != 1:
             raise UserError(f"{self.db_path} is damaged: schema versions {versions or 'none'}")

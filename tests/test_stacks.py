@@ -1,0 +1,98 @@
+"""TLS stacks as the lab sees them: everything comes from the engine's `info` report, so a
+new stack needs no change in the lab. A fake second stack (OpenSSL's capabilities under
+another name) goes through validation, argument building and the checks unchanged."""
+
+from __future__ import annotations
+
+import argparse
+import copy
+
+import pytest
+
+from pqlab import catalog, engine
+from pqlab.errors import UserError
+from pqlab.tls import runner, stacks
+from pqlab.tls.chains import key_spec
+
+
+@pytest.fixture
+def fake_stack(monkeypatch):
+    """The engine's report with one more stack, 'fake-openssl', that can do what OpenSSL can
+    but MAYO-1 too (as a liboqs-backed stack would), and nothing else changed."""
+    info = copy.deepcopy(engine.info())
+    fake = copy.deepcopy(next(s for s in info["tls_stacks"] if s["name"] == "openssl"))
+    fake["name"] = "fake-openssl"
+    fake["implementation"] = "OpenSSL under another name"
+    mayo = catalog.resolve("MAYO-1", "sig")
+    fake["sigalgs"].append({"name": "mayo1", "code": mayo.tls_sigscheme})
+    fake["cert_key_types"].append("MAYO-1")
+    fake["limits"] = {"message_events": False}
+    info["tls_stacks"].append(fake)
+    monkeypatch.setattr(engine, "info", lambda: info)
+    stacks.all_stacks.cache_clear()
+    yield stacks.get("fake-openssl")
+    stacks.all_stacks.cache_clear()
+
+
+def test_usable_in_tls_is_one_answer_per_stack_and_role():
+    mlkem, mayo = catalog.resolve("ML-KEM-768", "kem"), catalog.resolve("MAYO-1", "sig")
+    assert mlkem.usable_in_tls("openssl", "group")
+    assert not catalog.resolve("BIKE-L1", "kem").usable_in_tls("openssl", "group")
+    assert not mayo.usable_in_tls("openssl", "server")
+    assert not catalog.resolve("Falcon-512", "sig").usable_in_tls("openssl", "ca")
+    assert catalog.resolve("ML-DSA-44", "sig").usable_in_tls("openssl", "ca")
+    # SLH-DSA can sign certificates in OpenSSL 3.5 but has no TLS signature scheme there.
+    slh = catalog.resolve("SLH-DSA-SHA2-128s", "sig")
+    assert slh.usable_in_tls("openssl", "ca") and not slh.usable_in_tls("openssl", "server")
+    why = stacks.get().why_not(mayo, "server")
+    assert "MAYO-1" in why and "openssl" in why
+
+
+def test_every_group_the_engine_reports_is_named_by_code():
+    st = stacks.get()
+    for alg in catalog.all_algorithms("kem"):
+        if alg.tls_group in st.groups:
+            assert st.group_name(alg)
+            assert st.code_of_group(st.group_name(alg)) == alg.tls_group
+
+
+def test_a_fake_second_stack_needs_no_change_in_the_lab(fake_stack):
+    from pqlab.experiments.handshake import plan as hs_plan
+
+    mayo = catalog.resolve("MAYO-1", "sig")
+    assert mayo.usable_in_tls("fake-openssl", "server")
+    assert not mayo.usable_in_tls("openssl", "server")
+    assert key_spec(mayo, fake_stack) == "MAYO-1"
+    values = argparse.Namespace(
+        groups="X25519MLKEM768",
+        server_sig="MAYO-1",
+        ca_sig="ML-DSA-44",
+        n="5",
+        warmup="0",
+        stack="fake-openssl",
+        keep_pcap=False,
+        send_root=False,
+        messages="auto",
+        port="4433",
+        profile=None,
+        shaper="auto",
+    )
+    plan = hs_plan.from_values(values)
+    assert plan.stack == "fake-openssl"
+    assert plan.messages == "keylog"  # no message callback on this stack: the key log
+    assert plan.cell_id(plan.groups[0], plan.server_sigs[0], plan.ca_sigs[0]).endswith(
+        "|fake-openssl"
+    )
+    tls = runner.Tls(stack="fake-openssl", groups=plan.groups, sigalgs=plan.server_sigs)
+    args = tls.args()
+    assert args[:2] == ["--stack", "fake-openssl"]
+    assert args[args.index("--sigalgs") + 1] == "mayo1"
+    # The same plan on the real OpenSSL stack is refused before anything exists.
+    values.stack = "openssl"
+    with pytest.raises(UserError, match="MAYO-1"):
+        hs_plan.from_values(values)
+
+
+def test_unknown_stack_is_one_line():
+    with pytest.raises(UserError, match="--stack 'nope' is not a TLS stack.*openssl"):
+        stacks.get("nope")
