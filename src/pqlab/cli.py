@@ -13,6 +13,7 @@ import argparse
 import importlib
 import signal
 import sys
+from pathlib import Path
 
 from pqlab import __version__
 from pqlab.errors import EngineError, Interrupted, UserError
@@ -60,7 +61,10 @@ def _experiment_parser(sub, exp: Experiment) -> None:
 def run_experiment(exp: Experiment, args: argparse.Namespace) -> int:
     """`pqlab <experiment> ...`: validate, run into one run directory, export."""
     from pqlab.session import Step, run_steps
+    from pqlab.store import check_out
 
+    if args.out:
+        check_out(Path(args.out))
     plan = exp.plan(args)
     outcome = run_steps(
         [Step(exp, plan)], out=args.out, resume=args.resume, report=not args.no_report

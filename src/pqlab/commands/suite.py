@@ -67,6 +67,12 @@ def run(args) -> int:
                 f"--only {','.join(unknown)!r}: unknown experiment; choose from "
                 + ", ".join(names())
             )
+    if args.out:
+        from pathlib import Path
+
+        from pqlab.store import check_out
+
+        check_out(Path(args.out))
     steps = suites.plan_steps(suite, only)
     if args.check:
         for step in steps:
