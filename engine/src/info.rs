@@ -287,8 +287,8 @@ fn client_hello(groups: &str, sigalgs: Option<&str>, tls12_only: bool) -> Result
     let ssl = Ssl::new(&b.build())?;
     match ssl.connect(Capture(Vec::new())) {
         Err(HandshakeError::WouldBlock(mid)) => Ok(mid.get_ref().0.clone()),
-        Err(e) => crate::bail!("building a ClientHello failed: {e}"),
-        Ok(_) => crate::bail!("a handshake completed without a server"),
+        Err(e) => crate::bail!(Library, "building a ClientHello failed: {e}"),
+        Ok(_) => crate::bail!(Library, "a handshake completed without a server"),
     }
 }
 

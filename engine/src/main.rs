@@ -42,7 +42,7 @@ enum Command {
 }
 
 fn main() {
-    let cli = Cli::parse();
+    let cli = Cli::try_parse().unwrap_or_else(|e| out::fail_arguments(e));
     let result = match cli.command {
         Command::Info(a) => info::run(a),
         Command::Kem(a) => primitives::run_kem(a),

@@ -60,7 +60,7 @@ pub struct Args {
 
 fn read(path: &Path) -> Result<Vec<u8>> {
     std::fs::read(path)
-        .map_err(|e| crate::out::Error(format!("cannot read {}: {e}", path.display())))
+        .map_err(|e| crate::out::Error::Io(format!("cannot read {}: {e}", path.display())))
 }
 
 /// An OpenSSL key spec: algorithm name plus optional parameter (RSA bits, EC curve).
@@ -77,6 +77,7 @@ impl KeySpec {
         };
         if name.is_empty() {
             crate::bail!(
+                Usage,
                 "key spec {text:?} has no algorithm name; use e.g. RSA:2048, EC:P-256, ML-DSA-44"
             );
         }
@@ -93,13 +94,13 @@ impl KeySpec {
                 let bits: u32 = match &self.param {
                     None => 2048,
                     Some(p) => p.parse().map_err(|_| {
-                        crate::out::Error(format!(
+                        crate::out::Error::Usage(format!(
                             "RSA key size {p:?} is not a number of bits, e.g. RSA:2048"
                         ))
                     })?,
                 };
                 if !(1024..=16384).contains(&bits) {
-                    crate::bail!("RSA key size {bits} is out of range (1024..16384)");
+                    crate::bail!(Usage, "RSA key size {bits} is out of range (1024..16384)");
                 }
                 Ok(PKey::from_rsa(Rsa::generate(bits)?)?)
             }
@@ -139,7 +140,10 @@ fn curve_nid(curve: &str) -> Result<Nid> {
             "P256" | "PRIME256V1" | "SECP256R1" => Nid::X9_62_PRIME256V1,
             "P384" | "SECP384R1" => Nid::SECP384R1,
             "P521" | "SECP521R1" => Nid::SECP521R1,
-            _ => crate::bail!("EC curve {curve:?} is not supported; use P-256, P-384 or P-521"),
+            _ => crate::bail!(
+                Usage,
+                "EC curve {curve:?} is not supported; use P-256, P-384 or P-521"
+            ),
         },
     )
 }
@@ -163,20 +167,20 @@ extern "C" {
 fn generic_keygen(name: &str) -> Result<PKey<Private>> {
     use foreign_types::ForeignType;
     let cname = CString::new(name)
-        .map_err(|_| crate::out::Error(format!("bad algorithm name {name:?}")))?;
+        .map_err(|_| crate::out::Error::Usage(format!("bad algorithm name {name:?}")))?;
     unsafe {
         let ctx =
             EVP_PKEY_CTX_new_from_name(std::ptr::null_mut(), cname.as_ptr(), std::ptr::null());
         if ctx.is_null() {
             let _ = openssl::error::ErrorStack::get();
-            crate::bail!("OpenSSL has no key algorithm {name:?} (try RSA:2048, EC:P-256, ED25519, ML-DSA-44, SLH-DSA-SHA2-128s)");
+            crate::bail!(Usage, "OpenSSL has no key algorithm {name:?} (try RSA:2048, EC:P-256, ED25519, ML-DSA-44, SLH-DSA-SHA2-128s)");
         }
         let mut pkey: *mut openssl_sys::EVP_PKEY = std::ptr::null_mut();
         let ok = EVP_PKEY_keygen_init(ctx) > 0 && EVP_PKEY_generate(ctx, &mut pkey) > 0;
         EVP_PKEY_CTX_free(ctx);
         if !ok || pkey.is_null() {
             let e = openssl::error::ErrorStack::get();
-            crate::bail!("key generation for {name} failed: {e}");
+            crate::bail!(Library, "key generation for {name} failed: {e}");
         }
         Ok(PKey::from_ptr(pkey))
     }
@@ -191,7 +195,7 @@ fn random_serial() -> Result<Asn1Integer> {
 
 fn write(path: &Path, data: &[u8]) -> Result<()> {
     std::fs::write(path, data)
-        .map_err(|e| crate::out::Error(format!("cannot write {}: {e}", path.display())))
+        .map_err(|e| crate::out::Error::Io(format!("cannot write {}: {e}", path.display())))
 }
 
 pub struct Chain {
@@ -244,12 +248,14 @@ pub fn build(args: &Args) -> Result<(Chain, PKey<Private>, PKey<Private>)> {
     let not_after = Asn1Time::days_from_now(args.days)?;
     let (root, ca_key) = match (&args.ca_cert, &args.ca_key) {
         (Some(cert), Some(key)) => {
-            let root = X509::from_pem(&read(cert)?)
-                .map_err(|e| crate::out::Error(format!("--ca-cert {}: {e}", cert.display())))?;
-            let key = PKey::private_key_from_pem(&read(key)?)
-                .map_err(|e| crate::out::Error(format!("--ca-key {}: {e}", key.display())))?;
+            let root = X509::from_pem(&read(cert)?).map_err(|e| {
+                crate::out::Error::Usage(format!("--ca-cert {}: {e}", cert.display()))
+            })?;
+            let key = PKey::private_key_from_pem(&read(key)?).map_err(|e| {
+                crate::out::Error::Usage(format!("--ca-key {}: {e}", key.display()))
+            })?;
             if !root.public_key()?.public_eq(&key) {
-                crate::bail!("--ca-key does not belong to --ca-cert");
+                crate::bail!(Usage, "--ca-key does not belong to --ca-cert");
             }
             (root, key)
         }
@@ -312,13 +318,17 @@ pub fn build(args: &Args) -> Result<(Chain, PKey<Private>, PKey<Private>)> {
 }
 
 pub fn run(args: Args) -> Result<()> {
-    std::fs::create_dir_all(&args.out_dir)
-        .map_err(|e| crate::out::Error(format!("cannot create {}: {e}", args.out_dir.display())))?;
+    std::fs::create_dir_all(&args.out_dir).map_err(|e| {
+        crate::out::Error::Io(format!("cannot create {}: {e}", args.out_dir.display()))
+    })?;
     let (chain, ca_key, srv_key) = build(&args)?;
     // Check what we made: the server certificate verifies under the root.
     let root_pub = chain.root.public_key()?;
     if !chain.server.verify(&root_pub)? {
-        crate::bail!("generated server certificate does not verify under its root");
+        crate::bail!(
+            Check,
+            "generated server certificate does not verify under its root"
+        );
     }
     let d = &args.out_dir;
     let root_der = chain.root.to_der()?;

@@ -47,8 +47,9 @@ pub struct Args {
     /// exactly one).
     #[arg(long)]
     pub expect_sigalg: Option<String>,
-    /// Stop after this many seconds even if not all connections are done (error).
-    #[arg(long, default_value_t = 3600)]
+    /// Stop after this many seconds even if not all connections are done (error); at most
+    /// 2592000 (30 days).
+    #[arg(long, default_value_t = 3600, value_parser = clap::value_parser!(u64).range(1..=2_592_000))]
     pub time_limit: u64,
     /// Pause between connections in milliseconds (0: back to back).
     #[arg(long, default_value_t = 0)]
@@ -82,7 +83,7 @@ fn context(a: &Args) -> Result<(SslContext, u32)> {
     b.set_verify(SslVerifyMode::PEER);
     b.set_session_cache_mode(SslSessionCacheMode::OFF);
     b.set_ca_file(&a.ca)
-        .map_err(|e| crate::out::Error(format!("cannot load --ca {}: {e}", a.ca.display())))?;
+        .map_err(|e| crate::out::Error::Io(format!("cannot load --ca {}: {e}", a.ca.display())))?;
     a.tls.apply(&mut b, None)?;
     let ctx = b.build().into_context();
     let level = ctx.security_level();
@@ -98,10 +99,12 @@ fn resolve(a: &Args) -> Result<Target> {
     let addr = a
         .connect
         .to_socket_addrs()
-        .map_err(|e| crate::out::Error(format!("--connect {:?}: {e}; use HOST:PORT", a.connect)))?
+        .map_err(|e| {
+            crate::out::Error::Usage(format!("--connect {:?}: {e}; use HOST:PORT", a.connect))
+        })?
         .next()
         .ok_or_else(|| {
-            crate::out::Error(format!("--connect {:?} resolves to nothing", a.connect))
+            crate::out::Error::Usage(format!("--connect {:?} resolves to nothing", a.connect))
         })?;
     let host = a
         .connect
@@ -130,6 +133,7 @@ pub fn run(a: Args) -> Result<()> {
     for i in 0..total {
         if Instant::now() > deadline {
             crate::bail!(
+                Io,
                 "--time-limit {} s reached after {i} of {total} connections",
                 a.time_limit
             );
@@ -162,24 +166,33 @@ pub fn run(a: Args) -> Result<()> {
             };
         }
         if let Err(e) = res {
-            crate::bail!("connection {i} to {}: {}", target.addr, e.0);
+            return Err(e.context(format!("connection {i} to {}", target.addr)));
         }
         // Every handshake is checked: a different negotiation is an error, not a sample.
         let neg = &out["negotiated"];
         let got_version = neg["version"].as_str().unwrap_or("");
         if got_version != want_version {
-            crate::bail!("connection {i}: negotiated {got_version}, asked for {want_version}");
+            crate::bail!(
+                Check,
+                "connection {i}: negotiated {got_version}, asked for {want_version}"
+            );
         }
         if let Some(g) = &expect_group {
             let got = neg["group"].as_str().unwrap_or("none");
             if norm(got) != norm(g) {
-                crate::bail!("connection {i}: negotiated group {got}, asked for {g}");
+                crate::bail!(
+                    Check,
+                    "connection {i}: negotiated group {got}, asked for {g}"
+                );
             }
         }
         if let Some(s) = &expect_sig {
             let got = neg["sigalg"].as_str().unwrap_or("none");
             if norm(got) != norm(s) {
-                crate::bail!("connection {i}: server signed with {got}, asked for {s}");
+                crate::bail!(
+                    Check,
+                    "connection {i}: server signed with {got}, asked for {s}"
+                );
             }
         }
         common::emit_with_events(&out, events.as_deref());
@@ -201,7 +214,7 @@ fn one(
     let t0 = Stamp::now();
     out["t_connect_start"] = json!(t0.real);
     let tcp = TcpStream::connect_timeout(&target.addr, timeout)
-        .map_err(|e| crate::out::Error(format!("TCP connect failed: {e}")))?;
+        .map_err(|e| crate::out::Error::Io(format!("TCP connect failed: {e}")))?;
     let t1 = Stamp::now();
     out["t_tcp_connected"] = json!(t1.real);
     tcp.set_nodelay(true)?;
@@ -230,14 +243,19 @@ fn one(
     if let Err(e) = hs {
         let v = stream.ssl().verify_result();
         if v != X509VerifyResult::OK {
-            crate::bail!("certificate verification failed: {}", v.error_string());
+            crate::bail!(
+                Check,
+                "certificate verification failed: {}",
+                v.error_string()
+            );
         }
-        crate::bail!("handshake failed: {e}");
+        crate::bail!(Peer, "handshake failed: {e}");
     }
     out["t_handshake_done"] = json!(t2.real);
     let ssl = stream.ssl();
     if ssl.verify_result() != X509VerifyResult::OK {
         crate::bail!(
+            Check,
             "certificate verification failed: {}",
             ssl.verify_result().error_string()
         );
@@ -282,6 +300,7 @@ fn one(
                     }
                     if buf[..k].iter().any(|&b| b != b'x') {
                         crate::bail!(
+                            Check,
                             "response data corrupted (expected the server's filler bytes)"
                         );
                     }
@@ -290,21 +309,24 @@ fn one(
                         last = Some(now);
                     }
                     if got > n {
-                        crate::bail!("server sent {got} bytes, asked for {n}");
+                        crate::bail!(Check, "server sent {got} bytes, asked for {n}");
                     }
                 }
                 Err(e) if e.code() == ErrorCode::ZERO_RETURN => {
                     clean = true;
                     break;
                 }
-                Err(e) => crate::bail!("reading the response failed after {got} of {n} bytes: {e}"),
+                Err(e) => crate::bail!(
+                    Peer,
+                    "reading the response failed after {got} of {n} bytes: {e}"
+                ),
             }
         }
         if got != n {
-            crate::bail!("received {got} bytes, asked for {n}");
+            crate::bail!(Check, "received {got} bytes, asked for {n}");
         }
         if !clean {
-            crate::bail!("server closed without close_notify");
+            crate::bail!(Peer, "server closed without close_notify");
         }
         let first = first.unwrap_or(t_req);
         let last = last.unwrap_or(t_req);

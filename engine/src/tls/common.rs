@@ -43,8 +43,8 @@ pub struct TlsOpts {
     /// Per-message events in connection records: on (default) or off.
     #[arg(long, default_value = "on")]
     pub events: String,
-    /// Socket read/write timeout in seconds (bounds every wait on the peer).
-    #[arg(long, default_value_t = 30)]
+    /// Socket read/write timeout in seconds, 1-86400 (bounds every wait on the peer).
+    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=86_400))]
     pub io_timeout: u64,
 }
 
@@ -53,7 +53,10 @@ impl TlsOpts {
         match self.tls_version.as_str() {
             "1.3" | "TLSv1.3" => Ok(SslVersion::TLS1_3),
             "1.2" | "TLSv1.2" => Ok(SslVersion::TLS1_2),
-            v => crate::bail!("--tls-version {v:?} is not supported; use 1.2 or 1.3"),
+            v => crate::bail!(
+                Usage,
+                "--tls-version {v:?} is not supported; use 1.2 or 1.3"
+            ),
         }
     }
 
@@ -61,7 +64,7 @@ impl TlsOpts {
         match self.events.as_str() {
             "on" => Ok(true),
             "off" => Ok(false),
-            v => crate::bail!("--events {v:?}: use on or off"),
+            v => crate::bail!(Usage, "--events {v:?}: use on or off"),
         }
     }
 
@@ -72,12 +75,12 @@ impl TlsOpts {
         b.set_max_proto_version(Some(v))?;
         if let Some(g) = &self.groups {
             b.set_groups_list(&g.replace(',', ":")).map_err(|e| {
-                crate::out::Error(format!("--groups {g:?} not accepted by OpenSSL: {e}"))
+                crate::out::Error::Usage(format!("--groups {g:?} not accepted by OpenSSL: {e}"))
             })?;
         }
         if let Some(s) = &self.sigalgs {
             b.set_sigalgs_list(&s.replace(',', ":")).map_err(|e| {
-                crate::out::Error(format!("--sigalgs {s:?} not accepted by OpenSSL: {e}"))
+                crate::out::Error::Usage(format!("--sigalgs {s:?} not accepted by OpenSSL: {e}"))
             })?;
         }
         let mut level = self.security_level;
@@ -88,18 +91,20 @@ impl TlsOpts {
         }
         if let Some(l) = level {
             if l > 5 {
-                crate::bail!("--security-level {l} is out of range 0-5");
+                crate::bail!(Usage, "--security-level {l} is out of range 0-5");
             }
             b.set_security_level(l);
         }
         if let Some(c) = &self.ciphers {
             b.set_cipher_list(c).map_err(|e| {
-                crate::out::Error(format!("--ciphers {c:?} not accepted by OpenSSL: {e}"))
+                crate::out::Error::Usage(format!("--ciphers {c:?} not accepted by OpenSSL: {e}"))
             })?;
         }
         if let Some(c) = &self.ciphersuites {
             b.set_ciphersuites(&c.replace(',', ":")).map_err(|e| {
-                crate::out::Error(format!("--ciphersuites {c:?} not accepted by OpenSSL: {e}"))
+                crate::out::Error::Usage(format!(
+                    "--ciphersuites {c:?} not accepted by OpenSSL: {e}"
+                ))
             })?;
         }
         if let Some(path) = &self.keylog {
@@ -108,7 +113,7 @@ impl TlsOpts {
                 .append(true)
                 .open(path)
                 .map_err(|e| {
-                    crate::out::Error(format!("cannot open --keylog {}: {e}", path.display()))
+                    crate::out::Error::Io(format!("cannot open --keylog {}: {e}", path.display()))
                 })?;
             let f: Arc<Mutex<File>> = Arc::new(Mutex::new(f));
             b.set_keylog_callback(move |_, line| {
@@ -569,7 +574,10 @@ pub fn dh_params(bits: u32) -> Result<openssl::dh::Dh<openssl::pkey::Params>> {
         2048 => BigNum::get_rfc3526_prime_2048()?,
         3072 => BigNum::get_rfc3526_prime_3072()?,
         4096 => BigNum::get_rfc3526_prime_4096()?,
-        _ => crate::bail!("--dh-bits {bits} is not supported; use 1024, 2048, 3072 or 4096"),
+        _ => crate::bail!(
+            Usage,
+            "--dh-bits {bits} is not supported; use 1024, 2048, 3072 or 4096"
+        ),
     };
     let g = BigNum::from_u32(2)?;
     Ok(openssl::dh::Dh::from_pqg(p, None, g)?)

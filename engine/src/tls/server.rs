@@ -55,15 +55,17 @@ fn context(a: &Args) -> Result<(SslContext, u32)> {
     b.set_num_tickets(0)?;
     b.set_session_cache_mode(SslSessionCacheMode::OFF);
     b.set_certificate_chain_file(&a.cert_chain).map_err(|e| {
-        crate::out::Error(format!(
+        crate::out::Error::Io(format!(
             "cannot load --cert-chain {}: {e}",
             a.cert_chain.display()
         ))
     })?;
     b.set_private_key_file(&a.key, SslFiletype::PEM)
-        .map_err(|e| crate::out::Error(format!("cannot load --key {}: {e}", a.key.display())))?;
+        .map_err(|e| {
+            crate::out::Error::Io(format!("cannot load --key {}: {e}", a.key.display()))
+        })?;
     b.check_private_key().map_err(|_| {
-        crate::out::Error("--key does not match the certificate in --cert-chain".into())
+        crate::out::Error::Usage("--key does not match the certificate in --cert-chain".into())
     })?;
     // OpenSSL's default level 2 refuses DH groups under 2048 bits: lower it to 1 for
     // --dh-bits 1024 unless --security-level says otherwise (recorded per connection).
@@ -75,7 +77,7 @@ fn context(a: &Args) -> Result<(SslContext, u32)> {
     if let Some(bits) = a.dh_bits {
         let dh = common::dh_params(bits)?;
         b.set_tmp_dh(&dh).map_err(|e| {
-            crate::out::Error(format!(
+            crate::out::Error::Usage(format!(
                 "--dh-bits {bits} refused at the security level in force: {e}"
             ))
         })?;
@@ -118,7 +120,8 @@ fn serve_one(ctx: &SslContext, a: &Args, tcp: TcpStream, c: Conn, level: u32) {
     };
     if let Err(e) = result {
         out["type"] = json!("connection_error");
-        out["message"] = json!(e.0);
+        out["kind"] = json!(e.kind());
+        out["message"] = json!(e.message());
     }
     common::emit_with_events(&out, events.as_deref());
 }
@@ -151,7 +154,7 @@ fn handshake_and_respond(
     let t_hs = Stamp::now();
     if let Err(e) = hs {
         out["tcp_info"] = common::tcp_info(&stream.get_ref().tcp);
-        crate::bail!("handshake failed: {e}");
+        crate::bail!(Peer, "handshake failed: {e}");
     }
     out["t_handshake_done"] = json!(t_hs.real);
     out["handshake_ns"] = json!(t_hs.mono - t_hs_start.mono);
@@ -217,7 +220,7 @@ fn handshake_and_respond(
                 Ok(0) => break,
                 Ok(_) => continue,
                 Err(e) if matches!(e.code(), ErrorCode::ZERO_RETURN | ErrorCode::SYSCALL) => break,
-                Err(e) => crate::bail!("read after handshake failed: {e}"),
+                Err(e) => crate::bail!(Peer, "read after handshake failed: {e}"),
             }
         }
     }
@@ -255,10 +258,13 @@ fn read_request(stream: &mut SslStream<Wire>, max: u64) -> Result<Request> {
                     .strip_prefix("GET ")
                     .and_then(|s| s.trim().parse::<u64>().ok())
                     .ok_or_else(|| {
-                        crate::out::Error(format!("bad request {line:?}; expected `GET <n>`"))
+                        crate::out::Error::Peer(format!("bad request {line:?}; expected `GET <n>`"))
                     })?;
                 if n > max {
-                    crate::bail!("request for {n} bytes exceeds --max-response-bytes {max}");
+                    crate::bail!(
+                        Peer,
+                        "request for {n} bytes exceeds --max-response-bytes {max}"
+                    );
                 }
                 return Ok(Request::Size(n));
             }
@@ -267,14 +273,14 @@ fn read_request(stream: &mut SslStream<Wire>, max: u64) -> Result<Request> {
                 let size = path.trim_start_matches('/').parse::<u64>().ok();
                 if let Some(n) = size {
                     if n > max.min(1 << 28) {
-                        crate::bail!("HTTP request for {n} bytes exceeds the limit");
+                        crate::bail!(Peer, "HTTP request for {n} bytes exceeds the limit");
                     }
                 }
                 return Ok(Request::Http { path, size });
             }
         }
         if data.len() > 16384 {
-            crate::bail!("request head longer than 16 KiB");
+            crate::bail!(Peer, "request head longer than 16 KiB");
         }
         match stream.ssl_read(&mut buf) {
             Ok(0) => return Ok(Request::None),
@@ -283,7 +289,7 @@ fn read_request(stream: &mut SslStream<Wire>, max: u64) -> Result<Request> {
             Err(e) if e.code() == ErrorCode::SYSCALL && data.is_empty() => {
                 return Ok(Request::None)
             }
-            Err(e) => crate::bail!("reading the request failed: {e}"),
+            Err(e) => crate::bail!(Peer, "reading the request failed: {e}"),
         }
     }
 }
@@ -292,13 +298,14 @@ pub fn run(a: Args) -> Result<()> {
     a.tls.events_on()?;
     if a.response_mode != "echo-size" && a.response_mode != "none" {
         crate::bail!(
+            Usage,
             "--response-mode {:?}: use echo-size or none",
             a.response_mode
         );
     }
     let (ctx, level) = context(&a)?;
     let listener = TcpListener::bind(a.listen)
-        .map_err(|e| crate::out::Error(format!("cannot listen on {}: {e}", a.listen)))?;
+        .map_err(|e| crate::out::Error::Io(format!("cannot listen on {}: {e}", a.listen)))?;
     let local = listener.local_addr()?;
     emit(&json!({
         "type": "listening", "address": local.to_string(), "port": local.port(),
@@ -319,7 +326,7 @@ pub fn run(a: Args) -> Result<()> {
         let (tcp, peer) = match listener.accept() {
             Ok(x) => x,
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(e) => crate::bail!("accept failed: {e}"),
+            Err(e) => crate::bail!(Io, "accept failed: {e}"),
         };
         let c = Conn {
             index,
