@@ -116,6 +116,20 @@ impl KeySpec {
         }
     }
 
+    /// Whether `generate` can make this key in this build (checked without making one).
+    pub fn available(&self) -> bool {
+        let upper = self.name.to_ascii_uppercase();
+        match upper.as_str() {
+            "RSA" => self
+                .param
+                .as_deref()
+                .is_none_or(|p| p.parse::<u32>().is_ok_and(|b| (1024..=16384).contains(&b))),
+            "EC" | "ECDSA" => curve_nid(self.param.as_deref().unwrap_or("P-256")).is_ok(),
+            "ED25519" | "ED448" => self.param.is_none(),
+            _ => self.param.is_none() && keygen_available(&self.name),
+        }
+    }
+
     /// Digest for signing certificates with this key (none for algorithms that hash inside).
     pub fn digest(&self) -> MessageDigest {
         let upper = self.name.to_ascii_uppercase();
@@ -160,6 +174,27 @@ extern "C" {
         ppkey: *mut *mut openssl_sys::EVP_PKEY,
     ) -> libc::c_int;
     fn EVP_PKEY_CTX_free(ctx: *mut openssl_sys::EVP_PKEY_CTX);
+}
+
+/// Whether OpenSSL has a key generator of this name (EVP_PKEY_CTX_new_from_name).
+fn keygen_available(name: &str) -> bool {
+    let Ok(cname) = CString::new(name) else {
+        return false;
+    };
+    unsafe {
+        let ctx =
+            EVP_PKEY_CTX_new_from_name(std::ptr::null_mut(), cname.as_ptr(), std::ptr::null());
+        if ctx.is_null() {
+            let _ = openssl::error::ErrorStack::get(); // clear the queue
+            return false;
+        }
+        let ok = EVP_PKEY_keygen_init(ctx) > 0;
+        EVP_PKEY_CTX_free(ctx);
+        if !ok {
+            let _ = openssl::error::ErrorStack::get();
+        }
+        ok
+    }
 }
 
 /// Key generation for algorithms without a dedicated API in the openssl crate (ML-DSA,
