@@ -8,9 +8,6 @@ use crate::out::Result;
 /// Longest request head kept: a request must be complete within this many bytes.
 pub const MAX_HEAD: usize = 16 * 1024;
 
-/// Largest n served for an HTTP `GET /<n>`.
-pub const MAX_HTTP_BODY: u64 = 1 << 28;
-
 #[derive(Debug, PartialEq, Eq)]
 pub enum Request {
     /// `GET <n>\n`: send exactly n bytes.
@@ -115,8 +112,12 @@ impl RequestParser {
         let path = line.split_whitespace().nth(1).unwrap_or("/").to_string();
         let size = path.trim_start_matches('/').parse::<u64>().ok();
         if let Some(n) = size {
-            if n > self.max.min(MAX_HTTP_BODY) {
-                crate::bail!(Peer, "HTTP request for {n} bytes exceeds the limit");
+            if n > self.max {
+                crate::bail!(
+                    Peer,
+                    "HTTP request for {n} bytes exceeds --max-response-bytes {}",
+                    self.max
+                );
             }
         }
         Ok(Some(Request::Http { path, size }))
@@ -189,7 +190,7 @@ mod tests {
             parse_all(&[b"GET /x HTTP/1.1\r\nHost: y\r\n"]).unwrap(),
             None
         );
-        assert!(parse_all(&[b"GET /999999999999 HTTP/1.1\r\n\r\n"]).is_err());
+        assert!(parse_all(&[b"GET /9999999999999 HTTP/1.1\r\n\r\n"]).is_err());
     }
 
     #[test]

@@ -43,7 +43,8 @@ pub struct Args {
     /// default is one at a time, which keeps measured handshakes undisturbed.
     #[arg(long)]
     pub concurrent: bool,
-    /// Largest n accepted in `GET <n>` (bytes).
+    /// Largest n accepted in `GET <n>` and HTTP `GET /<n>` (bytes). Responses are streamed
+    /// in 16 KiB records, so the server's memory does not grow with n.
     #[arg(long, default_value_t = 1 << 30)]
     pub max_response_bytes: u64,
 }
@@ -236,12 +237,13 @@ fn respond(session: &mut dyn Session, a: &Args, out: &mut Value) -> Result<(Opti
             (Some(n), n)
         }
         Request::Http { path, size } => {
-            // For curl and browsers: GET /<n> sends n filler bytes, anything else a short
-            // text page naming what was negotiated.
+            // For curl and browsers: GET /<n> sends n filler bytes, streamed a record at a
+            // time like `GET <n>`; anything else gets a short text page naming what was
+            // negotiated.
             out["http_path"] = json!(path);
             let neg = &out["negotiated"];
-            let body: Vec<u8> = match size {
-                Some(n) => vec![b'x'; n as usize],
+            let page = match size {
+                Some(_) => Vec::new(),
                 None => format!(
                     "pqlab TLS server\nversion: {}\ngroup: {}\nsignature: {}\ncipher: {}\n",
                     neg["version"].as_str().unwrap_or("?"),
@@ -251,13 +253,16 @@ fn respond(session: &mut dyn Session, a: &Args, out: &mut Value) -> Result<(Opti
                 )
                 .into_bytes(),
             };
+            let body_len = size.unwrap_or(page.len() as u64);
             let head = format!(
-                "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-                body.len()
+                "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: {body_len}\r\nConnection: close\r\n\r\n"
             );
             session.write_all(head.as_bytes())?;
-            session.write_all(&body)?;
-            (size, (head.len() + body.len()) as u64)
+            match size {
+                Some(n) => send_filler(session, &chunk, n)?,
+                None => session.write_all(&page)?,
+            }
+            (size, head.len() as u64 + body_len)
         }
     };
     session.flush()?;

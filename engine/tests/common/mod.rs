@@ -70,3 +70,93 @@ pub fn make_certs(dir: &Path, ca: &str, server: &str) {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// An engine process whose stdout records are collected by a thread as they arrive; killed
+/// (and reaped) when dropped.
+pub struct Running {
+    pub child: std::process::Child,
+    lines: std::sync::mpsc::Receiver<Value>,
+    pub seen: Vec<Value>,
+}
+
+impl Running {
+    pub fn start(args: &[&str]) -> Running {
+        use std::io::BufRead;
+        let mut child = engine()
+            .args(args)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("engine starts");
+        let stdout = child.stdout.take().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stdout)
+                .lines()
+                .map_while(|l| l.ok())
+            {
+                if let Ok(v) = serde_json::from_str::<Value>(&line) {
+                    if tx.send(v).is_err() {
+                        break;
+                    }
+                }
+            }
+        });
+        Running {
+            child,
+            lines: rx,
+            seen: Vec::new(),
+        }
+    }
+
+    /// The next record of this type, waiting at most `secs`.
+    pub fn wait_for(&mut self, ty: &str, secs: f64) -> Option<Value> {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs_f64(secs);
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(v) => {
+                    self.seen.push(v.clone());
+                    if v["type"] == ty {
+                        return Some(v);
+                    }
+                }
+                Err(_) => return None,
+            }
+        }
+    }
+
+    /// A field of /proc/PID/status in kB or as a count ("VmHWM", "Threads").
+    pub fn status(&self, field: &str) -> u64 {
+        proc_status(self.child.id(), field).unwrap_or_else(|| panic!("no {field}"))
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+pub fn proc_status(pid: u32, field: &str) -> Option<u64> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = text.lines().find(|l| l.starts_with(&format!("{field}:")))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// A TLS client from the openssl crate (no verification: these tests are about the server).
+pub fn tls_connect(port: u16) -> openssl::ssl::SslStream<std::net::TcpStream> {
+    use openssl::ssl::{SslConnector, SslMethod, SslVerifyMode};
+    let mut b = SslConnector::builder(SslMethod::tls_client()).unwrap();
+    b.set_verify(SslVerifyMode::NONE);
+    let tcp = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    tcp.set_read_timeout(Some(std::time::Duration::from_secs(30)))
+        .unwrap();
+    b.build()
+        .configure()
+        .unwrap()
+        .verify_hostname(false)
+        .connect("localhost", tcp)
+        .unwrap()
+}
