@@ -2,7 +2,7 @@
 
 mod common;
 use common::{make_certs, tls_connect, Running, TempDir};
-use std::io::Write;
+use std::io::{Read, Write};
 
 fn server(dir: &TempDir, extra: &[&str]) -> (Running, u16) {
     let d = dir.path().to_str().unwrap();
@@ -69,4 +69,80 @@ fn a_large_http_response_is_streamed_in_bounded_memory() {
         after < before + 32 * 1024,
         "peak RSS {before} kB -> {after} kB while serving {N} bytes"
     );
+}
+
+#[test]
+fn concurrent_connections_are_capped_and_the_excess_refused() {
+    let dir = TempDir::new("cap");
+    make_certs(dir.path(), "EC:P-256", "EC:P-256");
+    let (mut srv, port) = server(
+        &dir,
+        &[
+            "--concurrent",
+            "--max-concurrent",
+            "3",
+            "--io-timeout",
+            "3",
+            "--max-connections",
+            "4",
+        ],
+    );
+    // Eight clients connect and say nothing.
+    let mut idle: Vec<std::net::TcpStream> = (0..8)
+        .map(|_| std::net::TcpStream::connect(("127.0.0.1", port)).unwrap())
+        .collect();
+    let mut refused = Vec::new();
+    for _ in 0..5 {
+        refused.push(
+            srv.wait_for("connection_refused", 10.0)
+                .expect("a connection_refused record"),
+        );
+    }
+    for r in &refused {
+        assert_eq!(r["max_concurrent"], 3);
+        assert!(
+            r["message"]
+                .as_str()
+                .unwrap()
+                .contains("--max-concurrent 3"),
+            "{r}"
+        );
+    }
+    // The refused ones were closed at once; the served ones are still open.
+    let mut closed = 0;
+    for s in &mut idle {
+        s.set_read_timeout(Some(std::time::Duration::from_millis(500)))
+            .unwrap();
+        let mut b = [0u8; 1];
+        if matches!(s.read(&mut b), Ok(0)) {
+            closed += 1;
+        }
+    }
+    assert_eq!(closed, 5);
+    // One thread per connection in flight, plus the accept loop.
+    let threads = srv.status("Threads");
+    assert!(threads <= 4, "{threads} threads for 3 connections");
+    // The served ones time out (--io-timeout 3).
+    for _ in 0..3 {
+        let e = srv
+            .wait_for("connection_error", 15.0)
+            .expect("connection_error");
+        assert_eq!(e["kind"], "io", "{e}");
+        assert!(
+            e["message"]
+                .as_str()
+                .unwrap()
+                .contains("no data from the client for 3 s"),
+            "{e}"
+        );
+    }
+    // Room again: a fourth client is served, and the server ends after it.
+    let mut tls = tls_connect(port);
+    let _ = tls.shutdown();
+    let done = srv
+        .wait_for("connection", 15.0)
+        .expect("a served connection");
+    assert_eq!(done["index"], 3);
+    let status = srv.child.wait().unwrap();
+    assert!(status.success());
 }

@@ -12,6 +12,7 @@ use std::cell::RefCell;
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::PathBuf;
 use std::rc::Rc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -43,6 +44,11 @@ pub struct Args {
     /// default is one at a time, which keeps measured handshakes undisturbed.
     #[arg(long)]
     pub concurrent: bool,
+    /// With --concurrent: most connections served at once, 1-4096 (default 64). A
+    /// connection beyond the cap is closed at once and reported in a `connection_refused`
+    /// record; it does not count towards --max-connections.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=4096))]
+    pub max_concurrent: Option<u64>,
     /// Largest n accepted in `GET <n>` and HTTP `GET /<n>` (bytes). Responses are streamed
     /// in 16 KiB records, so the server's memory does not grow with n.
     #[arg(long, default_value_t = 1 << 30)]
@@ -51,6 +57,10 @@ pub struct Args {
 
 /// Bytes per application-data write (one full TLS record).
 const CHUNK: usize = 16384;
+
+/// --max-concurrent when not given: enough for a browser's parallel connections, few
+/// enough that idle sockets cannot exhaust threads.
+pub const DEFAULT_MAX_CONCURRENT: u64 = 64;
 
 /// Check the arguments and configure the stack, before anything listens.
 pub fn prepare(a: &Args) -> Result<(&'static dyn Stack, Arc<dyn ServerContext>)> {
@@ -61,6 +71,9 @@ pub fn prepare(a: &Args) -> Result<(&'static dyn Stack, Arc<dyn ServerContext>)>
             "--response-mode {:?}: use echo-size or none",
             a.response_mode
         );
+    }
+    if a.max_concurrent.is_some() && !a.concurrent {
+        crate::bail!(Usage, "--max-concurrent needs --concurrent");
     }
     let stack = a.tls.stack()?;
     let ctx = stack.server(&ServerSetup {
@@ -89,8 +102,17 @@ pub fn run(a: Args) -> Result<()> {
     serve(stack, ctx, listener, Arc::new(a), sink)
 }
 
-/// The accept loop: one connection at a time, or each in its own thread (--concurrent),
-/// until --max-connections.
+/// Decrements the count of connections in flight when a worker ends (even by a panic).
+struct InFlight(Arc<AtomicU64>);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// The accept loop: one connection at a time, or with --concurrent each in its own thread,
+/// at most --max-concurrent at once; until --max-connections.
 pub fn serve(
     stack: &'static dyn Stack,
     ctx: Arc<dyn ServerContext>,
@@ -98,6 +120,8 @@ pub fn serve(
     a: Arc<Args>,
     sink: Arc<dyn Sink>,
 ) -> Result<()> {
+    let cap = a.max_concurrent.unwrap_or(DEFAULT_MAX_CONCURRENT);
+    let in_flight = Arc::new(AtomicU64::new(0));
     let mut index: u64 = 0;
     let mut threads = Vec::new();
     loop {
@@ -111,26 +135,62 @@ pub fn serve(
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
             Err(e) => crate::bail!(Io, "accept failed: {e}"),
         };
+        let t_accept = Stamp::now();
+        if !a.concurrent {
+            let c = Conn {
+                index,
+                peer,
+                t_accept,
+            };
+            index += 1;
+            serve_one(stack, &*ctx, &a, tcp, c, &*sink);
+            continue;
+        }
+        threads.retain(|t: &std::thread::JoinHandle<()>| !t.is_finished());
+        if in_flight.load(Ordering::SeqCst) >= cap {
+            drop(tcp);
+            let why =
+                format!("{cap} connections are already being served (--max-concurrent {cap})");
+            refuse(&*sink, peer, cap, &why);
+            continue;
+        }
+        in_flight.fetch_add(1, Ordering::SeqCst);
+        let guard = InFlight(in_flight.clone());
         let c = Conn {
             index,
             peer,
-            t_accept: Stamp::now(),
+            t_accept,
         };
-        index += 1;
-        if a.concurrent {
-            let (ctx, a, sink) = (ctx.clone(), a.clone(), sink.clone());
-            threads.push(std::thread::spawn(move || {
-                serve_one(stack, &*ctx, &a, tcp, c, &*sink)
-            }));
-            threads.retain(|t| !t.is_finished());
-        } else {
-            serve_one(stack, &*ctx, &a, tcp, c, &*sink);
+        let (ctx2, a2, sink2) = (ctx.clone(), a.clone(), sink.clone());
+        let worker = std::thread::Builder::new()
+            .name(format!("conn-{index}"))
+            .spawn(move || {
+                let _guard = guard;
+                serve_one(stack, &*ctx2, &a2, tcp, c, &*sink2)
+            });
+        match worker {
+            Ok(t) => {
+                threads.push(t);
+                index += 1;
+            }
+            // The system has no thread to spare: the connection (moved into the failed
+            // closure) is closed; report it like the cap.
+            Err(e) => refuse(&*sink, peer, cap, &format!("no thread to serve it: {e}")),
         }
     }
     for t in threads {
         let _ = t.join();
     }
     Ok(())
+}
+
+/// A connection closed at once because the server is at --max-concurrent.
+fn refuse(sink: &dyn Sink, peer: SocketAddr, cap: u64, why: &str) {
+    sink.record(&json!({
+        "type": "connection_refused", "peer": peer.to_string(), "t": record::realtime_ns(),
+        "max_concurrent": cap,
+        "message": format!("closed at once: {why}"),
+    }));
 }
 
 struct Conn {
