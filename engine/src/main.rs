@@ -7,6 +7,7 @@ mod info;
 mod linkem;
 mod out;
 mod primitives;
+mod secrets;
 mod tls;
 
 use clap::{Parser, Subcommand};

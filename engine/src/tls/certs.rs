@@ -28,7 +28,8 @@ pub struct Args {
     /// Server key, same syntax as --ca-alg.
     #[arg(long)]
     pub server_alg: String,
-    /// Directory for the keys, certificates and chain (created if missing).
+    /// Directory for the keys, certificates and chain (created 0700 if missing; private
+    /// keys are written 0600).
     #[arg(long)]
     pub out_dir: PathBuf,
     /// Server certificate subject common name (also the first DNS SAN).
@@ -353,9 +354,8 @@ pub fn build(args: &Args) -> Result<(Chain, PKey<Private>, PKey<Private>)> {
 }
 
 pub fn run(args: Args) -> Result<()> {
-    std::fs::create_dir_all(&args.out_dir).map_err(|e| {
-        crate::out::Error::Io(format!("cannot create {}: {e}", args.out_dir.display()))
-    })?;
+    // The directory holds private keys: one the engine creates is owner-only.
+    crate::secrets::create_dir(&args.out_dir)?;
     let (chain, ca_key, srv_key) = build(&args)?;
     // Check what we made: the server certificate verifies under the root.
     let root_pub = chain.root.public_key()?;
@@ -370,10 +370,10 @@ pub fn run(args: Args) -> Result<()> {
     let server_der = chain.server.to_der()?;
     write(&d.join("root.crt.pem"), &chain.root.to_pem()?)?;
     write(&d.join("root.crt.der"), &root_der)?;
-    write(&d.join("root.key.pem"), &ca_key.private_key_to_pem_pkcs8()?)?;
+    crate::secrets::write(&d.join("root.key.pem"), &ca_key.private_key_to_pem_pkcs8()?)?;
     write(&d.join("server.crt.pem"), &chain.server.to_pem()?)?;
     write(&d.join("server.crt.der"), &server_der)?;
-    write(
+    crate::secrets::write(
         &d.join("server.key.pem"),
         &srv_key.private_key_to_pem_pkcs8()?,
     )?;
@@ -469,6 +469,31 @@ mod tests {
                 chain.root.subject_name().to_der().unwrap()
             );
         }
+    }
+
+    #[test]
+    fn private_keys_are_owner_only_and_certificates_are_not() {
+        use crate::secrets::{mode, DIR_MODE, FILE_MODE};
+        let base = std::env::temp_dir().join(format!("pqlab-certs-modes-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&base);
+        let mut a = args("EC:P-256", "EC:P-256");
+        a.out_dir = base.join("new/dir");
+        run(a).unwrap();
+        assert_eq!(mode(&base.join("new")), DIR_MODE);
+        assert_eq!(mode(&base.join("new/dir")), DIR_MODE);
+        for key in ["root.key.pem", "server.key.pem"] {
+            assert_eq!(mode(&base.join("new/dir").join(key)), FILE_MODE, "{key}");
+        }
+        assert_eq!(mode(&base.join("new/dir/chain.pem")) & 0o044, 0o044);
+        // Regenerating over keys that were made world-readable narrows them again.
+        let key = base.join("new/dir/server.key.pem");
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let mut a = args("EC:P-256", "EC:P-256");
+        a.out_dir = base.join("new/dir");
+        run(a).unwrap();
+        assert_eq!(mode(&key), FILE_MODE);
+        std::fs::remove_dir_all(&base).unwrap();
     }
 
     #[test]

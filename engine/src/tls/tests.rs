@@ -410,3 +410,26 @@ fn every_certificate_key_type_a_stack_lists_serves_a_handshake() {
         );
     }
 }
+
+#[test]
+fn key_logs_are_owner_only() {
+    use crate::secrets::{mode, FILE_MODE};
+    use std::os::unix::fs::PermissionsExt;
+    let dir = TempDir::new("keylog");
+    make_certs(dir.path(), "EC:P-256", "EC:P-256");
+    let log = dir.path().join("keys.log");
+    std::fs::write(&log, b"").unwrap();
+    std::fs::set_permissions(&log, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let fresh = dir.path().join("fresh.log");
+    let l = log.to_str().unwrap();
+    let f = fresh.to_str().unwrap();
+    let r = loopback(dir.path(), &["--keylog", l], &["--keylog", f], 1);
+    r.client.unwrap();
+    assert_eq!(mode(&log), FILE_MODE);
+    assert_eq!(mode(&fresh), FILE_MODE);
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(text.contains("SERVER_TRAFFIC_SECRET_0"), "{text}");
+    assert!(std::fs::read_to_string(&fresh)
+        .unwrap()
+        .contains("CLIENT_TRAFFIC_SECRET_0"));
+}

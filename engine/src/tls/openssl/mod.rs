@@ -16,7 +16,7 @@ use openssl::ssl::{
     SslOptions, SslSessionCacheMode, SslStream, SslVerifyMode, SslVersion,
 };
 use openssl::x509::X509VerifyResult;
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::Write;
 use std::sync::{Arc, Mutex};
 
@@ -127,11 +127,7 @@ fn apply(p: &Protocol, b: &mut SslContextBuilder, min_level: Option<u32>) -> Res
         })?;
     }
     if let Some(path) = &p.keylog {
-        let f = OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(path)
-            .map_err(|e| crate::err!(Io, "cannot open --keylog {}: {e}", path.display()))?;
+        let f = crate::secrets::append(path).map_err(|e| e.context("--keylog"))?;
         let f: Arc<Mutex<File>> = Arc::new(Mutex::new(f));
         b.set_keylog_callback(move |_, line| {
             if let Ok(mut f) = f.lock() {
