@@ -84,10 +84,8 @@ pub fn run(a: Args) -> Result<()> {
     let ne_a2b = Netem::new(a2b, seeder.next_u64()).map_err(crate::out::Error::Usage)?;
     let ne_b2a = Netem::new(b2a, seeder.next_u64()).map_err(crate::out::Error::Usage)?;
 
-    // Die with the parent: a killed pqlab must not leave the emulator (and so the TUN
-    // devices, which vanish with it) behind.
-    // SAFETY: plain prctl.
-    unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) };
+    // main() has asked for SIGTERM when the parent dies (lifecycle.rs): it is blocked here
+    // and collected by wait_signal, so the devices go away with the emulator.
     block_signals();
 
     let (name_a, name_b) = (a.tun_a.unwrap_or_default(), a.tun_b.unwrap_or_default());
