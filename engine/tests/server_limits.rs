@@ -1,4 +1,6 @@
-//! The TLS server under clients that ask for much or hold on.
+//! The TLS server under clients that ask for much or hold on: memory stays bounded while
+//! a large HTTP response is served, concurrent connections are capped, and a request that
+//! trickles in is cut off.
 
 mod common;
 use common::{make_certs, tls_connect, Running, TempDir};
@@ -145,4 +147,32 @@ fn concurrent_connections_are_capped_and_the_excess_refused() {
     assert_eq!(done["index"], 3);
     let status = srv.child.wait().unwrap();
     assert!(status.success());
+}
+
+#[test]
+fn a_request_that_trickles_in_is_cut_off() {
+    let dir = TempDir::new("trickle");
+    make_certs(dir.path(), "EC:P-256", "EC:P-256");
+    let (mut srv, port) = server(&dir, &["--io-timeout", "1", "--max-connections", "1"]);
+    let mut tls = tls_connect(port);
+    let start = std::time::Instant::now();
+    // One byte every 0.4 s: each read is within --io-timeout, the request never ends.
+    let writer = std::thread::spawn(move || {
+        for b in b"GET 1".iter().cycle().take(40) {
+            if tls.write_all(&[*b]).is_err() {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(400));
+        }
+    });
+    let e = srv
+        .wait_for("connection_error", 10.0)
+        .expect("connection_error");
+    assert_eq!(e["kind"], "peer", "{e}");
+    assert!(
+        e["message"].as_str().unwrap().contains("--io-timeout"),
+        "{e}"
+    );
+    assert!(start.elapsed().as_secs_f64() < 4.0, "{:?}", start.elapsed());
+    let _ = writer.join();
 }

@@ -286,7 +286,7 @@ fn handshake_and_respond(
 
 /// Read one request and answer it: (n asked for, application bytes sent).
 fn respond(session: &mut dyn Session, a: &Args, out: &mut Value) -> Result<(Option<u64>, u64)> {
-    let Some(request) = read_request(session, a.max_response_bytes)? else {
+    let Some(request) = read_request(session, a.max_response_bytes, a.tls.io_timeout)? else {
         return Ok((None, 0));
     };
     out["t_request_received"] = json!(record::realtime_ns());
@@ -342,10 +342,14 @@ fn send_filler(session: &mut dyn Session, chunk: &[u8], n: u64) -> Result<()> {
 }
 
 /// Read `GET <n>\n` or an HTTP GET request head; None when the client closed without one
-/// (handshake-only runs).
-fn read_request(session: &mut dyn Session, max: u64) -> Result<Option<Request>> {
+/// (handshake-only runs). The whole head must arrive within `timeout_s` (--io-timeout):
+/// each read is bounded by the socket timeout, and a client trickling a byte at a time
+/// is cut off after the total (so it cannot hold a sequential server).
+fn read_request(session: &mut dyn Session, max: u64, timeout_s: u64) -> Result<Option<Request>> {
     let mut parser = RequestParser::new(max);
     let mut buf = [0u8; 1024];
+    let start = std::time::Instant::now();
+    let limit = Duration::from_secs(timeout_s);
     loop {
         let got = session
             .read(&mut buf)
@@ -355,15 +359,19 @@ fn read_request(session: &mut dyn Session, max: u64) -> Result<Option<Request>> 
                 if let Some(r) = parser.push(&buf[..k])? {
                     return Ok(Some(r));
                 }
+                if start.elapsed() > limit {
+                    crate::bail!(
+                        Peer,
+                        "the request was not complete after {timeout_s} s (--io-timeout)"
+                    );
+                }
             }
             ReadOutcome::Closed => return Ok(None),
             ReadOutcome::Eof if parser.is_empty() => return Ok(None),
-            ReadOutcome::Eof => {
-                crate::bail!(
-                    Peer,
-                    "the client closed the connection in the middle of its request"
-                )
-            }
+            ReadOutcome::Eof => crate::bail!(
+                Peer,
+                "the client closed the connection in the middle of its request"
+            ),
         }
     }
 }
