@@ -217,4 +217,127 @@ mod tests {
         assert!(p.push(&long).is_err());
         assert_eq!(p.buffered(), MAX_HEAD);
     }
+
+    mod properties {
+        //! Whatever a peer sends, in whatever pieces: no panic, never more than MAX_HEAD
+        //! bytes kept, and a refusal is a peer-kind error with a short message.
+        use super::super::*;
+        use crate::out::Error;
+        use proptest::prelude::*;
+
+        const MAX: u64 = 1 << 20;
+
+        fn check_outcome(r: &Result<Option<Request>>) {
+            match r {
+                Ok(Some(Request::Size(n))) => assert!(*n <= MAX),
+                Ok(Some(Request::Http { size, path })) => {
+                    assert!(size.is_none_or(|n| n <= MAX));
+                    assert!(path.len() <= MAX_HEAD);
+                }
+                Ok(None) => {}
+                Err(Error::Peer(m)) => assert!(!m.is_empty() && m.len() < 300, "{m}"),
+                Err(e) => panic!("not a peer error: {e:?}"),
+            }
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(512))]
+
+            #[test]
+            fn arbitrary_bytes_never_panic_or_grow(
+                chunks in prop::collection::vec(prop::collection::vec(any::<u8>(), 0..3000), 0..16)
+            ) {
+                let mut p = RequestParser::new(MAX);
+                for c in &chunks {
+                    let r = p.push(c);
+                    prop_assert!(p.buffered() <= MAX_HEAD);
+                    check_outcome(&r);
+                    if !matches!(r, Ok(None)) {
+                        break;
+                    }
+                }
+            }
+
+            #[test]
+            fn request_like_bytes_never_panic(
+                chunks in prop::collection::vec(
+                    "(GET|GET /|PUT)?[ 0-9/a-zA-Z.:-]{0,40}(HTTP/1\\.[01])?(\r?\n){0,2}", 0..40)
+            ) {
+                let mut p = RequestParser::new(MAX);
+                for c in &chunks {
+                    let r = p.push(c.as_bytes());
+                    prop_assert!(p.buffered() <= MAX_HEAD);
+                    check_outcome(&r);
+                    if !matches!(r, Ok(None)) {
+                        break;
+                    }
+                }
+            }
+
+            #[test]
+            fn long_heads_are_refused_at_the_bound(
+                http in any::<bool>(),
+                sizes in prop::collection::vec(1usize..5000, 1..40),
+            ) {
+                // A first line that never ends, or an HTTP head whose blank line never comes.
+                let mut stream: Vec<u8> = if http { b"GET /1 HTTP/1.1\r\n".to_vec() } else { b"GET ".to_vec() };
+                let filler: &[u8] = if http { b"X-Pad: aaaaaaaaaaaaaaaaaaaa\r\n" } else { b"1234567890" };
+                while stream.len() < 4 * MAX_HEAD {
+                    stream.extend_from_slice(filler);
+                }
+                let mut p = RequestParser::new(MAX);
+                let mut at = 0;
+                for n in sizes {
+                    let end = (at + n).min(stream.len());
+                    let r = p.push(&stream[at..end]);
+                    at = end;
+                    prop_assert!(p.buffered() <= MAX_HEAD);
+                    if at < MAX_HEAD {
+                        prop_assert!(matches!(r, Ok(None)), "{:?} at {}", r, at);
+                    } else {
+                        prop_assert!(matches!(r, Err(Error::Peer(ref m)) if m.contains("16 KiB")), "{:?}", r);
+                        break;
+                    }
+                }
+            }
+
+            #[test]
+            fn pqlab_requests_parse_in_any_pieces(n in 0u64..2 * MAX, cuts in prop::collection::vec(0usize..24, 0..6)) {
+                let text = format!("GET {n}\n");
+                let mut p = RequestParser::new(MAX);
+                let mut at = 0;
+                let mut result = Ok(None);
+                let mut points: Vec<usize> = cuts.iter().map(|c| c % text.len()).collect();
+                points.sort_unstable();
+                points.push(text.len());
+                for end in points {
+                    if end < at { continue; }
+                    result = p.push(&text.as_bytes()[at..end]);
+                    at = end;
+                    if !matches!(result, Ok(None)) { break; }
+                }
+                if n <= MAX {
+                    prop_assert_eq!(result.ok().flatten(), Some(Request::Size(n)));
+                } else {
+                    prop_assert!(matches!(result, Err(Error::Peer(m)) if m.contains("exceeds")));
+                }
+            }
+
+            #[test]
+            fn http_heads_parse_in_any_pieces(
+                n in 0u64..MAX,
+                headers in prop::collection::vec("[A-Za-z-]{1,12}: [ -~]{0,30}", 0..8),
+                split in 0usize..400,
+            ) {
+                let mut text = format!("GET /{n} HTTP/1.1\r\n");
+                for h in &headers { text.push_str(h); text.push_str("\r\n"); }
+                text.push_str("\r\n");
+                let cut = split % text.len();
+                let mut p = RequestParser::new(MAX);
+                let first = p.push(&text.as_bytes()[..cut]).unwrap();
+                let r = match first { Some(r) => r, None => p.push(&text.as_bytes()[cut..]).unwrap().unwrap() };
+                prop_assert_eq!(r, Request::Http { path: format!("/{n}"), size: Some(n) });
+            }
+        }
+    }
 }

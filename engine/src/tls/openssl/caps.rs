@@ -664,4 +664,50 @@ mod tests {
         assert_eq!(codes().sigalg("PSS+SHA256"), Some(0x0804));
         assert_eq!(codes().group("no-such-group"), None);
     }
+
+    mod properties {
+        //! The ClientHello extension parser on malformed input: no panic, and what it
+        //! returns is bytes of its input.
+        use super::super::*;
+        use proptest::prelude::*;
+        use std::sync::OnceLock;
+
+        fn real_hello() -> &'static [u8] {
+            static H: OnceLock<Vec<u8>> = OnceLock::new();
+            H.get_or_init(|| client_hello("x25519:X25519MLKEM768", None, false).unwrap())
+        }
+
+        fn contains(hay: &[u8], needle: &[u8]) -> bool {
+            needle.is_empty() || hay.windows(needle.len()).any(|w| w == needle)
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(512))]
+
+            #[test]
+            fn arbitrary_bytes(bytes in prop::collection::vec(any::<u8>(), 0..700), ext in any::<u16>()) {
+                if let Some(e) = hello_extension(&bytes, ext) {
+                    prop_assert!(contains(&bytes, &e));
+                }
+            }
+
+            #[test]
+            fn damaged_client_hellos(
+                edits in prop::collection::vec((any::<usize>(), any::<u8>()), 1..8),
+                cut in any::<usize>(),
+                ext in prop::sample::select(vec![EXT_SUPPORTED_GROUPS, EXT_SIGNATURE_ALGORITHMS, 43, 51]),
+            ) {
+                let mut h = real_hello().to_vec();
+                for (at, v) in edits {
+                    let i = at % h.len();
+                    h[i] = v;
+                }
+                h.truncate(cut % (h.len() + 1));
+                if let Some(e) = hello_extension(&h, ext) {
+                    prop_assert!(contains(&h, &e));
+                    let _ = code_points(&e);
+                }
+            }
+        }
+    }
 }

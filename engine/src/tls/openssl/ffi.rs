@@ -278,4 +278,47 @@ mod tests {
         }
         None
     }
+
+    mod properties {
+        //! Whatever the message callback is handed (a peer chooses record lengths, message
+        //! types and counts): no panic, offsets that add up, a bounded event list.
+        use super::super::*;
+        use proptest::prelude::*;
+
+        fn message() -> impl Strategy<Value = (bool, libc::c_int, Vec<u8>)> {
+            (
+                any::<bool>(),
+                prop::sample::select(vec![20, 21, 22, 23, 24, 256, 257, 0, 1000, -1]),
+                prop::collection::vec(any::<u8>(), 0..40),
+            )
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(512))]
+
+            #[test]
+            fn any_message_sequence_is_recorded_within_bounds(
+                msgs in prop::collection::vec(message(), 0..300)
+            ) {
+                let mut r = Recorder { max_events: 64, ..Recorder::new(true) };
+                let mut expect = [0u64; 2];
+                for (write_p, ct, buf) in &msgs {
+                    observe(&mut r, *write_p, *ct, buf);
+                    if *ct == 256 && buf.len() >= 5 {
+                        expect[usize::from(!*write_p)] += 5 + u16::from_be_bytes([buf[3], buf[4]]) as u64;
+                    }
+                }
+                prop_assert_eq!(r.record_bytes, expect);
+                prop_assert!(r.events.len() <= 64);
+                let kept_or_dropped = r.events.len() as u64 + r.events_dropped;
+                prop_assert!(kept_or_dropped <= msgs.len() as u64);
+                for e in &r.events {
+                    let d = usize::from(e.dir == "recv");
+                    if let Some(o) = e.offset_end {
+                        prop_assert!(o <= r.record_bytes[d]);
+                    }
+                }
+            }
+        }
+    }
 }
