@@ -33,15 +33,17 @@ impl Stack for OpenSsl {
     }
 
     fn server(&self, setup: &ServerSetup) -> Result<Arc<dyn ServerContext>> {
-        Ok(Arc::new(Server {
-            ctx: server_context(setup)?,
-        }))
+        let ctx = server_context(setup)?;
+        // Read libssl's code tables now (about 1 ms), not after the first handshake, where
+        // it would delay that connection's request and response.
+        caps::codes();
+        Ok(Arc::new(Server { ctx }))
     }
 
     fn client(&self, setup: &ClientSetup) -> Result<Box<dyn ClientContext>> {
-        Ok(Box::new(Client {
-            ctx: client_context(setup)?,
-        }))
+        let ctx = client_context(setup)?;
+        caps::codes();
+        Ok(Box::new(Client { ctx }))
     }
 
     fn group_code(&self, name: &str) -> Option<u16> {
