@@ -188,6 +188,10 @@ pub struct StackInfo {
     pub sigalgs: Vec<NamedCode>,
     /// Key specs (`tls certs` syntax) whose certificates this stack can serve.
     pub cert_key_types: Vec<String>,
+    /// Key specs this stack's certificate maker can sign certificates with and its client
+    /// can verify in a chain (a CA's key): `cert_key_types` and those that sign certificates
+    /// but have no TLS signature scheme (e.g. SLH-DSA in OpenSSL 3.5).
+    pub ca_key_types: Vec<String>,
     pub limits: serde_json::Map<String, serde_json::Value>,
 }
 

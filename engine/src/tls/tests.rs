@@ -412,6 +412,28 @@ fn every_certificate_key_type_a_stack_lists_serves_a_handshake() {
 }
 
 #[test]
+fn every_ca_key_type_a_stack_lists_signs_a_chain_the_client_verifies() {
+    let stack = stack::find("openssl").unwrap();
+    let info = stack.describe().unwrap();
+    for spec in &info.cert_key_types {
+        assert!(info.ca_key_types.contains(spec), "{spec} serves but cannot sign?");
+    }
+    let extra: Vec<&String> = info
+        .ca_key_types
+        .iter()
+        .filter(|k| !info.cert_key_types.contains(k))
+        .collect();
+    assert!(extra.iter().any(|k| k.starts_with("SLH-DSA")), "{extra:?}");
+    for spec in extra {
+        let dir = TempDir::new("ca-keytype");
+        make_certs(dir.path(), spec, "EC:P-256");
+        let r = loopback(dir.path(), &[], &[], 1);
+        r.client.unwrap_or_else(|e| panic!("CA {spec}: {e}"));
+        assert_eq!(r.client_records[0]["verified"], true, "CA {spec}");
+    }
+}
+
+#[test]
 fn key_logs_are_owner_only() {
     use crate::secrets::{mode, FILE_MODE};
     use std::os::unix::fs::PermissionsExt;

@@ -68,6 +68,12 @@ impl Stack for OpenSsl {
                 }
             }
         }
+        let mut ca_key_types = cert_key_types.clone();
+        for name in certificate_only_signers() {
+            if !ca_key_types.contains(&name) {
+                ca_key_types.push(name);
+            }
+        }
         let ctx = SslContext::builder(SslMethod::tls())?.build();
         let mut limits = serde_json::Map::new();
         limits.insert(
@@ -81,9 +87,33 @@ impl Stack for OpenSsl {
             groups,
             sigalgs,
             cert_key_types,
+            ca_key_types,
             limits,
         })
     }
+}
+
+/// Signature algorithms OpenSSL can make keys for and sign X.509 certificates with that have
+/// no TLS signature scheme here (SLH-DSA in 3.5): usable as a CA, not as a TLS signer.
+fn certificate_only_signers() -> Vec<String> {
+    let provided = crate::info::openssl_algorithms();
+    let mut out = Vec::new();
+    for m in provided["signatures"].as_array().into_iter().flatten() {
+        let Some(name) = m["name"].as_str() else {
+            continue;
+        };
+        if !name.to_ascii_uppercase().starts_with("SLH-DSA-") {
+            continue;
+        }
+        let makeable = super::certs::KeySpec::parse(name)
+            .map(|k| k.available())
+            .unwrap_or(false);
+        if makeable {
+            out.push(name.to_string());
+        }
+    }
+    out.sort();
+    out
 }
 
 fn ssl_version(v: TlsVersion) -> SslVersion {
