@@ -57,6 +57,10 @@ pub struct Args {
     /// Private key (PEM) of --ca-cert.
     #[arg(long, requires = "ca_cert")]
     pub ca_key: Option<PathBuf>,
+    /// What the leaf certificate is for (extended key usage): server (serverAuth), client
+    /// (clientAuth, for mutual TLS) or both.
+    #[arg(long, default_value = "server", value_parser = ["server", "client", "both"])]
+    pub purpose: String,
 }
 
 fn read(path: &Path) -> Result<Vec<u8>> {
@@ -327,7 +331,14 @@ pub fn build(args: &Args) -> Result<(Chain, PKey<Private>, PKey<Private>)> {
         ku.key_encipherment();
     }
     b.append_extension(ku.build()?)?;
-    b.append_extension(ExtendedKeyUsage::new().server_auth().build()?)?;
+    let mut eku = ExtendedKeyUsage::new();
+    if args.purpose != "client" {
+        eku.server_auth();
+    }
+    if args.purpose != "server" {
+        eku.client_auth();
+    }
+    b.append_extension(eku.build()?)?;
     let mut san = SubjectAlternativeName::new();
     san.dns(&args.cn);
     for s in &args.san {
@@ -412,6 +423,7 @@ pub fn run(args: Args) -> Result<()> {
         },
         "cn": args.cn,
         "days": args.days,
+        "purpose": args.purpose,
     }));
     Ok(())
 }
@@ -429,6 +441,7 @@ mod tests {
             san: vec!["localhost".into(), "127.0.0.1".into()],
             days: 30,
             chain_with_root: false,
+            purpose: "server".into(),
             ca_cert: None,
             ca_key: None,
         }

@@ -5,7 +5,8 @@
 use super::options::TlsOpts;
 use super::record::{self, Recorder, SharedRecorder, Sink, Stamp, Wire};
 use super::stack::{
-    ClientContext, ClientSetup, ReadOutcome, ServerName, Session, Stack, TlsVersion, Verification,
+    ClientContext, ClientSetup, Identity, ReadOutcome, ServerName, Session, Stack, TlsVersion,
+    Verification,
 };
 use crate::out::Result;
 use serde_json::{json, Value};
@@ -46,6 +47,17 @@ pub struct Args {
     /// exactly one).
     #[arg(long)]
     pub expect_sigalg: Option<String>,
+    /// Mutual TLS: the client certificate (PEM, with any intermediates) to present when the
+    /// server asks for one.
+    #[arg(long, requires = "key")]
+    pub cert_chain: Option<PathBuf>,
+    /// Mutual TLS: the private key of --cert-chain (PEM).
+    #[arg(long, requires = "cert_chain")]
+    pub key: Option<PathBuf>,
+    /// Mutual TLS: the scheme the client's CertificateVerify must use (default: the one
+    /// --client-sigalgs names when it names exactly one); refused otherwise.
+    #[arg(long, requires = "cert_chain")]
+    pub expect_client_sigalg: Option<String>,
     /// Stop after this many seconds even if not all connections are done (error); at most
     /// 2592000 (30 days).
     #[arg(long, default_value_t = 3600, value_parser = clap::value_parser!(u64).range(1..=2_592_000))]
@@ -122,6 +134,11 @@ struct Checks {
     version: TlsVersion,
     group: Option<Expected>,
     sigalg: Option<Expected>,
+    /// Mutual TLS: the scheme the client must have signed with.
+    client_sigalg: Option<Expected>,
+    /// Mutual TLS: a client certificate was configured, so the server must have asked for it
+    /// and the client must have signed.
+    client_certificate: bool,
 }
 
 pub fn run(a: Args) -> Result<()> {
@@ -135,6 +152,11 @@ pub fn run_with(stack: &dyn Stack, a: &Args, sink: &dyn Sink) -> Result<()> {
     let ctx = stack.client(&ClientSetup {
         protocol: a.tls.protocol()?,
         ca: a.ca.clone(),
+        identity: a
+            .cert_chain
+            .clone()
+            .zip(a.key.clone())
+            .map(|(cert_chain, key)| Identity { cert_chain, key }),
     })?;
     let target = resolve(a)?;
     let checks = Checks {
@@ -155,6 +177,11 @@ pub fn run_with(stack: &dyn Stack, a: &Args, sink: &dyn Sink) -> Result<()> {
                 code: stack.sigalg_code(&name),
                 name,
             }),
+        client_sigalg: a.expect_client_sigalg.clone().map(|name| Expected {
+            code: stack.sigalg_code(&name),
+            name,
+        }),
+        client_certificate: a.cert_chain.is_some(),
     };
     let deadline = Instant::now() + Duration::from_secs(a.time_limit);
     let total = a.warmup.saturating_add(a.count);
@@ -261,6 +288,27 @@ fn check(stack: &dyn Stack, c: &Checks, neg: &Negotiation, i: u64) -> Result<()>
                 Check,
                 "connection {i}: server signed with {}, asked for {}",
                 n.sigalg.as_deref().unwrap_or("none"),
+                s.name
+            );
+        }
+    }
+    check_client_auth(c, n, i)
+}
+
+/// Mutual TLS: a configured client certificate must have been asked for and used.
+fn check_client_auth(c: &Checks, n: &record::Negotiated, i: u64) -> Result<()> {
+    if c.client_certificate && n.client_sigalg.is_none() {
+        crate::bail!(
+            Check,
+            "connection {i}: the server did not ask for the client certificate (mutual TLS)"
+        );
+    }
+    if let Some(s) = &c.client_sigalg {
+        if !s.matches(n.client_sigalg.as_deref(), n.client_sigalg_code) {
+            crate::bail!(
+                Check,
+                "connection {i}: the client signed with {}, asked for {}",
+                n.client_sigalg.as_deref().unwrap_or("none"),
                 s.name
             );
         }

@@ -44,7 +44,7 @@ pub struct TlsOpts {
 }
 
 /// Items of a `:` or `,` separated list; an empty list is refused.
-fn list(flag: &str, text: &Option<String>) -> Result<Option<Vec<String>>> {
+pub fn list(flag: &str, text: &Option<String>) -> Result<Option<Vec<String>>> {
     let Some(text) = text else { return Ok(None) };
     let items: Vec<String> = text
         .split([':', ','])

@@ -61,6 +61,10 @@ pub struct Negotiated {
     /// when the server signed nothing (TLS 1.2 RSA key exchange).
     pub sigalg: Option<String>,
     pub sigalg_code: Option<u16>,
+    /// Mutual TLS: the scheme the client signed its CertificateVerify with (server: the
+    /// peer's; client: its own); None without a client certificate.
+    pub client_sigalg: Option<String>,
+    pub client_sigalg_code: Option<u16>,
     pub session_reused: bool,
     /// Client, TLS 1.2: the server's ephemeral key (e.g. the DHE group size); else None.
     pub peer_tmp_key: Option<PeerTmpKey>,

@@ -5,7 +5,9 @@
 use super::options::TlsOpts;
 use super::record::{self, Recorder, SharedRecorder, Sink, Stamp, Wire};
 use super::request::{Request, RequestParser};
-use super::stack::{ReadOutcome, ServerContext, ServerSetup, Session, Stack};
+use super::stack::{
+    ClientAuth, ReadOutcome, ServerContext, ServerSetup, Session, Stack, Verification,
+};
 use crate::out::Result;
 use serde_json::{json, Value};
 use std::cell::RefCell;
@@ -53,6 +55,14 @@ pub struct Args {
     /// in 16 KiB records, so the server's memory does not grow with n.
     #[arg(long, default_value_t = 1 << 30)]
     pub max_response_bytes: u64,
+    /// Mutual TLS: request a client certificate and require it to chain to these PEM
+    /// roots; a client without one, or with another, fails its handshake.
+    #[arg(long)]
+    pub client_ca: Option<PathBuf>,
+    /// Mutual TLS: the signature schemes accepted for the client's CertificateVerify (stack
+    /// names, sent in the CertificateRequest); default: the stack's list.
+    #[arg(long, requires = "client_ca")]
+    pub client_sigalgs: Option<String>,
 }
 
 /// Bytes per application-data write (one full TLS record).
@@ -76,11 +86,19 @@ pub fn prepare(a: &Args) -> Result<(&'static dyn Stack, Arc<dyn ServerContext>)>
         crate::bail!(Usage, "--max-concurrent needs --concurrent");
     }
     let stack = a.tls.stack()?;
+    let client_auth = match &a.client_ca {
+        Some(ca) => Some(ClientAuth {
+            ca: ca.clone(),
+            sigalgs: super::options::list("--client-sigalgs", &a.client_sigalgs)?,
+        }),
+        None => None,
+    };
     let ctx = stack.server(&ServerSetup {
         protocol: a.tls.protocol()?,
         cert_chain: a.cert_chain.clone(),
         key: a.key.clone(),
         dh_bits: a.dh_bits,
+        client_auth,
     })?;
     Ok((stack, ctx))
 }
@@ -267,6 +285,12 @@ fn handshake_and_respond(
     out["accept_to_handshake_ns"] = json!(t_hs.mono - c.t_accept.mono);
     out["negotiated"] = serde_json::to_value(session.negotiated()).unwrap_or(Value::Null);
     out["servername"] = json!(session.server_name());
+    if a.client_ca.is_some() {
+        // Mutual TLS: the client's chain as the stack judged it (a failure never gets here:
+        // the stack refuses the handshake).
+        out["client_verified"] = json!(session.verification() == Verification::Verified);
+        out["peer_chain_der_bytes"] = json!(session.peer_chain_der_bytes());
+    }
 
     let (request, sent_app) = if a.response_mode == "echo-size" {
         respond(&mut *session, a, out)?

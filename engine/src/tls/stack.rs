@@ -66,12 +66,35 @@ pub struct ServerSetup {
     pub key: PathBuf,
     /// TLS 1.2 DHE group size (1024, 2048, 3072, 4096); None: the stack's choice.
     pub dh_bits: Option<u32>,
+    /// Mutual TLS: request a client certificate and require it to chain to these roots.
+    pub client_auth: Option<ClientAuth>,
+}
+
+/// What a server asks of clients in mutual TLS.
+#[derive(Clone, Debug)]
+pub struct ClientAuth {
+    /// PEM root certificate(s) the client chain must validate against.
+    pub ca: PathBuf,
+    /// Signature schemes accepted for the client's CertificateVerify (stack names, sent in
+    /// the CertificateRequest); None: the stack's default list.
+    pub sigalgs: Option<Vec<String>>,
+}
+
+/// A client's own certificate (mutual TLS).
+#[derive(Clone, Debug)]
+pub struct Identity {
+    /// PEM: the client certificate and any intermediates to send.
+    pub cert_chain: PathBuf,
+    /// PEM private key of the certificate.
+    pub key: PathBuf,
 }
 
 pub struct ClientSetup {
     pub protocol: Protocol,
     /// PEM root certificate(s) the server chain must validate against.
     pub ca: PathBuf,
+    /// Mutual TLS: the certificate to present when the server asks for one.
+    pub identity: Option<Identity>,
 }
 
 /// The name the client sends (SNI) and checks the certificate against.
@@ -100,13 +123,14 @@ pub enum ReadOutcome {
     Eof,
 }
 
-/// How the peer's certificate chain was judged (client side).
+/// How the peer's certificate chain was judged: the server's chain by a client, the
+/// client's chain by a server in mutual TLS.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Verification {
-    /// Chain valid under the CA and the name matches.
+    /// Chain valid under the CA (and, for a server's chain, the name matches).
     Verified,
     Failed(String),
-    /// Not checked (servers do not ask for client certificates).
+    /// Not checked (a server that did not ask for a client certificate).
     NotChecked,
 }
 

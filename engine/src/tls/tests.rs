@@ -416,7 +416,10 @@ fn every_ca_key_type_a_stack_lists_signs_a_chain_the_client_verifies() {
     let stack = stack::find("openssl").unwrap();
     let info = stack.describe().unwrap();
     for spec in &info.cert_key_types {
-        assert!(info.ca_key_types.contains(spec), "{spec} serves but cannot sign?");
+        assert!(
+            info.ca_key_types.contains(spec),
+            "{spec} serves but cannot sign?"
+        );
     }
     let extra: Vec<&String> = info
         .ca_key_types
@@ -454,4 +457,98 @@ fn key_logs_are_owner_only() {
     assert!(std::fs::read_to_string(&fresh)
         .unwrap()
         .contains("CLIENT_TRAFFIC_SECRET_0"));
+}
+
+/// A client certificate for mutual TLS: its own root (`ca`) and a leaf of `alg` with
+/// clientAuth, in `dir`.
+fn make_client_certs(dir: &Path, ca: &str, alg: &str) {
+    let d = dir.to_str().unwrap();
+    let cli = CertsCli::parse_from([
+        "t",
+        "--ca-alg",
+        ca,
+        "--server-alg",
+        alg,
+        "--out-dir",
+        d,
+        "--cn",
+        "client.pqlab.test",
+        "--purpose",
+        "client",
+    ]);
+    certs::run(cli.a).unwrap();
+}
+
+#[test]
+fn mutual_tls_checks_and_reports_the_client_signature() {
+    let dir = TempDir::new("mtls");
+    let client_dir = TempDir::new("mtls-client");
+    make_certs(dir.path(), "EC:P-256", "EC:P-256");
+    make_client_certs(client_dir.path(), "ML-DSA-44", "ML-DSA-44");
+    let c = client_dir.path().to_str().unwrap();
+    let (client_ca, client_chain, client_key) = (
+        format!("{c}/root.crt.pem"),
+        format!("{c}/chain.pem"),
+        format!("{c}/server.key.pem"),
+    );
+    let server = [
+        "--client-ca",
+        client_ca.as_str(),
+        "--client-sigalgs",
+        "mldsa44",
+        "--response-mode",
+        "none",
+    ];
+    let client = [
+        "--cert-chain",
+        client_chain.as_str(),
+        "--key",
+        client_key.as_str(),
+        "--expect-client-sigalg",
+        "mldsa44",
+        "--events",
+        "on",
+    ];
+    let r = loopback(dir.path(), &server, &client, 1);
+    r.client.unwrap();
+    for rec in [&r.client_records[0], &r.server_records[0]] {
+        assert_eq!(rec["negotiated"]["client_sigalg"], "mldsa44", "{rec}");
+        assert_eq!(rec["negotiated"]["client_sigalg_code"], 0x0904, "{rec}");
+    }
+    let s = &r.server_records[0];
+    assert_eq!(s["type"], "connection");
+    assert_eq!(s["client_verified"], true);
+    assert!(s["peer_chain_der_bytes"][0].as_u64().unwrap() > 3000, "{s}");
+    // The client's Certificate and CertificateVerify are in the message events.
+    let sent = handshake_messages(&r.client_records[0]);
+    for msg in ["sent certificate", "sent certificate_verify"] {
+        assert!(sent.iter().any(|m| m == msg), "{sent:?}");
+    }
+
+    // A client without a certificate, and one whose chain ends at another root, are refused
+    // by the server. (In TLS 1.3 the client has finished its side before the server's alert
+    // can arrive, so only the server's record says so.)
+    let r = loopback(dir.path(), &server, &[], 1);
+    assert_eq!(r.server_records[0]["type"], "connection_error");
+    let other = TempDir::new("mtls-other");
+    make_client_certs(other.path(), "EC:P-256", "ML-DSA-44");
+    let o = other.path().to_str().unwrap();
+    let (oc, ok) = (format!("{o}/chain.pem"), format!("{o}/server.key.pem"));
+    let r = loopback(dir.path(), &server, &["--cert-chain", &oc, "--key", &ok], 1);
+    let s = &r.server_records[0];
+    assert_eq!(s["type"], "connection_error", "{s}");
+    assert_eq!(s["kind"], "check", "{s}");
+    assert!(
+        s["message"]
+            .as_str()
+            .unwrap()
+            .contains("client's certificate"),
+        "{s}"
+    );
+    // Without --client-ca the server does not ask, and a configured client certificate is
+    // then an error on the client (it was not used).
+    let r = loopback(dir.path(), &["--response-mode", "none"], &client, 1);
+    let e = r.client.unwrap_err();
+    assert!(matches!(e, Error::Check(_)), "{e}");
+    assert!(e.to_string().contains("did not ask"), "{e}");
 }

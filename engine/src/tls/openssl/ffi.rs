@@ -22,6 +22,9 @@ pub const SSL_CTRL_GET_NEGOTIATED_GROUP: libc::c_int = 134;
 pub const SSL_CTRL_GET_SIGNATURE_NAME: libc::c_int = 140;
 /// SSL_get0_peer_signature_name: the scheme the peer signed with.
 pub const SSL_CTRL_GET_PEER_SIGNATURE_NAME: libc::c_int = 141;
+/// SSL_CTX_set1_client_sigalgs_list: the schemes a server accepts for the client's
+/// CertificateVerify (sent in its CertificateRequest).
+pub const SSL_CTRL_SET_CLIENT_SIGALGS_LIST: libc::c_int = 102;
 /// Flag SSL_get_negotiated_group sets for a group without a NID (TLSEXT_nid_unknown).
 pub const TLSEXT_NID_UNKNOWN: libc::c_long = 0x0100_0000;
 
@@ -143,6 +146,22 @@ fn signature_name(ssl: &SslRef, cmd: libc::c_int) -> Option<String> {
 }
 
 /// Signature scheme this side used (server: its CertificateVerify / ServerKeyExchange).
+/// Set the schemes accepted for a client's CertificateVerify (mutual TLS); false when
+/// libssl refuses the list.
+pub fn set_client_sigalgs_list(ctx: &mut openssl::ssl::SslContextBuilder, list: &str) -> bool {
+    let Ok(c) = std::ffi::CString::new(list) else {
+        return false;
+    };
+    unsafe {
+        openssl_sys::SSL_CTX_ctrl(
+            ctx.as_ptr(),
+            SSL_CTRL_SET_CLIENT_SIGALGS_LIST,
+            0,
+            c.as_ptr() as *mut libc::c_void,
+        ) > 0
+    }
+}
+
 pub fn own_sigalg(ssl: &SslRef) -> Option<String> {
     signature_name(ssl, SSL_CTRL_GET_SIGNATURE_NAME)
 }
@@ -240,6 +259,10 @@ mod tests {
                 SSL_CTRL_GET_NEGOTIATED_GROUP,
             ),
             ("SSL_CTRL_GET_SIGNATURE_NAME", SSL_CTRL_GET_SIGNATURE_NAME),
+            (
+                "SSL_CTRL_SET_CLIENT_SIGALGS_LIST",
+                SSL_CTRL_SET_CLIENT_SIGALGS_LIST,
+            ),
             (
                 "SSL_CTRL_GET_PEER_SIGNATURE_NAME",
                 SSL_CTRL_GET_PEER_SIGNATURE_NAME,

@@ -37,7 +37,10 @@ impl Stack for OpenSsl {
         // Read libssl's code tables now (about 1 ms), not after the first handshake, where
         // it would delay that connection's request and response.
         caps::codes();
-        Ok(Arc::new(Server { ctx }))
+        Ok(Arc::new(Server {
+            ctx,
+            client_auth: setup.client_auth.is_some(),
+        }))
     }
 
     fn client(&self, setup: &ClientSetup) -> Result<Box<dyn ClientContext>> {
@@ -216,6 +219,23 @@ fn server_context(s: &ServerSetup) -> Result<SslContext> {
         _ => None,
     };
     apply(&s.protocol, &mut b, min_level)?;
+    if let Some(auth) = &s.client_auth {
+        // Mutual TLS: ask every client for a certificate and refuse one that does not chain
+        // to the given roots (or none at all).
+        b.set_verify(SslVerifyMode::PEER | SslVerifyMode::FAIL_IF_NO_PEER_CERT);
+        b.set_ca_file(&auth.ca)
+            .map_err(|e| crate::err!(Io, "cannot load --client-ca {}: {e}", auth.ca.display()))?;
+        if let Some(list) = &auth.sigalgs {
+            let list = list.join(":");
+            if !ffi::set_client_sigalgs_list(&mut b, &list) {
+                let e = openssl::error::ErrorStack::get();
+                crate::bail!(
+                    Usage,
+                    "--client-sigalgs {list:?} not accepted by OpenSSL: {e}"
+                );
+            }
+        }
+    }
     if let Some(bits) = s.dh_bits {
         let dh = dh_params(bits)?;
         b.set_tmp_dh(&dh).map_err(|e| {
@@ -235,11 +255,29 @@ fn client_context(c: &ClientSetup) -> Result<SslContext> {
     b.set_ca_file(&c.ca)
         .map_err(|e| crate::err!(Io, "cannot load --ca {}: {e}", c.ca.display()))?;
     apply(&c.protocol, &mut b, None)?;
+    if let Some(id) = &c.identity {
+        b.set_certificate_chain_file(&id.cert_chain).map_err(|e| {
+            crate::err!(
+                Io,
+                "cannot load --cert-chain {}: {e}",
+                id.cert_chain.display()
+            )
+        })?;
+        b.set_private_key_file(&id.key, SslFiletype::PEM)
+            .map_err(|e| crate::err!(Io, "cannot load --key {}: {e}", id.key.display()))?;
+        b.check_private_key().map_err(|_| {
+            crate::err!(
+                Usage,
+                "--key does not match the certificate in --cert-chain"
+            )
+        })?;
+    }
     Ok(b.build().into_context())
 }
 
 struct Server {
     ctx: SslContext,
+    client_auth: bool,
 }
 
 impl ServerContext for Server {
@@ -254,6 +292,7 @@ impl ServerContext for Server {
         Ok(Box::new(Pending {
             stream,
             role: Role::Server,
+            client_auth: self.client_auth,
         }))
     }
 }
@@ -281,6 +320,7 @@ impl ClientContext for Client {
         Ok(Box::new(Pending {
             stream,
             role: Role::Client,
+            client_auth: false,
         }))
     }
 }
@@ -295,6 +335,8 @@ enum Role {
 struct Pending {
     stream: SslStream<Wire>,
     role: Role,
+    /// Server side of mutual TLS: the client's chain is verified.
+    client_auth: bool,
 }
 
 impl Handshake for Pending {
@@ -304,12 +346,17 @@ impl Handshake for Pending {
             Role::Client => self.stream.connect(),
         };
         if let Err(e) = result {
-            if self.role == Role::Client {
+            if self.role == Role::Client || self.client_auth {
                 let v = self.stream.ssl().verify_result();
                 if v != X509VerifyResult::OK {
+                    let whose = if self.role == Role::Client {
+                        "the server's"
+                    } else {
+                        "the client's"
+                    };
                     crate::bail!(
                         Check,
-                        "certificate verification failed: {}",
+                        "{whose} certificate verification failed: {}",
                         v.error_string()
                     );
                 }
@@ -319,6 +366,7 @@ impl Handshake for Pending {
         Ok(Box::new(Connection {
             stream: self.stream,
             role: self.role,
+            client_auth: self.client_auth,
         }))
     }
 }
@@ -326,6 +374,7 @@ impl Handshake for Pending {
 struct Connection {
     stream: SslStream<Wire>,
     role: Role,
+    client_auth: bool,
 }
 
 /// The negotiated group's code point: libssl's own answer for groups without a NID
@@ -379,6 +428,18 @@ fn classify(what: &str, e: &openssl::ssl::Error) -> Error {
     }
 }
 
+impl Connection {
+    /// Whether a client certificate went over this connection (mutual TLS).
+    fn client_certificate_sent(&self) -> bool {
+        match self.role {
+            Role::Server => self.client_auth && self.stream.ssl().peer_certificate().is_some(),
+            // A client that was asked signs and libssl names its scheme; one that was not
+            // asked has none to name.
+            Role::Client => true,
+        }
+    }
+}
+
 impl Session for Connection {
     fn read(&mut self, buf: &mut [u8]) -> Result<ReadOutcome> {
         match self.stream.ssl_read(buf) {
@@ -425,9 +486,17 @@ impl Session for Connection {
         let ssl = self.stream.ssl();
         let cipher = ssl.current_cipher();
         let group = ffi::group_name(ssl);
-        let sigalg = match self.role {
-            Role::Server => ffi::own_sigalg(ssl),
-            Role::Client => ffi::peer_sigalg(ssl),
+        let (sigalg, client_sigalg) = match self.role {
+            Role::Server => (ffi::own_sigalg(ssl), ffi::peer_sigalg(ssl)),
+            Role::Client => (ffi::peer_sigalg(ssl), ffi::own_sigalg(ssl)),
+        };
+        // Without a client certificate there is no client signature: libssl may still name
+        // a scheme for a client that was never asked, so only report one when a
+        // certificate was exchanged.
+        let client_sigalg = if self.client_certificate_sent() {
+            client_sigalg
+        } else {
+            None
         };
         let codes = caps::codes();
         Negotiated {
@@ -439,6 +508,8 @@ impl Session for Connection {
             group,
             sigalg_code: sigalg.as_deref().and_then(|s| codes.sigalg(s)),
             sigalg,
+            client_sigalg_code: client_sigalg.as_deref().and_then(|s| codes.sigalg(s)),
+            client_sigalg,
             session_reused: ssl.session_reused(),
             peer_tmp_key: match self.role {
                 Role::Client => ffi::peer_tmp_key(ssl),
@@ -455,15 +526,25 @@ impl Session for Connection {
     }
 
     fn peer_chain_der_bytes(&self) -> Option<Vec<usize>> {
-        self.stream.ssl().peer_cert_chain().map(|c| {
-            c.iter()
-                .map(|x| x.to_der().map(|d| d.len()).unwrap_or(0))
-                .collect()
-        })
+        let ssl = self.stream.ssl();
+        let der = |x: &openssl::x509::X509Ref| x.to_der().map(|d| d.len()).unwrap_or(0);
+        let chain: Vec<usize> = ssl
+            .peer_cert_chain()
+            .map(|c| c.iter().map(der).collect())
+            .unwrap_or_default();
+        match self.role {
+            Role::Client => Some(chain).filter(|c| !c.is_empty()),
+            // On a server libssl's peer chain leaves out the client's own certificate.
+            Role::Server => ssl.peer_certificate().map(|leaf| {
+                let mut all = vec![der(&leaf)];
+                all.extend(chain);
+                all
+            }),
+        }
     }
 
     fn verification(&self) -> Verification {
-        if self.role == Role::Server {
+        if self.role == Role::Server && !self.client_auth {
             return Verification::NotChecked;
         }
         let v = self.stream.ssl().verify_result();
