@@ -215,5 +215,8 @@ def test_pqlab_connect_refuses_other_group(tmp_path):
     finally:
         server.kill()
         server.wait()
-    assert res.returncode == 3
+    # The server refused the handshake with an alert: a peer error (exit 7), one line
+    # naming the alert.
+    assert res.returncode == 7, res.stderr
     assert len(res.stderr.strip().splitlines()) == 1
+    assert "handshake failure" in res.stderr
