@@ -289,12 +289,27 @@ def make_link(profile: LinkProfile, shaper: str = "auto", seed: int = 1) -> Link
     return link
 
 
-def build_hosts(profile: LinkProfile | None, shaper: str = "auto", tcp=None):
+def build_hosts(
+    profile: LinkProfile | None,
+    shaper: str = "auto",
+    tcp=None,
+    pair=None,
+    ssh_config: tuple[str, ...] = (),
+):
     """The one topology builder: two hosts joined by a bare veth link (no profile; `tcp`
     settings or the defaults) or by the shaped link of `profile` (its MTU and TCP settings),
-    with the chosen shaper. Use as a context manager."""
+    with the chosen shaper; or, given a `pqlab.net.remote.HostPair`, the client and the
+    server on those real hosts (reached over SSH with `ssh_config`), joined by the real
+    network: nothing is shaped and the hosts' own TCP settings are read, not changed. Use as
+    a context manager."""
     from pqlab.net.topology import TwoHosts
 
+    if pair is not None:
+        from pqlab.net.remote import RemoteHosts
+
+        if profile is not None:
+            raise UserError("a link profile shapes the lab's own link, not real hosts' network")
+        return RemoteHosts(pair, ssh_config, tcp)
     if profile is None:
         return TwoHosts(tcp=tcp)
     return TwoHosts(link=make_link(profile, shaper), mtu=profile.mtu, tcp=profile.tcp_settings())

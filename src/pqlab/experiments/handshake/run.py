@@ -15,8 +15,8 @@ from pathlib import Path
 
 from pqlab import stats
 from pqlab.errors import EngineError, UserError
-from pqlab.experiments.handshake import analyse, schema
-from pqlab.experiments.handshake.plan import Plan
+from pqlab.experiments.handshake import analyse, clocks, schema
+from pqlab.experiments.handshake.plan import DEFAULT_INITCWND, Plan
 from pqlab.net.topology import TcpSettings
 from pqlab.tls import runner, stacks
 from pqlab.tls.chains import Chain, make_chain, private_dir, secret_file
@@ -61,10 +61,14 @@ def _specs(plan: Plan, hosts, group, server_sig, chain: Chain, keylog: Path | No
     return server, client, expected
 
 
-def run_cell(store, hosts, plan: Plan, group, server_sig, ca_sig, chain: Chain, work: Path):
+def run_cell(
+    store, hosts, plan: Plan, group, server_sig, ca_sig, chain: Chain, work: Path, pair=None
+):
     """Run one cell (captures, server, client), analyse it and commit it to the store."""
-    cid = plan.cell_id(group, server_sig, ca_sig)
+    cid = plan.cell_id(group, server_sig, ca_sig, pair)
     name = f"{group.name}_{server_sig.name}_{ca_sig.name}".replace("/", "_")
+    if len(plan.pairs) > 1:
+        name += "_" + "".join(c if c.isalnum() or c in ".-" else "_" for c in pair.label)
     pcap_dir = private_dir(store.path / "pcap") if plan.keep_pcap else work
     client_pcap, server_pcap = pcap_dir / f"{name}.client.pcap", pcap_dir / f"{name}.server.pcap"
     keylog = pcap_dir / f"{name}.keys.log" if plan.keep_pcap or plan.needs_keylog else None
@@ -76,6 +80,7 @@ def run_cell(store, hosts, plan: Plan, group, server_sig, ca_sig, chain: Chain, 
     # whole packets.
     snaplen = 262144 if plan.keep_pcap or plan.needs_keylog else 128
     procs: list[runner.EngineProcess] = []
+    corrected: Path | None = None
     started = time.monotonic()
     try:
         caps = {}
@@ -101,34 +106,39 @@ def run_cell(store, hosts, plan: Plan, group, server_sig, ca_sig, chain: Chain, 
                 f"{len(client_recs)} and the server {len(server_recs)}"
             )
         pairs = analyse.pair_records(client_recs, server_recs)
+        # Across hosts the server's capture is moved onto the client's clock first.
+        cell_clock = clocks.correct(hosts, client_pcap, server_pcap, plan.port)
+        corrected = cell_clock.server_pcap if cell_clock.applied else None
         rows, phase_rows = analyse.analyse_cell(
             client_pcap,
-            server_pcap,
+            cell_clock.server_pcap,
             pairs,
             plan.port,
-            plan.initcwnd,
+            hosts.tcp.initcwnd or DEFAULT_INITCWND,
             expected,
             stacks.get(plan.stack),
-            plan.congestion_control,
-            records_of=_records_source(plan, server_pcap, keylog),
+            hosts.tcp.congestion_control,
+            records_of=_records_source(plan, cell_clock.server_pcap, keylog),
         )
+        label = pair.label if pair is not None else None
         _commit(
             store,
             hosts,
             plan,
-            cid,
+            (cid, label),
             (group, server_sig, ca_sig),
             rows,
-            phase_rows,
+            clocks.tag_phases(phase_rows, cell_clock, label),
             summaries,
             {"client": client_pcap, "server": server_pcap},
             elapsed,
+            clocks.clock_row(cid, label, cell_clock),
         )
     finally:
         for p in reversed(procs):
             p.stop()
         if not plan.keep_pcap:
-            for f in (client_pcap, server_pcap, keylog):
+            for f in (client_pcap, server_pcap, keylog, corrected):
                 if f is not None:
                     with contextlib.suppress(FileNotFoundError):
                         f.unlink()
@@ -144,8 +154,9 @@ def _records_source(plan: Plan, server_pcap: Path, keylog: Path | None):
 
 
 def _commit(
-    store, hosts, plan: Plan, cid: str, algs, rows, phase_rows, summaries, pcaps, elapsed: float
+    store, hosts, plan: Plan, ids, algs, rows, phase_rows, summaries, pcaps, elapsed, clock_row
 ) -> None:
+    cid, pair = ids
     group, server_sig, ca_sig = algs
     labels = {
         "cell_id": cid,
@@ -162,10 +173,19 @@ def _commit(
         "profile": plan.profile_name,
         "send_root": plan.send_root,
         "stack": plan.stack,
+        "host_pair": pair,
+        "clock_offset_ns": clock_row["offset_ns"],
+        "clock_uncertainty_ns": clock_row["uncertainty_ns"],
+        "clock_applied": clock_row["applied"],
     }
     with store.cell(EXPERIMENT, cid, params):
         chain_sent = "server+root" if plan.send_root else "server"
-        extra = {"chain_sent": chain_sent, "stack": plan.stack, "message_source": plan.messages}
+        extra = {
+            "chain_sent": chain_sent,
+            "stack": plan.stack,
+            "message_source": plan.messages,
+            "host_pair": pair,
+        }
         store.insert("handshake_raw", _columns(rows, {**labels, **extra}))
         store.insert("handshake_phase", _columns(phase_rows, labels))
         store.insert_rows(
@@ -182,10 +202,12 @@ def _commit(
                     "seconds": elapsed,
                     "handshakes": plan.warmup + plan.n,
                     "topology": topo,
+                    "host_pair": pair,
                 }
                 for side, s in summaries.items()
             ],
         )
+        store.insert_rows("handshake_clock", [clock_row])
         store.add_warnings(
             EXPERIMENT,
             cid,
@@ -210,34 +232,52 @@ def _commit(
 
 
 def measure(plan: Plan, store) -> None:
-    """Every cell of the plan not yet done in `store`, on one topology."""
-    from pqlab.net.shaping import build_hosts
+    """Every cell of the plan not yet done in `store`: per host pair (this machine's
+    namespaces without one) one topology and its cells."""
     from pqlab.progress import CellProgress
 
     schema.ensure(store)
+    clocks.ensure(store)
     done = store.cells_done(EXPERIMENT)
-    other = {c for c in done if c.endswith("|+root") != plan.send_root}
+    other = {c for c in done if c.split("@")[0].endswith("|+root") != plan.send_root}
     if other:
         raise UserError(
             f"this run directory holds cells {'without' if plan.send_root else 'with'} "
             "--send-root; use another --out to compare the two"
         )
-    todo = [c for c in plan.cells() if plan.cell_id(*c) not in done]
+    todo = [
+        (pair, cell)
+        for pair in plan.pairs
+        for cell in plan.cells()
+        if plan.cell_id(*cell, pair) not in done
+    ]
     if not todo:
         return
-    cert_dir = store.path / "certs"
     work = store.path / ".work"
     work.mkdir(exist_ok=True)
-    tcp = TcpSettings(congestion_control=plan.congestion_control, initcwnd=plan.initcwnd)
     try:
-        with (
-            build_hosts(plan.profile, plan.shaper, tcp) as hosts,
-            CellProgress("handshake", len(todo)) as progress,
-        ):
-            for group, ssig, csig in todo:
-                progress.start(f"{group.name} / {ssig.name} / CA {csig.name}")
-                chain = make_chain(cert_dir, csig, ssig, plan.stack, send_root=plan.send_root)
-                run_cell(store, hosts, plan, group, ssig, csig, chain, work)
-                progress.advance()
+        with CellProgress("handshake", len(todo)) as progress:
+            for pair in plan.pairs:
+                cells = [cell for p, cell in todo if p is pair]
+                if cells:
+                    _measure_pair(store, plan, pair, cells, work, progress)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+        clocks.record_metadata(store)
+
+
+def _measure_pair(store, plan: Plan, pair, cells, work: Path, progress) -> None:
+    from pqlab.net.shaping import build_hosts
+
+    cert_dir = store.path / "certs"
+    tcp = TcpSettings(congestion_control=plan.congestion_control, initcwnd=plan.initcwnd)
+    config = plan.remote.config if plan.remote is not None else ()
+    with build_hosts(plan.profile, plan.shaper, tcp, pair, config) as hosts:
+        if pair is not None:
+            progress.log(f"{pair.label}: {hosts.link.choice}")
+        for group, ssig, csig in cells:
+            where = f" ({pair.label})" if pair is not None and len(plan.pairs) > 1 else ""
+            progress.start(f"{group.name} / {ssig.name} / CA {csig.name}{where}")
+            chain = make_chain(cert_dir, csig, ssig, plan.stack, send_root=plan.send_root)
+            run_cell(store, hosts, plan, group, ssig, csig, chain, work, pair)
+            progress.advance()
