@@ -10,12 +10,16 @@ say() { printf '== %s\n' "$*" >&2; }
 # --- system packages ---------------------------------------------------------------------
 # libclang-dev: bindgen (liboqs bindings). iproute2/ethtool: the two-host network lab.
 # tcpdump: independent reading of the kept captures in tests. perl: OpenSSL's Configure.
+# openssh-server/-client: the remote-host tests run a real sshd in each of two namespaces
+# (tests/test_remote.py; installing the package does not need the system sshd running).
 need=()
 [ -e /usr/lib/llvm-14/lib/libclang.so ] || ls /usr/lib/llvm-*/lib/libclang.so >/dev/null 2>&1 || need+=(libclang-dev)
 command -v ip >/dev/null || need+=(iproute2)
 command -v ethtool >/dev/null || need+=(ethtool)
 command -v tcpdump >/dev/null || need+=(tcpdump)
 command -v perl >/dev/null || need+=(perl)
+[ -x /usr/sbin/sshd ] || need+=(openssh-server)
+command -v ssh-keygen >/dev/null || need+=(openssh-client)
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then SUDO=""; elif command -v sudo >/dev/null; then SUDO="sudo"; else
     echo "error: missing packages ${need[*]}; install them (apt-get install ${need[*]}) and rerun" >&2
@@ -24,6 +28,11 @@ if [ ${#need[@]} -gt 0 ]; then
   say "installing ${need[*]}"
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need[@]}" >/dev/null
+  if [[ " ${need[*]} " == *" openssh-server "* ]] && command -v systemctl >/dev/null; then
+    # Only the sshd binary is needed (the tests start their own, in namespaces): the
+    # system ssh service the package enables is turned off again.
+    $SUDO systemctl disable --now ssh.service ssh.socket >/dev/null 2>&1 || true
+  fi
 fi
 
 # --- Python environment ------------------------------------------------------------------
@@ -32,7 +41,7 @@ if [ ! -x .venv/bin/python ]; then
   say "creating .venv"
   "$PY" -m venv .venv
 fi
-if ! .venv/bin/python -c 'import pqlab, duckdb, pyarrow, matplotlib, rich, pytest' 2>/dev/null \
+if ! .venv/bin/python -c 'import pqlab, duckdb, pyarrow, matplotlib, rich, pytest, asyncssh, yaml' 2>/dev/null \
    || [ pyproject.toml -nt .venv/.pqlab-installed ]; then
   say "installing the pqlab Python package (editable) and its test tools"
   .venv/bin/pip install -q --upgrade pip >/dev/null

@@ -218,7 +218,7 @@ def rewrite_pcap(src: Path, dst: Path, new_ts: Callable[[int], int]) -> int:
     type unchanged. Returns the number of frames."""
     linktype, frames = pcap.read_pcap(src)
     snaplen = pcap.read_snaplen(src)
-    moved = [pcap.Frame(int(new_ts(f.ts_ns)), f.data, f.orig_len) for f in frames]
+    moved = [pcap.Frame(new_ts(f.ts_ns), f.data, f.orig_len) for f in frames]
     tmp = Path(str(dst) + ".tmp")
     pcap.write_pcap(tmp, moved, linktype=linktype, snaplen=snaplen)
     tmp.replace(dst)
@@ -227,7 +227,8 @@ def rewrite_pcap(src: Path, dst: Path, new_ts: Callable[[int], int]) -> int:
 
 def correct_server_capture(src: Path, dst: Path, est: Estimate) -> int:
     """The server's capture on the client's clock: t - offset(t) for every packet."""
-    return rewrite_pcap(src, dst, lambda t: round(t - est.at(t)))
+    # Integer arithmetic: a timestamp (~1.7e18 ns) as a float is only good to 256 ns.
+    return rewrite_pcap(src, dst, lambda t: t - round(est.at(t)))
 
 
 # --- the test-only offset hook -------------------------------------------------------------

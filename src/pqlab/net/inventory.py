@@ -124,6 +124,14 @@ class Inventory:
         )
 
 
+def _under_all(inv: Inventory) -> None:
+    """Every group is (also) a child of `all`."""
+    top = inv.group("all")
+    for g in list(inv.groups.values()):
+        if g.name != "all" and g.name not in top.children:
+            top.children.append(g.name)
+
+
 # --- INI ------------------------------------------------------------------------------------
 
 
@@ -201,9 +209,7 @@ def parse_ini(text: str, path: str = "inventory") -> Inventory:
             inv.group(child)
             if child not in inv.group(section).children:
                 inv.group(section).children.append(child)
-    for g in inv.groups.values():
-        if g.name != "all" and g.name not in inv.group("all").children:
-            inv.group("all").children.append(g.name)
+    _under_all(inv)
     return inv
 
 
@@ -246,9 +252,7 @@ def parse_yaml(text: str, path: str = "inventory") -> Inventory:
     inv = Inventory(path)
     for name, body in data.items():
         _yaml_group(inv, str(name), body, path)
-    for g in inv.groups.values():
-        if g.name != "all" and g.name not in inv.group("all").children:
-            inv.group("all").children.append(g.name)
+    _under_all(inv)
     for h in inv.hosts:
         if not any(h in g.hosts for g in inv.groups.values() if g.name != "all"):
             inv.group("ungrouped").hosts.append(h)

@@ -362,18 +362,37 @@ def _check_test_offsets(p: RemotePlan) -> None:
 # --- the topology ------------------------------------------------------------------------------
 
 
-def _route(run, address: str, where: str) -> tuple[str, str]:
-    """(interface, source address) a host uses to reach `address` (`ip -o route get`)."""
-    r = run(["ip", "-o", "route", "get", address])
-    out = r.stdout if r.returncode == 0 else ""
-    dev = re.search(r"\bdev (\S+)", out)
-    src = re.search(r"\bsrc (\S+)", out)
+# One round trip per side: the route to the peer (interface, source address) and what
+# pqlab records about that side's interface, TCP settings and clock. $1: the peer address;
+# $2: "addr" to also list the host's addresses.
+SIDE_SCRIPT = (
+    r"""
+route=$(ip -o route get "$1" 2>&1 | head -n 1)
+echo "route=$route"
+dev=$(printf '%s\n' "$route" | sed -n 's/.* dev \([^ ]*\).*/\1/p')
+echo "dev=$dev"
+echo "mtu=$(cat /sys/class/net/$dev/mtu 2>/dev/null)"
+echo "tcp_timestamps=$(cat /proc/sys/net/ipv4/tcp_timestamps 2>/dev/null)"
+echo "congestion_control=$(cat /proc/sys/net/ipv4/tcp_congestion_control 2>/dev/null)"
+[ "$2" = addr ] && ip -o addr show | sed 's/^/addr|/'
+[ -n "$dev" ] && ethtool -k "$dev" 2>/dev/null | sed 's/^/offload|/'
+"""
+    + metadata.CLOCK_SCRIPT
+)
+
+
+def _route(kv: dict, address: str, where: str) -> tuple[str, str]:
+    """(interface, source address) a side uses to reach `address`."""
+    route = kv.get("route", "")
+    dev = re.search(r"\bdev (\S+)", route)
+    src = re.search(r"\bsrc (\S+)", route)
     if not dev or not src:
-        raise TopologyError(f"{where} has no route to {address}: {(r.stderr or out).strip()[:200]}")
+        raise TopologyError(f"{where} has no route to {address}: {route.strip()[:200]}")
     return dev.group(1), src.group(1)
 
 
 def _offloads(text: str) -> dict[str, str]:
+    """`ethtool -k` output: the features pqlab records (as TwoHosts.offloads)."""
     state = {}
     for line in text.splitlines():
         if ":" in line and not line.startswith("Features"):
@@ -381,6 +400,10 @@ def _offloads(text: str) -> dict[str, str]:
             if k.strip() in OFFLOAD_FEATURES:
                 state[k.strip()] = v.strip()
     return state
+
+
+def _lines(text: str, prefix: str) -> str:
+    return "\n".join(line[len(prefix) :] for line in text.splitlines() if line.startswith(prefix))
 
 
 class _LocalSide:
@@ -392,11 +415,14 @@ class _LocalSide:
         self.label = name
         self.procs: list[subprocess.Popen] = []
 
-    def run(self, argv: list[str]):
+    def script(self, text: str, args=()) -> str:
         try:
-            return subprocess.run(argv, capture_output=True, text=True, timeout=60)
-        except FileNotFoundError:
-            raise TopologyError(f"{argv[0]} not found on this machine") from None
+            r = subprocess.run(
+                ["sh", "-c", text, "pqlab", *args], capture_output=True, text=True, timeout=60
+            )
+        except subprocess.TimeoutExpired:
+            raise TopologyError("reading this machine's network took over 60 s") from None
+        return r.stdout
 
     def popen(self, argv, **kw) -> subprocess.Popen:
         proc = subprocess.Popen(argv, **kw)
@@ -433,8 +459,8 @@ class _RemoteSide:
         self.host = host
         self.label = host.label
 
-    def run(self, argv: list[str]):
-        return self.host.sh(argv)
+    def script(self, text: str, args=()) -> str:
+        return self.host.conn.run(text, args, what=f"reading {self.label}").stdout
 
     def metadata(self) -> dict:
         return self.host.metadata()
@@ -510,7 +536,7 @@ class RemoteHosts:
         return {side: self.sides[side].clock() for side in SIDES}
 
     # --- building ---------------------------------------------------------------------------
-    def _addresses(self) -> None:
+    def _server_address(self) -> str:
         server, client = self.sides["server"], self.sides["client"]
         spec = self.pair.server
         address = spec.tls_address if spec else None
@@ -518,74 +544,58 @@ class RemoteHosts:
             address = server.host.conn.peer_ip
         if not address:  # the server is this machine: its address towards the client host
             peer = client.host.conn.peer_ip
-            _, address = _route(server.run, peer, "this machine")
+            _, address = _route(metadata.parse_kv(server.script(SIDE_SCRIPT, [peer])), peer, "")
         with contextlib.suppress(ValueError):
             address = str(ipaddress.ip_address(address))
-        self.server_ip = address
-        addrs = server.run(["ip", "-o", "addr", "show"]).stdout
-        if not re.search(rf"\binet6? {re.escape(address)}/", addrs):
+        return address
+
+    def _resolve(self) -> dict[str, str]:
+        """Addresses and interfaces of both sides (client first: its route to the server
+        gives the client's address); the raw description of each side."""
+        server, client = self.sides["server"], self.sides["client"]
+        self.server_ip = self._server_address()
+        out = {"client": client.script(SIDE_SCRIPT, [self.server_ip])}
+        kv = metadata.parse_kv(out["client"])
+        self.interfaces["client"], self.client_ip = _route(kv, self.server_ip, client.label)
+        out["server"] = server.script(SIDE_SCRIPT, [self.client_ip, "addr"])
+        kv = metadata.parse_kv(out["server"])
+        self.interfaces["server"], _ = _route(kv, self.client_ip, server.label)
+        addrs = _lines(out["server"], "addr|")
+        if not re.search(rf"\binet6? {re.escape(self.server_ip)}/", addrs):
             raise UserError(
-                f"{server.label} has no interface with address {address}, where the client "
-                "would connect (behind NAT?): give the address it owns as pqlab_tls_address in "
-                "an inventory"
+                f"{server.label} has no interface with address {self.server_ip}, where the "
+                "client would connect (behind NAT?): give the address it owns as "
+                "pqlab_tls_address in an inventory"
             )
-        self.interfaces["client"], self.client_ip = _route(client.run, address, client.label)
-        self.interfaces["server"], _ = _route(server.run, self.client_ip, server.label)
+        return out
 
-    def _read_tcp(self) -> None:
-        server = self.sides["server"]
-        cc = server.run(["cat", "/proc/sys/net/ipv4/tcp_congestion_control"]).stdout.strip()
-        route = server.run(["ip", "-o", "route", "get", self.client_ip]).stdout
-        cwnd = re.search(r"\binitcwnd (\d+)", route)
-        self.tcp = TcpSettings(congestion_control=cc or "cubic")
-        self.tcp.initcwnd = int(cwnd.group(1)) if cwnd else None
-
-    def _side_description(self, side: str) -> dict:
+    def _side_description(self, side: str, raw: str) -> dict:
         s = self.sides[side]
-        dev = self.interfaces[side]
-        link = s.run(["ip", "-o", "link", "show", "dev", dev]).stdout
-        mtu = re.search(r"\bmtu (\d+)", link)
-        ts = s.run(["cat", "/proc/sys/net/ipv4/tcp_timestamps"]).stdout.strip()
-        route = s.run(["ip", "-o", "route", "get", self.ip_of(_other(side))]).stdout.strip()
-        cwnd = re.search(r"\binitcwnd (\d+)", route)
+        kv = metadata.parse_kv(raw)
+        cwnd = re.search(r"\binitcwnd (\d+)", kv.get("route", ""))
         return {
             "host": s.label,
             "kind": s.kind,
-            "interface": dev,
+            "interface": self.interfaces[side],
             "address": self.ip_of(side),
-            "mtu": int(mtu.group(1)) if mtu else None,
-            "offloads": _offloads(s.run(["ethtool", "-k", dev]).stdout),
-            "congestion_control": s.run(
-                ["cat", "/proc/sys/net/ipv4/tcp_congestion_control"]
-            ).stdout.strip(),
+            "mtu": int(kv["mtu"]) if kv.get("mtu", "").isdigit() else None,
+            "offloads": _offloads(_lines(raw, "offload|")),
+            "congestion_control": kv.get("congestion_control"),
             "initcwnd": int(cwnd.group(1)) if cwnd else None,
-            "tcp_timestamps": ts,
-            "route": route,
+            "tcp_timestamps": kv.get("tcp_timestamps"),
+            "route": kv.get("route"),
             "machine": s.metadata(),
-            "clock": s.clock(),
+            "clock": metadata.parse_clock(raw),
         }
 
-    def _describe_now(self) -> dict:
-        sides = {side: self._side_description(side) for side in SIDES}
+    def _describe(self, raw: dict[str, str]) -> dict:
+        sides = {side: self._side_description(side, raw[side]) for side in SIDES}
+        server = sides["server"]
+        # The server's TCP settings as they are: pqlab does not change a real host's.
+        self.tcp = TcpSettings(congestion_control=server["congestion_control"] or "cubic")
+        self.tcp.initcwnd = server["initcwnd"]
         mtu = min((sides[s]["mtu"] or 1500) for s in SIDES)
-        timestamps = sides["client"]["tcp_timestamps"] not in ("0", "")
-        notes = []
-        for side in SIDES:
-            on = [
-                k
-                for k in (
-                    "tcp-segmentation-offload",
-                    "generic-segmentation-offload",
-                    "generic-receive-offload",
-                )
-                if sides[side]["offloads"].get(k, "off").startswith("on")
-            ]
-            if on:
-                notes.append(
-                    f"{side} ({sides[side]['host']}) interface {sides[side]['interface']} has "
-                    f"{', '.join(on)} on: its capture shows the kernel's super-packets, not wire "
-                    "segments (segment counts and per-segment times are the kernel's view)"
-                )
+        timestamps = sides["client"]["tcp_timestamps"] not in ("0", "", None)
         return {
             "link": self.link.describe(),
             "remote": True,
@@ -601,7 +611,7 @@ class RemoteHosts:
             "congestion_control": self.tcp.congestion_control,
             "initcwnd": self.tcp.initcwnd,
             "sides": sides,
-            "notes": notes,
+            "notes": _offload_notes(sides),
         }
 
     def start(self) -> RemoteHosts:
@@ -609,9 +619,7 @@ class RemoteHosts:
         try:
             for side in SIDES:
                 self.sides[side].open(self.run_id)
-            self._addresses()
-            self._read_tcp()
-            self._described = self._describe_now()
+            self._described = self._describe(self._resolve())
         except BaseException:
             self.stop()
             raise
@@ -651,5 +659,23 @@ class RemoteHosts:
         return self._described
 
 
-def _other(side: str) -> str:
-    return "server" if side == "client" else "client"
+def _offload_notes(sides: dict) -> list[str]:
+    notes = []
+    for side in SIDES:
+        d = sides[side]
+        on = [
+            k
+            for k in (
+                "tcp-segmentation-offload",
+                "generic-segmentation-offload",
+                "generic-receive-offload",
+            )
+            if d["offloads"].get(k, "off").startswith("on")
+        ]
+        if on:
+            notes.append(
+                f"{side} ({d['host']}) interface {d['interface']} has {', '.join(on)} on: its "
+                "capture shows the kernel's super-packets, not wire segments (segment counts "
+                "and per-segment times are the kernel's view)"
+            )
+    return notes

@@ -392,6 +392,7 @@ class RemoteChild:
     async def _main(self, command: str) -> None:
         import asyncssh
 
+        status, why = None, ""
         try:
             proc = await self.host.conn.conn.create_process(
                 command, encoding="utf-8", errors="replace"
@@ -403,14 +404,17 @@ class RemoteChild:
             return
         self._proc = proc
         self._started.set()
-        status, why = None, ""
         try:
             await asyncio.gather(self._pump(proc.stdout, False), self._pump(proc.stderr, True))
             result = await proc.wait(check=False)
             status = result.exit_status
         except (asyncssh.Error, OSError) as e:
             why = f"the SSH connection to {self.host.label} failed: {e}"
-        self._done(status, why)
+        except BaseException as e:  # never leave a waiter hanging
+            why = f"reading {self.what} from {self.host.label} failed: {e!r}"
+            raise
+        finally:
+            self._done(status, why)
 
     async def _pump(self, reader, is_err: bool) -> None:
         async for line in reader:
@@ -437,6 +441,8 @@ class RemoteChild:
         return False
 
     def _done(self, status: int | None, why: str) -> None:
+        if self._exited.is_set():
+            return
         rc = self._wrapper_rc if self._wrapper_rc is not None else status
         if rc is None:
             rc = 255
@@ -584,7 +590,9 @@ class RemoteHost:
         self._keeper = keeper
         first = keeper.stdout.first(30) or ""
         if not first.startswith("pqlab-keeper-ready"):
-            err = "".join(keeper.stderr) if keeper.returncode is not None else ""
+            keeper.release()
+            err = "".join(keeper.stderr) if keeper.reap(5) else "no answer within 30 s"
+            self._keeper, self._users = None, 0
             raise RemoteError(f"{self.label}: could not create {run_dir}: {err.strip()[:200]}")
         self.run_dir = run_dir
         try:
@@ -658,6 +666,9 @@ class RemoteHost:
         """Fetch `remote` to `out.path` (a secret keeps its 0600 file; a capture gets the
         TEST-ONLY offset, if one is set for this host)."""
         tmp = out.path.with_name(out.path.name + ".fetch")
+        # Created 0600 first: the SFTP client then writes into it, keeping the mode (a key
+        # log is a secret; a capture may hold payloads).
+        os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600))
         self.conn.get(remote, tmp)
         if out.kind == "pcap" and self.test_offset_ns:
             from pqlab.net.clock import rewrite_pcap

@@ -261,9 +261,9 @@ def measure(plan: Plan, store) -> None:
                 cells = [cell for p, cell in todo if p is pair]
                 if cells:
                     _measure_pair(store, plan, pair, cells, work, progress)
+        clocks.record_metadata(store)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-        clocks.record_metadata(store)
 
 
 def _measure_pair(store, plan: Plan, pair, cells, work: Path, progress) -> None:
@@ -278,6 +278,13 @@ def _measure_pair(store, plan: Plan, pair, cells, work: Path, progress) -> None:
         for group, ssig, csig in cells:
             where = f" ({pair.label})" if pair is not None and len(plan.pairs) > 1 else ""
             progress.start(f"{group.name} / {ssig.name} / CA {csig.name}{where}")
-            chain = make_chain(cert_dir, csig, ssig, plan.stack, send_root=plan.send_root)
+            chain = make_chain(
+                cert_dir,
+                csig,
+                ssig,
+                plan.stack,
+                send_root=plan.send_root,
+                server_address=hosts.server_ip if pair is not None else None,
+            )
             run_cell(store, hosts, plan, group, ssig, csig, chain, work, pair)
             progress.advance()

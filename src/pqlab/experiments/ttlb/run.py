@@ -17,12 +17,15 @@ EXPERIMENT = "ttlb"
 PORT = 44330
 
 
-def _chains(plan: Plan, store) -> dict[str, Chain]:
+def _chains(plan: Plan, store, address: str | None = None) -> dict[str, Chain]:
     """One chain per algorithm: root CA and server certificate both of it, both sent (the CA
-    certificate stands in for the intermediate a public CA's chain carries)."""
+    certificate stands in for the intermediate a public CA's chain carries). `address`: a
+    remote server's, which its certificate must name."""
     out = {}
     for alg in plan.chains:
-        chain = make_chain(store.path / "certs", alg, alg, plan.stack, send_root=True)
+        chain = make_chain(
+            store.path / "certs", alg, alg, plan.stack, send_root=True, server_address=address
+        )
         out[alg.name] = chain
         if not store.query("SELECT 1 FROM ttlb_chains WHERE chain = ?", [alg.name]):
             store.insert_rows(
@@ -177,6 +180,8 @@ def measure(plan: Plan, store) -> None:
             link = hosts.link
             progress.log(f"{profile.name} ({profile.summary()}): shaper {link.choice}")
             with hosts:
+                if pair is not None:
+                    chains = _chains(plan, store, hosts.server_ip)
                 _record_profile(store, profile, link, hosts)
                 pairs = [(g, c) for g in plan.groups for c in plan.chains]
                 for port_n, (g, c) in enumerate(pairs):
