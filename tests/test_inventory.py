@@ -251,3 +251,15 @@ def test_pair_labels():
     assert HostPair(None, b).label == "local->root@b"
     assert HostPair(a, b).label == "root@a->root@b"
     assert HostPair(a, b).side("client") is a
+
+
+def test_a_configuration_without_known_hosts_is_refused(tmp_path):
+    """`UserKnownHostsFile none` would make asyncssh skip the host-key check: refused
+    before any connection is attempted (port 9 on loopback would only refuse)."""
+    from pqlab.net import ssh
+
+    cfg = tmp_path / "ssh_config"
+    cfg.write_text("Host *\n  UserKnownHostsFile none\n")
+    conn = ssh.Connection(ssh.SshOptions(host="127.0.0.1", port=9, config=(str(cfg),)), "h")
+    with pytest.raises(UserError, match="turns host-key checking off"):
+        conn.open()

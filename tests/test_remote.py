@@ -25,6 +25,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import duckdb
 import pytest
 
 from conftest import pqlab_env
@@ -306,22 +307,20 @@ def test_same_tables_and_the_injected_offset_is_recovered(lab, clean, tmp_path):
         # Every one-way phase here is ~1 ms, under the ~1 ms bound: marked as such.
         assert r["shorter_than_uncertainty"] in ("true", "false")
 
+    # Each host's metadata: CPU, kernel, governor, congestion control, offloads, clock.
     meta = json.loads((far / "metadata.json").read_text())
     host = meta["remote"]["hosts"][f"root@{SERVER_IP}"]
-    assert host["kernel"] and host["cpu"]["model"] and "capabilities" in host
+    assert host["kernel"] and host["cpu"]["model"] and host["cpu"]["governor"]
+    assert host["network"]["congestion_control"] and host["clock"]["clocksource"]
     assert meta["remote"]["TEST_ONLY_injected_clock_offset_ns"] == {"server": 3_000_000}
-    pair = meta["clock_offsets"][f"local->root@{SERVER_IP}"]
-    assert pair["cells"] == 2 and pair["uncertainty_max_ns"] > 0
-    topo = json.loads(
-        __import__("duckdb")
-        .connect(str(far / "results.duckdb"), read_only=True)
-        .execute("SELECT topology FROM handshake_capture LIMIT 1")
-        .fetchone()[0]
-    )
-    server = topo["sides"]["server"]
+    pair = f"local->root@{SERVER_IP}"
+    assert meta["clock_offsets"][pair]["cells"] == 2
+    assert meta["clock_offsets"][pair]["uncertainty_max_ns"] > 0
+    server = meta["topologies"][pair]["sides"]["server"]
     assert server["host"] == f"root@{SERVER_IP}" and server["interface"] == "pqlab-s"
-    assert server["clock"]["clocksource"] and "offloads" in server
-    assert "machine" in server and server["machine"]["cpu"]["count"]
+    assert server["offloads"]["generic-receive-offload"].startswith("off")
+    assert server["clock"]["clocksource"] and server["machine"]["cpu"]["count"]
+    assert meta["topologies"][pair]["sides"]["client"]["kind"] == "local"
     assert "cross-host phases are uncertain" in (far / "report.html").read_text()
 
 
@@ -561,7 +560,7 @@ def test_an_inventory_with_two_pairs(lab, clean, tmp_path):
         out,
     )
     assert r.returncode == 0, r.stderr
-    db = __import__("duckdb").connect(str(out / "results.duckdb"), read_only=True)
+    db = duckdb.connect(str(out / "results.duckdb"), read_only=True)
     pairs = db.execute(
         "SELECT host_pair, count(*) FROM handshake_raw GROUP BY 1 ORDER BY 1"
     ).fetchall()

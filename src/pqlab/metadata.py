@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as _dt
+import json
 import os
 import platform
 import shlex
@@ -257,6 +258,25 @@ def local_clock() -> dict:
     except (OSError, subprocess.SubprocessError) as e:
         return {"clocksource": "unavailable", "error": str(e), "synchronised": None}
     return parse_clock(out)
+
+
+def add_to_invocation(store, key: str, value: dict) -> None:
+    """Merge `value` into `key` of the running invocation's metadata (and metadata.json):
+    what is known only once measuring began (a remote pair's network as read back, the
+    clock offsets found)."""
+    if store.invocation_id is None:
+        return
+    row = store.con.execute(
+        "SELECT metadata FROM invocations WHERE id = ?", [store.invocation_id]
+    ).fetchall()
+    meta = json.loads(row[0][0]) if row and row[0][0] else {}
+    merged = meta.get(key) if isinstance(meta.get(key), dict) else {}
+    meta[key] = {**merged, **value}
+    store.con.execute(
+        "UPDATE invocations SET metadata = ? WHERE id = ?",
+        [json.dumps(meta, default=str), store.invocation_id],
+    )
+    store.write_metadata_json()
 
 
 def git_commit() -> str:

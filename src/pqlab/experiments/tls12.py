@@ -219,6 +219,8 @@ def _measure_pair(store, plan: Plan, pair, cells, chains, quota, progress) -> No
         profile_name = f"network:{label}"
     hosts, link_desc = _hosts(plan, pair)
     with hosts:
+        if pair is not None:
+            hosts.record(store)
         for spec in cells:
             progress.start(f"TLS {spec.version} {spec.kex.label} {spec.cert}")
             cid = plan.cell_id(spec, pair)
@@ -283,7 +285,10 @@ def _run_cell(hosts, spec: CellSpec, plan: Plan, chain: Chain, quota):
         dh_bits=dh_bits,
     )
     preexec = quota.join if quota is not None else None
-    with runner.start_server(server_spec, hosts, preexec_fn=preexec) as server:
+    limit = 600 + plan.n * 30
+    with runner.start_server(
+        server_spec, hosts, preexec_fn=preexec, lifetime=limit + 120
+    ) as server:
         client_spec = runner.ClientSpec(
             tls=client_tls,
             connect=f"{hosts.server_ip}:{server.listening['port']}",
@@ -291,10 +296,10 @@ def _run_cell(hosts, spec: CellSpec, plan: Plan, chain: Chain, quota):
             servername="server.pqlab.test",
             n=plan.n,
             warmup=plan.warmup,
-            time_limit=600 + plan.n * 30,
+            time_limit=limit,
             expected=Expected(spec.version, group=expected.group),
         )
-        records = runner.run_client(client_spec, hosts, timeout=600 + plan.n * 30)
+        records = runner.run_client(client_spec, hosts, timeout=limit)
         server_recs = [r for r in server.finish(60) if r["type"] != "listening"]
         # The server's own CPU time (user + system) for the whole cell, start-up included.
         cpu = server.cpu_seconds()  # a remote server's: `times`, in clock ticks (10 ms)

@@ -341,7 +341,7 @@ def _check_host(result: RemotePlan, spec: HostSpec, side: str, needs_capture: bo
     host = remote_host(spec, result.config)
     host.check(needs_capture)
     host.test_offset_ns = result.test_offsets.get(side, 0)
-    result.hosts[spec.name] = host.metadata()
+    result.hosts[spec.name] = {**host.metadata(), "clock": host.clock()}
     for d in host.stale_removed:
         print(f"{what}: removed {d} left on {spec.name} by an earlier run", file=sys.stderr)
 
@@ -482,7 +482,7 @@ class NetworkLink:
 
     def __init__(self, pair: HostPair):
         self.pair = pair
-        self.choice = f"the real network between {pair.label} (not shaped)"
+        self.choice = "the real network between the hosts (not shaped)"
 
     def describe(self) -> dict:
         return {"kind": self.kind, "pair": self.pair.label, "shaped": False}
@@ -657,6 +657,11 @@ class RemoteHosts:
         if self._described is None:
             raise TopologyError("the remote topology is not started")
         return self._described
+
+    def record(self, store) -> None:
+        """Put the pair as read back (interfaces, offloads, TCP settings, clocks, hosts) in
+        the run's metadata, under `topologies`."""
+        metadata.add_to_invocation(store, "topologies", {self.pair.label: self.describe()})
 
 
 def _offload_notes(sides: dict) -> list[str]:

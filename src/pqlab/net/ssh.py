@@ -169,8 +169,16 @@ class Connection:
             return
         import asyncssh
 
+        kw = self.opts.kwargs()
+
         async def go():
-            return await asyncssh.connect(self.opts.host, **self.opts.kwargs())
+            options = asyncssh.SSHClientConnectionOptions(host=self.opts.host, **kw)
+            if options.known_hosts is None:  # "UserKnownHostsFile none" in the config
+                raise UserError(
+                    f"{self.label}: the SSH configuration turns host-key checking off "
+                    "(UserKnownHostsFile none); pqlab checks host keys: name a known_hosts file"
+                )
+            return await asyncssh.connect(self.opts.host, options=options)
 
         what = f"connecting to {self.label}"
         try:

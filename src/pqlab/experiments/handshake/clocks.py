@@ -17,6 +17,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from pqlab import metadata
 from pqlab.experiments.handshake import phases as hp
 from pqlab.net import clock
 
@@ -87,8 +88,6 @@ def correct(hosts, client_pcap: Path, server_pcap: Path, port: int) -> CellClock
 
 
 def _local_states() -> dict:
-    from pqlab import metadata
-
     state = metadata.local_clock()
     return {"client": state, "server": state}
 
@@ -153,16 +152,7 @@ def record_metadata(store) -> None:
         "max(test_injected_ns) AS test_injected_ns FROM handshake_clock GROUP BY host_pair"
     )
     summary = {str(r.pop("host_pair") or "local"): r for r in rows}
-    row = store.con.execute(
-        "SELECT metadata FROM invocations WHERE id = ?", [store.invocation_id]
-    ).fetchall()
-    meta = json.loads(row[0][0]) if row and row[0][0] else {}
-    meta["clock_offsets"] = summary
-    store.con.execute(
-        "UPDATE invocations SET metadata = ? WHERE id = ?",
-        [json.dumps(meta, default=str), store.invocation_id],
-    )
-    store.write_metadata_json()
+    metadata.add_to_invocation(store, "clock_offsets", summary)
 
 
 # --- export ------------------------------------------------------------------------------------

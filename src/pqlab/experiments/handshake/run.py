@@ -88,7 +88,8 @@ def run_cell(
             caps[side] = runner.start_capture(hosts, side, plan.port, path, snaplen, budget)
             procs.append(caps[side])
         server_cpu, client_cpu = plan.cpus or (None, None)
-        server = runner.start_server(server_spec, hosts, cpu=server_cpu)
+        # A remote server ends by itself after the cell's budget, whatever happens here.
+        server = runner.start_server(server_spec, hosts, cpu=server_cpu, lifetime=budget + 120)
         procs.append(server)
         client = runner.start_client(client_spec, hosts, cpu=client_cpu)
         procs.append(client)
@@ -275,6 +276,7 @@ def _measure_pair(store, plan: Plan, pair, cells, work: Path, progress) -> None:
     with build_hosts(plan.profile, plan.shaper, tcp, pair, config) as hosts:
         if pair is not None:
             progress.log(f"{pair.label}: {hosts.link.choice}")
+            hosts.record(store)
         for group, ssig, csig in cells:
             where = f" ({pair.label})" if pair is not None and len(plan.pairs) > 1 else ""
             progress.start(f"{group.name} / {ssig.name} / CA {csig.name}{where}")

@@ -182,6 +182,7 @@ def measure(plan: Plan, store) -> None:
             with hosts:
                 if pair is not None:
                     chains = _chains(plan, store, hosts.server_ip)
+                    hosts.record(store)
                 _record_profile(store, profile, link, hosts)
                 pairs = [(g, c) for g in plan.groups for c in plan.chains]
                 for port_n, (g, c) in enumerate(pairs):
