@@ -586,6 +586,8 @@ class RemoteHosts:
             "route": kv.get("route"),
             "machine": s.metadata(),
             "clock": metadata.parse_clock(raw),
+            "run_directory": getattr(s, "host", None) and s.host.run_dir,
+            "engine": getattr(s, "host", None) and s.host.engine_source,
         }
 
     def _describe(self, raw: dict[str, str]) -> dict:

@@ -218,20 +218,26 @@ class Connection:
                 str(r.stderr or ""),
             )
 
+        return self._call(go(), timeout, what or f"a command on {self.label}")
+
+    def _call(self, coro, timeout: float, what: str):
+        """Run coro in the SSH thread; a failed connection or transfer is a RemoteError."""
         import asyncssh
 
         try:
-            return _loop().call(go(), timeout, what or f"a command on {self.label}")
+            return _loop().call(coro, timeout, what)
         except (asyncssh.Error, OSError) as e:
-            raise RemoteError(f"{self.label}: the SSH connection failed: {e}") from None
+            raise RemoteError(f"{self.label}: {what} failed: {e}") from None
 
     def sftp(self):
+        self.open()
+
         async def go():
             if self._sftp is None:
                 self._sftp = await self.conn.start_sftp_client()
             return self._sftp
 
-        return _loop().call(go(), 30, f"starting SFTP on {self.label}")
+        return self._call(go(), 30, "starting SFTP")
 
     def put(self, local: Path, remote: str, mode: int, timeout: float = 600) -> None:
         sftp = self.sftp()
@@ -240,7 +246,7 @@ class Connection:
             await sftp.put(str(local), remote)
             await sftp.chmod(remote, mode)
 
-        _loop().call(go(), timeout, f"copying {local.name} to {self.label}")
+        self._call(go(), timeout, f"copying {local.name} there")
 
     def get(self, remote: str, local: Path, timeout: float = 600) -> None:
         sftp = self.sftp()
@@ -248,7 +254,7 @@ class Connection:
         async def go():
             await sftp.get(remote, str(local))
 
-        _loop().call(go(), timeout, f"fetching {remote} from {self.label}")
+        self._call(go(), timeout, f"fetching {remote}")
 
     def close(self) -> None:
         conn, self.conn = self.conn, None
@@ -304,8 +310,7 @@ while [ $i -lt 60 ]; do
   sleep 0.1; i=$((i+1))
 done
 for f in "$d"/pids/*; do [ -e "$f" ] && kill -KILL -"${f##*/}" 2>/dev/null; done
-rm -rf "$d"
-echo "pqlab-keeper-done"
+rm -rf "$d" && echo "pqlab-keeper-done"
 """
 
 # Run directories whose keeper is gone (a run that died with its connection still up when
@@ -580,10 +585,6 @@ class RemoteHost:
         r = self.conn.run(metadata.CLOCK_SCRIPT, what=f"reading the clock of {self.label}")
         return metadata.parse_clock(r.stdout)
 
-    def sh(self, argv: list[str], timeout: float = COMMAND_TIMEOUT) -> Result:
-        """Run one command (argv) there."""
-        return self.conn.run('exec "$@"', argv, timeout=timeout)
-
     # --- the run directory --------------------------------------------------------------------
     def open_run(self, run_id: str) -> str:
         """Create the run directory (with its keeper) and put the engine in place."""
@@ -620,6 +621,10 @@ class RemoteHost:
         keeper.release()
         if not keeper.reap(30):
             raise RemoteError(f"{self.label}: removing {self.run_dir} did not finish in 30 s")
+        said = list(keeper.stdout)
+        if "pqlab-keeper-done\n" not in said and keeper.returncode != 255:
+            err = "".join(keeper.stderr).strip()[:200]
+            raise RemoteError(f"{self.label}: could not remove {self.run_dir}: {err}")
         self.run_dir = None
         self.engine = None
         self._uploads.clear()
