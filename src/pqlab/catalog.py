@@ -51,6 +51,8 @@ class Algorithm:
     tls_registry: str | None = None  # "iana" or "oqs-provider" (private-use, pre-standard)
     wolfssl: str | None = None  # wolfSSL's name (document 004)
     wolfssl_code: int | None = None  # wolfSSL's code point (document 004; pre-standard)
+    wolfssl_oid: str | None = None  # wolfSSL's certificate OID where it differs from oid (004)
+    python: str | None = None  # the `cryptography` class family (the python harness backend)
 
     @property
     def backends(self) -> tuple[str, ...]:
