@@ -18,6 +18,7 @@ from pqlab.errors import EngineError, UserError
 from pqlab.experiments.handshake import analyse, schema
 from pqlab.experiments.handshake.plan import Plan
 from pqlab.net.topology import TcpSettings
+from pqlab.procstat import PeakRss
 from pqlab.tls import runner, stacks
 from pqlab.tls.chains import Chain, make_chain, private_dir, secret_file
 from pqlab.tls.negotiation import Expected
@@ -76,6 +77,7 @@ def run_cell(store, hosts, plan: Plan, group, server_sig, ca_sig, chain: Chain, 
     # whole packets.
     snaplen = 262144 if plan.keep_pcap or plan.needs_keylog else 128
     procs: list[runner.EngineProcess] = []
+    memory: dict[str, PeakRss] = {}
     started = time.monotonic()
     try:
         caps = {}
@@ -85,10 +87,18 @@ def run_cell(store, hosts, plan: Plan, group, server_sig, ca_sig, chain: Chain, 
         server_cpu, client_cpu = plan.cpus or (None, None)
         server = runner.start_server(server_spec, hosts, cpu=server_cpu)
         procs.append(server)
+        memory["server"] = PeakRss(server.pid)
         client = runner.start_client(client_spec, hosts, cpu=client_cpu)
         procs.append(client)
+        memory["client"] = PeakRss(client.pid)
         client_recs = [r for r in client.finish(budget) if r["type"] == "connection"]
         server_recs = [r for r in server.finish(30) if r["type"] == "connection"]
+        load = analyse.load_rows(
+            {"server": server, "client": client},
+            {side: m.stop() for side, m in memory.items()},
+            time.monotonic() - started,
+            plan.warmup + plan.n,
+        )
         bad = runner.connection_errors(client, server)
         if bad:
             raise EngineError(f"{len(bad)} connection(s) failed: {bad[0].get('message')}")
@@ -123,8 +133,11 @@ def run_cell(store, hosts, plan: Plan, group, server_sig, ca_sig, chain: Chain, 
             summaries,
             {"client": client_pcap, "server": server_pcap},
             elapsed,
+            load,
         )
     finally:
+        for m in memory.values():
+            m.stop()
         for p in reversed(procs):
             p.stop()
         if not plan.keep_pcap:
@@ -144,7 +157,17 @@ def _records_source(plan: Plan, server_pcap: Path, keylog: Path | None):
 
 
 def _commit(
-    store, hosts, plan: Plan, cid: str, algs, rows, phase_rows, summaries, pcaps, elapsed: float
+    store,
+    hosts,
+    plan: Plan,
+    cid: str,
+    algs,
+    rows,
+    phase_rows,
+    summaries,
+    pcaps,
+    elapsed: float,
+    load: list[dict] = (),
 ) -> None:
     group, server_sig, ca_sig = algs
     labels = {
@@ -168,6 +191,7 @@ def _commit(
         extra = {"chain_sent": chain_sent, "stack": plan.stack, "message_source": plan.messages}
         store.insert("handshake_raw", _columns(rows, {**labels, **extra}))
         store.insert("handshake_phase", _columns(phase_rows, labels))
+        store.insert("handshake_load", _columns(list(load), labels))
         store.insert_rows(
             "handshake_capture",
             [
