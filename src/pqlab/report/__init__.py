@@ -138,7 +138,16 @@ details.cause ul{font-size:.85em}
 """
 
 
-def _machine_html(meta: dict) -> str:
+def _python_harness(store: RunStore) -> dict | None:
+    """The python harness's versions, from any invocation that used it."""
+    for inv in store.invocations():
+        harness = inv["metadata"].get("python_harness")
+        if harness:
+            return harness
+    return None
+
+
+def _machine_html(meta: dict, harness: dict | None = None) -> str:
     cpu = meta.get("cpu", {})
     eng = meta.get("engine", {})
     machine = [
@@ -156,6 +165,18 @@ def _machine_html(meta: dict) -> str:
         ("OpenSSL", eng.get("openssl", {}).get("version_text", "?")),
         ("liboqs", eng.get("liboqs", {}).get("version", "?")),
         ("Engine build", eng.get("build_id", "?")),
+        *(
+            [
+                (
+                    "Python harness (primitives --backend python)",
+                    f"{harness.get('implementation', 'Python')} {harness.get('python')}, "
+                    f"cryptography {harness.get('cryptography')} with "
+                    f"{harness.get('openssl')}",
+                )
+            ]
+            if harness
+            else []
+        ),
         ("pqlab", f"{meta.get('pqlab_version')} ({meta.get('pqlab_commit')})"),
     ]
     rows = "".join(
@@ -244,7 +265,11 @@ def write_html(store: RunStore, sections: list[Section], top: Section | None = N
     for s in sections:
         parts.append(f"<h2 id='{_anchor(s.title)}'>{html.escape(s.title)}</h2>{s.intro}")
         parts += [_block_html(b) for b in s.blocks]
-    parts += [_machine_html(store.metadata()), _invocations_html(store), "</body></html>"]
+    parts += [
+        _machine_html(store.metadata(), _python_harness(store)),
+        _invocations_html(store),
+        "</body></html>",
+    ]
     out = store.path / "report.html"
     tmp = out.with_suffix(".html.tmp")
     tmp.write_text("".join(parts))
