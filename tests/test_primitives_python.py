@@ -114,7 +114,7 @@ def test_versions_and_load_are_recorded(run_dir):
     assert harness["cryptography"] == cryptography.__version__
     assert harness["openssl"].startswith("OpenSSL")
     assert meta["plan"]["python_harness"]["cryptography"] == cryptography.__version__
-    load = _csv(run_dir / "tables" / "primitive_resources.csv")
+    load = _csv(run_dir / "tables" / "primitive_load.csv")
     assert len(load) == 10
     for r in load:
         assert 0 < float(r["cpu_s"]) and 0 < float(r["cpu_per_wall"]) <= 1.05, r

@@ -287,6 +287,6 @@ def add_to(section: Section, store: RunStore, rows: list[dict]) -> None:
         section.table(csv, "The python harness against the engine's OpenSSL (medians, us)")
     load = resources(store)
     if load:
-        csv = store.export_rows("primitive_resources", load)
+        csv = store.export_rows("primitive_load", load)
         section.text(template("primitives_load"))
         section.table(csv, "CPU and peak memory of each measuring process")
