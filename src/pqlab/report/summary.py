@@ -223,26 +223,71 @@ def _signed(v: float | None, unit: str) -> str:
     return ("+" if v >= 0 else "-") + _fmt(abs(v), unit)
 
 
-def _sentence(rows: list[dict]) -> str:
+def describe(base: Cell, cand: Cell) -> str:
+    """What changes between two cells ("a -> b") and what they share ("with ...")."""
+    changed, same = [], []
+    for axis, label in (("group", "group"), ("server_sig", "server"), ("ca_sig", "CA")):
+        a, b = getattr(base, axis), getattr(cand, axis)
+        if a == b:
+            same.append(f"{label} {a}")
+        else:
+            changed.append((a, b))
+    left = " + ".join(a for a, _ in changed)
+    right = " + ".join(b for _, b in changed)
+    return f"{left} &rarr; {right} ({html.escape(', '.join(same))})"
+
+
+def _round_trips(r: dict | None) -> str:
+    if r is None:
+        return ""
+    if not r["baseline"] and not r["candidate"]:
+        return "no extra round trip (no congestion-window stall)"
+    return (
+        f"congestion-window stalls {r['baseline']:.2g} &rarr; {r['candidate']:.2g} per "
+        "handshake (each waits one round trip)"
+    )
+
+
+def _sentence(rows: list[dict], base: Cell, cand: Cell) -> str:
     by = {r["metric"]: r for r in rows}
     t = by["handshake time (median)"]
-    extra = [
-        f"{html.escape(m.split(' (')[0])}: {_fmt(r['baseline'], r['unit'])} &rarr; "
-        f"{_fmt(r['candidate'], r['unit'])} ({_signed(r['change'], r['unit'])})"
-        for m, r in by.items()
-        if m != "handshake time (median)"
+    facts = []
+    c2s, s2c = (
+        by.get("bytes client -> server (IP, median)"),
+        by.get("bytes server -> client (IP, median)"),
+    )
+    if c2s and s2c:
+        facts.append(
+            f"{_signed(c2s['change'], 'bytes')} client&rarr;server, "
+            f"{_signed(s2c['change'], 'bytes')} server&rarr;client"
+        )
+    segs = [
+        f"{name} {r['baseline']:.0f} &rarr; {r['candidate']:.0f} segments"
+        for name, r in (
+            ("server flight", by.get("TCP segments of the server flight (median)")),
+            ("ClientHello", by.get("TCP segments of the ClientHello (median)")),
+        )
+        if r is not None
     ]
+    facts += [", ".join(segs)] if segs else []
+    rt = _round_trips(by.get("extra round trips: congestion-window stalls (mean)"))
+    facts += [rt] if rt else []
+    cpu = by.get("server CPU per handshake")
+    if cpu:
+        facts.append(
+            f"server CPU {_fmt(cpu['baseline'], 'ms')} &rarr; {_fmt(cpu['candidate'], 'ms')} "
+            "per handshake"
+        )
     return template(
         "summary_handshake",
         what=html.escape(t["topic"]),
-        baseline=html.escape(t["comparison"].split(" -> ")[0]),
-        candidate=html.escape(t["comparison"].split(" -> ")[1]),
+        change=describe(base, cand),
         base_ms=_fmt(t["baseline"], "ms"),
         cand_ms=_fmt(t["candidate"], "ms"),
         pct=f"{t['change_pct']:+.1f} %",
         lo=f"{t['ci_low_pct']:+.1f}",
         hi=f"{t['ci_high_pct']:+.1f}",
-        details="; ".join(extra),
+        details="; ".join(facts),
     )
 
 
@@ -254,7 +299,7 @@ def handshake(store: RunStore) -> tuple[list[dict], list[str]]:
     for what, base, cand in _pairs(h):
         r = _handshake_rows(h, what, base, cand)
         rows += r
-        items.append(_sentence(r))
+        items.append(_sentence(r, base, cand))
     return rows, items
 
 
@@ -271,6 +316,10 @@ def ttlb(store: RunStore) -> tuple[list[dict], list[str]]:
     if not summary or not base:
         return [], []
     inc = increases(summary, *base)
+    n: dict[tuple, int] = {}
+    for r in summary:  # the fewest connections of any cell of the combination
+        key = (r["group"], r["chain"])
+        n[key] = min(n.get(key, r["n"]), r["n"])
     rows, items = [], []
     for profile in sorted({r["profile"] for r in inc}):
         mine = [r for r in inc if r["profile"] == profile]
@@ -298,20 +347,27 @@ def ttlb(store: RunStore) -> tuple[list[dict], list[str]]:
                 )
             )
             if len(items) < MAX_TTLB_LINES:
-                items.append(
-                    template(
-                        "summary_ttlb",
-                        profile=html.escape(profile),
-                        baseline=html.escape(f"{base[0]} + {base[1]}"),
-                        candidate=html.escape(f"{combo[0]} + {combo[1]}"),
-                        size=f"{largest:,}",
-                        p50=f"{p50['ttlb_increase_pct']:+.1f} %",
-                        p90=f"{p90['ttlb_increase_pct']:+.1f} %" if p90 else "?",
-                        small=f"{smallest:,}",
-                        small_p50=f"{first['ttlb_increase_pct']:+.1f} %" if first else "?",
-                    )
-                )
+                items.append(_ttlb_sentence(profile, base, combo, p50, p90, first, n[combo]))
     return rows, items
+
+
+def _ttlb_sentence(profile, base, combo, p50, p90, first, n) -> str:
+    """One TTLB line; whether the increase shrank with the response size (document 003's
+    finding) is computed, not assumed."""
+    shrinks = first is not None and abs(p50["ttlb_increase_pct"]) < abs(first["ttlb_increase_pct"])
+    return template(
+        "summary_ttlb",
+        profile=html.escape(profile),
+        baseline=html.escape(f"{base[0]} + {base[1]}"),
+        candidate=html.escape(f"{combo[0]} + {combo[1]}"),
+        size=f"{p50['data_bytes']:,}",
+        p50=f"{p50['ttlb_increase_pct']:+.1f} %",
+        p90=f"{p90['ttlb_increase_pct']:+.1f} %" if p90 else "?",
+        small=f"{first['data_bytes']:,}" if first else "?",
+        small_p50=f"{first['ttlb_increase_pct']:+.1f} %" if first else "?",
+        trend=template("summary_ttlb_shrinks" if shrinks else "summary_ttlb_not_shrinks"),
+        n=str(n),
+    )
 
 
 def primitives(store: RunStore) -> tuple[list[dict], list[str]]:
