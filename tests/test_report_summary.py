@@ -101,3 +101,17 @@ def test_warnings_are_one_group_per_cause_and_ml_dsa_signing_is_inherent(store):
     assert mldsa["subject"] == "ML-DSA-44 (openssl) sign" and "FIPS 204" in mldsa["message"]
     text = warnings.html_grouped(store)
     assert text.count("<details class=") == 2 and "Variance by design" in text
+
+
+def test_every_warning_cause_pqlab_stores_has_a_title():
+    import re
+    from pathlib import Path
+
+    import pqlab
+
+    src = Path(pqlab.__file__).parent
+    codes = set()
+    for path in src.rglob("*.py"):
+        codes |= set(re.findall(r'Warning_\(\s*"([a-z0-9-]+)"', path.read_text()))
+    assert {"noisy", "inherent-variance", "cpu-contended"} <= codes  # the scan works
+    assert codes <= set(warnings.CAUSES), codes - set(warnings.CAUSES)
