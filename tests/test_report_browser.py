@@ -110,6 +110,7 @@ def page(run_dir, tmp_path_factory):
             ),
         }
         data["screenshot"] = c.screenshot(run_dir / "report-screenshot.png")
+        data["scroll_width"] = c.evaluate("document.documentElement.scrollWidth")
         data["download"] = _download_one(c, work / "downloads")
     return data
 
@@ -189,6 +190,10 @@ def test_the_report_opens_with_the_summary_and_groups_warnings(page, run_dir):
         assert any(i.startswith("ML-DSA-44 (") for i in causes["inherent-variance"])
     for code in ("noisy", "outliers"):
         assert not any(i.startswith("ML-DSA-44 (") and " sign:" in i for i in causes.get(code, []))
+
+
+def test_wide_tables_scroll_inside_the_page(page):
+    assert page["scroll_width"] <= 1280  # the screenshot's viewport: no sideways page
 
 
 def test_a_screenshot_is_saved_in_the_run_directory(page, run_dir):

@@ -130,6 +130,7 @@ figure{margin:1em 0} figcaption{font-size:.85em;color:#555} img{max-width:100%}
 .note{font-size:.85em;color:#666} code{background:#f4f4f4;padding:0 3px}
 details{margin:.5em 0} a.csv{font-size:.8em;margin-left:.5em}
 div.scroll{overflow-x:auto;max-width:100%} details.numbers>summary{cursor:pointer}
+table:not(.data){display:block;overflow-x:auto;max-width:100%}
 ul.summary li{margin:.4em 0} nav ul{columns:2;font-size:.9em}
 details.cause>summary{cursor:pointer;padding:.3em .6em;background:#fff6e0;
 border-left:4px solid #e0a000}
