@@ -108,6 +108,17 @@ def _harnesses(by: dict) -> list[tuple[str, dict]]:
     return out
 
 
+NOISE_CV = 0.10  # the robust CV above which stats.noise_warnings calls a series noisy
+
+
+def _noisy(row: dict) -> bool:
+    """Whether a series' spread is the machine's noise (not the algorithm's own)."""
+    from pqlab import stats
+
+    inherent = stats.inherent_variance(row.get("family"), row["operation"])
+    return row["robust_cv"] > NOISE_CV and inherent is None
+
+
 def _judge(claim: Claim, s: dict, r: dict) -> dict:
     ratio = s["mean_us"] / r["mean_us"]
     if claim.test == "faster-steadier":
@@ -118,7 +129,13 @@ def _judge(claim: Claim, s: dict, r: dict) -> dict:
         threshold = float(claim.test.split(">", 1)[1])
         faster = steadier = None
         holds = ratio > threshold
-    return {"ratio_of_means": ratio, "faster": faster, "steadier": steadier, "holds": holds}
+    return {
+        "ratio_of_means": ratio,
+        "faster": faster,
+        "steadier": steadier,
+        "holds": holds,
+        "noisy": _noisy(s) or _noisy(r),
+    }
 
 
 def claims(rows: list[dict]) -> list[dict]:
@@ -161,6 +178,7 @@ def _verdicts(table: list[dict]) -> str:
         if not rows:
             continue
         by_h: dict[str, list[bool]] = {}
+        noisy = sorted({r["harness"] for r in rows if r["noisy"]})
         for r in rows:
             by_h.setdefault(r["harness"], []).append(bool(r["holds"]))
         holds = [h for h, v in by_h.items() if all(v)]
@@ -174,11 +192,20 @@ def _verdicts(table: list[dict]) -> str:
         if fails:
             parts.append(f"<b>does not hold</b> with {', '.join(fails)}")
         changes = " (<b>the conclusion changes with the harness</b>)" if holds and fails else ""
+        caveat = (
+            f" Measured with noise (robust CV above 10 %) in {', '.join(noisy)}: means and "
+            "spreads there describe this machine's load as much as the algorithms; rerun on "
+            "a quiet machine before relying on those."
+            if noisy
+            else ""
+        )
         items.append(
             f"<li>&ldquo;{html.escape(claim.text)}&rdquo; ({html.escape(claim.where)}): "
             + "; ".join(parts)
             + changes
-            + ".</li>"
+            + "."
+            + caveat
+            + "</li>"
         )
     return "<ul>" + "".join(items) + "</ul>"
 
