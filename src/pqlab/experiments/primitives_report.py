@@ -92,11 +92,10 @@ def _is_pq(row: dict) -> bool:
 def _harnesses(by: dict) -> list[tuple[str, dict]]:
     """(label, {(algorithm, operation): summary row}) per harness: each backend on its own,
     then the document's mix (classical from python, post-quantum from liboqs)."""
+    order = ("python", "openssl", "liboqs")
     backends = sorted(
         {b for (_, _, b) in by},
-        key=lambda b: (
-            ("python", "openssl", "liboqs").index(b) if b in ("python", "openssl", "liboqs") else 9
-        ),
+        key=lambda b: (b not in order, order.index(b) if b in order else 0, b),
     )
     out = [(b, {(a, o): r for (a, o, bb), r in by.items() if bb == b}) for b in backends]
     mix = {}
