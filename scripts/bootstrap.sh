@@ -35,6 +35,29 @@ if [ ${#need[@]} -gt 0 ]; then
   fi
 fi
 
+# --- a real browser for the report and TLS-client tests (optional) -----------------------
+# chromium: tests/test_report_browser.py opens report.html in it, tests/test_browser_client.py
+# makes it the TLS client of `pqlab serve`; libnss3-tools: certutil, to trust a run's root in
+# a fresh NSS database. Without them those tests are skipped with a message, nothing fails;
+# so this step never stops the set-up (no root/sudo, no apt, or no network: it says so).
+browser=()
+command -v chromium >/dev/null || command -v chromium-browser >/dev/null || browser+=(chromium)
+command -v certutil >/dev/null || browser+=(libnss3-tools)
+if [ ${#browser[@]} -gt 0 ]; then
+  if ! command -v apt-get >/dev/null; then
+    say "skipping ${browser[*]}: no apt-get here; the browser tests will be skipped"
+  elif [ "$(id -u)" != 0 ] && ! command -v sudo >/dev/null; then
+    say "skipping ${browser[*]}: needs root or sudo (apt-get install ${browser[*]}); the browser tests will be skipped"
+  else
+    SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo -n"  # never wait for a password
+    say "installing ${browser[*]} (for the browser tests)"
+    if ! { $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install \
+        -y -qq --no-install-recommends "${browser[@]}" >/dev/null; }; then
+      say "could not install ${browser[*]} (apt failed, see above); the browser tests will be skipped"
+    fi
+  fi
+fi
+
 # --- Python environment ------------------------------------------------------------------
 PY=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then

@@ -26,7 +26,7 @@ def fake_stack(monkeypatch):
     mayo = catalog.resolve("MAYO-1", "sig")
     fake["sigalgs"].append({"name": "mayo1", "code": mayo.tls_sigscheme})
     fake["cert_key_types"].append("MAYO-1")
-    fake["limits"] = {"message_events": False}
+    fake["message_events"] = False
     info["tls_stacks"].append(fake)
     monkeypatch.setattr(engine, "info", lambda: info)
     stacks.all_stacks.cache_clear()

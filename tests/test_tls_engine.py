@@ -86,8 +86,9 @@ def test_certs_bad_spec(tmp_path):
         capture_output=True,
         text=True,
     )
-    assert proc.returncode == 2
+    assert proc.returncode == 2  # usage
     assert records(proc.stdout)[-1]["type"] == "error"
+    assert records(proc.stdout)[-1]["kind"] == "usage"
     assert "NOPE-1" in records(proc.stdout)[-1]["message"]
 
 
@@ -175,9 +176,10 @@ def test_wrong_group_is_an_error(ec_chain):
             "X25519",
             check=False,
         )
-    assert out.returncode == 2
+    assert out.returncode == 5  # check
     msg = records(out.stdout)[-1]
-    assert msg["type"] == "error" and "negotiated group" in msg["message"]
+    assert msg["type"] == "error" and msg["kind"] == "check"
+    assert "negotiated group" in msg["message"]
 
 
 def test_wrong_signature_is_an_error(rsa_chain):
@@ -192,7 +194,7 @@ def test_wrong_signature_is_an_error(rsa_chain):
             "rsa_pss_rsae_sha384",
             check=False,
         )
-    assert out.returncode == 2
+    assert out.returncode == 5  # check
     assert "signed with" in records(out.stdout)[-1]["message"]
 
 
@@ -201,7 +203,8 @@ def test_untrusted_chain_is_an_error(rsa_chain, ec_chain):
     other, _ = ec_chain
     with Server(d, max_connections=1) as srv:
         out = client(srv.port, other / "root.crt.pem", check=False)
-    assert out.returncode == 2
+    assert out.returncode == 5  # check
+    assert records(out.stdout)[-1]["kind"] == "check"
     assert "verif" in records(out.stdout)[-1]["message"]
 
 
@@ -226,7 +229,7 @@ def test_wrong_hostname_is_an_error(rsa_chain):
             text=True,
             timeout=60,
         )
-    assert out.returncode == 2
+    assert out.returncode == 5  # check
     assert "verif" in records(out.stdout)[-1]["message"]
 
 
@@ -313,7 +316,10 @@ def test_dhe1024_refused_at_default_level(rsa_chain):
             "DHE-RSA-AES128-GCM-SHA256",
             check=False,
         )
-    assert out.returncode == 2 and "dh key too small" in records(out.stdout)[-1]["message"]
+    # The client's own libssl refuses the server's group: a library refusal, exit 3.
+    err = records(out.stdout)[-1]
+    assert out.returncode == 3 and err["kind"] == "library"
+    assert "dh key too small" in err["message"]
 
 
 def test_port_in_use(rsa_chain):
@@ -337,7 +343,7 @@ def test_port_in_use(rsa_chain):
             text=True,
             timeout=30,
         )
-    assert out.returncode == 2
+    assert out.returncode == 6  # io
     assert "cannot listen" in records(out.stdout)[-1]["message"]
 
 

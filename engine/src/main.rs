@@ -4,9 +4,11 @@
 mod aead;
 mod capture;
 mod info;
+mod lifecycle;
 mod linkem;
 mod out;
 mod primitives;
+mod secrets;
 mod tls;
 
 use clap::{Parser, Subcommand};
@@ -41,8 +43,20 @@ enum Command {
     Aead(aead::Args),
 }
 
+/// The signal the engine gets when its parent dies. Capture and the link emulator clean up
+/// on SIGTERM (the pcap is finished, the TUN devices removed); everything else has nothing
+/// to clean up and must surely stop (a TLS server must release its port), so SIGKILL.
+fn death_signal(c: &Command) -> libc::c_int {
+    match c {
+        Command::Capture(_) | Command::Linkem(_) => libc::SIGTERM,
+        _ => libc::SIGKILL,
+    }
+}
+
 fn main() {
-    let cli = Cli::parse();
+    let parent = lifecycle::parent();
+    let cli = Cli::try_parse().unwrap_or_else(|e| out::fail_arguments(e));
+    lifecycle::die_with_parent(parent, death_signal(&cli.command));
     let result = match cli.command {
         Command::Info(a) => info::run(a),
         Command::Kem(a) => primitives::run_kem(a),

@@ -103,36 +103,6 @@ def stream(args: Sequence, timeout: float | None = None, env: dict | None = None
         proc.stop()
 
 
-def _adapt_protocol1(rec: dict) -> dict:
-    """TEMPORARY: an engine of protocol 1 reports no `tls_stacks`; derive the OpenSSL stack
-    from its capability lists. Removed once the engine speaks protocol 2."""
-    ossl = rec.get("openssl", {})
-    groups = [{"name": g["name"], "code": g["id"]} for g in ossl.get("tls_groups", [])]
-    sigalgs = []
-    for s in ossl.get("tls_sigalgs", []):
-        codes = s.get("wire_code_point") or []
-        if codes:
-            sigalgs.append({"name": s["iana_name"], "code": codes[0]})
-    keymgmt = {m["name"].upper() for m in ossl.get("keymgmt", [])}
-    signers = {m["name"].upper() for m in ossl.get("signatures", [])}
-    cert = sorted((keymgmt & signers) | ({"EC"} if "ECDSA" in signers else set()))
-    rec["tls_stacks"] = [
-        {
-            "name": "openssl",
-            "implementation": ossl.get("version_text", "OpenSSL"),
-            "groups": groups,
-            "sigalgs": sigalgs,
-            "cert_key_types": cert,
-            "limits": {},
-        }
-    ]
-    import hashlib
-
-    rec["build_id"] = hashlib.sha256(engine_path().read_bytes()).hexdigest()
-    rec["protocol"] = PROTOCOL
-    return rec
-
-
 @functools.lru_cache(maxsize=1)
 def info() -> dict:
     """The engine's build record: library versions, build id, the algorithms each backend
@@ -141,8 +111,6 @@ def info() -> dict:
     rec = next((r for r in records if r["type"] == "info"), None)
     if rec is None:
         raise EngineError("engine 'info' printed no info record")
-    if rec.get("protocol") == 1:
-        rec = _adapt_protocol1(rec)
     if rec.get("protocol") != PROTOCOL:
         raise EngineError(
             f"engine speaks protocol {rec.get('protocol')}, this pqlab expects {PROTOCOL}; "

@@ -74,7 +74,7 @@ pub struct Cell {
 /// clock is a syscall) cost about 1 % at 16 KiB records, small enough to stay in L2 so the
 /// slots do not turn a cipher benchmark into a memory benchmark (measured: 64 KiB batches
 /// read 10 % low in CPU time, 256 KiB and 512 KiB agreed, 1 MiB was lower again).
-pub const DEFAULT_BATCH_BYTES: usize = 256 * 1024;
+pub const DEFAULT_BATCH_BYTES: u64 = 256 * 1024;
 const MAX_BATCH_RECORDS: usize = 4096;
 
 struct Totals {
@@ -179,6 +179,7 @@ pub fn run_cell(cell: &Cell) -> Result<()> {
     let size = cell.size;
     if size == 0 || !size.is_multiple_of(cell.spec.block_multiple()) {
         bail!(
+            Usage,
             "{} needs record sizes that are a positive multiple of {} bytes, not {size}",
             cell.spec.name,
             cell.spec.block_multiple()
@@ -186,6 +187,7 @@ pub fn run_cell(cell: &Cell) -> Result<()> {
     }
     if cell.fault == Some(Fault::Tag) && !cell.spec.is_aead() {
         bail!(
+            Usage,
             "--inject-fault tag needs an AEAD cipher; {} has no tag",
             cell.spec.name
         );
@@ -330,7 +332,7 @@ impl<'a> Clock<'a> {
 }
 
 fn fail_record(cell: &Cell, seq: u64, what: &str) -> crate::out::Error {
-    crate::out::Error(format!(
+    crate::out::Error::Check(format!(
         "{} {} {}: {}-byte record {seq} {what}",
         cell.spec.name,
         cell.mode.label(),
@@ -371,7 +373,7 @@ fn fair(
             let slot = &mut pool[i * stride..(i + 1) * stride];
             let t = &mut tags[i * TAG_LEN..(i + 1) * TAG_LEN];
             if !fair_record(&other, spec, true, &iv, aad, plaintext, slot, t)? {
-                bail!("{}: preparing the ciphertexts failed", spec.name);
+                bail!(Library, "{}: preparing the ciphertexts failed", spec.name);
             }
         }
         match cell.fault {
@@ -484,7 +486,11 @@ fn speed_ae(
         }
         e.update(&mut reference, plaintext)?;
         if !e.finish(&mut reference[size..]) {
-            bail!("{}: preparing the reference ciphertext failed", spec.name);
+            bail!(
+                Library,
+                "{}: preparing the reference ciphertext failed",
+                spec.name
+            );
         }
         e.get_tag(&mut tag)?;
         let mut back = vec![0u8; stride];
@@ -492,6 +498,7 @@ fn speed_ae(
             || back[..size] != *plaintext
         {
             bail!(
+                Check,
                 "{}: the reference ciphertext does not decrypt to the plaintext",
                 spec.name
             );
@@ -668,7 +675,7 @@ fn speed_stream(
         (&check, &work)
     };
     if !enc_ctx.finish(&mut tail) {
-        bail!("{}: finishing the stream failed", spec.name);
+        bail!(Library, "{}: finishing the stream failed", spec.name);
     }
     if spec.kind == Kind::ChaChaPoly {
         enc_ctx.get_tag(&mut tag)?;
@@ -678,7 +685,7 @@ fn speed_stream(
         dec_ctx.set_tag(&tag)?;
     }
     if !dec_ctx.finish(&mut tail) {
-        return Err(crate::out::Error(format!(
+        return Err(crate::out::Error::Check(format!(
             "{} speed-compatible {}: the stream's tag did not verify after {seq} records",
             spec.name,
             cell.direction.label()
@@ -711,7 +718,7 @@ mod tests {
             for mode in [Mode::Fair, Mode::SpeedCompatible] {
                 for dir in [Direction::Encrypt, Direction::Decrypt] {
                     run_cell(&cell(*spec, mode, dir, None))
-                        .unwrap_or_else(|e| panic!("{} {:?} {:?}: {}", spec.name, mode, dir, e.0));
+                        .unwrap_or_else(|e| panic!("{} {:?} {:?}: {e}", spec.name, mode, dir));
                 }
             }
         }

@@ -97,6 +97,7 @@ impl Spec {
         match CIPHERS.iter().find(|s| s.name == lower) {
             Some(s) => Ok(*s),
             None => bail!(
+                Usage,
                 "unknown cipher {name:?}; known: {}",
                 CIPHERS
                     .iter()
@@ -160,6 +161,7 @@ impl Algorithm {
         let ptr = unsafe { ffi::EVP_CIPHER_fetch(ptr::null_mut(), name.as_ptr(), ptr::null()) };
         if ptr.is_null() {
             bail!(
+                Library,
                 "OpenSSL cannot fetch cipher {}: {}",
                 spec.name,
                 ossl_error()
@@ -189,7 +191,7 @@ impl Drop for Ctx {
 }
 
 pub fn len_c(n: usize) -> Result<c_int> {
-    c_int::try_from(n).map_err(|_| crate::out::Error(format!("length {n} is too large")))
+    c_int::try_from(n).map_err(|_| crate::err!(Usage, "length {n} is too large"))
 }
 
 impl Ctx {
@@ -198,7 +200,7 @@ impl Ctx {
     pub fn new(alg: &Algorithm, encrypt: bool) -> Result<Ctx> {
         let ptr = unsafe { ffi::EVP_CIPHER_CTX_new() };
         if ptr.is_null() {
-            bail!("EVP_CIPHER_CTX_new failed");
+            bail!(Library, "EVP_CIPHER_CTX_new failed");
         }
         let ctx = Ctx {
             ptr,
@@ -222,7 +224,12 @@ impl Ctx {
     #[inline]
     fn check(&self, ok: c_int, what: &str) -> Result<()> {
         if ok != 1 {
-            bail!("{}: EVP {what} failed: {}", self.name, ossl_error());
+            bail!(
+                Library,
+                "{}: EVP {what} failed: {}",
+                self.name,
+                ossl_error()
+            );
         }
         Ok(())
     }
@@ -393,7 +400,7 @@ impl Ctx {
 /// Cryptographically random bytes from OpenSSL (keys).
 pub fn random(buf: &mut [u8]) -> Result<()> {
     if unsafe { ffi::RAND_bytes(buf.as_mut_ptr(), len_c(buf.len())?) } != 1 {
-        bail!("RAND_bytes failed: {}", ossl_error());
+        bail!(Library, "RAND_bytes failed: {}", ossl_error());
     }
     Ok(())
 }

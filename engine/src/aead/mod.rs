@@ -13,6 +13,9 @@ use crate::bail;
 use crate::out::{emit, Result};
 use bench::{Cell, Direction, Fault, Mode, DEFAULT_BATCH_BYTES};
 
+/// Largest `--batch-bytes` (64 MiB).
+const MAX_BATCH_BYTES: u64 = 64 << 20;
+
 #[derive(clap::Args)]
 pub struct Args {
     /// Cipher (OpenSSL name): aes-128-gcm, aes-256-gcm, aes-128-ccm, aes-256-ccm,
@@ -39,9 +42,11 @@ pub struct Args {
     /// Length of one timing window (one raw sample), milliseconds of timed work.
     #[arg(long, default_value_t = 100.0)]
     window_ms: f64,
-    /// Output bytes kept per batch before the untimed check.
-    #[arg(long, default_value_t = DEFAULT_BATCH_BYTES)]
-    batch_bytes: usize,
+    /// Output bytes kept per batch before the untimed check (1 to 67108864: the batch's
+    /// output slots are allocated at once).
+    #[arg(long, default_value_t = DEFAULT_BATCH_BYTES,
+          value_parser = clap::value_parser!(u64).range(1..=MAX_BATCH_BYTES))]
+    batch_bytes: u64,
     /// Corrupt the first record on purpose (self-test of the checks): tag or data.
     #[arg(long, value_enum)]
     inject_fault: Option<Fault>,
@@ -59,20 +64,29 @@ pub fn run(a: Args) -> Result<()> {
     let name = a.cipher.as_deref().unwrap_or_default();
     let spec = cipher::Spec::find(name)?;
     if !(a.seconds > 0.0 && a.seconds <= 600.0) {
-        bail!("--seconds {} must be above 0 and at most 600", a.seconds);
+        bail!(
+            Usage,
+            "--seconds {} must be above 0 and at most 600",
+            a.seconds
+        );
     }
-    if a.window_ms.is_nan() || a.window_ms <= 0.0 {
-        bail!("--window-ms {} must be above 0", a.window_ms);
+    if !(a.window_ms > 0.0 && a.window_ms <= 600_000.0) {
+        bail!(
+            Usage,
+            "--window-ms {} must be above 0 and at most 600000",
+            a.window_ms
+        );
     }
     if a.sizes.is_empty() {
-        bail!("--sizes is empty");
+        bail!(Usage, "--sizes is empty");
     }
     for &s in &a.sizes {
         if s == 0 || s > 16 * 1024 * 1024 - 1 {
-            bail!("record size {s} is outside 1..16777215 bytes");
+            bail!(Usage, "record size {s} is outside 1..16777215 bytes");
         }
         if !s.is_multiple_of(spec.block_multiple()) {
             bail!(
+                Usage,
                 "{} needs record sizes that are multiples of {} bytes, not {s}",
                 spec.name,
                 spec.block_multiple()
@@ -88,7 +102,7 @@ pub fn run(a: Args) -> Result<()> {
                 size,
                 seconds: a.seconds,
                 window_ns: (a.window_ms * 1e6) as u64,
-                batch_bytes: a.batch_bytes.max(1),
+                batch_bytes: a.batch_bytes as usize,
                 fault: a.inject_fault,
             })?;
         }

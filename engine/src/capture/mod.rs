@@ -27,10 +27,11 @@ pub struct Args {
     /// Output pcap file (nanosecond timestamps).
     #[arg(long)]
     pcap: PathBuf,
-    /// Bytes kept of each packet.
-    #[arg(long, default_value_t = 262144)]
+    /// Bytes kept of each packet (64-262144, the largest snapshot length tcpdump uses).
+    #[arg(long, default_value_t = 262144, value_parser = clap::value_parser!(u32).range(64..=262_144))]
     snaplen: u32,
-    /// Stop after this many seconds even without a signal (a safety bound).
+    /// Stop after this many seconds even without a signal (a safety bound; at most 604800,
+    /// one week).
     #[arg(long, default_value_t = 3600.0)]
     max_seconds: f64,
     /// Also print one `packet` record per captured packet.
@@ -58,15 +59,15 @@ struct TpacketStats {
 /// The link type of an interface, from /sys (ip netns exec mounts the namespace's /sys).
 fn link_type(interface: &str) -> Result<(u32, bpf::Framing)> {
     let path = format!("/sys/class/net/{interface}/type");
-    let text = std::fs::read_to_string(&path).map_err(|e| {
-        crate::out::Error(format!("interface {interface:?} not found ({path}: {e})"))
-    })?;
+    let text = std::fs::read_to_string(&path)
+        .map_err(|e| crate::err!(Usage, "interface {interface:?} not found ({path}: {e})"))?;
     match text.trim() {
         // ARPHRD_ETHER, ARPHRD_LOOPBACK: Ethernet framing.
         "1" | "772" => Ok((pcap::LINKTYPE_ETHERNET, bpf::Framing::Ethernet)),
         // ARPHRD_NONE (TUN): bare IP packets.
         "65534" => Ok((pcap::LINKTYPE_RAW, bpf::Framing::RawIp)),
         other => crate::bail!(
+            Usage,
             "interface {interface:?} has link type {other}; capture supports Ethernet (1), \
              loopback (772) and TUN (65534)"
         ),
@@ -82,7 +83,7 @@ impl Drop for Socket {
 }
 
 fn os_err(what: &str) -> crate::out::Error {
-    crate::out::Error(format!("{what}: {}", std::io::Error::last_os_error()))
+    crate::err!(Io, "{what}: {}", std::io::Error::last_os_error())
 }
 
 fn setsockopt<T>(fd: libc::c_int, level: libc::c_int, name: libc::c_int, v: &T) -> libc::c_int {
@@ -122,7 +123,8 @@ fn open_socket(interface: &str, framing: bpf::Framing, port: u16, snaplen: u32) 
     if setsockopt(fd, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, &rcvbuf) < 0 {
         let _ = setsockopt(fd, libc::SOL_SOCKET, libc::SO_RCVBUF, &rcvbuf);
     }
-    let cname = std::ffi::CString::new(interface).map_err(|e| e.to_string())?;
+    let cname = std::ffi::CString::new(interface)
+        .map_err(|_| crate::err!(Usage, "interface name {interface:?} contains a NUL byte"))?;
     let ifindex = unsafe { libc::if_nametoindex(cname.as_ptr()) };
     if ifindex == 0 {
         return Err(os_err(&format!("interface {interface:?}")));
@@ -195,7 +197,7 @@ fn receive(fd: libc::c_int, buf: &mut [u8]) -> Result<Option<Received>> {
         let err = std::io::Error::last_os_error();
         return match err.raw_os_error() {
             Some(libc::EAGAIN) | Some(libc::EINTR) => Ok(None),
-            _ => Err(crate::out::Error(format!("recvmsg: {err}"))),
+            _ => Err(crate::err!(Io, "recvmsg: {err}")),
         };
     }
     let orig_len = n as u32; // MSG_TRUNC: the real length even if the buffer was smaller
@@ -235,16 +237,11 @@ fn wait_readable(fd: libc::c_int, timeout_ms: i32) {
 }
 
 pub fn run(a: Args) -> Result<()> {
-    if !(a.max_seconds > 0.0 && a.max_seconds.is_finite()) {
+    if !(a.max_seconds > 0.0 && a.max_seconds <= 604_800.0) {
         crate::bail!(
-            "--max-seconds {} is not a positive number of seconds",
+            Usage,
+            "--max-seconds {} must be above 0 and at most 604800 (one week)",
             a.max_seconds
-        );
-    }
-    if a.snaplen < 64 {
-        crate::bail!(
-            "--snaplen {} is too small; use at least 64 bytes",
-            a.snaplen
         );
     }
     let (linktype, framing) = link_type(&a.interface)?;

@@ -18,7 +18,7 @@ pub struct Writer {
 impl Writer {
     pub fn create(path: &Path, snaplen: u32, linktype: u32) -> Result<Writer> {
         let file = File::create(path)
-            .map_err(|e| crate::out::Error(format!("cannot create {}: {e}", path.display())))?;
+            .map_err(|e| crate::err!(Io, "cannot create {}: {e}", path.display()))?;
         let mut w = Writer {
             out: BufWriter::with_capacity(1 << 20, file),
             path: path.display().to_string(),
@@ -38,7 +38,7 @@ impl Writer {
     fn put(&mut self, bytes: &[u8]) -> Result<()> {
         self.out
             .write_all(bytes)
-            .map_err(|e| crate::out::Error(format!("writing {}: {e}", self.path)))
+            .map_err(|e| crate::err!(Io, "writing {}: {e}", self.path))
     }
 
     pub fn write(&mut self, ts_ns: u64, data: &[u8], orig_len: u32) -> Result<()> {
@@ -54,11 +54,11 @@ impl Writer {
     pub fn finish(mut self) -> Result<()> {
         self.out
             .flush()
-            .map_err(|e| crate::out::Error(format!("writing {}: {e}", self.path)))?;
+            .map_err(|e| crate::err!(Io, "writing {}: {e}", self.path))?;
         self.out
             .get_ref()
             .sync_all()
-            .map_err(|e| crate::out::Error(format!("syncing {}: {e}", self.path)))
+            .map_err(|e| crate::err!(Io, "syncing {}: {e}", self.path))
     }
 }
 

@@ -31,17 +31,19 @@ pub struct Args {
     /// limit, overhead_bytes.
     #[arg(long, default_value = "{}")]
     config: String,
-    /// Busy-poll this long before each deadline (microseconds) to absorb wake-up latency.
-    #[arg(long, default_value_t = 100)]
+    /// Busy-poll this long before each deadline (microseconds, at most 1000000) to absorb
+    /// wake-up latency.
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u64).range(0..=1_000_000))]
     spin_us: u64,
     /// Run the forwarding threads under SCHED_FIFO with this priority (1-99; 0 = normal
     /// scheduling). Real-time wake-ups keep the delay precise on a loaded machine; if the
     /// kernel refuses, the emulator says so in `linkem_ready` and runs normally.
     #[arg(long, default_value_t = 0)]
     rt_priority: i32,
-    /// Keep up to this many samples of release lateness (actual - scheduled) per direction.
-    #[arg(long, default_value_t = 20000)]
-    lateness_samples: usize,
+    /// Keep up to this many samples of release lateness (actual - scheduled) per direction
+    /// (at most 10000000: 8 bytes each in memory, all printed at exit).
+    #[arg(long, default_value_t = 20000, value_parser = clap::value_parser!(u64).range(0..=10_000_000))]
+    lateness_samples: u64,
     /// Print netem's table for uniform|normal|pareto|paretonormal and exit.
     #[arg(long, value_name = "DIST")]
     dump_table: Option<String>,
@@ -61,7 +63,10 @@ struct Config {
 pub fn run(a: Args) -> Result<()> {
     if let Some(name) = &a.dump_table {
         let Some(dist) = tables::Dist::parse(name) else {
-            crate::bail!("--dump-table {name:?}: use normal, pareto or paretonormal")
+            crate::bail!(
+                Usage,
+                "--dump-table {name:?}: use normal, pareto or paretonormal"
+            )
         };
         let values = tables::table(dist).unwrap_or_default();
         emit(
@@ -71,25 +76,23 @@ pub fn run(a: Args) -> Result<()> {
         return Ok(());
     }
     let cfg: Config = serde_json::from_str(&a.config)
-        .map_err(|e| crate::out::Error(format!("--config is not a valid link profile: {e}")))?;
+        .map_err(|e| crate::err!(Usage, "--config is not a valid link profile: {e}"))?;
     let default_dir = || serde_json::from_str::<DirConfig>("{}").expect("empty config");
     let a2b = cfg.a_to_b.unwrap_or_else(default_dir);
     let b2a = cfg.b_to_a.unwrap_or_else(default_dir);
     let mut seeder = Rng::new(cfg.seed);
-    let ne_a2b = Netem::new(a2b, seeder.next_u64()).map_err(crate::out::Error)?;
-    let ne_b2a = Netem::new(b2a, seeder.next_u64()).map_err(crate::out::Error)?;
+    let ne_a2b = Netem::new(a2b, seeder.next_u64()).map_err(crate::out::Error::Usage)?;
+    let ne_b2a = Netem::new(b2a, seeder.next_u64()).map_err(crate::out::Error::Usage)?;
 
-    // Die with the parent: a killed pqlab must not leave the emulator (and so the TUN
-    // devices, which vanish with it) behind.
-    // SAFETY: plain prctl.
-    unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) };
+    // main() has asked for SIGTERM when the parent dies (lifecycle.rs): it is blocked here
+    // and collected by wait_signal, so the devices go away with the emulator.
     block_signals();
 
     let (name_a, name_b) = (a.tun_a.unwrap_or_default(), a.tun_b.unwrap_or_default());
-    let fd_a = tun::open_tun(&name_a).map_err(crate::out::Error)?;
-    let fd_b = tun::open_tun(&name_b).map_err(crate::out::Error)?;
+    let fd_a = tun::open_tun(&name_a).map_err(crate::out::Error::Io)?;
+    let fd_b = tun::open_tun(&name_b).map_err(crate::out::Error::Io)?;
     if !(0..=99).contains(&a.rt_priority) {
-        crate::bail!("--rt-priority {} is outside 0-99", a.rt_priority);
+        crate::bail!(Usage, "--rt-priority {} is outside 0-99", a.rt_priority);
     }
     // Threads created below inherit the scheduling policy of this one.
     let rt_error = if a.rt_priority > 0 {
@@ -118,7 +121,7 @@ pub fn run(a: Args) -> Result<()> {
             rx,
             tx,
             spin_ns,
-            stats: Stats::new(a.lateness_samples, seeder.next_u64()),
+            stats: Stats::new(a.lateness_samples as usize, seeder.next_u64()),
         };
         let (stop, wake) = (stop.clone(), wake.clone());
         handles.push(std::thread::spawn(move || dir.forward(&stop, &wake)));
@@ -144,7 +147,7 @@ pub fn run(a: Args) -> Result<()> {
     }
     drop((fd_a, fd_b));
     if let Some(e) = failure {
-        crate::bail!("{e}");
+        crate::bail!(Io, "{e}");
     }
     emit(&json!({"type": "linkem_exit", "signal": exit_signal}));
     Ok(())

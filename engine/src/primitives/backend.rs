@@ -39,7 +39,7 @@ pub trait Kem {
     }
     /// Key generation into a buffer from `key_buffer` (the timed part).
     fn keygen_into(&self, _key: &mut Self::Key) -> Result<()> {
-        Err(crate::out::Error("keygen_into without key_buffer".into()))
+        Err(crate::err!(Library, "keygen_into without key_buffer"))
     }
     /// Encapsulate to the public half of `key`: (ciphertext, shared secret).
     fn encaps(&self, key: &Self::Key) -> Result<(Vec<u8>, Vec<u8>)>;
@@ -78,7 +78,7 @@ pub trait Signature {
     }
     /// Key generation into a buffer from `key_buffer` (the timed part).
     fn keygen_into(&self, _key: &mut Self::Key) -> Result<()> {
-        Err(crate::out::Error("keygen_into without key_buffer".into()))
+        Err(crate::err!(Library, "keygen_into without key_buffer"))
     }
     fn sign(&self, key: &Self::Key, message: &[u8]) -> Result<Vec<u8>>;
     /// Ok(false) for a signature that does not verify; Err only for a library failure.

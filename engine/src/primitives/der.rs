@@ -29,9 +29,9 @@ pub fn oid(dotted: &str) -> Result<Vec<u8>> {
         .split('.')
         .map(|a| a.parse::<u64>())
         .collect::<std::result::Result<_, _>>()
-        .map_err(|_| crate::out::Error(format!("--oid {dotted:?} is not a dotted OID")))?;
+        .map_err(|_| crate::err!(Usage, "--oid {dotted:?} is not a dotted OID"))?;
     if arcs.len() < 2 || arcs[0] > 2 || (arcs[0] < 2 && arcs[1] >= 40) {
-        crate::bail!("--oid {dotted:?} is not a valid OID");
+        crate::bail!(Usage, "--oid {dotted:?} is not a valid OID");
     }
     let mut body = Vec::new();
     let mut encode = |mut v: u64| {

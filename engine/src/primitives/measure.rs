@@ -191,7 +191,7 @@ fn run_phase(
 }
 
 fn check_failed(what: String) -> crate::out::Error {
-    crate::out::Error(format!(
+    crate::out::Error::Check(format!(
         "check failed: {what}; no numbers are reported for this run"
     ))
 }

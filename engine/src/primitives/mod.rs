@@ -22,6 +22,13 @@ use std::collections::BTreeMap;
 /// Backend parameters given as `--param KEY=VALUE` (catalogue field `params`).
 pub type Params = BTreeMap<String, String>;
 
+/// Largest `--iterations`: 10 million samples per operation is about 1 GB of output lines.
+const MAX_ITERATIONS: u64 = 10_000_000;
+/// Largest `--warmup` (the warm-up also stops after 2 s).
+const MAX_WARMUP: u64 = 1_000_000;
+/// Largest `--max-seconds`: one day per phase.
+const MAX_PHASE_SECONDS: f64 = 86_400.0;
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Backend {
     Openssl,
@@ -55,14 +62,17 @@ pub struct Common {
     /// Dotted OID of the algorithm (liboqs only), to compute SPKI / PKCS#8 sizes.
     #[arg(long)]
     oid: Option<String>,
-    /// Kept timed runs per operation; one more is made first and dropped.
-    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
+    /// Kept timed runs per operation (1-10000000); one more is made first and dropped.
+    /// Memory does not grow with it (samples are kept per batch of 128 and emitted), but
+    /// every sample is one output line of about 100 bytes per operation.
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..=MAX_ITERATIONS))]
     iterations: u64,
-    /// Untimed runs of each phase before timing (stops early after 2 s).
-    #[arg(long, default_value_t = 10)]
+    /// Untimed runs of each phase before timing (0-1000000; stops early after 2 s).
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(0..=MAX_WARMUP))]
     warmup: u64,
-    /// Time budget per phase in seconds; a phase stops early when it is spent (recorded in
-    /// `op_done.budget_exhausted`). At least 2 timed runs are always made.
+    /// Time budget per phase in seconds (above 0, at most 86400); a phase stops early when
+    /// it is spent (recorded in `op_done.budget_exhausted`). At least 2 timed runs are
+    /// always made.
     #[arg(long)]
     max_seconds: Option<f64>,
     /// Do not emit sample records (sizes only).
@@ -87,13 +97,13 @@ fn parse_params(list: &[String]) -> Result<Params> {
     for p in list {
         let (k, v) = p
             .split_once('=')
-            .ok_or_else(|| Error(format!("--param {p:?} is not KEY=VALUE")))?;
+            .ok_or_else(|| Error::Usage(format!("--param {p:?} is not KEY=VALUE")))?;
         let (k, v) = (k.trim().to_ascii_lowercase(), v.trim().to_string());
         if k.is_empty() || v.is_empty() {
-            crate::bail!("--param {p:?} is not KEY=VALUE");
+            crate::bail!(Usage, "--param {p:?} is not KEY=VALUE");
         }
         if out.insert(k.clone(), v).is_some() {
-            crate::bail!("--param {k} given twice");
+            crate::bail!(Usage, "--param {k} given twice");
         }
     }
     Ok(out)
@@ -101,8 +111,11 @@ fn parse_params(list: &[String]) -> Result<Params> {
 
 fn plan(c: &Common) -> Result<Plan> {
     if let Some(s) = c.max_seconds {
-        if !(s.is_finite() && s > 0.0) {
-            crate::bail!("--max-seconds {s} must be a positive number of seconds");
+        if !(s.is_finite() && s > 0.0 && s <= MAX_PHASE_SECONDS) {
+            crate::bail!(
+                Usage,
+                "--max-seconds {s} must be above 0 and at most {MAX_PHASE_SECONDS} seconds"
+            );
         }
     }
     Ok(Plan {
@@ -136,7 +149,10 @@ pub fn run_kem(a: KemArgs) -> Result<()> {
     match c.backend {
         Backend::Openssl if ossl::is_key_agreement(&c.alg) => {
             if c.oid.is_some() {
-                crate::bail!("--oid is for liboqs algorithms; OpenSSL encodes its keys itself");
+                crate::bail!(
+                    Usage,
+                    "--oid is for liboqs algorithms; OpenSSL encodes its keys itself"
+                );
             }
             let x = ossl::OsslKex::new(&c.alg, &params)?;
             start("kex", &["keygen", "public_key", "shared_secret"]);
@@ -144,7 +160,10 @@ pub fn run_kem(a: KemArgs) -> Result<()> {
         }
         Backend::Openssl => {
             if c.oid.is_some() {
-                crate::bail!("--oid is for liboqs algorithms; OpenSSL encodes its keys itself");
+                crate::bail!(
+                    Usage,
+                    "--oid is for liboqs algorithms; OpenSSL encodes its keys itself"
+                );
             }
             let k = ossl::OsslKem::new(&c.alg, &params)?;
             start("kem", &["keygen", "encaps", "decaps"]);
@@ -175,10 +194,17 @@ pub fn run_sig(a: SigArgs) -> Result<()> {
     match c.backend {
         Backend::Openssl => {
             if c.oid.is_some() {
-                crate::bail!("--oid is for liboqs algorithms; OpenSSL encodes its keys itself");
+                crate::bail!(
+                    Usage,
+                    "--oid is for liboqs algorithms; OpenSSL encodes its keys itself"
+                );
             }
             if ossl::is_key_agreement(&c.alg) && !c.alg.eq_ignore_ascii_case("EC") {
-                crate::bail!("{} is a key agreement, not a signature algorithm", c.alg);
+                crate::bail!(
+                    Usage,
+                    "{} is a key agreement, not a signature algorithm",
+                    c.alg
+                );
             }
             let s = ossl::OsslSig::new(&c.alg, &params)?;
             start();

@@ -26,7 +26,10 @@ fn liboqs_version() -> String {
 
 fn no_params(params: &Params, name: &str) -> Result<()> {
     if let Some(k) = params.keys().next() {
-        crate::bail!("--param {k}: liboqs algorithm {name} takes no parameters");
+        crate::bail!(
+            Usage,
+            "--param {k}: liboqs algorithm {name} takes no parameters"
+        );
     }
     Ok(())
 }
@@ -69,7 +72,7 @@ impl Drop for OqsKem {
 }
 
 fn unknown(kind: &str, name: &str, list: Vec<String>) -> Error {
-    Error(format!(
+    Error::Usage(format!(
         "liboqs {} has no enabled {kind} named {name:?}; enabled: {}",
         liboqs_version(),
         list.join(", ")
@@ -80,7 +83,7 @@ impl OqsKem {
     pub fn new(name: &str, params: &Params, oid: Option<&str>) -> Result<Self> {
         init();
         no_params(params, name)?;
-        let c = CString::new(name).map_err(|_| Error("NUL in name".into()))?;
+        let c = CString::new(name).map_err(|_| Error::Usage("NUL in name".into()))?;
         // SAFETY: NUL-terminated name; NULL means unknown or disabled.
         let ptr = unsafe { kem::OQS_KEM_new(c.as_ptr()) };
         if ptr.is_null() {
@@ -107,7 +110,7 @@ fn status(s: OQS_STATUS, what: &str) -> Result<()> {
     if s == OQS_STATUS::OQS_SUCCESS {
         Ok(())
     } else {
-        crate::bail!("liboqs: {what} failed ({s:?})")
+        crate::bail!(Library, "liboqs: {what} failed ({s:?})")
     }
 }
 
@@ -134,9 +137,7 @@ impl KeyPair {
         keypair: impl FnOnce(*mut u8, *mut u8) -> oqs_sys::common::OQS_STATUS,
     ) -> Result<()> {
         if self.public.len() != public_len || self.secret.len() != secret_len {
-            return Err(crate::out::Error(
-                "liboqs key buffer of the wrong size".into(),
-            ));
+            return Err(crate::err!(Library, "liboqs key buffer of the wrong size"));
         }
         status(
             keypair(self.public.as_mut_ptr(), self.secret.as_mut_ptr()),
@@ -193,6 +194,7 @@ impl Kem for OqsKem {
         let r = self.r();
         if ciphertext.len() != r.length_ciphertext {
             crate::bail!(
+                Library,
                 "liboqs: ciphertext of {} bytes, expected {}",
                 ciphertext.len(),
                 r.length_ciphertext
@@ -245,7 +247,7 @@ impl OqsSig {
     pub fn new(name: &str, params: &Params, oid: Option<&str>) -> Result<Self> {
         init();
         no_params(params, name)?;
-        let c = CString::new(name).map_err(|_| Error("NUL in name".into()))?;
+        let c = CString::new(name).map_err(|_| Error::Usage("NUL in name".into()))?;
         // SAFETY: as for KEMs.
         let ptr = unsafe { sig::OQS_SIG_new(c.as_ptr()) };
         if ptr.is_null() {
@@ -311,7 +313,10 @@ impl Signature for OqsSig {
             "OQS_SIG_sign",
         )?;
         if len == 0 || len > out.len() {
-            crate::bail!("liboqs: OQS_SIG_sign returned a signature of {len} bytes");
+            crate::bail!(
+                Library,
+                "liboqs: OQS_SIG_sign returned a signature of {len} bytes"
+            );
         }
         out.truncate(len);
         Ok(out)

@@ -44,14 +44,14 @@ extern "C" {
 fn ossl_error(what: &str) -> Error {
     let stack = openssl::error::ErrorStack::get();
     if stack.errors().is_empty() {
-        Error(format!("OpenSSL: {what} failed"))
+        Error::Library(format!("OpenSSL: {what} failed"))
     } else {
-        Error(format!("OpenSSL: {what} failed: {stack}"))
+        Error::Library(format!("OpenSSL: {what} failed: {stack}"))
     }
 }
 
 fn cstring(s: &str) -> Result<CString> {
-    CString::new(s).map_err(|_| Error(format!("name {s:?} contains a NUL byte")))
+    CString::new(s).map_err(|_| Error::Usage(format!("name {s:?} contains a NUL byte")))
 }
 
 /// An owned EVP_PKEY_CTX.
@@ -94,6 +94,7 @@ impl KeySpec {
         if p.is_null() {
             let _ = openssl::error::ErrorStack::get(); // clear the queue
             crate::bail!(
+                Usage,
                 "OpenSSL {} has no algorithm named {:?} (EVP_PKEY_CTX_new_from_name failed)",
                 openssl::version::version(),
                 self.display
@@ -207,9 +208,10 @@ fn reject_params(p: &Params, allowed: &[&str], what: &str) -> Result<()> {
     for k in p.keys() {
         if !allowed.contains(&k.as_str()) {
             if allowed.is_empty() {
-                crate::bail!("--param {k}: {what} takes no parameters");
+                crate::bail!(Usage, "--param {k}: {what} takes no parameters");
             }
             crate::bail!(
+                Usage,
                 "--param {k}: not a parameter of {what}; accepted: {}",
                 allowed.join(", ")
             );
@@ -222,8 +224,9 @@ fn reject_params(p: &Params, allowed: &[&str], what: &str) -> Result<()> {
 fn group_param(p: &Params, what: &str) -> Result<String> {
     match (p.get("group"), p.get("curve")) {
         (Some(g), None) | (None, Some(g)) => Ok(g.clone()),
-        (Some(_), Some(_)) => crate::bail!("{what}: give group= or curve=, not both"),
+        (Some(_), Some(_)) => crate::bail!(Usage, "{what}: give group= or curve=, not both"),
         (None, None) => crate::bail!(
+            Usage,
             "{what} needs --param group=NAME (EC: P-256, P-384, P-521; DH: ffdhe2048, ffdhe3072, ffdhe4096)"
         ),
     }
@@ -257,7 +260,7 @@ impl OsslKem {
         // Find the output lengths once, and check the algorithm is a KEM at all.
         let key = kem.spec.generate()?;
         let ctx = kem.encaps_ctx(&key).map_err(|_| {
-            Error(format!(
+            Error::Usage(format!(
                 "{name} is not a KEM in OpenSSL (EVP_PKEY_encapsulate_init failed); key agreements are {}",
                 KEY_AGREEMENTS.join(", ")
             ))
@@ -492,13 +495,16 @@ impl OsslSig {
                 reject_params(params, &["bits", "padding", "digest"], name)?;
                 let bits: u32 = params
                     .get("bits")
-                    .ok_or_else(|| Error("RSA needs --param bits=2048|3072|4096".into()))?
+                    .ok_or_else(|| Error::Usage("RSA needs --param bits=2048|3072|4096".into()))?
                     .parse()
                     .map_err(|_| {
-                        Error(format!("--param bits={:?} is not a number", params["bits"]))
+                        Error::Usage(format!("--param bits={:?} is not a number", params["bits"]))
                     })?;
                 if !(1024..=16384).contains(&bits) {
-                    crate::bail!("--param bits={bits}: RSA modulus must be 1024..16384 bits");
+                    crate::bail!(
+                        Usage,
+                        "--param bits={bits}: RSA modulus must be 1024..16384 bits"
+                    );
                 }
                 let pss = match params
                     .get("padding")
@@ -507,8 +513,10 @@ impl OsslSig {
                 {
                     Some("pss") => true,
                     Some("pkcs1") | Some("pkcs1v15") => false,
-                    Some(other) => crate::bail!("--param padding={other:?}: accepted pss, pkcs1"),
-                    None => crate::bail!("RSA needs --param padding=pss|pkcs1"),
+                    Some(other) => {
+                        crate::bail!(Usage, "--param padding={other:?}: accepted pss, pkcs1")
+                    }
+                    None => crate::bail!(Usage, "RSA needs --param padding=pss|pkcs1"),
                 };
                 (SigFamily::Rsa { pss }, None, Some(bits))
             }
@@ -541,7 +549,7 @@ impl OsslSig {
         };
         let digest = match &digest_name {
             Some(d) => Some(MessageDigest::from_name(d).ok_or_else(|| {
-                Error(format!("--param digest={d:?}: OpenSSL has no such digest (e.g. SHA256, SHA384, SHA512)"))
+                Error::Usage(format!("--param digest={d:?}: OpenSSL has no such digest (e.g. SHA256, SHA384, SHA512)"))
             })?),
             None => None,
         };
@@ -556,7 +564,7 @@ impl OsslSig {
         };
         // Fail early if OpenSSL cannot sign with this key type at all.
         sig.sign(&key, b"pqlab")
-            .map_err(|e| Error(format!("{name} cannot sign in OpenSSL: {}", e.0)))?;
+            .map_err(|e| Error::Usage(format!("{name} cannot sign in OpenSSL: {e}")))?;
         Ok(sig)
     }
 }

@@ -28,7 +28,8 @@ pub struct Args {
     /// Server key, same syntax as --ca-alg.
     #[arg(long)]
     pub server_alg: String,
-    /// Directory for the keys, certificates and chain (created if missing).
+    /// Directory for the keys, certificates and chain (created 0700 if missing; private
+    /// keys are written 0600).
     #[arg(long)]
     pub out_dir: PathBuf,
     /// Server certificate subject common name (also the first DNS SAN).
@@ -56,11 +57,15 @@ pub struct Args {
     /// Private key (PEM) of --ca-cert.
     #[arg(long, requires = "ca_cert")]
     pub ca_key: Option<PathBuf>,
+    /// What the leaf certificate is for (extended key usage): server (serverAuth), client
+    /// (clientAuth, for mutual TLS) or both.
+    #[arg(long, default_value = "server", value_parser = ["server", "client", "both"])]
+    pub purpose: String,
 }
 
 fn read(path: &Path) -> Result<Vec<u8>> {
     std::fs::read(path)
-        .map_err(|e| crate::out::Error(format!("cannot read {}: {e}", path.display())))
+        .map_err(|e| crate::out::Error::Io(format!("cannot read {}: {e}", path.display())))
 }
 
 /// An OpenSSL key spec: algorithm name plus optional parameter (RSA bits, EC curve).
@@ -77,6 +82,7 @@ impl KeySpec {
         };
         if name.is_empty() {
             crate::bail!(
+                Usage,
                 "key spec {text:?} has no algorithm name; use e.g. RSA:2048, EC:P-256, ML-DSA-44"
             );
         }
@@ -93,13 +99,13 @@ impl KeySpec {
                 let bits: u32 = match &self.param {
                     None => 2048,
                     Some(p) => p.parse().map_err(|_| {
-                        crate::out::Error(format!(
+                        crate::out::Error::Usage(format!(
                             "RSA key size {p:?} is not a number of bits, e.g. RSA:2048"
                         ))
                     })?,
                 };
                 if !(1024..=16384).contains(&bits) {
-                    crate::bail!("RSA key size {bits} is out of range (1024..16384)");
+                    crate::bail!(Usage, "RSA key size {bits} is out of range (1024..16384)");
                 }
                 Ok(PKey::from_rsa(Rsa::generate(bits)?)?)
             }
@@ -112,6 +118,20 @@ impl KeySpec {
             "ED25519" => Ok(PKey::generate_ed25519()?),
             "ED448" => Ok(PKey::generate_ed448()?),
             _ => generic_keygen(&self.name),
+        }
+    }
+
+    /// Whether `generate` can make this key in this build (checked without making one).
+    pub fn available(&self) -> bool {
+        let upper = self.name.to_ascii_uppercase();
+        match upper.as_str() {
+            "RSA" => self
+                .param
+                .as_deref()
+                .is_none_or(|p| p.parse::<u32>().is_ok_and(|b| (1024..=16384).contains(&b))),
+            "EC" | "ECDSA" => curve_nid(self.param.as_deref().unwrap_or("P-256")).is_ok(),
+            "ED25519" | "ED448" => self.param.is_none(),
+            _ => self.param.is_none() && keygen_available(&self.name),
         }
     }
 
@@ -139,7 +159,10 @@ fn curve_nid(curve: &str) -> Result<Nid> {
             "P256" | "PRIME256V1" | "SECP256R1" => Nid::X9_62_PRIME256V1,
             "P384" | "SECP384R1" => Nid::SECP384R1,
             "P521" | "SECP521R1" => Nid::SECP521R1,
-            _ => crate::bail!("EC curve {curve:?} is not supported; use P-256, P-384 or P-521"),
+            _ => crate::bail!(
+                Usage,
+                "EC curve {curve:?} is not supported; use P-256, P-384 or P-521"
+            ),
         },
     )
 }
@@ -158,25 +181,46 @@ extern "C" {
     fn EVP_PKEY_CTX_free(ctx: *mut openssl_sys::EVP_PKEY_CTX);
 }
 
+/// Whether OpenSSL has a key generator of this name (EVP_PKEY_CTX_new_from_name).
+fn keygen_available(name: &str) -> bool {
+    let Ok(cname) = CString::new(name) else {
+        return false;
+    };
+    unsafe {
+        let ctx =
+            EVP_PKEY_CTX_new_from_name(std::ptr::null_mut(), cname.as_ptr(), std::ptr::null());
+        if ctx.is_null() {
+            let _ = openssl::error::ErrorStack::get(); // clear the queue
+            return false;
+        }
+        let ok = EVP_PKEY_keygen_init(ctx) > 0;
+        EVP_PKEY_CTX_free(ctx);
+        if !ok {
+            let _ = openssl::error::ErrorStack::get();
+        }
+        ok
+    }
+}
+
 /// Key generation for algorithms without a dedicated API in the openssl crate (ML-DSA,
 /// SLH-DSA, ...), through OpenSSL's provider-based EVP interface.
 fn generic_keygen(name: &str) -> Result<PKey<Private>> {
     use foreign_types::ForeignType;
     let cname = CString::new(name)
-        .map_err(|_| crate::out::Error(format!("bad algorithm name {name:?}")))?;
+        .map_err(|_| crate::out::Error::Usage(format!("bad algorithm name {name:?}")))?;
     unsafe {
         let ctx =
             EVP_PKEY_CTX_new_from_name(std::ptr::null_mut(), cname.as_ptr(), std::ptr::null());
         if ctx.is_null() {
             let _ = openssl::error::ErrorStack::get();
-            crate::bail!("OpenSSL has no key algorithm {name:?} (try RSA:2048, EC:P-256, ED25519, ML-DSA-44, SLH-DSA-SHA2-128s)");
+            crate::bail!(Usage, "OpenSSL has no key algorithm {name:?} (try RSA:2048, EC:P-256, ED25519, ML-DSA-44, SLH-DSA-SHA2-128s)");
         }
         let mut pkey: *mut openssl_sys::EVP_PKEY = std::ptr::null_mut();
         let ok = EVP_PKEY_keygen_init(ctx) > 0 && EVP_PKEY_generate(ctx, &mut pkey) > 0;
         EVP_PKEY_CTX_free(ctx);
         if !ok || pkey.is_null() {
             let e = openssl::error::ErrorStack::get();
-            crate::bail!("key generation for {name} failed: {e}");
+            crate::bail!(Library, "key generation for {name} failed: {e}");
         }
         Ok(PKey::from_ptr(pkey))
     }
@@ -191,7 +235,7 @@ fn random_serial() -> Result<Asn1Integer> {
 
 fn write(path: &Path, data: &[u8]) -> Result<()> {
     std::fs::write(path, data)
-        .map_err(|e| crate::out::Error(format!("cannot write {}: {e}", path.display())))
+        .map_err(|e| crate::out::Error::Io(format!("cannot write {}: {e}", path.display())))
 }
 
 pub struct Chain {
@@ -244,12 +288,14 @@ pub fn build(args: &Args) -> Result<(Chain, PKey<Private>, PKey<Private>)> {
     let not_after = Asn1Time::days_from_now(args.days)?;
     let (root, ca_key) = match (&args.ca_cert, &args.ca_key) {
         (Some(cert), Some(key)) => {
-            let root = X509::from_pem(&read(cert)?)
-                .map_err(|e| crate::out::Error(format!("--ca-cert {}: {e}", cert.display())))?;
-            let key = PKey::private_key_from_pem(&read(key)?)
-                .map_err(|e| crate::out::Error(format!("--ca-key {}: {e}", key.display())))?;
+            let root = X509::from_pem(&read(cert)?).map_err(|e| {
+                crate::out::Error::Usage(format!("--ca-cert {}: {e}", cert.display()))
+            })?;
+            let key = PKey::private_key_from_pem(&read(key)?).map_err(|e| {
+                crate::out::Error::Usage(format!("--ca-key {}: {e}", key.display()))
+            })?;
             if !root.public_key()?.public_eq(&key) {
-                crate::bail!("--ca-key does not belong to --ca-cert");
+                crate::bail!(Usage, "--ca-key does not belong to --ca-cert");
             }
             (root, key)
         }
@@ -285,7 +331,14 @@ pub fn build(args: &Args) -> Result<(Chain, PKey<Private>, PKey<Private>)> {
         ku.key_encipherment();
     }
     b.append_extension(ku.build()?)?;
-    b.append_extension(ExtendedKeyUsage::new().server_auth().build()?)?;
+    let mut eku = ExtendedKeyUsage::new();
+    if args.purpose != "client" {
+        eku.server_auth();
+    }
+    if args.purpose != "server" {
+        eku.client_auth();
+    }
+    b.append_extension(eku.build()?)?;
     let mut san = SubjectAlternativeName::new();
     san.dns(&args.cn);
     for s in &args.san {
@@ -312,23 +365,26 @@ pub fn build(args: &Args) -> Result<(Chain, PKey<Private>, PKey<Private>)> {
 }
 
 pub fn run(args: Args) -> Result<()> {
-    std::fs::create_dir_all(&args.out_dir)
-        .map_err(|e| crate::out::Error(format!("cannot create {}: {e}", args.out_dir.display())))?;
+    // The directory holds private keys: one the engine creates is owner-only.
+    crate::secrets::create_dir(&args.out_dir)?;
     let (chain, ca_key, srv_key) = build(&args)?;
     // Check what we made: the server certificate verifies under the root.
     let root_pub = chain.root.public_key()?;
     if !chain.server.verify(&root_pub)? {
-        crate::bail!("generated server certificate does not verify under its root");
+        crate::bail!(
+            Check,
+            "generated server certificate does not verify under its root"
+        );
     }
     let d = &args.out_dir;
     let root_der = chain.root.to_der()?;
     let server_der = chain.server.to_der()?;
     write(&d.join("root.crt.pem"), &chain.root.to_pem()?)?;
     write(&d.join("root.crt.der"), &root_der)?;
-    write(&d.join("root.key.pem"), &ca_key.private_key_to_pem_pkcs8()?)?;
+    crate::secrets::write(&d.join("root.key.pem"), &ca_key.private_key_to_pem_pkcs8()?)?;
     write(&d.join("server.crt.pem"), &chain.server.to_pem()?)?;
     write(&d.join("server.crt.der"), &server_der)?;
-    write(
+    crate::secrets::write(
         &d.join("server.key.pem"),
         &srv_key.private_key_to_pem_pkcs8()?,
     )?;
@@ -367,6 +423,7 @@ pub fn run(args: Args) -> Result<()> {
         },
         "cn": args.cn,
         "days": args.days,
+        "purpose": args.purpose,
     }));
     Ok(())
 }
@@ -384,6 +441,7 @@ mod tests {
             san: vec!["localhost".into(), "127.0.0.1".into()],
             days: 30,
             chain_with_root: false,
+            purpose: "server".into(),
             ca_cert: None,
             ca_key: None,
         }
@@ -424,6 +482,31 @@ mod tests {
                 chain.root.subject_name().to_der().unwrap()
             );
         }
+    }
+
+    #[test]
+    fn private_keys_are_owner_only_and_certificates_are_not() {
+        use crate::secrets::{mode, DIR_MODE, FILE_MODE};
+        let base = std::env::temp_dir().join(format!("pqlab-certs-modes-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&base);
+        let mut a = args("EC:P-256", "EC:P-256");
+        a.out_dir = base.join("new/dir");
+        run(a).unwrap();
+        assert_eq!(mode(&base.join("new")), DIR_MODE);
+        assert_eq!(mode(&base.join("new/dir")), DIR_MODE);
+        for key in ["root.key.pem", "server.key.pem"] {
+            assert_eq!(mode(&base.join("new/dir").join(key)), FILE_MODE, "{key}");
+        }
+        assert_eq!(mode(&base.join("new/dir/chain.pem")) & 0o044, 0o044);
+        // Regenerating over keys that were made world-readable narrows them again.
+        let key = base.join("new/dir/server.key.pem");
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let mut a = args("EC:P-256", "EC:P-256");
+        a.out_dir = base.join("new/dir");
+        run(a).unwrap();
+        assert_eq!(mode(&key), FILE_MODE);
+        std::fs::remove_dir_all(&base).unwrap();
     }
 
     #[test]

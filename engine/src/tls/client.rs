@@ -1,22 +1,22 @@
-//! `tls client`: N sequential fresh TCP connections with full handshakes, each verified
-//! (chain and host name against the CA, group, signature scheme, version) and recorded.
+//! `tls client`, the same for every stack: N sequential fresh TCP connections with full
+//! handshakes, each checked (chain and host name against the CA, version, group, signature
+//! scheme) before it is recorded; a failed check ends the run, it is never a sample.
 
-use super::common::{self, Recorder, SharedRecorder, Stamp, TlsOpts, Wire};
-use crate::out::Result;
-use openssl::ssl::{
-    ErrorCode, Ssl, SslConnector, SslContext, SslMethod, SslSessionCacheMode, SslStream,
-    SslVerifyMode,
+use super::options::TlsOpts;
+use super::record::{self, Recorder, SharedRecorder, Sink, Stamp, Wire};
+use super::stack::{
+    ClientContext, ClientSetup, Identity, ReadOutcome, ServerName, Session, Stack, TlsVersion,
+    Verification,
 };
-use openssl::x509::X509VerifyResult;
+use crate::out::Result;
 use serde_json::{json, Value};
 use std::cell::RefCell;
-use std::io::Write;
-use std::net::{IpAddr, SocketAddr, TcpStream, ToSocketAddrs};
+use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::path::PathBuf;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
-#[derive(clap::Args)]
+#[derive(clap::Args, Clone)]
 pub struct Args {
     /// Server address, HOST:PORT.
     #[arg(long)]
@@ -47,8 +47,20 @@ pub struct Args {
     /// exactly one).
     #[arg(long)]
     pub expect_sigalg: Option<String>,
-    /// Stop after this many seconds even if not all connections are done (error).
-    #[arg(long, default_value_t = 3600)]
+    /// Mutual TLS: the client certificate (PEM, with any intermediates) to present when the
+    /// server asks for one.
+    #[arg(long, requires = "key")]
+    pub cert_chain: Option<PathBuf>,
+    /// Mutual TLS: the private key of --cert-chain (PEM).
+    #[arg(long, requires = "cert_chain")]
+    pub key: Option<PathBuf>,
+    /// Mutual TLS: the scheme the client's CertificateVerify must use (default: the one
+    /// --client-sigalgs names when it names exactly one); refused otherwise.
+    #[arg(long, requires = "cert_chain")]
+    pub expect_client_sigalg: Option<String>,
+    /// Stop after this many seconds even if not all connections are done (error); at most
+    /// 2592000 (30 days).
+    #[arg(long, default_value_t = 3600, value_parser = clap::value_parser!(u64).range(1..=2_592_000))]
     pub time_limit: u64,
     /// Pause between connections in milliseconds (0: back to back).
     #[arg(long, default_value_t = 0)]
@@ -77,18 +89,6 @@ fn norm(s: &str) -> String {
     }
 }
 
-fn context(a: &Args) -> Result<(SslContext, u32)> {
-    let mut b = SslConnector::builder(SslMethod::tls_client())?;
-    b.set_verify(SslVerifyMode::PEER);
-    b.set_session_cache_mode(SslSessionCacheMode::OFF);
-    b.set_ca_file(&a.ca)
-        .map_err(|e| crate::out::Error(format!("cannot load --ca {}: {e}", a.ca.display())))?;
-    a.tls.apply(&mut b, None)?;
-    let ctx = b.build().into_context();
-    let level = ctx.security_level();
-    Ok((ctx, level))
-}
-
 struct Target {
     addr: SocketAddr,
     name: String,
@@ -98,11 +98,9 @@ fn resolve(a: &Args) -> Result<Target> {
     let addr = a
         .connect
         .to_socket_addrs()
-        .map_err(|e| crate::out::Error(format!("--connect {:?}: {e}; use HOST:PORT", a.connect)))?
+        .map_err(|e| crate::err!(Usage, "--connect {:?}: {e}; use HOST:PORT", a.connect))?
         .next()
-        .ok_or_else(|| {
-            crate::out::Error(format!("--connect {:?} resolves to nothing", a.connect))
-        })?;
+        .ok_or_else(|| crate::err!(Usage, "--connect {:?} resolves to nothing", a.connect))?;
     let host = a
         .connect
         .rsplit_once(':')
@@ -113,76 +111,110 @@ fn resolve(a: &Args) -> Result<Target> {
     Ok(Target { addr, name })
 }
 
+/// A group or signature scheme the handshake must settle on.
+struct Expected {
+    name: String,
+    /// Its code point, when the stack knows the name.
+    code: Option<u16>,
+}
+
+impl Expected {
+    /// Whether a negotiated (name, code) is this one: by code when both are known, else by
+    /// name (case, punctuation and NIST curve aliases ignored).
+    fn matches(&self, got: Option<&str>, got_code: Option<u16>) -> bool {
+        match (self.code, got_code) {
+            (Some(e), Some(g)) => e == g,
+            _ => got.is_some_and(|g| norm(g) == norm(&self.name)),
+        }
+    }
+}
+
+/// What every connection is checked against.
+struct Checks {
+    version: TlsVersion,
+    group: Option<Expected>,
+    sigalg: Option<Expected>,
+    /// Mutual TLS: the scheme the client must have signed with.
+    client_sigalg: Option<Expected>,
+    /// Mutual TLS: a client certificate was configured, so the server must have asked for it
+    /// and the client must have signed.
+    client_certificate: bool,
+}
+
 pub fn run(a: Args) -> Result<()> {
+    let stack = a.tls.stack()?;
+    run_with(stack, &a, &record::Stdout)
+}
+
+/// The client loop on a given stack, records into `sink`.
+pub fn run_with(stack: &dyn Stack, a: &Args, sink: &dyn Sink) -> Result<()> {
     let events_on = a.tls.events_on()?;
-    let (ctx, level) = context(&a)?;
-    let target = resolve(&a)?;
-    let expect_group = a.expect_group.clone().or_else(|| single(&a.tls.groups));
-    let expect_sig = a.expect_sigalg.clone().or_else(|| single(&a.tls.sigalgs));
-    let version = a.tls.version()?;
-    let want_version = if version == openssl::ssl::SslVersion::TLS1_3 {
-        "TLSv1.3"
-    } else {
-        "TLSv1.2"
+    let ctx = stack.client(&ClientSetup {
+        protocol: a.tls.protocol()?,
+        ca: a.ca.clone(),
+        identity: a
+            .cert_chain
+            .clone()
+            .zip(a.key.clone())
+            .map(|(cert_chain, key)| Identity { cert_chain, key }),
+    })?;
+    let target = resolve(a)?;
+    let checks = Checks {
+        version: a.tls.version()?,
+        group: a
+            .expect_group
+            .clone()
+            .or_else(|| single(&a.tls.groups))
+            .map(|name| Expected {
+                code: stack.group_code(&name),
+                name,
+            }),
+        sigalg: a
+            .expect_sigalg
+            .clone()
+            .or_else(|| single(&a.tls.sigalgs))
+            .map(|name| Expected {
+                code: stack.sigalg_code(&name),
+                name,
+            }),
+        client_sigalg: a.expect_client_sigalg.clone().map(|name| Expected {
+            code: stack.sigalg_code(&name),
+            name,
+        }),
+        client_certificate: a.cert_chain.is_some(),
     };
     let deadline = Instant::now() + Duration::from_secs(a.time_limit);
-    let total = a.warmup + a.count;
+    let total = a.warmup.saturating_add(a.count);
     for i in 0..total {
         if Instant::now() > deadline {
             crate::bail!(
+                Io,
                 "--time-limit {} s reached after {i} of {total} connections",
                 a.time_limit
             );
         }
         let warmup = i < a.warmup;
-        let rec: SharedRecorder = Rc::new(RefCell::new(Recorder {
-            events_on,
-            ..Default::default()
-        }));
+        let rec: SharedRecorder = Rc::new(RefCell::new(Recorder::new(events_on)));
         let mut out = json!({
-            "type": "connection", "role": "client",
+            "type": "connection", "role": "client", "stack": stack.name(),
             "index": if warmup { i } else { i - a.warmup }, "warmup": warmup,
             "server": target.addr.to_string(), "servername": target.name,
-            "security_level": level,
+            "security_level": ctx.security_level(),
         });
-        let res = one(&ctx, &a, &target, &rec, &mut out);
-        let events;
-        {
-            let mut r = rec.borrow_mut();
-            out["record_bytes_sent"] = json!(r.record_bytes[0]);
-            out["record_bytes_received"] = json!(r.record_bytes[1]);
-            out["bytes_sent"] = json!(r.io_bytes[0]);
-            out["bytes_received"] = json!(r.io_bytes[1]);
-            out["records_sent"] = json!(r.records[0]);
-            out["records_received"] = json!(r.records[1]);
-            events = if events_on {
-                Some(r.take_events())
-            } else {
-                None
-            };
-        }
-        if let Err(e) = res {
-            crate::bail!("connection {i} to {}: {}", target.addr, e.0);
-        }
-        // Every handshake is checked: a different negotiation is an error, not a sample.
-        let neg = &out["negotiated"];
-        let got_version = neg["version"].as_str().unwrap_or("");
-        if got_version != want_version {
-            crate::bail!("connection {i}: negotiated {got_version}, asked for {want_version}");
-        }
-        if let Some(g) = &expect_group {
-            let got = neg["group"].as_str().unwrap_or("none");
-            if norm(got) != norm(g) {
-                crate::bail!("connection {i}: negotiated group {got}, asked for {g}");
+        let res = one(&*ctx, a, &target, &rec, &mut out);
+        let events = match rec.try_borrow_mut() {
+            Ok(mut r) => {
+                r.add_counters(&mut out, stack.reports_messages());
+                events_on.then(|| r.take_events())
             }
-        }
-        if let Some(s) = &expect_sig {
-            let got = neg["sigalg"].as_str().unwrap_or("none");
-            if norm(got) != norm(s) {
-                crate::bail!("connection {i}: server signed with {got}, asked for {s}");
-            }
-        }
-        common::emit_with_events(&out, events.as_deref());
+            Err(_) => None,
+        };
+        let negotiated = match res {
+            Ok(n) => n,
+            Err(e) => return Err(e.context(format!("connection {i} to {}", target.addr))),
+        };
+        check(stack, &checks, &negotiated, i)?;
+        sink.connection(&out, events.as_deref());
         if a.gap_ms > 0 && i + 1 < total {
             std::thread::sleep(Duration::from_millis(a.gap_ms));
         }
@@ -190,135 +222,225 @@ pub fn run(a: Args) -> Result<()> {
     Ok(())
 }
 
+/// Every handshake is checked: a different negotiation is an error, not a sample.
+fn check(stack: &dyn Stack, c: &Checks, neg: &Negotiation, i: u64) -> Result<()> {
+    let n = &neg.negotiated;
+    if n.version != c.version.name() {
+        crate::bail!(
+            Check,
+            "connection {i}: negotiated {}, asked for {}",
+            n.version,
+            c.version.name()
+        );
+    }
+    match &neg.verification {
+        Verification::Verified => {}
+        Verification::Failed(why) => {
+            crate::bail!(
+                Check,
+                "connection {i}: certificate verification failed: {why}"
+            )
+        }
+        Verification::NotChecked => crate::bail!(
+            Check,
+            "connection {i}: the {} stack did not verify the server's certificate",
+            stack.name()
+        ),
+    }
+    // What the stack reports must agree with its own code tables.
+    for (what, name, code, table) in [
+        (
+            "group",
+            &n.group,
+            n.group_code,
+            n.group.as_deref().and_then(|g| stack.group_code(g)),
+        ),
+        (
+            "signature scheme",
+            &n.sigalg,
+            n.sigalg_code,
+            n.sigalg.as_deref().and_then(|s| stack.sigalg_code(s)),
+        ),
+    ] {
+        if let (Some(name), Some(t)) = (name, table) {
+            if code != Some(t) {
+                crate::bail!(
+                    Check,
+                    "connection {i}: the {} stack reported {what} {name} as {code:?}, its table says {t:#06x}",
+                    stack.name()
+                );
+            }
+        }
+    }
+    if let Some(g) = &c.group {
+        if !g.matches(n.group.as_deref(), n.group_code) {
+            crate::bail!(
+                Check,
+                "connection {i}: negotiated group {}, asked for {}",
+                n.group.as_deref().unwrap_or("none"),
+                g.name
+            );
+        }
+    }
+    if let Some(s) = &c.sigalg {
+        if !s.matches(n.sigalg.as_deref(), n.sigalg_code) {
+            crate::bail!(
+                Check,
+                "connection {i}: server signed with {}, asked for {}",
+                n.sigalg.as_deref().unwrap_or("none"),
+                s.name
+            );
+        }
+    }
+    check_client_auth(c, n, i)
+}
+
+/// Mutual TLS: a configured client certificate must have been asked for and used.
+fn check_client_auth(c: &Checks, n: &record::Negotiated, i: u64) -> Result<()> {
+    if c.client_certificate && n.client_sigalg.is_none() {
+        crate::bail!(
+            Check,
+            "connection {i}: the server did not ask for the client certificate (mutual TLS)"
+        );
+    }
+    if let Some(s) = &c.client_sigalg {
+        if !s.matches(n.client_sigalg.as_deref(), n.client_sigalg_code) {
+            crate::bail!(
+                Check,
+                "connection {i}: the client signed with {}, asked for {}",
+                n.client_sigalg.as_deref().unwrap_or("none"),
+                s.name
+            );
+        }
+    }
+    Ok(())
+}
+
+/// What one connection settled on, for the checks.
+struct Negotiation {
+    negotiated: record::Negotiated,
+    verification: Verification,
+}
+
 fn one(
-    ctx: &SslContext,
+    ctx: &dyn ClientContext,
     a: &Args,
     target: &Target,
     rec: &SharedRecorder,
     out: &mut Value,
-) -> Result<()> {
+) -> Result<Negotiation> {
     let timeout = Duration::from_secs(a.tls.io_timeout.max(1));
     let t0 = Stamp::now();
     out["t_connect_start"] = json!(t0.real);
     let tcp = TcpStream::connect_timeout(&target.addr, timeout)
-        .map_err(|e| crate::out::Error(format!("TCP connect failed: {e}")))?;
+        .map_err(|e| crate::err!(Io, "TCP connect failed: {e}"))?;
     let t1 = Stamp::now();
     out["t_tcp_connected"] = json!(t1.real);
     tcp.set_nodelay(true)?;
     tcp.set_read_timeout(Some(timeout))?;
     tcp.set_write_timeout(Some(timeout))?;
     out["local"] = json!(tcp.local_addr()?.to_string());
-    out["congestion_control"] = json!(common::congestion_control(&tcp));
-    let mut ssl = Ssl::new(ctx)?;
-    common::attach_recorder(&mut ssl, rec);
-    match target.name.parse::<IpAddr>() {
-        Ok(ip) => ssl.param_mut().set_ip(ip)?,
-        Err(_) => {
-            ssl.set_hostname(&target.name)?;
-            ssl.param_mut().set_host(&target.name)?;
-        }
-    }
-    let mut stream = SslStream::new(
-        ssl,
+    out["congestion_control"] = json!(record::congestion_control(&tcp));
+    let tcp = Rc::new(tcp);
+    let handshake = ctx.start(
         Wire {
-            tcp,
+            tcp: tcp.clone(),
             rec: rec.clone(),
+            peer: "server",
+            timeout_s: a.tls.io_timeout,
         },
+        &ServerName::parse(&target.name),
     )?;
-    let hs = stream.connect();
+    let hs = handshake.run();
     let t2 = Stamp::now();
-    if let Err(e) = hs {
-        let v = stream.ssl().verify_result();
-        if v != X509VerifyResult::OK {
-            crate::bail!("certificate verification failed: {}", v.error_string());
-        }
-        crate::bail!("handshake failed: {e}");
-    }
+    let mut session = hs?;
     out["t_handshake_done"] = json!(t2.real);
-    let ssl = stream.ssl();
-    if ssl.verify_result() != X509VerifyResult::OK {
-        crate::bail!(
-            "certificate verification failed: {}",
-            ssl.verify_result().error_string()
-        );
+    let verification = session.verification();
+    if let Verification::Failed(why) = &verification {
+        crate::bail!(Check, "certificate verification failed: {why}");
     }
-    let mut neg = common::negotiated(ssl);
-    neg["sigalg"] = json!(common::peer_sigalg(ssl));
-    neg["peer_tmp_key"] = common::peer_tmp_key(ssl).unwrap_or(Value::Null);
-    out["negotiated"] = neg;
-    out["verified"] = json!(true);
-    let chain = ssl.peer_cert_chain().map(|c| {
-        c.iter()
-            .map(|x| x.to_der().map(|d| d.len()).unwrap_or(0))
-            .collect::<Vec<_>>()
-    });
-    out["peer_chain_der_bytes"] = json!(chain);
+    let negotiated = session.negotiated();
+    out["negotiated"] = serde_json::to_value(&negotiated).unwrap_or(Value::Null);
+    out["verified"] = json!(verification == Verification::Verified);
+    out["peer_chain_der_bytes"] = json!(session.peer_chain_der_bytes());
     let mut durations = json!({
         "tcp_connect_ns": t1.mono - t0.mono,
         "handshake_ns": t2.mono - t1.mono,
         "connect_to_handshake_ns": t2.mono - t0.mono,
     });
-
     if let Some(n) = a.request_bytes {
-        stream.write_all(format!("GET {n}\n").as_bytes())?;
-        stream.flush()?;
-        let t_req = Stamp::now();
-        out["t_request_sent"] = json!(t_req.real);
-        let mut buf = vec![0u8; 65536];
-        let mut got: u64 = 0;
-        let mut first: Option<Stamp> = None;
-        let mut last: Option<Stamp> = None;
-        let clean;
-        loop {
-            match stream.ssl_read(&mut buf) {
-                Ok(0) => {
-                    clean = true;
-                    break;
-                }
-                Ok(k) => {
-                    let now = Stamp::now();
-                    if first.is_none() {
-                        first = Some(now);
-                    }
-                    if buf[..k].iter().any(|&b| b != b'x') {
-                        crate::bail!(
-                            "response data corrupted (expected the server's filler bytes)"
-                        );
-                    }
-                    got += k as u64;
-                    if got >= n {
-                        last = Some(now);
-                    }
-                    if got > n {
-                        crate::bail!("server sent {got} bytes, asked for {n}");
-                    }
-                }
-                Err(e) if e.code() == ErrorCode::ZERO_RETURN => {
-                    clean = true;
-                    break;
-                }
-                Err(e) => crate::bail!("reading the response failed after {got} of {n} bytes: {e}"),
-            }
-        }
-        if got != n {
-            crate::bail!("received {got} bytes, asked for {n}");
-        }
-        if !clean {
-            crate::bail!("server closed without close_notify");
-        }
-        let first = first.unwrap_or(t_req);
-        let last = last.unwrap_or(t_req);
-        out["t_first_byte"] = json!(first.real);
-        out["t_last_byte"] = json!(last.real);
-        out["app_bytes_received"] = json!(got);
-        durations["first_byte_ns"] = json!(first.mono - t0.mono);
-        durations["last_byte_ns"] = json!(last.mono - t0.mono);
-        durations["request_to_last_byte_ns"] = json!(last.mono - t_req.mono);
+        fetch(&mut *session, n, t0, out, &mut durations)?;
     }
     out["durations"] = durations;
-    out["tcp_info"] = common::tcp_info(&stream.get_ref().tcp);
-    let _ = stream.shutdown();
-    out["t_closed"] = json!(common::realtime_ns());
+    out["tcp_info"] = record::tcp_info(&tcp);
+    session.close(false);
+    out["t_closed"] = json!(record::realtime_ns());
+    Ok(Negotiation {
+        negotiated,
+        verification,
+    })
+}
+
+/// Send `GET <n>\n` and read exactly n filler bytes, then close_notify.
+fn fetch(
+    session: &mut dyn Session,
+    n: u64,
+    t0: Stamp,
+    out: &mut Value,
+    durations: &mut Value,
+) -> Result<()> {
+    session.write_all(format!("GET {n}\n").as_bytes())?;
+    session.flush()?;
+    let t_req = Stamp::now();
+    out["t_request_sent"] = json!(t_req.real);
+    let mut buf = vec![0u8; 65536];
+    let mut got: u64 = 0;
+    let mut first: Option<Stamp> = None;
+    let mut last: Option<Stamp> = None;
+    loop {
+        let outcome = session.read(&mut buf).map_err(|e| {
+            e.context(format!(
+                "reading the response failed after {got} of {n} bytes"
+            ))
+        })?;
+        match outcome {
+            ReadOutcome::Data(k) => {
+                let now = Stamp::now();
+                if first.is_none() {
+                    first = Some(now);
+                }
+                if buf[..k].iter().any(|&b| b != b'x') {
+                    crate::bail!(
+                        Check,
+                        "response data corrupted (expected the server's filler bytes)"
+                    );
+                }
+                got += k as u64;
+                if got >= n {
+                    last = Some(now);
+                }
+                if got > n {
+                    crate::bail!(Check, "server sent {got} bytes, asked for {n}");
+                }
+            }
+            ReadOutcome::Closed => break,
+            ReadOutcome::Eof => crate::bail!(
+                Peer,
+                "the server closed the connection without close_notify after {got} of {n} bytes"
+            ),
+        }
+    }
+    if got != n {
+        crate::bail!(Check, "received {got} bytes, asked for {n}");
+    }
+    let first = first.unwrap_or(t_req);
+    let last = last.unwrap_or(t_req);
+    out["t_first_byte"] = json!(first.real);
+    out["t_last_byte"] = json!(last.real);
+    out["app_bytes_received"] = json!(got);
+    durations["first_byte_ns"] = json!(first.mono - t0.mono);
+    durations["last_byte_ns"] = json!(last.mono - t0.mono);
+    durations["request_to_last_byte_ns"] = json!(last.mono - t_req.mono);
     Ok(())
 }
 

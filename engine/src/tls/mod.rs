@@ -1,10 +1,20 @@
-//! TLS on OpenSSL libssl: certificates, a server and a client that record every
-//! handshake message with timestamps and stream offsets (see docs/tls.md).
+//! TLS: certificates, and a server and a client that record every handshake message with
+//! timestamps and stream offsets (see docs/tls.md). The loops (`server.rs`, `client.rs`)
+//! are written once against the stack traits in `stack.rs`; each TLS library is one module
+//! (`openssl/`) registered in `stack::registered()`.
 
 mod certs;
 mod client;
-mod common;
+#[cfg(test)]
+mod fake;
+pub mod openssl;
+mod options;
+pub mod record;
+mod request;
 mod server;
+pub mod stack;
+#[cfg(test)]
+mod tests;
 
 use crate::out::Result;
 
@@ -24,4 +34,9 @@ pub fn run(c: Command) -> Result<()> {
         Command::Server(a) => server::run(*a),
         Command::Client(a) => client::run(*a),
     }
+}
+
+/// What every registered stack can do (`info.tls_stacks`).
+pub fn stacks_info() -> Result<Vec<stack::StackInfo>> {
+    stack::registered().iter().map(|s| s.describe()).collect()
 }

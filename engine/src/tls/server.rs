@@ -1,21 +1,24 @@
-//! `tls server`: OpenSSL libssl server, full handshakes only, one JSON record per
-//! connection with the negotiated parameters, message events and TCP_INFO.
+//! `tls server`, the same for every stack: accept, full handshakes only, one request
+//! answered (`GET <n>` or HTTP), one JSON record per connection with the negotiated
+//! parameters, message events and TCP_INFO.
 
-use super::common::{self, Recorder, SharedRecorder, Stamp, TlsOpts, Wire};
-use crate::out::{emit, Result};
-use openssl::ssl::{
-    ErrorCode, Ssl, SslContext, SslContextBuilder, SslFiletype, SslMethod, SslOptions,
-    SslSessionCacheMode, SslStream,
+use super::options::TlsOpts;
+use super::record::{self, Recorder, SharedRecorder, Sink, Stamp, Wire};
+use super::request::{Request, RequestParser};
+use super::stack::{
+    ClientAuth, ReadOutcome, ServerContext, ServerSetup, Session, Stack, Verification,
 };
+use crate::out::Result;
 use serde_json::{json, Value};
 use std::cell::RefCell;
-use std::io::Write;
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::PathBuf;
 use std::rc::Rc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
-#[derive(clap::Args)]
+#[derive(clap::Args, Clone)]
 pub struct Args {
     /// Address to listen on, IP:PORT (port 0 picks a free port; see the listening record).
     #[arg(long)]
@@ -28,7 +31,7 @@ pub struct Args {
     pub key: PathBuf,
     #[command(flatten)]
     pub tls: TlsOpts,
-    /// TLS 1.2 DHE group size in bits (1024, 2048, 3072, 4096); default: OpenSSL's
+    /// TLS 1.2 DHE group size in bits (1024, 2048, 3072, 4096); default: the stack's
     /// automatic choice matched to the certificate.
     #[arg(long)]
     pub dh_bits: Option<u32>,
@@ -43,271 +46,100 @@ pub struct Args {
     /// default is one at a time, which keeps measured handshakes undisturbed.
     #[arg(long)]
     pub concurrent: bool,
-    /// Largest n accepted in `GET <n>` (bytes).
+    /// With --concurrent: most connections served at once, 1-4096 (default 64). A
+    /// connection beyond the cap is closed at once and reported in a `connection_refused`
+    /// record; it does not count towards --max-connections.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=4096))]
+    pub max_concurrent: Option<u64>,
+    /// Largest n accepted in `GET <n>` and HTTP `GET /<n>` (bytes). Responses are streamed
+    /// in 16 KiB records, so the server's memory does not grow with n.
     #[arg(long, default_value_t = 1 << 30)]
     pub max_response_bytes: u64,
+    /// Mutual TLS: request a client certificate and require it to chain to these PEM
+    /// roots; a client without one, or with another, fails its handshake.
+    #[arg(long)]
+    pub client_ca: Option<PathBuf>,
+    /// Mutual TLS: the signature schemes accepted for the client's CertificateVerify (stack
+    /// names, sent in the CertificateRequest); default: the stack's list.
+    #[arg(long, requires = "client_ca")]
+    pub client_sigalgs: Option<String>,
 }
 
-fn context(a: &Args) -> Result<(SslContext, u32)> {
-    let mut b = SslContextBuilder::new(SslMethod::tls_server())?;
-    // Full handshakes only: no tickets, no session cache, no resumption of any kind.
-    b.set_options(SslOptions::NO_TICKET);
-    b.set_num_tickets(0)?;
-    b.set_session_cache_mode(SslSessionCacheMode::OFF);
-    b.set_certificate_chain_file(&a.cert_chain).map_err(|e| {
-        crate::out::Error(format!(
-            "cannot load --cert-chain {}: {e}",
-            a.cert_chain.display()
-        ))
-    })?;
-    b.set_private_key_file(&a.key, SslFiletype::PEM)
-        .map_err(|e| crate::out::Error(format!("cannot load --key {}: {e}", a.key.display())))?;
-    b.check_private_key().map_err(|_| {
-        crate::out::Error("--key does not match the certificate in --cert-chain".into())
-    })?;
-    // OpenSSL's default level 2 refuses DH groups under 2048 bits: lower it to 1 for
-    // --dh-bits 1024 unless --security-level says otherwise (recorded per connection).
-    let min_level = match a.dh_bits {
-        Some(bits) if bits < 2048 => Some(1),
-        _ => None,
-    };
-    a.tls.apply(&mut b, min_level)?;
-    if let Some(bits) = a.dh_bits {
-        let dh = common::dh_params(bits)?;
-        b.set_tmp_dh(&dh).map_err(|e| {
-            crate::out::Error(format!(
-                "--dh-bits {bits} refused at the security level in force: {e}"
-            ))
-        })?;
-    }
-    let ctx = b.build();
-    let level = ctx.security_level();
-    Ok((ctx, level))
-}
+/// Bytes per application-data write (one full TLS record).
+const CHUNK: usize = 16384;
 
-struct Conn {
-    index: u64,
-    peer: SocketAddr,
-    t_accept: Stamp,
-}
+/// --max-concurrent when not given: enough for a browser's parallel connections, few
+/// enough that idle sockets cannot exhaust threads.
+pub const DEFAULT_MAX_CONCURRENT: u64 = 64;
 
-/// Serve one connection and emit its record.
-fn serve_one(ctx: &SslContext, a: &Args, tcp: TcpStream, c: Conn, level: u32) {
-    let events_on = a.tls.events_on().unwrap_or(true);
-    let rec: SharedRecorder = Rc::new(RefCell::new(Recorder {
-        events_on,
-        ..Default::default()
-    }));
-    let mut out = json!({
-        "type": "connection", "role": "server", "index": c.index,
-        "peer": c.peer.to_string(),
-        "t_accept": c.t_accept.real, "security_level": level,
-    });
-    let result = handshake_and_respond(ctx, a, tcp, &rec, &c, &mut out);
-    let mut r = rec.borrow_mut();
-    out["record_bytes_sent"] = json!(r.record_bytes[0]);
-    out["record_bytes_received"] = json!(r.record_bytes[1]);
-    out["bytes_sent"] = json!(r.io_bytes[0]);
-    out["bytes_received"] = json!(r.io_bytes[1]);
-    out["records_sent"] = json!(r.records[0]);
-    out["records_received"] = json!(r.records[1]);
-    let events = if events_on {
-        Some(r.take_events())
-    } else {
-        None
-    };
-    if let Err(e) = result {
-        out["type"] = json!("connection_error");
-        out["message"] = json!(e.0);
-    }
-    common::emit_with_events(&out, events.as_deref());
-}
-
-fn handshake_and_respond(
-    ctx: &SslContext,
-    a: &Args,
-    tcp: TcpStream,
-    rec: &SharedRecorder,
-    c: &Conn,
-    out: &mut Value,
-) -> Result<()> {
-    let timeout = Some(Duration::from_secs(a.tls.io_timeout.max(1)));
-    tcp.set_nodelay(true)?;
-    tcp.set_read_timeout(timeout)?;
-    tcp.set_write_timeout(timeout)?;
-    out["congestion_control"] = json!(common::congestion_control(&tcp));
-    let mut ssl = Ssl::new(ctx)?;
-    common::attach_recorder(&mut ssl, rec);
-    let mut stream = SslStream::new(
-        ssl,
-        Wire {
-            tcp,
-            rec: rec.clone(),
-        },
-    )?;
-    let t_hs_start = Stamp::now();
-    out["t_handshake_start"] = json!(t_hs_start.real);
-    let hs = stream.accept();
-    let t_hs = Stamp::now();
-    if let Err(e) = hs {
-        out["tcp_info"] = common::tcp_info(&stream.get_ref().tcp);
-        crate::bail!("handshake failed: {e}");
-    }
-    out["t_handshake_done"] = json!(t_hs.real);
-    out["handshake_ns"] = json!(t_hs.mono - t_hs_start.mono);
-    out["accept_to_handshake_ns"] = json!(t_hs.mono - c.t_accept.mono);
-    let ssl = stream.ssl();
-    let mut neg = common::negotiated(ssl);
-    neg["sigalg"] = json!(common::own_sigalg(ssl));
-    out["negotiated"] = neg;
-    out["servername"] = json!(ssl.servername(openssl::ssl::NameType::HOST_NAME));
-
-    // Application phase.
-    let mut sent_app: u64 = 0;
-    let mut request: Option<u64> = None;
-    if a.response_mode == "echo-size" {
-        let chunk = vec![b'x'; 16384];
-        match read_request(&mut stream, a.max_response_bytes)? {
-            Request::None => {}
-            Request::Size(n) => {
-                request = Some(n);
-                out["t_request_received"] = json!(common::realtime_ns());
-                while sent_app < n {
-                    let k = (n - sent_app).min(chunk.len() as u64) as usize;
-                    stream.write_all(&chunk[..k])?;
-                    sent_app += k as u64;
-                }
-                stream.flush()?;
-                out["t_response_written"] = json!(common::realtime_ns());
-            }
-            Request::Http { path, size } => {
-                // For curl and browsers: GET /<n> sends n filler bytes, anything else a
-                // short text page naming what was negotiated.
-                out["t_request_received"] = json!(common::realtime_ns());
-                out["http_path"] = json!(path);
-                let neg = &out["negotiated"];
-                let body: Vec<u8> = match size {
-                    Some(n) => vec![b'x'; n as usize],
-                    None => format!(
-                        "pqlab TLS server\nversion: {}\ngroup: {}\nsignature: {}\ncipher: {}\n",
-                        neg["version"].as_str().unwrap_or("?"),
-                        neg["group"].as_str().unwrap_or("none"),
-                        neg["sigalg"].as_str().unwrap_or("none"),
-                        neg["cipher"].as_str().unwrap_or("?"),
-                    )
-                    .into_bytes(),
-                };
-                let head = format!(
-                    "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-                    body.len()
-                );
-                stream.write_all(head.as_bytes())?;
-                stream.write_all(&body)?;
-                stream.flush()?;
-                sent_app = (head.len() + body.len()) as u64;
-                request = size;
-                out["t_response_written"] = json!(common::realtime_ns());
-            }
-        }
-    } else {
-        // Wait for the client to close (close_notify or EOF).
-        let mut buf = [0u8; 4096];
-        loop {
-            match stream.ssl_read(&mut buf) {
-                Ok(0) => break,
-                Ok(_) => continue,
-                Err(e) if matches!(e.code(), ErrorCode::ZERO_RETURN | ErrorCode::SYSCALL) => break,
-                Err(e) => crate::bail!("read after handshake failed: {e}"),
-            }
-        }
-    }
-    out["request_bytes"] = json!(request);
-    out["app_bytes_sent"] = json!(sent_app);
-    out["tcp_info"] = common::tcp_info(&stream.get_ref().tcp);
-    // close_notify both ways (bounded by --io-timeout); the peer may already have gone,
-    // which is not an error here.
-    if let Ok(openssl::ssl::ShutdownResult::Sent) = stream.shutdown() {
-        let _ = stream.shutdown();
-    }
-    out["t_closed"] = json!(common::realtime_ns());
-    Ok(())
-}
-
-enum Request {
-    /// The client closed without a request (handshake-only runs).
-    None,
-    /// `GET <n>\n`: send exactly n bytes.
-    Size(u64),
-    /// An HTTP/1.x GET (curl, browsers); size when the path is `/<n>`.
-    Http { path: String, size: Option<u64> },
-}
-
-/// Read `GET <n>\n` or an HTTP GET request head.
-fn read_request(stream: &mut SslStream<Wire>, max: u64) -> Result<Request> {
-    let mut data = Vec::new();
-    let mut buf = [0u8; 1024];
-    loop {
-        if let Some(pos) = data.iter().position(|&b| b == b'\n') {
-            let line = String::from_utf8_lossy(&data[..pos]).trim().to_string();
-            let is_http = line.starts_with("GET /") && line.contains(" HTTP/");
-            if !is_http {
-                let n = line
-                    .strip_prefix("GET ")
-                    .and_then(|s| s.trim().parse::<u64>().ok())
-                    .ok_or_else(|| {
-                        crate::out::Error(format!("bad request {line:?}; expected `GET <n>`"))
-                    })?;
-                if n > max {
-                    crate::bail!("request for {n} bytes exceeds --max-response-bytes {max}");
-                }
-                return Ok(Request::Size(n));
-            }
-            if data.windows(4).any(|w| w == b"\r\n\r\n") || data.windows(2).any(|w| w == b"\n\n") {
-                let path = line.split_whitespace().nth(1).unwrap_or("/").to_string();
-                let size = path.trim_start_matches('/').parse::<u64>().ok();
-                if let Some(n) = size {
-                    if n > max.min(1 << 28) {
-                        crate::bail!("HTTP request for {n} bytes exceeds the limit");
-                    }
-                }
-                return Ok(Request::Http { path, size });
-            }
-        }
-        if data.len() > 16384 {
-            crate::bail!("request head longer than 16 KiB");
-        }
-        match stream.ssl_read(&mut buf) {
-            Ok(0) => return Ok(Request::None),
-            Ok(k) => data.extend_from_slice(&buf[..k]),
-            Err(e) if e.code() == ErrorCode::ZERO_RETURN => return Ok(Request::None),
-            Err(e) if e.code() == ErrorCode::SYSCALL && data.is_empty() => {
-                return Ok(Request::None)
-            }
-            Err(e) => crate::bail!("reading the request failed: {e}"),
-        }
-    }
-}
-
-pub fn run(a: Args) -> Result<()> {
+/// Check the arguments and configure the stack, before anything listens.
+pub fn prepare(a: &Args) -> Result<(&'static dyn Stack, Arc<dyn ServerContext>)> {
     a.tls.events_on()?;
     if a.response_mode != "echo-size" && a.response_mode != "none" {
         crate::bail!(
+            Usage,
             "--response-mode {:?}: use echo-size or none",
             a.response_mode
         );
     }
-    let (ctx, level) = context(&a)?;
+    if a.max_concurrent.is_some() && !a.concurrent {
+        crate::bail!(Usage, "--max-concurrent needs --concurrent");
+    }
+    let stack = a.tls.stack()?;
+    let client_auth = match &a.client_ca {
+        Some(ca) => Some(ClientAuth {
+            ca: ca.clone(),
+            sigalgs: super::options::list("--client-sigalgs", &a.client_sigalgs)?,
+        }),
+        None => None,
+    };
+    let ctx = stack.server(&ServerSetup {
+        protocol: a.tls.protocol()?,
+        cert_chain: a.cert_chain.clone(),
+        key: a.key.clone(),
+        dh_bits: a.dh_bits,
+        client_auth,
+    })?;
+    Ok((stack, ctx))
+}
+
+pub fn run(a: Args) -> Result<()> {
+    let (stack, ctx) = prepare(&a)?;
     let listener = TcpListener::bind(a.listen)
-        .map_err(|e| crate::out::Error(format!("cannot listen on {}: {e}", a.listen)))?;
+        .map_err(|e| crate::err!(Io, "cannot listen on {}: {e}", a.listen))?;
     let local = listener.local_addr()?;
-    emit(&json!({
+    let sink: Arc<dyn Sink> = Arc::new(record::Stdout);
+    sink.record(&json!({
         "type": "listening", "address": local.to_string(), "port": local.port(),
-        "pid": std::process::id(), "tls_version": a.tls.tls_version,
+        "pid": std::process::id(), "stack": stack.name(), "tls_version": a.tls.tls_version,
         "groups": a.tls.groups, "sigalgs": a.tls.sigalgs, "ciphers": a.tls.ciphers,
         "ciphersuites": a.tls.ciphersuites, "dh_bits": a.dh_bits,
-        "security_level": level, "cert_chain": a.cert_chain, "response_mode": a.response_mode,
-        "t": common::realtime_ns(),
+        "security_level": ctx.security_level(), "cert_chain": a.cert_chain,
+        "response_mode": a.response_mode, "t": record::realtime_ns(),
     }));
+    serve(stack, ctx, listener, Arc::new(a), sink)
+}
+
+/// Decrements the count of connections in flight when a worker ends (even by a panic).
+struct InFlight(Arc<AtomicU64>);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// The accept loop: one connection at a time, or with --concurrent each in its own thread,
+/// at most --max-concurrent at once; until --max-connections.
+pub fn serve(
+    stack: &'static dyn Stack,
+    ctx: Arc<dyn ServerContext>,
+    listener: TcpListener,
+    a: Arc<Args>,
+    sink: Arc<dyn Sink>,
+) -> Result<()> {
+    let cap = a.max_concurrent.unwrap_or(DEFAULT_MAX_CONCURRENT);
+    let in_flight = Arc::new(AtomicU64::new(0));
     let mut index: u64 = 0;
     let mut threads = Vec::new();
     loop {
@@ -319,37 +151,263 @@ pub fn run(a: Args) -> Result<()> {
         let (tcp, peer) = match listener.accept() {
             Ok(x) => x,
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(e) => crate::bail!("accept failed: {e}"),
+            Err(e) => crate::bail!(Io, "accept failed: {e}"),
         };
+        let t_accept = Stamp::now();
+        if !a.concurrent {
+            let c = Conn {
+                index,
+                peer,
+                t_accept,
+            };
+            index += 1;
+            serve_one(stack, &*ctx, &a, tcp, c, &*sink);
+            continue;
+        }
+        threads.retain(|t: &std::thread::JoinHandle<()>| !t.is_finished());
+        if in_flight.load(Ordering::SeqCst) >= cap {
+            drop(tcp);
+            let why =
+                format!("{cap} connections are already being served (--max-concurrent {cap})");
+            refuse(&*sink, peer, cap, &why);
+            continue;
+        }
+        in_flight.fetch_add(1, Ordering::SeqCst);
+        let guard = InFlight(in_flight.clone());
         let c = Conn {
             index,
             peer,
-            t_accept: Stamp::now(),
+            t_accept,
         };
-        index += 1;
-        if a.concurrent {
-            let ctx = ctx.clone();
-            let a2 = Args {
-                listen: a.listen,
-                cert_chain: a.cert_chain.clone(),
-                key: a.key.clone(),
-                tls: a.tls.clone(),
-                dh_bits: a.dh_bits,
-                max_connections: a.max_connections,
-                response_mode: a.response_mode.clone(),
-                concurrent: true,
-                max_response_bytes: a.max_response_bytes,
-            };
-            threads.push(std::thread::spawn(move || {
-                serve_one(&ctx, &a2, tcp, c, level)
-            }));
-            threads.retain(|t| !t.is_finished());
-        } else {
-            serve_one(&ctx, &a, tcp, c, level);
+        let (ctx2, a2, sink2) = (ctx.clone(), a.clone(), sink.clone());
+        let worker = std::thread::Builder::new()
+            .name(format!("conn-{index}"))
+            .spawn(move || {
+                let _guard = guard;
+                serve_one(stack, &*ctx2, &a2, tcp, c, &*sink2)
+            });
+        match worker {
+            Ok(t) => {
+                threads.push(t);
+                index += 1;
+            }
+            // The system has no thread to spare: the connection (moved into the failed
+            // closure) is closed; report it like the cap.
+            Err(e) => refuse(&*sink, peer, cap, &format!("no thread to serve it: {e}")),
         }
     }
     for t in threads {
         let _ = t.join();
     }
     Ok(())
+}
+
+/// A connection closed at once because the server is at --max-concurrent.
+fn refuse(sink: &dyn Sink, peer: SocketAddr, cap: u64, why: &str) {
+    sink.record(&json!({
+        "type": "connection_refused", "peer": peer.to_string(), "t": record::realtime_ns(),
+        "max_concurrent": cap,
+        "message": format!("closed at once: {why}"),
+    }));
+}
+
+struct Conn {
+    index: u64,
+    peer: SocketAddr,
+    t_accept: Stamp,
+}
+
+/// Serve one connection and emit its record.
+fn serve_one(
+    stack: &dyn Stack,
+    ctx: &dyn ServerContext,
+    a: &Args,
+    tcp: TcpStream,
+    c: Conn,
+    sink: &dyn Sink,
+) {
+    let events_on = a.tls.events_on().unwrap_or(true);
+    let rec: SharedRecorder = Rc::new(RefCell::new(Recorder::new(events_on)));
+    let mut out = json!({
+        "type": "connection", "role": "server", "stack": stack.name(), "index": c.index,
+        "peer": c.peer.to_string(),
+        "t_accept": c.t_accept.real, "security_level": ctx.security_level(),
+    });
+    let result = handshake_and_respond(ctx, a, tcp, &rec, &c, &mut out);
+    let events = match rec.try_borrow_mut() {
+        Ok(mut r) => {
+            r.add_counters(&mut out, stack.reports_messages());
+            events_on.then(|| r.take_events())
+        }
+        Err(_) => None,
+    };
+    if let Err(e) = result {
+        out["type"] = json!("connection_error");
+        out["kind"] = json!(e.kind());
+        out["message"] = json!(e.message());
+    }
+    sink.connection(&out, events.as_deref());
+}
+
+fn handshake_and_respond(
+    ctx: &dyn ServerContext,
+    a: &Args,
+    tcp: TcpStream,
+    rec: &SharedRecorder,
+    c: &Conn,
+    out: &mut Value,
+) -> Result<()> {
+    let timeout = Some(Duration::from_secs(a.tls.io_timeout.max(1)));
+    tcp.set_nodelay(true)?;
+    tcp.set_read_timeout(timeout)?;
+    tcp.set_write_timeout(timeout)?;
+    out["congestion_control"] = json!(record::congestion_control(&tcp));
+    let tcp = Rc::new(tcp);
+    let handshake = ctx.start(Wire {
+        tcp: tcp.clone(),
+        rec: rec.clone(),
+        peer: "client",
+        timeout_s: a.tls.io_timeout,
+    })?;
+    let t_hs_start = Stamp::now();
+    out["t_handshake_start"] = json!(t_hs_start.real);
+    let hs = handshake.run();
+    let t_hs = Stamp::now();
+    let mut session = match hs {
+        Ok(s) => s,
+        Err(e) => {
+            out["tcp_info"] = record::tcp_info(&tcp);
+            return Err(e);
+        }
+    };
+    out["t_handshake_done"] = json!(t_hs.real);
+    out["handshake_ns"] = json!(t_hs.mono - t_hs_start.mono);
+    out["accept_to_handshake_ns"] = json!(t_hs.mono - c.t_accept.mono);
+    out["negotiated"] = serde_json::to_value(session.negotiated()).unwrap_or(Value::Null);
+    out["servername"] = json!(session.server_name());
+    if a.client_ca.is_some() {
+        // Mutual TLS: the client's chain as the stack judged it (a failure never gets here:
+        // the stack refuses the handshake).
+        out["client_verified"] = json!(session.verification() == Verification::Verified);
+        out["peer_chain_der_bytes"] = json!(session.peer_chain_der_bytes());
+    }
+
+    let (request, sent_app) = if a.response_mode == "echo-size" {
+        respond(&mut *session, a, out)?
+    } else {
+        wait_for_close(&mut *session)?;
+        (None, 0)
+    };
+    out["request_bytes"] = json!(request);
+    out["app_bytes_sent"] = json!(sent_app);
+    out["tcp_info"] = record::tcp_info(&tcp);
+    // close_notify both ways (bounded by --io-timeout); the peer may already have gone,
+    // which is not an error here.
+    session.close(true);
+    out["t_closed"] = json!(record::realtime_ns());
+    Ok(())
+}
+
+/// Read one request and answer it: (n asked for, application bytes sent).
+fn respond(session: &mut dyn Session, a: &Args, out: &mut Value) -> Result<(Option<u64>, u64)> {
+    let Some(request) = read_request(session, a.max_response_bytes, a.tls.io_timeout)? else {
+        return Ok((None, 0));
+    };
+    out["t_request_received"] = json!(record::realtime_ns());
+    let chunk = [b'x'; CHUNK];
+    let (request_bytes, sent) = match request {
+        Request::Size(n) => {
+            send_filler(session, &chunk, n)?;
+            (Some(n), n)
+        }
+        Request::Http { path, size } => {
+            // For curl and browsers: GET /<n> sends n filler bytes, streamed a record at a
+            // time like `GET <n>`; anything else gets a short text page naming what was
+            // negotiated.
+            out["http_path"] = json!(path);
+            let neg = &out["negotiated"];
+            let page = match size {
+                Some(_) => Vec::new(),
+                None => format!(
+                    "pqlab TLS server\nversion: {}\ngroup: {}\nsignature: {}\ncipher: {}\n",
+                    neg["version"].as_str().unwrap_or("?"),
+                    neg["group"].as_str().unwrap_or("none"),
+                    neg["sigalg"].as_str().unwrap_or("none"),
+                    neg["cipher"].as_str().unwrap_or("?"),
+                )
+                .into_bytes(),
+            };
+            let body_len = size.unwrap_or(page.len() as u64);
+            let head = format!(
+                "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: {body_len}\r\nConnection: close\r\n\r\n"
+            );
+            session.write_all(head.as_bytes())?;
+            match size {
+                Some(n) => send_filler(session, &chunk, n)?,
+                None => session.write_all(&page)?,
+            }
+            (size, head.len() as u64 + body_len)
+        }
+    };
+    session.flush()?;
+    out["t_response_written"] = json!(record::realtime_ns());
+    Ok((request_bytes, sent))
+}
+
+/// Exactly n filler bytes, one full record at a time.
+fn send_filler(session: &mut dyn Session, chunk: &[u8], n: u64) -> Result<()> {
+    let mut sent: u64 = 0;
+    while sent < n {
+        let k = (n - sent).min(chunk.len() as u64) as usize;
+        session.write_all(&chunk[..k])?;
+        sent += k as u64;
+    }
+    Ok(())
+}
+
+/// Read `GET <n>\n` or an HTTP GET request head; None when the client closed without one
+/// (handshake-only runs). The whole head must arrive within `timeout_s` (--io-timeout):
+/// each read is bounded by the socket timeout, and a client trickling a byte at a time
+/// is cut off after the total (so it cannot hold a sequential server).
+fn read_request(session: &mut dyn Session, max: u64, timeout_s: u64) -> Result<Option<Request>> {
+    let mut parser = RequestParser::new(max);
+    let mut buf = [0u8; 1024];
+    let start = std::time::Instant::now();
+    let limit = Duration::from_secs(timeout_s);
+    loop {
+        let got = session
+            .read(&mut buf)
+            .map_err(|e| e.context("reading the request failed"))?;
+        match got {
+            ReadOutcome::Data(k) => {
+                if let Some(r) = parser.push(&buf[..k])? {
+                    return Ok(Some(r));
+                }
+                if start.elapsed() > limit {
+                    crate::bail!(
+                        Peer,
+                        "the request was not complete after {timeout_s} s (--io-timeout)"
+                    );
+                }
+            }
+            ReadOutcome::Closed => return Ok(None),
+            ReadOutcome::Eof if parser.is_empty() => return Ok(None),
+            ReadOutcome::Eof => crate::bail!(
+                Peer,
+                "the client closed the connection in the middle of its request"
+            ),
+        }
+    }
+}
+
+/// --response-mode none: read until the client closes (close_notify or EOF).
+fn wait_for_close(session: &mut dyn Session) -> Result<()> {
+    let mut buf = [0u8; 4096];
+    loop {
+        match session.read(&mut buf) {
+            Ok(ReadOutcome::Data(_)) => continue,
+            Ok(ReadOutcome::Closed | ReadOutcome::Eof) => return Ok(()),
+            Err(e) => return Err(e.context("read after handshake failed")),
+        }
+    }
 }

@@ -31,9 +31,7 @@ def register(sub) -> None:
     )
     size = p.add_mutually_exclusive_group()
     size.add_argument("--quick", action="store_true", help="the built-in quick suite")
-    size.add_argument(
-        "--full", action="store_true", help="the built-in full suite (an hour or more)"
-    )
+    size.add_argument("--full", action="store_true", help="the built-in full suite (several hours)")
     p.add_argument(
         "--only",
         metavar="LIST",

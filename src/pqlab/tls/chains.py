@@ -27,10 +27,10 @@ from pqlab.errors import UserError
 ROOTS = "roots"
 
 
-def key_spec(alg: Algorithm, stack=None) -> str | None:
+def key_spec(alg: Algorithm, stack=None, role: str = "server") -> str | None:
     """The engine's key spec for a signature algorithm (RSA:2048, EC:P-256, ED25519,
     ML-DSA-44, ...), or None when no backend names it. With a stack, the first spelling that
-    stack's certificate maker accepts."""
+    stack's certificate maker accepts for that role."""
     params = alg.params or {}
     if alg.family == "RSA" and alg.openssl:
         return f"RSA:{int(params.get('bits', 2048))}"
@@ -39,7 +39,7 @@ def key_spec(alg: Algorithm, stack=None) -> str | None:
     names = [n for n in (alg.openssl, alg.liboqs) if n]
     if stack is not None:
         for n in names:
-            if stack.can_certify(n):
+            if stack.can_certify(n, role):
                 return n
     return names[0] if names else None
 
@@ -160,7 +160,7 @@ def _generate(base: Path, d: Path, ca: Algorithm, server: Algorithm, stack, sans
         "tls",
         "certs",
         "--ca-alg",
-        key_spec(ca, stack),
+        key_spec(ca, stack, "ca"),
         "--server-alg",
         key_spec(server, stack),
         "--out-dir",

@@ -157,6 +157,11 @@ class Process:
     def rusage(self):
         return getattr(self.p, "rusage", None)
 
+    @property
+    def local(self) -> bool:
+        """Whether the process runs on this machine (its pid is one of ours, /proc shows it)."""
+        return isinstance(self.p, LocalChild)
+
     # --- reading ---------------------------------------------------------------------------
     def _read_out(self) -> None:
         assert self.p.stdout is not None

@@ -25,8 +25,11 @@ class Stack:
     implementation: str
     groups: dict[int, str]  # TLS NamedGroup code -> the stack's name for it
     sigalgs: dict[int, str]  # TLS SignatureScheme code -> the stack's name
-    cert_key_types: frozenset[str]  # key specs its certificate maker accepts (upper case)
+    cert_key_types: frozenset[str]  # key specs of certificates it can serve (upper case)
+    ca_key_types: frozenset[str]  # key specs it can sign certificates with and verify
+    message_events: bool = True  # its connection records carry message events
     limits: dict = field(default_factory=dict)
+    versions: dict[tuple[str, int], tuple[str, ...]] = field(default_factory=dict)
     group_codes: dict[str, int] = field(default_factory=dict)  # lower-case name -> code
     sigalg_codes: dict[str, int] = field(default_factory=dict)
 
@@ -42,30 +45,31 @@ class Stack:
     def code_of_sigalg(self, name: str | None) -> int | None:
         return self.sigalg_codes.get((name or "").lower())
 
-    def can_certify(self, key_spec: str) -> bool:
+    def can_certify(self, key_spec: str, role: str = "server") -> bool:
+        """Whether certificates with keys of `key_spec` can be made and served (role server
+        or client) or used to sign others (role ca)."""
+        types = self.ca_key_types if role == "ca" else self.cert_key_types
         spec = key_spec.upper()
-        return spec in self.cert_key_types or spec.split(":")[0] in self.cert_key_types
+        return spec in types or spec.split(":")[0] in types
 
-    def why_not(self, alg, role: str) -> str | None:
+    def _version_ok(self, kind: str, code: int, version: str) -> bool:
+        return version in self.versions.get((kind, code), (version,))
+
+    def why_not(self, alg, role: str, version: str = "1.3") -> str | None:
         """None if `alg` can play `role` on this stack, else the reason (one phrase)."""
         if role not in ROLES:
             raise ValueError(f"role must be one of {ROLES}, not {role!r}")
         where = f"the {self.name} TLS stack ({self.implementation})"
         if role == "group":
-            if alg.kind not in ("kem", "kex"):
-                return f"{alg.name} is not a key exchange"
-            if alg.tls_group is None:
-                return f"{alg.name} has no TLS NamedGroup code point"
-            if alg.tls_group not in self.groups:
-                return f"{alg.name} (group {alg.tls_group:#06x}) is not a group of {where}"
-            return None
+            return self._group_why_not(alg, where, version)
         if alg.kind != "sig":
             return f"{alg.name} is not a signature algorithm"
         from pqlab.tls.chains import key_spec
 
-        spec = key_spec(alg, self)
-        if spec is None or not self.can_certify(spec):
-            return f"{where} cannot make or check {alg.name} certificates"
+        spec = key_spec(alg, self, role)
+        if spec is None or not self.can_certify(spec, role):
+            what = "sign certificates with" if role == "ca" else "make or serve certificates of"
+            return f"{where} cannot {what} {alg.name}"
         if role == "ca":
             return None
         if alg.tls_sigscheme is None:
@@ -74,6 +78,19 @@ class Stack:
             return (
                 f"{alg.name} (scheme {alg.tls_sigscheme:#06x}) is not a signature scheme of {where}"
             )
+        if not self._version_ok("sigalg", alg.tls_sigscheme, version):
+            return f"{alg.name} is not a TLS {version} signature scheme of {where}"
+        return None
+
+    def _group_why_not(self, alg, where: str, version: str) -> str | None:
+        if alg.kind not in ("kem", "kex"):
+            return f"{alg.name} is not a key exchange"
+        if alg.tls_group is None:
+            return f"{alg.name} has no TLS NamedGroup code point"
+        if alg.tls_group not in self.groups:
+            return f"{alg.name} (group {alg.tls_group:#06x}) is not a group of {where}"
+        if not self._version_ok("group", alg.tls_group, version):
+            return f"{alg.name} is not a TLS {version} group of {where}"
         return None
 
 
@@ -93,20 +110,33 @@ def _first_names(entries: list[dict]) -> dict[int, str]:
     return out
 
 
+def _versions(kind: str, entries: list[dict]) -> dict[tuple[str, int], tuple[str, ...]]:
+    out: dict[tuple[str, int], tuple[str, ...]] = {}
+    for e in entries:
+        if e.get("code") is not None and e.get("versions"):
+            key = (kind, int(e["code"]))
+            out[key] = tuple(sorted(set(out.get(key, ())) | set(e["versions"])))
+    return out
+
+
 def parse(info: dict) -> dict[str, Stack]:
     """The stacks of an engine `info` record."""
     out = {}
     for s in info.get("tls_stacks") or []:
         groups, sigalgs = s.get("groups", []), s.get("sigalgs", [])
+        cert = frozenset(str(k).upper() for k in s.get("cert_key_types", []))
         out[s["name"]] = Stack(
             name=s["name"],
             implementation=s.get("implementation", s["name"]),
             groups=_first_names(groups),
             sigalgs=_first_names(sigalgs),
-            cert_key_types=frozenset(str(k).upper() for k in s.get("cert_key_types", [])),
+            cert_key_types=cert,
+            ca_key_types=cert | frozenset(str(k).upper() for k in s.get("ca_key_types", [])),
+            message_events=bool(s.get("message_events", True)),
             limits=dict(s.get("limits") or {}),
             group_codes=_lower_map(groups),
             sigalg_codes=_lower_map(sigalgs),
+            versions={**_versions("group", groups), **_versions("sigalg", sigalgs)},
         )
     return out
 
@@ -136,12 +166,12 @@ def parse_stacks(text: str | None, option: str = "--stack") -> list[Stack]:
     return [get(n) for n in dict.fromkeys(names)]
 
 
-def require(algs, stack: Stack, role: str, option: str) -> None:
+def require(algs, stack: Stack, role: str, option: str, version: str = "1.3") -> None:
     """UserError naming the first algorithm of `algs` that cannot play `role` on `stack`."""
     for alg in algs:
-        why = stack.why_not(alg, role)
+        why = stack.why_not(alg, role, version)
         if why:
-            usable = [a.name for a in _catalogue(role) if stack.why_not(a, role) is None]
+            usable = [a.name for a in _catalogue(role) if stack.why_not(a, role, version) is None]
             raise UserError(
                 f"{option} {alg.name}: {why}; usable here: {', '.join(usable[:12])}"
                 + (" ..." if len(usable) > 12 else "")

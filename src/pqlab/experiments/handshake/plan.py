@@ -159,7 +159,7 @@ def _names(text, option: str) -> list[str]:
 def _message_source(choice: str, stack) -> str:
     if choice not in MESSAGE_SOURCES:
         raise UserError(f"--messages {choice!r}: use {', '.join(MESSAGE_SOURCES)}")
-    has_callback = bool(stack.limits.get("message_events", True))
+    has_callback = stack.message_events
     if choice == "auto":
         return "callback" if has_callback else "keylog"
     if choice in ("callback", "both") and not has_callback:

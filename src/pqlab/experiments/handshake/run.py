@@ -18,6 +18,7 @@ from pqlab.errors import EngineError, UserError
 from pqlab.experiments.handshake import analyse, clocks, schema
 from pqlab.experiments.handshake.plan import DEFAULT_INITCWND, Plan
 from pqlab.net.topology import TcpSettings
+from pqlab.procstat import PeakRss
 from pqlab.tls import runner, stacks
 from pqlab.tls.chains import Chain, make_chain, private_dir, secret_file
 from pqlab.tls.negotiation import Expected
@@ -61,6 +62,59 @@ def _specs(plan: Plan, hosts, group, server_sig, chain: Chain, keylog: Path | No
     return server, client, expected
 
 
+def _cell_files(store, plan: Plan, name: str, work: Path):
+    """The cell's capture paths and its key log (0600), kept under pcap/ with --keep-pcap."""
+    pcap_dir = private_dir(store.path / "pcap") if plan.keep_pcap else work
+    client_pcap, server_pcap = pcap_dir / f"{name}.client.pcap", pcap_dir / f"{name}.server.pcap"
+    keylog = pcap_dir / f"{name}.keys.log" if plan.keep_pcap or plan.needs_keylog else None
+    if keylog is not None:
+        secret_file(keylog)
+    return client_pcap, server_pcap, keylog
+
+
+def _run_processes(hosts, plan: Plan, specs, pcaps, budget: float, procs: list, memory: dict):
+    """Captures, server and client of one cell: (client records, server records, load rows,
+    capture summaries). Every process started is appended to `procs` for the caller to stop."""
+    server_spec, client_spec = specs
+    # Headers suffice for the callback analysis; the key-log source and Wireshark need
+    # whole packets.
+    snaplen = 262144 if plan.keep_pcap or plan.needs_keylog else 128
+    started = time.monotonic()
+    caps = {}
+    for side, path in (("client", pcaps[0]), ("server", pcaps[1])):
+        caps[side] = runner.start_capture(hosts, side, plan.port, path, snaplen, budget)
+        procs.append(caps[side])
+    server_cpu, client_cpu = plan.cpus or (None, None)
+    # A remote server ends by itself after the cell's budget, whatever happens here.
+    server = runner.start_server(server_spec, hosts, cpu=server_cpu, lifetime=budget + 120)
+    procs.append(server)
+    if server.local:  # a remote pid is not in this machine's /proc
+        memory["server"] = PeakRss(server.pid)
+    client = runner.start_client(client_spec, hosts, cpu=client_cpu)
+    procs.append(client)
+    if client.local:
+        memory["client"] = PeakRss(client.pid)
+    client_recs = [r for r in client.finish(budget) if r["type"] == "connection"]
+    server_recs = [r for r in server.finish(30) if r["type"] == "connection"]
+    load = analyse.load_rows(
+        {"server": server, "client": client},
+        {side: m.stop() for side, m in memory.items()},
+        time.monotonic() - started,
+        plan.warmup + plan.n,
+    )
+    bad = runner.connection_errors(client, server)
+    if bad:
+        raise EngineError(f"{len(bad)} connection(s) failed: {bad[0].get('message')}")
+    summaries = {side: runner.stop_capture(cap) for side, cap in caps.items()}
+    total = plan.warmup + plan.n
+    if len(client_recs) != total or len(server_recs) != total:
+        raise EngineError(
+            f"expected {total} connections, the client reported "
+            f"{len(client_recs)} and the server {len(server_recs)}"
+        )
+    return client_recs, server_recs, load, summaries
+
+
 def run_cell(
     store, hosts, plan: Plan, group, server_sig, ca_sig, chain: Chain, work: Path, pair=None
 ):
@@ -69,43 +123,24 @@ def run_cell(
     name = f"{group.name}_{server_sig.name}_{ca_sig.name}".replace("/", "_")
     if len(plan.pairs) > 1:
         name += "_" + "".join(c if c.isalnum() or c in ".-" else "_" for c in pair.label)
-    pcap_dir = private_dir(store.path / "pcap") if plan.keep_pcap else work
-    client_pcap, server_pcap = pcap_dir / f"{name}.client.pcap", pcap_dir / f"{name}.server.pcap"
-    keylog = pcap_dir / f"{name}.keys.log" if plan.keep_pcap or plan.needs_keylog else None
-    if keylog is not None:
-        secret_file(keylog)
+    client_pcap, server_pcap, keylog = _cell_files(store, plan, name, work)
     budget = cell_budget(plan)
     server_spec, client_spec, expected = _specs(plan, hosts, group, server_sig, chain, keylog)
-    # Headers suffice for the callback analysis; the key-log source and Wireshark need
-    # whole packets.
-    snaplen = 262144 if plan.keep_pcap or plan.needs_keylog else 128
     procs: list[runner.EngineProcess] = []
     corrected: Path | None = None
+    memory: dict[str, PeakRss] = {}
     started = time.monotonic()
     try:
-        caps = {}
-        for side, path in (("client", client_pcap), ("server", server_pcap)):
-            caps[side] = runner.start_capture(hosts, side, plan.port, path, snaplen, budget)
-            procs.append(caps[side])
-        server_cpu, client_cpu = plan.cpus or (None, None)
-        # A remote server ends by itself after the cell's budget, whatever happens here.
-        server = runner.start_server(server_spec, hosts, cpu=server_cpu, lifetime=budget + 120)
-        procs.append(server)
-        client = runner.start_client(client_spec, hosts, cpu=client_cpu)
-        procs.append(client)
-        client_recs = [r for r in client.finish(budget) if r["type"] == "connection"]
-        server_recs = [r for r in server.finish(30) if r["type"] == "connection"]
-        bad = runner.connection_errors(client, server)
-        if bad:
-            raise EngineError(f"{len(bad)} connection(s) failed: {bad[0].get('message')}")
-        summaries = {side: runner.stop_capture(cap) for side, cap in caps.items()}
+        client_recs, server_recs, load, summaries = _run_processes(
+            hosts,
+            plan,
+            (server_spec, client_spec),
+            (client_pcap, server_pcap),
+            budget,
+            procs,
+            memory,
+        )
         elapsed = time.monotonic() - started
-        total = plan.warmup + plan.n
-        if len(client_recs) != total or len(server_recs) != total:
-            raise EngineError(
-                f"expected {total} connections, the client reported "
-                f"{len(client_recs)} and the server {len(server_recs)}"
-            )
         pairs = analyse.pair_records(client_recs, server_recs)
         # Across hosts the server's capture is moved onto the client's clock first.
         cell_clock = clocks.correct(hosts, client_pcap, server_pcap, plan.port)
@@ -134,8 +169,11 @@ def run_cell(
             {"client": client_pcap, "server": server_pcap},
             elapsed,
             clocks.clock_row(cid, label, cell_clock),
+            load,
         )
     finally:
+        for m in memory.values():
+            m.stop()
         for p in reversed(procs):
             p.stop()
         if not plan.keep_pcap:
@@ -155,7 +193,18 @@ def _records_source(plan: Plan, server_pcap: Path, keylog: Path | None):
 
 
 def _commit(
-    store, hosts, plan: Plan, ids, algs, rows, phase_rows, summaries, pcaps, elapsed, clock_row
+    store,
+    hosts,
+    plan: Plan,
+    ids,
+    algs,
+    rows,
+    phase_rows,
+    summaries,
+    pcaps,
+    elapsed: float,
+    clock_row,
+    load: list[dict] = (),
 ) -> None:
     cid, pair = ids
     group, server_sig, ca_sig = algs
@@ -189,6 +238,7 @@ def _commit(
         }
         store.insert("handshake_raw", _columns(rows, {**labels, **extra}))
         store.insert("handshake_phase", _columns(phase_rows, labels))
+        store.insert("handshake_load", _columns(list(load), labels))
         store.insert_rows(
             "handshake_capture",
             [

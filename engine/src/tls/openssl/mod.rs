@@ -1,0 +1,568 @@
+//! The OpenSSL 3.5 libssl stack: contexts configured from the typed options, sessions on
+//! an `SslStream<Wire>`, the message callback feeding the Recorder, negotiated code points
+//! from libssl's own tables, and libssl failures sorted into the engine's error kinds.
+
+pub mod caps;
+pub mod ffi;
+
+use super::record::{Negotiated, Wire};
+use super::stack::{
+    ClientContext, ClientSetup, Handshake, Protocol, ReadOutcome, ServerContext, ServerName,
+    ServerSetup, Session, Stack, StackInfo, TlsVersion, Verification,
+};
+use crate::out::{Error, Result};
+use openssl::ssl::{
+    ErrorCode, Ssl, SslConnector, SslContext, SslContextBuilder, SslFiletype, SslMethod,
+    SslOptions, SslSessionCacheMode, SslStream, SslVerifyMode, SslVersion,
+};
+use openssl::x509::X509VerifyResult;
+use std::fs::File;
+use std::io::Write;
+use std::sync::{Arc, Mutex};
+
+/// The libssl stack (registered as "openssl").
+pub struct OpenSsl;
+
+impl Stack for OpenSsl {
+    fn name(&self) -> &'static str {
+        "openssl"
+    }
+
+    fn reports_messages(&self) -> bool {
+        true
+    }
+
+    fn server(&self, setup: &ServerSetup) -> Result<Arc<dyn ServerContext>> {
+        let ctx = server_context(setup)?;
+        // Read libssl's code tables now (about 1 ms), not after the first handshake, where
+        // it would delay that connection's request and response.
+        caps::codes();
+        Ok(Arc::new(Server {
+            ctx,
+            client_auth: setup.client_auth.is_some(),
+        }))
+    }
+
+    fn client(&self, setup: &ClientSetup) -> Result<Box<dyn ClientContext>> {
+        let ctx = client_context(setup)?;
+        caps::codes();
+        Ok(Box::new(Client { ctx }))
+    }
+
+    fn group_code(&self, name: &str) -> Option<u16> {
+        caps::codes().group(name)
+    }
+
+    fn sigalg_code(&self, name: &str) -> Option<u16> {
+        caps::codes().sigalg(name)
+    }
+
+    fn describe(&self) -> Result<StackInfo> {
+        let groups = caps::groups()?;
+        let sigalgs = caps::sigalgs()?;
+        let mut cert_key_types: Vec<String> = Vec::new();
+        for s in &sigalgs {
+            if let Some(spec) = caps::key_spec_for_sigalg(&s.name) {
+                let makeable = super::certs::KeySpec::parse(&spec)
+                    .map(|k| k.available())
+                    .unwrap_or(false);
+                if makeable && !cert_key_types.contains(&spec) {
+                    cert_key_types.push(spec);
+                }
+            }
+        }
+        let mut ca_key_types = cert_key_types.clone();
+        for name in certificate_only_signers() {
+            if !ca_key_types.contains(&name) {
+                ca_key_types.push(name);
+            }
+        }
+        let ctx = SslContext::builder(SslMethod::tls())?.build();
+        let mut limits = serde_json::Map::new();
+        limits.insert(
+            "max_cert_list_bytes".into(),
+            serde_json::json!(ffi::max_cert_list(&ctx)),
+        );
+        Ok(StackInfo {
+            name: self.name(),
+            implementation: format!("{} libssl", openssl::version::version()),
+            message_events: true,
+            groups,
+            sigalgs,
+            cert_key_types,
+            ca_key_types,
+            limits,
+        })
+    }
+}
+
+/// Signature algorithms OpenSSL can make keys for and sign X.509 certificates with that have
+/// no TLS signature scheme here (SLH-DSA in 3.5): usable as a CA, not as a TLS signer.
+fn certificate_only_signers() -> Vec<String> {
+    let provided = crate::info::openssl_algorithms();
+    let mut out = Vec::new();
+    for m in provided["signatures"].as_array().into_iter().flatten() {
+        let Some(name) = m["name"].as_str() else {
+            continue;
+        };
+        if !name.to_ascii_uppercase().starts_with("SLH-DSA-") {
+            continue;
+        }
+        let makeable = super::certs::KeySpec::parse(name)
+            .map(|k| k.available())
+            .unwrap_or(false);
+        if makeable {
+            out.push(name.to_string());
+        }
+    }
+    out.sort();
+    out
+}
+
+fn ssl_version(v: TlsVersion) -> SslVersion {
+    match v {
+        TlsVersion::Tls12 => SslVersion::TLS1_2,
+        TlsVersion::Tls13 => SslVersion::TLS1_3,
+    }
+}
+
+/// Apply the protocol options to a context builder; `min_level` is the security level to
+/// use when none was asked for (None: OpenSSL's default).
+fn apply(p: &Protocol, b: &mut SslContextBuilder, min_level: Option<u32>) -> Result<()> {
+    let v = ssl_version(p.version);
+    b.set_min_proto_version(Some(v))?;
+    b.set_max_proto_version(Some(v))?;
+    if let Some(g) = &p.groups {
+        let list = g.join(":");
+        b.set_groups_list(&list)
+            .map_err(|e| crate::err!(Usage, "--groups {list:?} not accepted by OpenSSL: {e}"))?;
+    }
+    if let Some(s) = &p.sigalgs {
+        let list = s.join(":");
+        b.set_sigalgs_list(&list)
+            .map_err(|e| crate::err!(Usage, "--sigalgs {list:?} not accepted by OpenSSL: {e}"))?;
+    }
+    if let Some(l) = p.security_level.or(min_level) {
+        if l > 5 {
+            crate::bail!(Usage, "--security-level {l} is out of range 0-5");
+        }
+        b.set_security_level(l);
+    }
+    if let Some(c) = &p.ciphers {
+        b.set_cipher_list(c)
+            .map_err(|e| crate::err!(Usage, "--ciphers {c:?} not accepted by OpenSSL: {e}"))?;
+    }
+    if let Some(c) = &p.ciphersuites {
+        let list = c.join(":");
+        b.set_ciphersuites(&list).map_err(|e| {
+            crate::err!(
+                Usage,
+                "--ciphersuites {list:?} not accepted by OpenSSL: {e}"
+            )
+        })?;
+    }
+    if let Some(path) = &p.keylog {
+        let f = crate::secrets::append(path).map_err(|e| e.context("--keylog"))?;
+        let f: Arc<Mutex<File>> = Arc::new(Mutex::new(f));
+        b.set_keylog_callback(move |_, line| {
+            if let Ok(mut f) = f.lock() {
+                let _ = writeln!(f, "{line}");
+            }
+        });
+    }
+    Ok(())
+}
+
+/// TLS 1.2 DHE parameters of the requested size: the RFC 3526 MODP groups for 2048-4096,
+/// RFC 2409 Oakley group 2 for 1024 (the classic 1024-bit MODP group); generator 2.
+pub fn dh_params(bits: u32) -> Result<openssl::dh::Dh<openssl::pkey::Params>> {
+    use openssl::bn::BigNum;
+    let p = match bits {
+        1024 => BigNum::get_rfc2409_prime_1024()?,
+        2048 => BigNum::get_rfc3526_prime_2048()?,
+        3072 => BigNum::get_rfc3526_prime_3072()?,
+        4096 => BigNum::get_rfc3526_prime_4096()?,
+        _ => crate::bail!(
+            Usage,
+            "--dh-bits {bits} is not supported; use 1024, 2048, 3072 or 4096"
+        ),
+    };
+    let g = BigNum::from_u32(2)?;
+    Ok(openssl::dh::Dh::from_pqg(p, None, g)?)
+}
+
+fn server_context(s: &ServerSetup) -> Result<SslContext> {
+    let mut b = SslContextBuilder::new(SslMethod::tls_server())?;
+    // Full handshakes only: no tickets, no session cache, no resumption of any kind.
+    b.set_options(SslOptions::NO_TICKET);
+    b.set_num_tickets(0)?;
+    b.set_session_cache_mode(SslSessionCacheMode::OFF);
+    b.set_certificate_chain_file(&s.cert_chain).map_err(|e| {
+        crate::err!(
+            Io,
+            "cannot load --cert-chain {}: {e}",
+            s.cert_chain.display()
+        )
+    })?;
+    b.set_private_key_file(&s.key, SslFiletype::PEM)
+        .map_err(|e| crate::err!(Io, "cannot load --key {}: {e}", s.key.display()))?;
+    b.check_private_key().map_err(|_| {
+        crate::err!(
+            Usage,
+            "--key does not match the certificate in --cert-chain"
+        )
+    })?;
+    // OpenSSL's default level 2 refuses DH groups under 2048 bits: lower it to 1 for
+    // --dh-bits 1024 unless --security-level says otherwise (recorded per connection).
+    let min_level = match s.dh_bits {
+        Some(bits) if bits < 2048 => Some(1),
+        _ => None,
+    };
+    apply(&s.protocol, &mut b, min_level)?;
+    if let Some(auth) = &s.client_auth {
+        // Mutual TLS: ask every client for a certificate and refuse one that does not chain
+        // to the given roots (or none at all).
+        b.set_verify(SslVerifyMode::PEER | SslVerifyMode::FAIL_IF_NO_PEER_CERT);
+        b.set_ca_file(&auth.ca)
+            .map_err(|e| crate::err!(Io, "cannot load --client-ca {}: {e}", auth.ca.display()))?;
+        if let Some(list) = &auth.sigalgs {
+            let list = list.join(":");
+            if !ffi::set_client_sigalgs_list(&mut b, &list) {
+                let e = openssl::error::ErrorStack::get();
+                crate::bail!(
+                    Usage,
+                    "--client-sigalgs {list:?} not accepted by OpenSSL: {e}"
+                );
+            }
+        }
+    }
+    if let Some(bits) = s.dh_bits {
+        let dh = dh_params(bits)?;
+        b.set_tmp_dh(&dh).map_err(|e| {
+            crate::err!(
+                Usage,
+                "--dh-bits {bits} refused at the security level in force: {e}"
+            )
+        })?;
+    }
+    Ok(b.build())
+}
+
+fn client_context(c: &ClientSetup) -> Result<SslContext> {
+    let mut b = SslConnector::builder(SslMethod::tls_client())?;
+    b.set_verify(SslVerifyMode::PEER);
+    b.set_session_cache_mode(SslSessionCacheMode::OFF);
+    b.set_ca_file(&c.ca)
+        .map_err(|e| crate::err!(Io, "cannot load --ca {}: {e}", c.ca.display()))?;
+    apply(&c.protocol, &mut b, None)?;
+    if let Some(id) = &c.identity {
+        b.set_certificate_chain_file(&id.cert_chain).map_err(|e| {
+            crate::err!(
+                Io,
+                "cannot load --cert-chain {}: {e}",
+                id.cert_chain.display()
+            )
+        })?;
+        b.set_private_key_file(&id.key, SslFiletype::PEM)
+            .map_err(|e| crate::err!(Io, "cannot load --key {}: {e}", id.key.display()))?;
+        b.check_private_key().map_err(|_| {
+            crate::err!(
+                Usage,
+                "--key does not match the certificate in --cert-chain"
+            )
+        })?;
+    }
+    Ok(b.build().into_context())
+}
+
+struct Server {
+    ctx: SslContext,
+    client_auth: bool,
+}
+
+impl ServerContext for Server {
+    fn security_level(&self) -> Option<u32> {
+        Some(self.ctx.security_level())
+    }
+
+    fn start(&self, wire: Wire) -> Result<Box<dyn Handshake>> {
+        let mut ssl = Ssl::new(&self.ctx)?;
+        ffi::attach_recorder(&mut ssl, &wire.rec);
+        let stream = SslStream::new(ssl, wire)?;
+        Ok(Box::new(Pending {
+            stream,
+            role: Role::Server,
+            client_auth: self.client_auth,
+        }))
+    }
+}
+
+struct Client {
+    ctx: SslContext,
+}
+
+impl ClientContext for Client {
+    fn security_level(&self) -> Option<u32> {
+        Some(self.ctx.security_level())
+    }
+
+    fn start(&self, wire: Wire, name: &ServerName) -> Result<Box<dyn Handshake>> {
+        let mut ssl = Ssl::new(&self.ctx)?;
+        ffi::attach_recorder(&mut ssl, &wire.rec);
+        match name {
+            ServerName::Ip(ip) => ssl.param_mut().set_ip(*ip)?,
+            ServerName::Dns(host) => {
+                ssl.set_hostname(host)?;
+                ssl.param_mut().set_host(host)?;
+            }
+        }
+        let stream = SslStream::new(ssl, wire)?;
+        Ok(Box::new(Pending {
+            stream,
+            role: Role::Client,
+            client_auth: false,
+        }))
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Role {
+    Server,
+    Client,
+}
+
+/// A connection set up and not yet shaken hands.
+struct Pending {
+    stream: SslStream<Wire>,
+    role: Role,
+    /// Server side of mutual TLS: the client's chain is verified.
+    client_auth: bool,
+}
+
+impl Handshake for Pending {
+    fn run(mut self: Box<Self>) -> Result<Box<dyn Session>> {
+        let result = match self.role {
+            Role::Server => self.stream.accept(),
+            Role::Client => self.stream.connect(),
+        };
+        if let Err(e) = result {
+            if self.role == Role::Client || self.client_auth {
+                let v = self.stream.ssl().verify_result();
+                if v != X509VerifyResult::OK {
+                    let whose = if self.role == Role::Client {
+                        "the server's"
+                    } else {
+                        "the client's"
+                    };
+                    crate::bail!(
+                        Check,
+                        "{whose} certificate verification failed: {}",
+                        v.error_string()
+                    );
+                }
+            }
+            return Err(classify("handshake failed", &e));
+        }
+        Ok(Box::new(Connection {
+            stream: self.stream,
+            role: self.role,
+            client_auth: self.client_auth,
+        }))
+    }
+}
+
+struct Connection {
+    stream: SslStream<Wire>,
+    role: Role,
+    client_auth: bool,
+}
+
+/// The negotiated group's code point: libssl's own answer for groups without a NID
+/// (SSL_get_negotiated_group returns the code point itself then: the hybrids, ML-KEM),
+/// else the capability table's code for the name libssl reports.
+fn group_code(ssl: &openssl::ssl::SslRef, name: Option<&str>) -> Option<u16> {
+    let raw = ffi::negotiated_group_raw(ssl);
+    if raw & ffi::TLSEXT_NID_UNKNOWN != 0 {
+        return u16::try_from(raw & 0xffff).ok();
+    }
+    name.and_then(|n| caps::codes().group(n))
+}
+
+/// Sort a libssl failure on a connection into the engine's kinds: a timeout or local I/O
+/// error is io; a peer that closed, reset or sent an alert is peer; everything libssl
+/// refused by itself (too small a DH group, no common cipher) is library.
+fn classify(what: &str, e: &openssl::ssl::Error) -> Error {
+    use std::io::ErrorKind as K;
+    if let Some(io) = e.io_error() {
+        return match io.kind() {
+            K::ConnectionReset | K::ConnectionAborted | K::BrokenPipe | K::UnexpectedEof => {
+                Error::Peer(format!("{what}: the peer closed the connection: {io}"))
+            }
+            _ => Error::Io(format!("{what}: {io}")),
+        };
+    }
+    match e.code() {
+        ErrorCode::ZERO_RETURN => Error::Peer(format!("{what}: the peer sent close_notify")),
+        ErrorCode::SYSCALL if e.ssl_error().is_none() => {
+            Error::Peer(format!("{what}: the peer closed the connection (EOF)"))
+        }
+        _ => {
+            // Reasons at or above SSL_AD_REASON_OFFSET (1000) are alerts received from the
+            // peer; SSL_R_UNEXPECTED_EOF_WHILE_READING (294) is a peer that went away.
+            const ERR_LIB_SSL: libc::c_int = 20;
+            const SSL_AD_REASON_OFFSET: libc::c_int = 1000;
+            const SSL_R_UNEXPECTED_EOF_WHILE_READING: libc::c_int = 294;
+            let from_peer = e.ssl_error().is_some_and(|stack| {
+                stack.errors().iter().any(|er| {
+                    er.library_code() == ERR_LIB_SSL
+                        && (er.reason_code() >= SSL_AD_REASON_OFFSET
+                            || er.reason_code() == SSL_R_UNEXPECTED_EOF_WHILE_READING)
+                })
+            });
+            if from_peer {
+                Error::Peer(format!("{what}: {e}"))
+            } else {
+                Error::Library(format!("{what}: {e}"))
+            }
+        }
+    }
+}
+
+impl Connection {
+    /// Whether a client certificate went over this connection (mutual TLS).
+    fn client_certificate_sent(&self) -> bool {
+        match self.role {
+            Role::Server => self.client_auth && self.stream.ssl().peer_certificate().is_some(),
+            // A client that was asked signs and libssl names its scheme; one that was not
+            // asked has none to name.
+            Role::Client => true,
+        }
+    }
+}
+
+impl Session for Connection {
+    fn read(&mut self, buf: &mut [u8]) -> Result<ReadOutcome> {
+        match self.stream.ssl_read(buf) {
+            Ok(0) => Ok(ReadOutcome::Closed),
+            Ok(n) => Ok(ReadOutcome::Data(n)),
+            Err(e) if e.code() == ErrorCode::ZERO_RETURN => Ok(ReadOutcome::Closed),
+            Err(e)
+                if e.code() == ErrorCode::SYSCALL
+                    && e.io_error().map(|i| i.kind()) != Some(std::io::ErrorKind::TimedOut) =>
+            {
+                Ok(ReadOutcome::Eof)
+            }
+            Err(e) => Err(classify("TLS read failed", &e)),
+        }
+    }
+
+    fn write_all(&mut self, mut data: &[u8]) -> Result<()> {
+        while !data.is_empty() {
+            match self.stream.ssl_write(data) {
+                Ok(n) => data = &data[n..],
+                // As SslStream's Write: retry when libssl wants to read first.
+                Err(e) if e.code() == ErrorCode::WANT_READ && e.io_error().is_none() => {}
+                Err(e) => return Err(classify("TLS write failed", &e)),
+            }
+        }
+        Ok(())
+    }
+
+    fn flush(&mut self) -> Result<()> {
+        self.stream
+            .flush()
+            .map_err(|e| crate::err!(Io, "flushing failed: {e}"))
+    }
+
+    fn close(&mut self, wait_for_peer: bool) {
+        if let Ok(openssl::ssl::ShutdownResult::Sent) = self.stream.shutdown() {
+            if wait_for_peer {
+                let _ = self.stream.shutdown();
+            }
+        }
+    }
+
+    fn negotiated(&self) -> Negotiated {
+        let ssl = self.stream.ssl();
+        let cipher = ssl.current_cipher();
+        let group = ffi::group_name(ssl);
+        let (sigalg, client_sigalg) = match self.role {
+            Role::Server => (ffi::own_sigalg(ssl), ffi::peer_sigalg(ssl)),
+            Role::Client => (ffi::peer_sigalg(ssl), ffi::own_sigalg(ssl)),
+        };
+        // Without a client certificate there is no client signature: libssl may still name
+        // a scheme for a client that was never asked, so only report one when a
+        // certificate was exchanged.
+        let client_sigalg = if self.client_certificate_sent() {
+            client_sigalg
+        } else {
+            None
+        };
+        let codes = caps::codes();
+        Negotiated {
+            version: ssl.version_str().to_string(),
+            cipher: cipher.map(|c| c.name().to_string()),
+            cipher_standard_name: cipher.and_then(|c| c.standard_name()).map(String::from),
+            cipher_code: cipher.map(|c| u16::from_be_bytes(c.protocol_id())),
+            group_code: group_code(ssl, group.as_deref()),
+            group,
+            sigalg_code: sigalg.as_deref().and_then(|s| codes.sigalg(s)),
+            sigalg,
+            client_sigalg_code: client_sigalg.as_deref().and_then(|s| codes.sigalg(s)),
+            client_sigalg,
+            session_reused: ssl.session_reused(),
+            peer_tmp_key: match self.role {
+                Role::Client => ffi::peer_tmp_key(ssl),
+                Role::Server => None,
+            },
+        }
+    }
+
+    fn server_name(&self) -> Option<String> {
+        self.stream
+            .ssl()
+            .servername(openssl::ssl::NameType::HOST_NAME)
+            .map(String::from)
+    }
+
+    fn peer_chain_der_bytes(&self) -> Option<Vec<usize>> {
+        let ssl = self.stream.ssl();
+        let der = |x: &openssl::x509::X509Ref| x.to_der().map(|d| d.len()).unwrap_or(0);
+        let chain: Vec<usize> = ssl
+            .peer_cert_chain()
+            .map(|c| c.iter().map(der).collect())
+            .unwrap_or_default();
+        match self.role {
+            Role::Client => Some(chain).filter(|c| !c.is_empty()),
+            // On a server libssl's peer chain leaves out the client's own certificate.
+            Role::Server => ssl.peer_certificate().map(|leaf| {
+                let mut all = vec![der(&leaf)];
+                all.extend(chain);
+                all
+            }),
+        }
+    }
+
+    fn verification(&self) -> Verification {
+        if self.role == Role::Server && !self.client_auth {
+            return Verification::NotChecked;
+        }
+        let v = self.stream.ssl().verify_result();
+        if v == X509VerifyResult::OK {
+            Verification::Verified
+        } else {
+            Verification::Failed(v.error_string().to_string())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dh_sizes() {
+        assert!(dh_params(1024).is_ok() && dh_params(4096).is_ok());
+        assert!(matches!(dh_params(1536), Err(Error::Usage(_))));
+    }
+}

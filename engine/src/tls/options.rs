@@ -1,0 +1,102 @@
+//! The command-line options `tls server` and `tls client` share, and their translation into
+//! the typed `Protocol` every stack is configured with.
+
+use super::stack::{self, Protocol, Stack, TlsVersion};
+use crate::out::Result;
+use std::path::PathBuf;
+
+/// Protocol options, the same flags on client and server.
+#[derive(clap::Args, Clone)]
+pub struct TlsOpts {
+    /// TLS stack that runs the connections (the names `info` lists in tls_stacks).
+    #[arg(long, default_value = "openssl")]
+    pub stack: String,
+    /// Key-exchange groups, stack names, colon or comma separated (e.g. X25519MLKEM768).
+    #[arg(long)]
+    pub groups: Option<String>,
+    /// Signature algorithms, stack names (e.g. mldsa44, rsa_pss_rsae_sha256,
+    /// ecdsa_secp256r1_sha256).
+    #[arg(long)]
+    pub sigalgs: Option<String>,
+    /// Protocol version, both minimum and maximum: 1.2 or 1.3.
+    #[arg(long, default_value = "1.3")]
+    pub tls_version: String,
+    /// TLS 1.2 cipher list (OpenSSL syntax), e.g. ECDHE-RSA-AES128-GCM-SHA256.
+    #[arg(long)]
+    pub ciphers: Option<String>,
+    /// TLS 1.3 cipher suites, e.g. TLS_AES_128_GCM_SHA256.
+    #[arg(long)]
+    pub ciphersuites: Option<String>,
+    /// OpenSSL security level 0-5 (default: OpenSSL's, 2; lowered automatically to 1 for
+    /// --dh-bits 1024 on the server and to what RSA key exchange ciphers need).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(0..=5))]
+    pub security_level: Option<u32>,
+    /// Append TLS secrets in SSLKEYLOGFILE format to this file (for Wireshark); created
+    /// with mode 0600, and an existing file is set to 0600.
+    #[arg(long)]
+    pub keylog: Option<PathBuf>,
+    /// Per-message events in connection records: on (default) or off.
+    #[arg(long, default_value = "on")]
+    pub events: String,
+    /// Socket read/write timeout in seconds, 1-86400 (bounds every wait on the peer).
+    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    pub io_timeout: u64,
+}
+
+/// Items of a `:` or `,` separated list; an empty list is refused.
+pub fn list(flag: &str, text: &Option<String>) -> Result<Option<Vec<String>>> {
+    let Some(text) = text else { return Ok(None) };
+    let items: Vec<String> = text
+        .split([':', ','])
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(String::from)
+        .collect();
+    if items.is_empty() {
+        crate::bail!(Usage, "{flag} {text:?} names nothing");
+    }
+    Ok(Some(items))
+}
+
+impl TlsOpts {
+    pub fn stack(&self) -> Result<&'static dyn Stack> {
+        stack::find(&self.stack)
+    }
+
+    pub fn version(&self) -> Result<TlsVersion> {
+        TlsVersion::parse(&self.tls_version)
+    }
+
+    pub fn events_on(&self) -> Result<bool> {
+        match self.events.as_str() {
+            "on" => Ok(true),
+            "off" => Ok(false),
+            v => crate::bail!(Usage, "--events {v:?}: use on or off"),
+        }
+    }
+
+    pub fn protocol(&self) -> Result<Protocol> {
+        Ok(Protocol {
+            version: self.version()?,
+            groups: list("--groups", &self.groups)?,
+            sigalgs: list("--sigalgs", &self.sigalgs)?,
+            ciphers: self.ciphers.clone(),
+            ciphersuites: list("--ciphersuites", &self.ciphersuites)?,
+            security_level: self.security_level,
+            keylog: self.keylog.clone(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lists_split_on_colons_and_commas() {
+        let l = list("--groups", &Some("X25519MLKEM768:x25519,P-256".into())).unwrap();
+        assert_eq!(l.unwrap(), ["X25519MLKEM768", "x25519", "P-256"]);
+        assert!(list("--groups", &Some(":,".into())).is_err());
+        assert_eq!(list("--groups", &None).unwrap(), None);
+    }
+}

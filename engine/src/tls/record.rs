@@ -1,0 +1,639 @@
+//! What every TLS stack's connections are recorded with, whatever the stack: clocks, the
+//! per-connection event recorder (record headers, handshake messages, socket I/O, with
+//! stream offsets), the byte-counting socket wrapper `Wire`, TCP_INFO, the `negotiated`
+//! facts each stack fills in, and where connection records go (see docs/tls.md).
+
+use serde_json::{json, Value};
+use std::cell::RefCell;
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::os::fd::AsRawFd;
+use std::rc::Rc;
+
+pub fn realtime_ns() -> i64 {
+    clock_ns(libc::CLOCK_REALTIME)
+}
+
+pub fn monotonic_ns() -> i64 {
+    clock_ns(libc::CLOCK_MONOTONIC)
+}
+
+fn clock_ns(clock: libc::clockid_t) -> i64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    unsafe { libc::clock_gettime(clock, &mut ts) };
+    ts.tv_sec * 1_000_000_000 + ts.tv_nsec
+}
+
+/// A (realtime, monotonic) pair taken together.
+#[derive(Clone, Copy)]
+pub struct Stamp {
+    pub real: i64,
+    pub mono: i64,
+}
+
+impl Stamp {
+    pub fn now() -> Stamp {
+        let mono = monotonic_ns();
+        let real = realtime_ns();
+        Stamp { real, mono }
+    }
+}
+
+/// What a handshake settled on, as every stack reports it. Names are the stack's own
+/// spelling; the `*_code` fields are the IANA code points (TLS CipherSuite, NamedGroup,
+/// SignatureScheme), which is what the lab compares with its catalogue.
+#[derive(serde::Serialize, Clone, Debug, Default, PartialEq)]
+pub struct Negotiated {
+    /// "TLSv1.3" or "TLSv1.2".
+    pub version: String,
+    pub cipher: Option<String>,
+    /// The RFC name of the cipher suite (TLS_AES_128_GCM_SHA256, TLS_ECDHE_...).
+    pub cipher_standard_name: Option<String>,
+    pub cipher_code: Option<u16>,
+    /// Key-exchange group; None for RSA key exchange and TLS 1.2 DHE with explicit
+    /// parameters.
+    pub group: Option<String>,
+    pub group_code: Option<u16>,
+    /// Server: the scheme it signed with; client: the scheme the server signed with. None
+    /// when the server signed nothing (TLS 1.2 RSA key exchange).
+    pub sigalg: Option<String>,
+    pub sigalg_code: Option<u16>,
+    /// Mutual TLS: the scheme the client signed its CertificateVerify with (server: the
+    /// peer's; client: its own); None without a client certificate.
+    pub client_sigalg: Option<String>,
+    pub client_sigalg_code: Option<u16>,
+    pub session_reused: bool,
+    /// Client, TLS 1.2: the server's ephemeral key (e.g. the DHE group size); else None.
+    pub peer_tmp_key: Option<PeerTmpKey>,
+}
+
+#[derive(serde::Serialize, Clone, Debug, PartialEq)]
+pub struct PeerTmpKey {
+    pub bits: i32,
+    /// The library's key type id (OpenSSL: EVP_PKEY id, e.g. 28 for DH).
+    pub pkey_id: i32,
+}
+
+/// Direction of a message or I/O as seen from this side.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Dir {
+    Sent,
+    Recv,
+}
+
+impl Dir {
+    fn index(self) -> usize {
+        match self {
+            Dir::Sent => 0,
+            Dir::Recv => 1,
+        }
+    }
+    fn name(self) -> &'static str {
+        match self {
+            Dir::Sent => "sent",
+            Dir::Recv => "recv",
+        }
+    }
+}
+
+/// A TLS message a stack observed (OpenSSL: its message callback).
+pub enum Message<'a> {
+    /// A record header as on the wire: type, version, 2-byte length.
+    RecordHeader(&'a [u8]),
+    /// TLS 1.3: the inner content type of the record just reported.
+    InnerContentType(u8),
+    /// A handshake message, its 4-byte header first.
+    Handshake(&'a [u8]),
+    /// An alert: level, description.
+    Alert(&'a [u8]),
+    ChangeCipherSpec,
+}
+
+/// One message or socket event (serialized as in docs/tls.md; absent fields are left out).
+/// A plain struct keeps recording cheap inside the handshake.
+#[derive(serde::Serialize)]
+pub struct Event {
+    pub ev: &'static str,
+    pub dir: &'static str,
+    pub t: i64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub t_start: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub content_type: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub header_bytes: Option<u8>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub msg: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub msg_type: Option<u8>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub length: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bytes: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub level: Option<u8>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub description: Option<u8>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub offset_end: Option<u64>,
+}
+
+impl Event {
+    fn new(ev: &'static str, dir: Dir, t: i64) -> Event {
+        Event {
+            ev,
+            dir: dir.name(),
+            t,
+            t_start: None,
+            content_type: None,
+            header_bytes: None,
+            msg: None,
+            msg_type: None,
+            length: None,
+            bytes: None,
+            level: None,
+            description: None,
+            offset_end: None,
+        }
+    }
+}
+
+pub fn content_type_name(ct: u8) -> &'static str {
+    match ct {
+        20 => "change_cipher_spec",
+        21 => "alert",
+        22 => "handshake",
+        23 => "application_data",
+        24 => "heartbeat",
+        _ => "other",
+    }
+}
+
+pub fn handshake_type_name(t: u8) -> &'static str {
+    match t {
+        0 => "hello_request",
+        1 => "client_hello",
+        2 => "server_hello",
+        4 => "new_session_ticket",
+        5 => "end_of_early_data",
+        8 => "encrypted_extensions",
+        11 => "certificate",
+        12 => "server_key_exchange",
+        13 => "certificate_request",
+        14 => "server_hello_done",
+        15 => "certificate_verify",
+        16 => "client_key_exchange",
+        20 => "finished",
+        24 => "key_update",
+        25 => "compressed_certificate",
+        254 => "message_hash",
+        _ => "unknown",
+    }
+}
+
+/// Most events kept per connection. A peer decides how many records it sends (one-byte
+/// records, endless post-handshake messages), so the list is bounded; a 1 GiB transfer in
+/// 16 KiB records makes about 200 000 events, and each event takes about 150 bytes here.
+/// Byte and record counters go on past the bound; the record then has `events_dropped`.
+pub const MAX_EVENTS: usize = 1_000_000;
+
+/// Per-connection record of everything the TLS stack and the socket did, in order.
+pub struct Recorder {
+    pub events_on: bool,
+    pub events: Vec<Event>,
+    /// Events not kept because `max_events` was reached.
+    pub events_dropped: u64,
+    pub max_events: usize,
+    /// Cumulative TLS record bytes (header + payload) seen in record headers.
+    pub record_bytes: [u64; 2],
+    /// Cumulative bytes through the socket (write/read syscalls).
+    pub io_bytes: [u64; 2],
+    pub records: [u64; 2],
+}
+
+impl Default for Recorder {
+    fn default() -> Recorder {
+        Recorder {
+            events_on: false,
+            events: Vec::new(),
+            events_dropped: 0,
+            max_events: MAX_EVENTS,
+            record_bytes: [0; 2],
+            io_bytes: [0; 2],
+            records: [0; 2],
+        }
+    }
+}
+
+impl Recorder {
+    pub fn new(events_on: bool) -> Recorder {
+        Recorder {
+            events_on,
+            ..Default::default()
+        }
+    }
+
+    fn push(&mut self, e: Event) {
+        if self.events.len() < self.max_events {
+            self.events.push(e);
+        } else {
+            self.events_dropped += 1;
+        }
+    }
+
+    /// A message the stack observed. Record headers advance the stream offsets; the other
+    /// messages are stamped with the offset at the end of the record that carried them.
+    pub fn on_message(&mut self, dir: Dir, m: Message) {
+        let t = realtime_ns();
+        let d = dir.index();
+        if let Message::RecordHeader(h) = m {
+            if h.len() < 5 {
+                return;
+            }
+            self.record_bytes[d] += 5 + u16::from_be_bytes([h[3], h[4]]) as u64;
+            self.records[d] += 1;
+        }
+        if !self.events_on {
+            return;
+        }
+        let offset_end = Some(self.record_bytes[d]);
+        let ev = match m {
+            Message::RecordHeader(h) => Event {
+                content_type: Some(content_type_name(h[0])),
+                header_bytes: Some(5),
+                length: Some(u16::from_be_bytes([h[3], h[4]]) as u64),
+                offset_end,
+                ..Event::new("record", dir, t)
+            },
+            Message::InnerContentType(ct) => Event {
+                content_type: Some(content_type_name(ct)),
+                ..Event::new("inner_content_type", dir, t)
+            },
+            Message::Handshake(body) => match body.first() {
+                Some(&ty) => Event {
+                    msg: Some(handshake_type_name(ty)),
+                    msg_type: Some(ty),
+                    length: Some(body.len() as u64),
+                    offset_end,
+                    ..Event::new("handshake", dir, t)
+                },
+                None => return,
+            },
+            Message::Alert(a) => match a {
+                [level, description, ..] => Event {
+                    level: Some(*level),
+                    description: Some(*description),
+                    offset_end,
+                    ..Event::new("alert", dir, t)
+                },
+                _ => return,
+            },
+            Message::ChangeCipherSpec => Event {
+                offset_end,
+                ..Event::new("change_cipher_spec", dir, t)
+            },
+        };
+        self.push(ev);
+    }
+
+    fn on_io(&mut self, dir: Dir, t_start: i64, n: usize) {
+        let t = realtime_ns();
+        let d = dir.index();
+        self.io_bytes[d] += n as u64;
+        if self.events_on {
+            self.push(Event {
+                t_start: Some(t_start),
+                bytes: Some(n as u64),
+                offset_end: Some(self.io_bytes[d]),
+                ..Event::new("io", dir, t)
+            });
+        }
+    }
+
+    pub fn take_events(&mut self) -> Vec<Event> {
+        std::mem::take(&mut self.events)
+    }
+
+    /// The byte and record counters, and `events_dropped` when events were lost.
+    pub fn add_counters(&self, out: &mut Value, messages: bool) {
+        let (rs, rr, cs, cr) = if messages {
+            (
+                json!(self.record_bytes[0]),
+                json!(self.record_bytes[1]),
+                json!(self.records[0]),
+                json!(self.records[1]),
+            )
+        } else {
+            (Value::Null, Value::Null, Value::Null, Value::Null)
+        };
+        out["record_bytes_sent"] = rs;
+        out["record_bytes_received"] = rr;
+        out["bytes_sent"] = json!(self.io_bytes[0]);
+        out["bytes_received"] = json!(self.io_bytes[1]);
+        out["records_sent"] = cs;
+        out["records_received"] = cr;
+        if self.events_dropped > 0 {
+            out["events_dropped"] = json!(self.events_dropped);
+        }
+    }
+}
+
+pub type SharedRecorder = Rc<RefCell<Recorder>>;
+
+/// A TcpStream that records every read/write syscall in the recorder. The socket is shared
+/// (`Rc`) so the loops can read TCP_INFO after the stack took the Wire, even when the
+/// handshake failed. A socket timeout is reported as a timeout naming the peer and the
+/// limit, not as the EAGAIN a timed-out blocking socket returns.
+pub struct Wire {
+    pub tcp: Rc<TcpStream>,
+    pub rec: SharedRecorder,
+    /// "server" or "client": the other side, for messages.
+    pub peer: &'static str,
+    /// The socket's read/write timeout in seconds (--io-timeout).
+    pub timeout_s: u64,
+}
+
+impl Wire {
+    fn timed_out(&self, e: std::io::Error, reading: bool) -> std::io::Error {
+        use std::io::ErrorKind::{TimedOut, WouldBlock};
+        if !matches!(e.kind(), WouldBlock | TimedOut) {
+            return e;
+        }
+        let what = if reading {
+            format!("no data from the {} for {} s", self.peer, self.timeout_s)
+        } else {
+            format!(
+                "the {} accepted no data for {} s",
+                self.peer, self.timeout_s
+            )
+        };
+        std::io::Error::new(TimedOut, format!("{what} (--io-timeout)"))
+    }
+}
+
+impl Read for Wire {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let t0 = realtime_ns();
+        let n = (&*self.tcp)
+            .read(buf)
+            .map_err(|e| self.timed_out(e, true))?;
+        // The recorder is never borrowed across a stack call; try_borrow_mut keeps a panic
+        // (which the stack would re-raise) impossible anyway.
+        if n > 0 {
+            if let Ok(mut r) = self.rec.try_borrow_mut() {
+                r.on_io(Dir::Recv, t0, n);
+            }
+        }
+        Ok(n)
+    }
+}
+
+impl Write for Wire {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let t0 = realtime_ns();
+        let n = (&*self.tcp)
+            .write(buf)
+            .map_err(|e| self.timed_out(e, false))?;
+        if let Ok(mut r) = self.rec.try_borrow_mut() {
+            r.on_io(Dir::Sent, t0, n);
+        }
+        Ok(n)
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        (&*self.tcp).flush()
+    }
+}
+
+/// TCP_INFO of a connected socket (the fields the analyses use).
+pub fn tcp_info(tcp: &TcpStream) -> Value {
+    let mut info: libc::tcp_info = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
+    let rc = unsafe {
+        libc::getsockopt(
+            tcp.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_INFO,
+            &mut info as *mut _ as *mut libc::c_void,
+            &mut len,
+        )
+    };
+    if rc != 0 {
+        return Value::Null;
+    }
+    let mut v = json!({
+        "state": info.tcpi_state,
+        "ca_state": info.tcpi_ca_state,
+        "retransmits": info.tcpi_retransmits,
+        "backoff": info.tcpi_backoff,
+        "total_retrans": info.tcpi_total_retrans,
+        "lost": info.tcpi_lost,
+        "unacked": info.tcpi_unacked,
+        "reordering": info.tcpi_reordering,
+        "snd_cwnd": info.tcpi_snd_cwnd,
+        "snd_ssthresh": info.tcpi_snd_ssthresh,
+        "snd_mss": info.tcpi_snd_mss,
+        "rcv_mss": info.tcpi_rcv_mss,
+        "advmss": info.tcpi_advmss,
+        "pmtu": info.tcpi_pmtu,
+        "rtt_us": info.tcpi_rtt,
+        "rttvar_us": info.tcpi_rttvar,
+        "rto_us": info.tcpi_rto,
+        "rcv_space": info.tcpi_rcv_space,
+    });
+    // Newer fields only when this kernel filled them in (it returns how much it wrote).
+    macro_rules! newer {
+        ($name:literal, $field:ident) => {
+            if std::mem::offset_of!(libc::tcp_info, $field) + std::mem::size_of_val(&info.$field)
+                <= len as usize
+            {
+                v[$name] = json!(info.$field);
+            }
+        };
+    }
+    newer!("min_rtt_us", tcpi_min_rtt);
+    newer!("segs_out", tcpi_segs_out);
+    newer!("segs_in", tcpi_segs_in);
+    newer!("data_segs_out", tcpi_data_segs_out);
+    newer!("data_segs_in", tcpi_data_segs_in);
+    newer!("bytes_acked", tcpi_bytes_acked);
+    newer!("bytes_received", tcpi_bytes_received);
+    newer!("delivery_rate", tcpi_delivery_rate);
+    newer!("busy_time_us", tcpi_busy_time);
+    newer!("rwnd_limited_us", tcpi_rwnd_limited);
+    newer!("sndbuf_limited_us", tcpi_sndbuf_limited);
+    newer!("delivered", tcpi_delivered);
+    newer!("bytes_sent", tcpi_bytes_sent);
+    newer!("bytes_retrans", tcpi_bytes_retrans);
+    newer!("snd_wnd", tcpi_snd_wnd);
+    v
+}
+
+/// The congestion control algorithm on this socket.
+pub fn congestion_control(tcp: &TcpStream) -> Option<String> {
+    let mut buf = [0u8; 32];
+    let mut len = buf.len() as libc::socklen_t;
+    let rc = unsafe {
+        libc::getsockopt(
+            tcp.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_CONGESTION,
+            buf.as_mut_ptr() as *mut libc::c_void,
+            &mut len,
+        )
+    };
+    if rc != 0 {
+        return None;
+    }
+    let end = buf.iter().position(|&b| b == 0).unwrap_or(len as usize);
+    Some(String::from_utf8_lossy(&buf[..end]).into_owned())
+}
+
+/// Where the server and client loops put their records: stdout for real runs, memory in
+/// tests.
+pub trait Sink: Send + Sync {
+    fn record(&self, record: &Value);
+    /// A connection record, with its events appended as an `events` array when given.
+    fn connection(&self, record: &Value, events: Option<&[Event]>);
+}
+
+/// JSON lines on stdout.
+pub struct Stdout;
+
+impl Sink for Stdout {
+    fn record(&self, record: &Value) {
+        crate::out::emit(record);
+    }
+    fn connection(&self, record: &Value, events: Option<&[Event]>) {
+        emit_with_events(record, events);
+    }
+}
+
+/// Emit a connection record with its events appended as an `events` array, serialized
+/// straight from the event structs (no intermediate JSON values).
+pub fn emit_with_events(record: &Value, events: Option<&[Event]>) {
+    let Some(events) = events else {
+        crate::out::emit(record);
+        return;
+    };
+    let Ok(mut text) = serde_json::to_vec(record) else {
+        return crate::out::emit(record);
+    };
+    if text.last() == Some(&b'}') {
+        text.pop();
+        if text.len() > 1 {
+            text.push(b',');
+        }
+        text.extend_from_slice(b"\"events\":");
+        if serde_json::to_writer(&mut text, events).is_err() {
+            return crate::out::emit(record);
+        }
+        text.push(b'}');
+    }
+    text.push(b'\n');
+    let stdout = std::io::stdout();
+    let mut lock = stdout.lock();
+    if lock.write_all(&text).is_err() {
+        std::process::exit(141);
+    }
+    let _ = lock.flush();
+}
+
+#[cfg(test)]
+pub mod testing {
+    //! A sink that keeps records in memory, events included, for tests.
+    use super::*;
+    use std::sync::Mutex;
+
+    #[derive(Default)]
+    pub struct Memory(pub Mutex<Vec<Value>>);
+
+    impl Memory {
+        pub fn records(&self) -> Vec<Value> {
+            self.0.lock().map(|v| v.clone()).unwrap_or_default()
+        }
+    }
+
+    impl Sink for Memory {
+        fn record(&self, record: &Value) {
+            if let Ok(mut v) = self.0.lock() {
+                v.push(record.clone());
+            }
+        }
+        fn connection(&self, record: &Value, events: Option<&[Event]>) {
+            let mut r = record.clone();
+            if let Some(ev) = events {
+                r["events"] = serde_json::to_value(ev).unwrap_or(Value::Null);
+            }
+            self.record(&r);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn offsets_follow_record_headers() {
+        let mut r = Recorder::new(true);
+        // ServerHello record (22, 1210 bytes) then an encrypted record of 2042 bytes.
+        r.on_message(Dir::Sent, Message::RecordHeader(&[22, 3, 3, 0x04, 0xba]));
+        r.on_message(Dir::Sent, Message::Handshake(&[2, 0, 4, 0xb6]));
+        r.on_message(Dir::Sent, Message::RecordHeader(&[23, 3, 3, 0x07, 0xfa]));
+        r.on_message(Dir::Sent, Message::InnerContentType(22));
+        r.on_message(Dir::Sent, Message::Handshake(&[11, 0, 7, 0xe9]));
+        r.on_message(Dir::Recv, Message::RecordHeader(&[21, 3, 3, 0, 19]));
+        assert_eq!(r.record_bytes, [5 + 1210 + 5 + 2042, 5 + 19]);
+        assert_eq!(r.records, [2, 1]);
+        let hs: Vec<_> = r.events.iter().filter(|e| e.ev == "handshake").collect();
+        assert_eq!(hs[0].msg, Some("server_hello"));
+        assert_eq!(hs[0].offset_end, Some(1215));
+        assert_eq!(hs[1].msg, Some("certificate"));
+        assert_eq!(hs[1].offset_end, Some(1215 + 2047));
+        r.on_io(Dir::Sent, 0, 4096);
+        assert_eq!(r.io_bytes, [4096, 0]);
+    }
+
+    #[test]
+    fn events_off_still_counts_bytes() {
+        let mut r = Recorder::default();
+        r.on_message(Dir::Recv, Message::RecordHeader(&[22, 3, 3, 0, 100]));
+        assert_eq!(r.record_bytes, [0, 105]);
+        assert!(r.events.is_empty());
+    }
+
+    #[test]
+    fn events_are_bounded_but_counters_are_not() {
+        let mut r = Recorder {
+            max_events: 10,
+            ..Recorder::new(true)
+        };
+        for _ in 0..100 {
+            r.on_message(Dir::Recv, Message::RecordHeader(&[23, 3, 3, 0, 1]));
+            r.on_io(Dir::Recv, 0, 6);
+        }
+        assert_eq!(r.events.len(), 10);
+        assert_eq!(r.events_dropped, 190);
+        assert_eq!(
+            (r.record_bytes[1], r.records[1], r.io_bytes[1]),
+            (600, 100, 600)
+        );
+        let mut out = json!({});
+        r.add_counters(&mut out, true);
+        assert_eq!(out["events_dropped"], 190);
+        assert_eq!(out["record_bytes_received"], 600);
+    }
+
+    #[test]
+    fn short_or_empty_messages_are_ignored() {
+        let mut r = Recorder::new(true);
+        r.on_message(Dir::Recv, Message::RecordHeader(&[22, 3, 3]));
+        r.on_message(Dir::Recv, Message::Handshake(&[]));
+        r.on_message(Dir::Recv, Message::Alert(&[2]));
+        assert!(r.events.is_empty());
+        assert_eq!(r.record_bytes, [0, 0]);
+    }
+}

@@ -1,0 +1,275 @@
+//! The seam between pqlab's TLS loops and a TLS library: the typed options a stack is
+//! configured with, the small traits it implements (contexts that turn a `Wire` into a
+//! session, sessions that move application data and report what was negotiated), what a
+//! stack tells `info` it can do, and the registry that lists the stacks by name.
+//!
+//! Adding a stack is one module implementing `Stack` plus one line in `registered()`.
+
+use super::record::{Negotiated, Wire};
+use crate::out::Result;
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// Protocol version, used as both minimum and maximum.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TlsVersion {
+    Tls12,
+    Tls13,
+}
+
+impl TlsVersion {
+    pub fn parse(text: &str) -> Result<TlsVersion> {
+        match text {
+            "1.3" | "TLSv1.3" => Ok(TlsVersion::Tls13),
+            "1.2" | "TLSv1.2" => Ok(TlsVersion::Tls12),
+            v => crate::bail!(
+                Usage,
+                "--tls-version {v:?} is not supported; use 1.2 or 1.3"
+            ),
+        }
+    }
+
+    /// The name stacks report in `negotiated.version`.
+    pub fn name(self) -> &'static str {
+        match self {
+            TlsVersion::Tls12 => "TLSv1.2",
+            TlsVersion::Tls13 => "TLSv1.3",
+        }
+    }
+}
+
+/// Protocol options shared by both roles, already checked for syntax; the stack checks
+/// that it knows the names.
+#[derive(Clone, Debug)]
+pub struct Protocol {
+    pub version: TlsVersion,
+    /// Key-exchange groups in preference order (stack names); None: the stack's default.
+    pub groups: Option<Vec<String>>,
+    /// Signature schemes (stack names); None: the stack's default.
+    pub sigalgs: Option<Vec<String>>,
+    /// TLS 1.2 cipher list in the stack's syntax.
+    pub ciphers: Option<String>,
+    /// TLS 1.3 cipher suites.
+    pub ciphersuites: Option<Vec<String>>,
+    /// Security level 0-5 for stacks that have levels; None: the stack's default.
+    pub security_level: Option<u32>,
+    /// Append secrets in SSLKEYLOGFILE format to this file.
+    pub keylog: Option<PathBuf>,
+}
+
+pub struct ServerSetup {
+    pub protocol: Protocol,
+    /// PEM: the certificate and any intermediates to send.
+    pub cert_chain: PathBuf,
+    /// PEM private key of the certificate.
+    pub key: PathBuf,
+    /// TLS 1.2 DHE group size (1024, 2048, 3072, 4096); None: the stack's choice.
+    pub dh_bits: Option<u32>,
+    /// Mutual TLS: request a client certificate and require it to chain to these roots.
+    pub client_auth: Option<ClientAuth>,
+}
+
+/// What a server asks of clients in mutual TLS.
+#[derive(Clone, Debug)]
+pub struct ClientAuth {
+    /// PEM root certificate(s) the client chain must validate against.
+    pub ca: PathBuf,
+    /// Signature schemes accepted for the client's CertificateVerify (stack names, sent in
+    /// the CertificateRequest); None: the stack's default list.
+    pub sigalgs: Option<Vec<String>>,
+}
+
+/// A client's own certificate (mutual TLS).
+#[derive(Clone, Debug)]
+pub struct Identity {
+    /// PEM: the client certificate and any intermediates to send.
+    pub cert_chain: PathBuf,
+    /// PEM private key of the certificate.
+    pub key: PathBuf,
+}
+
+pub struct ClientSetup {
+    pub protocol: Protocol,
+    /// PEM root certificate(s) the server chain must validate against.
+    pub ca: PathBuf,
+    /// Mutual TLS: the certificate to present when the server asks for one.
+    pub identity: Option<Identity>,
+}
+
+/// The name the client sends (SNI) and checks the certificate against.
+#[derive(Clone, Debug)]
+pub enum ServerName {
+    Dns(String),
+    Ip(IpAddr),
+}
+
+impl ServerName {
+    pub fn parse(name: &str) -> ServerName {
+        match name.parse::<IpAddr>() {
+            Ok(ip) => ServerName::Ip(ip),
+            Err(_) => ServerName::Dns(name.to_string()),
+        }
+    }
+}
+
+/// What one read of application data returned.
+#[derive(Debug, PartialEq, Eq)]
+pub enum ReadOutcome {
+    Data(usize),
+    /// The peer closed the TLS connection properly (close_notify).
+    Closed,
+    /// The TCP connection ended (EOF or reset) without close_notify.
+    Eof,
+}
+
+/// How the peer's certificate chain was judged: the server's chain by a client, the
+/// client's chain by a server in mutual TLS.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verification {
+    /// Chain valid under the CA (and, for a server's chain, the name matches).
+    Verified,
+    Failed(String),
+    /// Not checked (a server that did not ask for a client certificate).
+    NotChecked,
+}
+
+/// A library that can run TLS. Implementations are unit structs listed in `registered()`.
+pub trait Stack: Send + Sync {
+    /// The name `--stack` selects.
+    fn name(&self) -> &'static str;
+    /// Whether sessions report record and handshake messages to the Recorder (OpenSSL: its
+    /// message callback). Without them the lab recovers message boundaries from the
+    /// capture and the key log.
+    fn reports_messages(&self) -> bool;
+    fn server(&self, setup: &ServerSetup) -> Result<Arc<dyn ServerContext>>;
+    fn client(&self, setup: &ClientSetup) -> Result<Box<dyn ClientContext>>;
+    /// The IANA NamedGroup code of a group name as this stack spells it.
+    fn group_code(&self, name: &str) -> Option<u16>;
+    /// The IANA SignatureScheme code of a scheme name as this stack spells it.
+    fn sigalg_code(&self, name: &str) -> Option<u16>;
+    /// What the stack can do, read from the library (the `info.tls_stacks` entry).
+    fn describe(&self) -> Result<StackInfo>;
+}
+
+/// A configured server, shared by the threads that serve connections.
+pub trait ServerContext: Send + Sync {
+    /// Security level in force (None for stacks without levels).
+    fn security_level(&self) -> Option<u32>;
+    /// Set up the server side of an accepted connection (not timed).
+    fn start(&self, wire: Wire) -> Result<Box<dyn Handshake>>;
+}
+
+/// A configured client.
+pub trait ClientContext {
+    fn security_level(&self) -> Option<u32>;
+    /// Set up the client side of a connection that will verify the chain and `name`.
+    fn start(&self, wire: Wire, name: &ServerName) -> Result<Box<dyn Handshake>>;
+}
+
+/// A connection set up by a context, before its handshake.
+pub trait Handshake {
+    /// Run the full handshake: the part the loops time.
+    fn run(self: Box<Self>) -> Result<Box<dyn Session>>;
+}
+
+/// One TLS connection after its handshake.
+pub trait Session {
+    fn read(&mut self, buf: &mut [u8]) -> Result<ReadOutcome>;
+    fn write_all(&mut self, data: &[u8]) -> Result<()>;
+    fn flush(&mut self) -> Result<()>;
+    /// Send close_notify; with `wait_for_peer`, also wait (bounded by the socket timeout)
+    /// for the peer's. A peer that already left is not an error here.
+    fn close(&mut self, wait_for_peer: bool);
+    fn negotiated(&self) -> Negotiated;
+    /// The host name the client sent (server side).
+    fn server_name(&self) -> Option<String>;
+    /// DER sizes of the certificates the peer sent, leaf first.
+    fn peer_chain_der_bytes(&self) -> Option<Vec<usize>>;
+    fn verification(&self) -> Verification;
+}
+
+/// A named TLS code point the stack would negotiate.
+#[derive(serde::Serialize, Clone, Debug, PartialEq)]
+pub struct NamedCode {
+    pub name: String,
+    pub code: u16,
+    /// Protocol versions it is used in: "1.2", "1.3".
+    pub versions: Vec<&'static str>,
+}
+
+/// One `info.tls_stacks` entry.
+#[derive(serde::Serialize, Debug)]
+pub struct StackInfo {
+    pub name: &'static str,
+    pub implementation: String,
+    /// Whether connection records carry record/handshake events from this stack.
+    pub message_events: bool,
+    /// Every group name the stack accepts and would negotiate (aliases listed separately,
+    /// with the same code).
+    pub groups: Vec<NamedCode>,
+    /// Every signature scheme name the stack accepts and would negotiate.
+    pub sigalgs: Vec<NamedCode>,
+    /// Key specs (`tls certs` syntax) whose certificates this stack can serve.
+    pub cert_key_types: Vec<String>,
+    /// Key specs this stack's certificate maker can sign certificates with and its client
+    /// can verify in a chain (a CA's key): `cert_key_types` and those that sign certificates
+    /// but have no TLS signature scheme (e.g. SLH-DSA in OpenSSL 3.5).
+    pub ca_key_types: Vec<String>,
+    pub limits: serde_json::Map<String, serde_json::Value>,
+}
+
+/// Every TLS stack the engine can run: the one place a stack is added.
+pub fn registered() -> Vec<&'static dyn Stack> {
+    #[allow(unused_mut)] // only test builds add more
+    let mut stacks: Vec<&'static dyn Stack> = vec![&super::openssl::OpenSsl];
+    #[cfg(test)]
+    stacks.extend(super::fake::STACKS);
+    stacks
+}
+
+/// The stack `--stack NAME` names.
+pub fn find(name: &str) -> Result<&'static dyn Stack> {
+    let stacks = registered();
+    if let Some(s) = stacks.iter().find(|s| s.name() == name) {
+        return Ok(*s);
+    }
+    let names: Vec<&str> = stacks.iter().map(|s| s.name()).collect();
+    crate::bail!(
+        Usage,
+        "--stack {name:?} is not a TLS stack of this engine; registered: {}",
+        names.join(", ")
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn registry_finds_stacks_by_name_and_lists_them_when_it_cannot() {
+        assert_eq!(find("openssl").map(|s| s.name()).ok(), Some("openssl"));
+        let names: Vec<&str> = registered().iter().map(|s| s.name()).collect();
+        let mut unique = names.clone();
+        unique.sort();
+        unique.dedup();
+        assert_eq!(
+            unique.len(),
+            names.len(),
+            "duplicate stack names: {names:?}"
+        );
+        match find("gnutls") {
+            Err(crate::out::Error::Usage(m)) => {
+                assert!(m.contains("\"gnutls\"") && m.contains("openssl"), "{m}")
+            }
+            other => panic!("{:?}", other.map(|s| s.name())),
+        }
+    }
+
+    #[test]
+    fn versions_parse_both_spellings() {
+        assert_eq!(TlsVersion::parse("1.3").ok(), Some(TlsVersion::Tls13));
+        assert_eq!(TlsVersion::parse("TLSv1.2").ok(), Some(TlsVersion::Tls12));
+        assert!(TlsVersion::parse("1.1").is_err());
+    }
+}

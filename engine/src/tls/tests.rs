@@ -1,0 +1,554 @@
+//! Real loopback handshakes through the stack-neutral loops: a stack chosen by name from
+//! the registry (the test-only `fake-openssl` included), a stack that lies about the group
+//! refused by the client's check, and negotiated code points compared with what libssl puts
+//! on the wire.
+
+use super::record::testing::Memory;
+use super::stack;
+use super::{certs, client, openssl, server};
+use crate::out::{Error, Result};
+use clap::Parser;
+use serde_json::Value;
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+#[derive(Parser)]
+struct ServerCli {
+    #[command(flatten)]
+    a: server::Args,
+}
+
+#[derive(Parser)]
+struct ClientCli {
+    #[command(flatten)]
+    a: client::Args,
+}
+
+#[derive(Parser)]
+struct CertsCli {
+    #[command(flatten)]
+    a: certs::Args,
+}
+
+/// A directory removed when dropped.
+pub struct TempDir(PathBuf);
+
+impl TempDir {
+    pub fn new(tag: &str) -> TempDir {
+        use std::sync::atomic::{AtomicU32, Ordering};
+        static N: AtomicU32 = AtomicU32::new(0);
+        let p = std::env::temp_dir().join(format!(
+            "pqlab-tls-test-{tag}-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::SeqCst)
+        ));
+        let _ = std::fs::remove_dir_all(&p);
+        TempDir(p)
+    }
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A root and a server certificate in `dir`.
+pub fn make_certs(dir: &Path, ca: &str, server_alg: &str) {
+    let d = dir.to_str().unwrap();
+    let cli = CertsCli::parse_from([
+        "t",
+        "--ca-alg",
+        ca,
+        "--server-alg",
+        server_alg,
+        "--out-dir",
+        d,
+    ]);
+    certs::run(cli.a).unwrap_or_else(|e| panic!("certs {ca}/{server_alg}: {e}"));
+}
+
+pub struct Loopback {
+    pub client: Result<()>,
+    pub client_records: Vec<Value>,
+    pub server_records: Vec<Value>,
+}
+
+/// One server (max_connections = the client's warm-up + count) and one client run, each
+/// with its own argv (after the certificate and address options).
+pub fn loopback(
+    dir: &Path,
+    server_args: &[&str],
+    client_args: &[&str],
+    connections: u64,
+) -> Loopback {
+    let d = dir.to_str().unwrap();
+    let chain = format!("{d}/chain.pem");
+    let key = format!("{d}/server.key.pem");
+    let root = format!("{d}/root.crt.pem");
+    let mut argv = vec![
+        "t",
+        "--listen",
+        "127.0.0.1:0",
+        "--cert-chain",
+        &chain,
+        "--key",
+        &key,
+        "--io-timeout",
+        "10",
+    ];
+    let max = connections.to_string();
+    argv.extend(["--max-connections", &max]);
+    argv.extend(server_args);
+    let sa = ServerCli::parse_from(argv).a;
+    let (stack, ctx) = server::prepare(&sa).expect("server setup");
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let server_sink = Arc::new(Memory::default());
+    let sink: Arc<dyn super::record::Sink> = server_sink.clone();
+    let srv = std::thread::spawn(move || server::serve(stack, ctx, listener, Arc::new(sa), sink));
+
+    let connect = format!("127.0.0.1:{port}");
+    let mut argv = vec![
+        "t",
+        "--connect",
+        &connect,
+        "--ca",
+        &root,
+        "--servername",
+        "localhost",
+        "--io-timeout",
+        "10",
+    ];
+    argv.extend(client_args);
+    let ca = ClientCli::parse_from(argv).a;
+    let client_sink = Memory::default();
+    let client = ca
+        .tls
+        .stack()
+        .and_then(|s| client::run_with(s, &ca, &client_sink));
+    if client.is_err() {
+        // Unblock a server still waiting for connections the client will not make.
+        for _ in 0..connections {
+            let _ = std::net::TcpStream::connect(("127.0.0.1", port));
+        }
+    }
+    srv.join().unwrap().unwrap();
+    Loopback {
+        client,
+        client_records: client_sink.records(),
+        server_records: server_sink.records(),
+    }
+}
+
+fn handshake_messages(record: &Value) -> Vec<String> {
+    record["events"]
+        .as_array()
+        .map(|evs| {
+            evs.iter()
+                .filter(|e| e["ev"] == "handshake")
+                .map(|e| {
+                    format!(
+                        "{} {}",
+                        e["dir"].as_str().unwrap(),
+                        e["msg"].as_str().unwrap()
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[test]
+fn a_stack_named_in_the_registry_runs_both_loops() {
+    let dir = TempDir::new("fake");
+    make_certs(dir.path(), "EC:P-256", "ML-DSA-44");
+    let r = loopback(
+        dir.path(),
+        &["--stack", "fake-openssl", "--groups", "X25519MLKEM768"],
+        &[
+            "--stack",
+            "fake-openssl",
+            "--groups",
+            "X25519MLKEM768",
+            "--sigalgs",
+            "mldsa44",
+            "-n",
+            "2",
+            "--request-bytes",
+            "20000",
+        ],
+        2,
+    );
+    r.client.unwrap();
+    assert_eq!(r.client_records.len(), 2);
+    assert_eq!(r.server_records.len(), 2);
+    for (c, s) in r.client_records.iter().zip(&r.server_records) {
+        assert_eq!(
+            (&c["type"], &s["type"]),
+            (&"connection".into(), &"connection".into()),
+            "{s}"
+        );
+        assert_eq!(c["stack"], "fake-openssl");
+        assert_eq!(s["stack"], "fake-openssl");
+        for neg in [&c["negotiated"], &s["negotiated"]] {
+            assert_eq!(neg["group"], "X25519MLKEM768");
+            assert_eq!(neg["group_code"], 0x11ec);
+            assert_eq!(neg["sigalg"], "mldsa44");
+            assert_eq!(neg["sigalg_code"], 0x0904);
+            assert_eq!(neg["version"], "TLSv1.3");
+            let cipher = neg["cipher_code"].as_u64().unwrap();
+            assert!((0x1301..=0x1305).contains(&cipher), "{neg}");
+        }
+        assert_eq!(c["app_bytes_received"], 20000);
+        assert_eq!(c["verified"], true);
+        assert_eq!(c["bytes_received"], s["bytes_sent"]);
+        assert_eq!(
+            handshake_messages(c),
+            [
+                "sent client_hello",
+                "recv server_hello",
+                "recv encrypted_extensions",
+                "recv certificate",
+                "recv certificate_verify",
+                "recv finished",
+                "sent finished"
+            ]
+        );
+    }
+}
+
+#[test]
+fn a_stack_that_reports_another_group_is_refused_by_the_client_check() {
+    let dir = TempDir::new("broken");
+    make_certs(dir.path(), "EC:P-256", "EC:P-256");
+    let r = loopback(
+        dir.path(),
+        &["--groups", "X25519"],
+        &["--stack", "broken-wrong-group", "--groups", "X25519"],
+        1,
+    );
+    match r.client {
+        Err(Error::Check(m)) => {
+            assert!(m.contains("negotiated group x448, asked for X25519"), "{m}")
+        }
+        other => panic!("expected a check failure, got {other:?}"),
+    }
+    assert!(
+        r.client_records.is_empty(),
+        "a refused handshake is not a sample"
+    );
+    // The honest stack passes the same check against the same server.
+    let ok = loopback(
+        dir.path(),
+        &["--groups", "X25519"],
+        &["--groups", "X25519"],
+        1,
+    );
+    ok.client.unwrap();
+}
+
+#[test]
+fn the_client_refuses_what_it_did_not_ask_for() {
+    let dir = TempDir::new("refuse");
+    make_certs(dir.path(), "EC:P-256", "EC:P-256");
+    let r = loopback(
+        dir.path(),
+        &["--groups", "P-256"],
+        &["--groups", "X25519:P-256", "--expect-group", "X25519"],
+        1,
+    );
+    assert!(
+        matches!(&r.client, Err(Error::Check(m)) if m.contains("negotiated group secp256r1")),
+        "{:?}",
+        r.client
+    );
+    // NIST aliases are the same group (by code).
+    let r = loopback(
+        dir.path(),
+        &["--groups", "P-256"],
+        &["--groups", "prime256v1", "--expect-group", "P-256"],
+        1,
+    );
+    r.client.unwrap();
+    assert_eq!(r.client_records[0]["negotiated"]["group_code"], 23);
+}
+
+/// The code point libssl sends for one name.
+fn wire_group(name: &str, tls12: bool) -> u16 {
+    let w = openssl::caps::wire_code_points(name, None, tls12);
+    assert_eq!(w.len(), 1, "{name}: {w:?}");
+    w[0]
+}
+
+fn wire_sigalg(name: &str) -> u16 {
+    let w = openssl::caps::wire_code_points("X25519", Some(name), false);
+    assert_eq!(w.len(), 1, "{name}: {w:?}");
+    w[0]
+}
+
+#[test]
+fn negotiated_codes_are_the_code_points_libssl_sends() {
+    struct Case {
+        ca: &'static str,
+        key: &'static str,
+        version: &'static str,
+        group: &'static str,
+        sigalg: &'static str,
+        extra: &'static [&'static str],
+    }
+    let case = |ca, key, version, group, sigalg, extra| Case {
+        ca,
+        key,
+        version,
+        group,
+        sigalg,
+        extra,
+    };
+    let cases = [
+        case(
+            "EC:P-256",
+            "ML-DSA-65",
+            "1.3",
+            "SecP256r1MLKEM768",
+            "mldsa65",
+            &[],
+        ),
+        case(
+            "EC:P-256",
+            "EC:P-384",
+            "1.3",
+            "P-256",
+            "ecdsa_secp384r1_sha384",
+            &[],
+        ),
+        case(
+            "EC:P-256",
+            "RSA:2048",
+            "1.3",
+            "ffdhe2048",
+            "rsa_pss_rsae_sha256",
+            &[],
+        ),
+        case("EC:P-256", "ED25519", "1.3", "MLKEM512", "ed25519", &[]),
+        case(
+            "EC:P-256",
+            "RSA:2048",
+            "1.2",
+            "x448",
+            "rsa_pkcs1_sha384",
+            &["--ciphers", "ECDHE-RSA-AES128-GCM-SHA256"],
+        ),
+    ];
+    for Case {
+        ca,
+        key,
+        version,
+        group,
+        sigalg,
+        extra,
+    } in cases
+    {
+        let dir = TempDir::new("codes");
+        make_certs(dir.path(), ca, key);
+        let mut common = vec![
+            "--tls-version",
+            version,
+            "--groups",
+            group,
+            "--sigalgs",
+            sigalg,
+        ];
+        common.extend(extra.iter());
+        let r = loopback(dir.path(), &common, &common, 1);
+        r.client.unwrap_or_else(|e| panic!("{group}/{sigalg}: {e}"));
+        let c = &r.client_records[0]["negotiated"];
+        let s = &r.server_records[0]["negotiated"];
+        let g = wire_group(group, version == "1.2");
+        let sa = wire_sigalg(sigalg);
+        for neg in [c, s] {
+            assert_eq!(neg["group_code"], g, "{group}: {neg}");
+            assert_eq!(neg["sigalg_code"], sa, "{sigalg}: {neg}");
+        }
+        let cipher = c["cipher_code"].as_u64().unwrap();
+        if version == "1.2" {
+            assert_eq!(cipher, 0xc02f, "ECDHE-RSA-AES128-GCM-SHA256");
+        }
+    }
+}
+
+#[test]
+fn every_certificate_key_type_a_stack_lists_serves_a_handshake() {
+    let stack = stack::find("openssl").unwrap();
+    let info = stack.describe().unwrap();
+    assert!(info.cert_key_types.len() >= 8, "{:?}", info.cert_key_types);
+    for spec in ["RSA", "EC:P-256", "ED25519", "ML-DSA-44", "ML-DSA-87"] {
+        assert!(
+            info.cert_key_types.iter().any(|k| k == spec),
+            "{spec}: {:?}",
+            info.cert_key_types
+        );
+    }
+    let codes: Vec<u16> = info.sigalgs.iter().map(|s| s.code).collect();
+    for spec in &info.cert_key_types {
+        let dir = TempDir::new("keytype");
+        make_certs(dir.path(), "EC:P-256", spec);
+        let r = loopback(dir.path(), &[], &[], 1);
+        r.client.unwrap_or_else(|e| panic!("{spec}: {e}"));
+        let neg = &r.client_records[0]["negotiated"];
+        let code = neg["sigalg_code"].as_u64().unwrap() as u16;
+        assert!(codes.contains(&code), "{spec}: {neg}");
+        let name = neg["sigalg"].as_str().unwrap();
+        assert_eq!(
+            openssl::caps::key_spec_for_sigalg(name).as_deref(),
+            Some(spec.as_str()),
+            "{spec} signed with {name}"
+        );
+    }
+}
+
+#[test]
+fn every_ca_key_type_a_stack_lists_signs_a_chain_the_client_verifies() {
+    let stack = stack::find("openssl").unwrap();
+    let info = stack.describe().unwrap();
+    for spec in &info.cert_key_types {
+        assert!(
+            info.ca_key_types.contains(spec),
+            "{spec} serves but cannot sign?"
+        );
+    }
+    let extra: Vec<&String> = info
+        .ca_key_types
+        .iter()
+        .filter(|k| !info.cert_key_types.contains(k))
+        .collect();
+    assert!(extra.iter().any(|k| k.starts_with("SLH-DSA")), "{extra:?}");
+    for spec in extra {
+        let dir = TempDir::new("ca-keytype");
+        make_certs(dir.path(), spec, "EC:P-256");
+        let r = loopback(dir.path(), &[], &[], 1);
+        r.client.unwrap_or_else(|e| panic!("CA {spec}: {e}"));
+        assert_eq!(r.client_records[0]["verified"], true, "CA {spec}");
+    }
+}
+
+#[test]
+fn key_logs_are_owner_only() {
+    use crate::secrets::{mode, FILE_MODE};
+    use std::os::unix::fs::PermissionsExt;
+    let dir = TempDir::new("keylog");
+    make_certs(dir.path(), "EC:P-256", "EC:P-256");
+    let log = dir.path().join("keys.log");
+    std::fs::write(&log, b"").unwrap();
+    std::fs::set_permissions(&log, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let fresh = dir.path().join("fresh.log");
+    let l = log.to_str().unwrap();
+    let f = fresh.to_str().unwrap();
+    let r = loopback(dir.path(), &["--keylog", l], &["--keylog", f], 1);
+    r.client.unwrap();
+    assert_eq!(mode(&log), FILE_MODE);
+    assert_eq!(mode(&fresh), FILE_MODE);
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(text.contains("SERVER_TRAFFIC_SECRET_0"), "{text}");
+    assert!(std::fs::read_to_string(&fresh)
+        .unwrap()
+        .contains("CLIENT_TRAFFIC_SECRET_0"));
+}
+
+/// A client certificate for mutual TLS: its own root (`ca`) and a leaf of `alg` with
+/// clientAuth, in `dir`.
+fn make_client_certs(dir: &Path, ca: &str, alg: &str) {
+    let d = dir.to_str().unwrap();
+    let cli = CertsCli::parse_from([
+        "t",
+        "--ca-alg",
+        ca,
+        "--server-alg",
+        alg,
+        "--out-dir",
+        d,
+        "--cn",
+        "client.pqlab.test",
+        "--purpose",
+        "client",
+    ]);
+    certs::run(cli.a).unwrap();
+}
+
+#[test]
+fn mutual_tls_checks_and_reports_the_client_signature() {
+    let dir = TempDir::new("mtls");
+    let client_dir = TempDir::new("mtls-client");
+    make_certs(dir.path(), "EC:P-256", "EC:P-256");
+    make_client_certs(client_dir.path(), "ML-DSA-44", "ML-DSA-44");
+    let c = client_dir.path().to_str().unwrap();
+    let (client_ca, client_chain, client_key) = (
+        format!("{c}/root.crt.pem"),
+        format!("{c}/chain.pem"),
+        format!("{c}/server.key.pem"),
+    );
+    let server = [
+        "--client-ca",
+        client_ca.as_str(),
+        "--client-sigalgs",
+        "mldsa44",
+        "--response-mode",
+        "none",
+    ];
+    let client = [
+        "--cert-chain",
+        client_chain.as_str(),
+        "--key",
+        client_key.as_str(),
+        "--expect-client-sigalg",
+        "mldsa44",
+        "--events",
+        "on",
+    ];
+    let r = loopback(dir.path(), &server, &client, 1);
+    r.client.unwrap();
+    for rec in [&r.client_records[0], &r.server_records[0]] {
+        assert_eq!(rec["negotiated"]["client_sigalg"], "mldsa44", "{rec}");
+        assert_eq!(rec["negotiated"]["client_sigalg_code"], 0x0904, "{rec}");
+    }
+    let s = &r.server_records[0];
+    assert_eq!(s["type"], "connection");
+    assert_eq!(s["client_verified"], true);
+    assert!(s["peer_chain_der_bytes"][0].as_u64().unwrap() > 3000, "{s}");
+    // The client's Certificate and CertificateVerify are in the message events.
+    let sent = handshake_messages(&r.client_records[0]);
+    for msg in ["sent certificate", "sent certificate_verify"] {
+        assert!(sent.iter().any(|m| m == msg), "{sent:?}");
+    }
+
+    // A client without a certificate, and one whose chain ends at another root, are refused
+    // by the server. (In TLS 1.3 the client has finished its side before the server's alert
+    // can arrive, so only the server's record says so.)
+    let r = loopback(dir.path(), &server, &[], 1);
+    assert_eq!(r.server_records[0]["type"], "connection_error");
+    let other = TempDir::new("mtls-other");
+    make_client_certs(other.path(), "EC:P-256", "ML-DSA-44");
+    let o = other.path().to_str().unwrap();
+    let (oc, ok) = (format!("{o}/chain.pem"), format!("{o}/server.key.pem"));
+    let r = loopback(dir.path(), &server, &["--cert-chain", &oc, "--key", &ok], 1);
+    let s = &r.server_records[0];
+    assert_eq!(s["type"], "connection_error", "{s}");
+    assert_eq!(s["kind"], "check", "{s}");
+    assert!(
+        s["message"]
+            .as_str()
+            .unwrap()
+            .contains("client's certificate"),
+        "{s}"
+    );
+    // Without --client-ca the server does not ask, and a configured client certificate is
+    // then an error on the client (it was not used).
+    let r = loopback(dir.path(), &["--response-mode", "none"], &client, 1);
+    let e = r.client.unwrap_err();
+    assert!(matches!(e, Error::Check(_)), "{e}");
+    assert!(e.to_string().contains("did not ask"), "{e}");
+}
