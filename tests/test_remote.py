@@ -556,10 +556,21 @@ def test_an_inventory_with_two_pairs(lab, clean, tmp_path):
         "lab:s",
         "--pairs",
         "s:c",
+        # The key log is written on the server's host and fetched; both message sources
+        # must agree for every handshake; the captures are kept.
+        "--messages",
+        "both",
+        "--keep-pcap",
         "--out",
         out,
     )
     assert r.returncode == 0, r.stderr
+    kept = sorted(p.name for p in (out / "pcap").iterdir())
+    assert len([k for k in kept if k.endswith(".server.corrected.pcap")]) == 2, kept
+    assert len([k for k in kept if k.endswith(".client.pcap")]) == 2, kept
+    for key in (out / "pcap").glob("*.keys.log"):
+        assert key.stat().st_mode & 0o777 == 0o600 and key.stat().st_size > 0
+    assert not list(out.rglob("*.fetch"))
     db = duckdb.connect(str(out / "results.duckdb"), read_only=True)
     pairs = db.execute(
         "SELECT host_pair, count(*) FROM handshake_raw GROUP BY 1 ORDER BY 1"
