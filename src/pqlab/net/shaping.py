@@ -26,7 +26,7 @@ import signal
 import socket
 import struct
 import subprocess
-import sys
+import threading
 
 from pqlab.errors import EngineError, UserError
 from pqlab.net.profiles import Direction, LinkProfile
@@ -101,7 +101,8 @@ _NLMSG = struct.Struct("=IHHII")  # len, type, flags, seq, pid
 _TCMSG = struct.Struct("=BxxxiIII")  # family, ifindex, handle, parent, info
 _NETEM_QOPT = struct.Struct("=6I")  # latency (ticks), limit, loss, gap, duplicate, jitter
 RTM_GETQDISC = 38
-TCA_KIND, TCA_OPTIONS = 1, 2
+TCA_KIND, TCA_OPTIONS, TCA_STATS2 = 1, 2, 7
+TCA_STATS_BASIC, TCA_STATS_QUEUE, TCA_STATS_PKT64 = 1, 3, 8
 TCA_NETEM_CORR, TCA_NETEM_RATE, TCA_NETEM_RATE64 = 1, 6, 8
 TCA_NETEM_LATENCY64, TCA_NETEM_JITTER64 = 10, 11
 # The kernel's psched tick. iproute2 up to at least 6.1 passes delay and jitter to the kernel
@@ -157,9 +158,32 @@ def parse_netem_options(opt: bytes) -> dict:
     return out
 
 
+def parse_qdisc_stats(stats2: bytes) -> dict:
+    """A qdisc's counters from its TCA_STATS2 attribute (gnet_stats_basic, _queue)."""
+    nested = _rtattrs(stats2)
+    out = {"sent_bytes": 0, "sent_packets": 0}
+    if TCA_STATS_BASIC in nested:
+        out["sent_bytes"], out["sent_packets"] = struct.unpack_from("=QI", nested[TCA_STATS_BASIC])
+    if TCA_STATS_PKT64 in nested:  # the packet count without the 32-bit wrap (kernel 5.13+)
+        out["sent_packets"] = struct.unpack_from("=Q", nested[TCA_STATS_PKT64])[0]
+    if TCA_STATS_QUEUE in nested:
+        qlen, backlog, drops, requeues, overlimits = struct.unpack_from(
+            "=5I", nested[TCA_STATS_QUEUE]
+        )
+        out.update(
+            drops=drops,
+            overlimits=overlimits,
+            requeues=requeues,
+            backlog_bytes=backlog,
+            queued_packets=qlen,
+        )
+    return out
+
+
 def read_netem(ifname: str) -> dict | None:
     """The root netem qdisc of `ifname` in this process's network namespace, as the kernel
-    holds it (`parse_netem_options`), or None if its root qdisc is not netem."""
+    holds it (`parse_netem_options`, plus its counters under 'stats'), or None if its root
+    qdisc is not netem."""
     ifindex = socket.if_nametoindex(ifname)
     with socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 0) as s:  # NETLINK_ROUTE
         s.settimeout(5)
@@ -184,7 +208,50 @@ def read_netem(ifname: str) -> dict | None:
                     and attrs.get(TCA_KIND, b"").rstrip(b"\0") == b"netem"
                 ):
                     found = parse_netem_options(attrs[TCA_OPTIONS])
+                    found["stats"] = parse_qdisc_stats(attrs.get(TCA_STATS2, b""))
                 i += (length + 3) & ~3
+
+
+CLONE_NEWNET = 0x40000000
+
+
+def _setns(fd: int) -> None:
+    if hasattr(os, "setns"):  # Python 3.12
+        os.setns(fd, CLONE_NEWNET)
+        return
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.setns(fd, CLONE_NEWNET) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"setns: {os.strerror(err)}")
+
+
+def read_netem_in(netns: str, ifname: str) -> dict | None:
+    """`read_netem(ifname)` inside the named network namespace (/run/netns/NAME), without
+    starting a process: a short-lived thread joins the namespace (setns affects only the
+    calling thread) and asks there."""
+    result: dict = {}
+
+    def ask() -> None:
+        try:
+            fd = os.open(f"/run/netns/{netns}", os.O_RDONLY | os.O_CLOEXEC)
+            try:
+                _setns(fd)
+            finally:
+                os.close(fd)
+            result["held"] = read_netem(ifname)
+        except OSError as e:
+            result["error"] = e
+
+    thread = threading.Thread(target=ask, name=f"netem-readback-{netns}", daemon=True)
+    thread.start()
+    thread.join(30)
+    if thread.is_alive():
+        raise OSError(f"reading netem back in {netns} did not finish in 30 s")
+    if "error" in result:
+        raise result["error"]
+    return result["held"]
 
 
 def _fraction_u32(pct: float) -> int:
@@ -264,28 +331,14 @@ class NetemLink(VethLink):
     def check_applied(self, topo) -> None:
         """Read each end's netem back from the kernel and refuse a link that is not the
         profile (tc rounds delays to whole microseconds and 64-ns ticks, silently)."""
-        from pqlab.net import probes
-
         for side, name, direction in (
             ("client", "c2s", self.profile.c2s),
             ("server", "s2c", self.profile.s2c),
         ):
-            argv = topo.exec_argv(
-                side, [sys.executable, "-m", "pqlab.net.shaping", "netem-state", topo.ifname(side)]
-            )
             try:
-                proc = subprocess.run(
-                    argv, capture_output=True, text=True, timeout=60, env=probes.env()
-                )
-            except subprocess.TimeoutExpired:
-                raise TopologyError(
-                    f"reading netem back on {topo.ifname(side)} timed out"
-                ) from None
-            if proc.returncode != 0:
-                raise TopologyError(
-                    f"cannot read netem back on {topo.ifname(side)}: {proc.stderr.strip()}"
-                )
-            held = json.loads(proc.stdout)
+                held = read_netem_in(topo.ns(side), topo.ifname(side))
+            except OSError as e:
+                raise TopologyError(f"cannot read netem back on {topo.ifname(side)}: {e}") from None
             problems = applied_problems(direction, held)
             if problems:
                 raise TopologyError(
@@ -295,25 +348,15 @@ class NetemLink(VethLink):
                     "in whole microseconds (an rtt in an even number of them), or use "
                     "--shaper userspace"
                 )
-            self.applied[name] = held
+            self.applied[name] = {k: v for k, v in held.items() if k != "stats"}
 
     def teardown(self, topo) -> None:
         """netem's counters per direction, read before the namespaces go."""
         for side, name in (("client", "c2s"), ("server", "s2c")):
-            proc = _run(
-                topo.exec_argv(side, ["tc", "-s", "-j", "qdisc", "show", "dev", topo.ifname(side)])
-            )
-            with contextlib.suppress(ValueError, IndexError, KeyError, TypeError):
-                q = json.loads(proc.stdout or "[]")[0]
-                self.stats[name] = {
-                    "sent_packets": q["packets"],
-                    "sent_bytes": q["bytes"],
-                    "drops": q["drops"],
-                    "overlimits": q["overlimits"],
-                    "requeues": q["requeues"],
-                    "backlog_bytes": q.get("backlog", 0),
-                    "queued_packets": q.get("qlen", 0),
-                }
+            with contextlib.suppress(OSError):
+                held = read_netem_in(topo.ns(side), topo.ifname(side))
+                if held is not None:
+                    self.stats[name] = held["stats"]
 
     def direction_stats(self) -> dict[str, dict]:
         """netem's counters per direction ('c2s', 's2c') after teardown: packets and bytes
@@ -480,23 +523,3 @@ def build_hosts(profile: LinkProfile | None, shaper: str = "auto", tcp=None):
     if profile is None:
         return TwoHosts(tcp=tcp)
     return TwoHosts(link=make_link(profile, shaper), mtu=profile.mtu, tcp=profile.tcp_settings())
-
-
-def main(args: list[str] | None = None) -> int:
-    """`python -m pqlab.net.shaping netem-state IFNAME`: the interface's root netem as the
-    kernel holds it, as JSON (run inside a namespace by `NetemLink.check_applied`)."""
-    args = sys.argv[1:] if args is None else args
-    if len(args) != 2 or args[0] != "netem-state":
-        print("usage: python -m pqlab.net.shaping netem-state IFNAME", file=sys.stderr)
-        return 2
-    try:
-        state = read_netem(args[1])
-    except OSError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
-    print(json.dumps(state))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

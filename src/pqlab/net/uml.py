@@ -311,8 +311,12 @@ def run(
     cwd: str | Path | None = None,
     timeout: float = 600,
     mem: str = DEFAULT_MEM,
+    inner_timeout: float | None = None,
 ) -> GuestResult:
-    """Boot a guest, run `argv` in it as root, power off; see the module's docstring."""
+    """Boot a guest, run `argv` in it as root, power off; see the module's docstring.
+
+    `timeout` bounds the whole run (boot to power-off; then the process group is killed);
+    the command itself gets `inner_timeout` (default: `timeout` less 10 s for power-off)."""
     ok, why = available()
     if not ok:
         raise GuestError(f"cannot boot a UML guest: {why}")
@@ -326,7 +330,7 @@ def run(
         _safe(s, "share")
     cwd = str(Path(cwd or os.getcwd()).resolve())
     python = _safe(Path(sys.executable), "the Python interpreter")
-    inner = max(1.0, timeout - INNER_MARGIN_S)
+    inner = inner_timeout if inner_timeout is not None else max(1.0, timeout - INNER_MARGIN_S)
     ctl = Path(tempfile.mkdtemp(prefix="pqlab-uml-"))
     proc = None
     console = ctl / "console"
@@ -413,10 +417,21 @@ def main(args: list[str] | None = None) -> int:
     argv = a.command[1:] if a.command[:1] == ["--"] else a.command
     if not argv:
         p.error("give a command after --")
+
+    from pqlab.errors import Interrupted
+
+    def on_signal(signum, frame):
+        raise Interrupted(signum)
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
     try:
         res = run(argv, shares=a.share, timeout=a.timeout, mem=a.mem)
     except GuestError as e:
         print(f"error: {e}", file=sys.stderr)
+        return e.exit_code
+    except Interrupted as e:
+        print("interrupted: the guest was killed and cleaned up", file=sys.stderr)
         return e.exit_code
     sys.stdout.write(res.stdout)
     sys.stderr.write(res.stderr)
