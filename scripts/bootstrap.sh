@@ -58,6 +58,25 @@ if [ ${#browser[@]} -gt 0 ]; then
   fi
 fi
 
+# --- a kernel with netem for the tests (optional) ----------------------------------------
+# Debian's user-mode-linux package: a kernel that runs as a process and has sch_netem, so
+# tests/test_netem_uml.py can prove the netem backend on machines whose kernel lacks it (see
+# docs/network.md). Optional: where apt cannot install it, those tests skip and say why.
+if [ ! -x /usr/bin/linux.uml ]; then
+  if ! command -v apt-get >/dev/null; then
+    say "note: no apt-get here; skipping user-mode-linux (the netem-in-UML tests will skip)"
+  elif [ "$(id -u)" != 0 ] && ! command -v sudo >/dev/null; then
+    say "note: not root and no sudo; skipping user-mode-linux (the netem-in-UML tests will skip)"
+  else
+    U=""; [ "$(id -u)" = 0 ] || U="sudo"
+    say "installing user-mode-linux (a kernel with netem for the tests)"
+    if ! { $U apt-get update -qq && DEBIAN_FRONTEND=noninteractive $U apt-get install -y -qq \
+        --no-install-recommends user-mode-linux >/dev/null; }; then
+      say "note: could not install user-mode-linux; the netem-in-UML tests will skip"
+    fi
+  fi
+fi
+
 # --- Python environment ------------------------------------------------------------------
 PY=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then
