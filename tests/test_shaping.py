@@ -33,7 +33,7 @@ def test_netem_commands_one_direction_per_end():
         "ns-client",
         "tc",
         "qdisc",
-        "replace",
+        "add",
         "dev",
         "if-client",
         "root",
@@ -46,8 +46,71 @@ def test_netem_commands_one_direction_per_end():
         "1000000bit",
     ]
     assert cmds[1][-5:] == ["loss", "random", "2%", "rate", "1000000bit"]
-    assert cmds[1][4:10] == ["tc", "qdisc", "replace", "dev", "if-server", "root"]
+    assert cmds[1][4:10] == ["tc", "qdisc", "add", "dev", "if-server", "root"]
     assert "loss" not in cmds[0]
+
+
+# TCA_OPTIONS of a root netem qdisc as the UML guest's 6.1 kernel dumped them (RTM_GETQDISC)
+# after iproute2 6.1's `tc qdisc add dev pa root netem ARGS`, ARGS as in the comment.
+KERNEL_DUMPS = [
+    (
+        # limit 10000 delay 17500us 8750us distribution paretonormal rate 1000000000bit
+        "1d2c0400102700000000000000000000000000000e1602000c000a0040070b01000000000c000b00"
+        "8083850000000000100001000000000000000000000000000c00030000000000000000000c000400"
+        "00000000000000001400060040597307000000000000000000000000",
+        {
+            "limit": 10000,
+            "latency_ns": 17_499_968,  # 17.5 ms in whole 64-ns ticks, truncated by tc
+            "jitter_ns": 8_749_952,
+            "rate_bytes_per_s": 125_000_000,
+            "loss_u32": 0,
+            "delay_corr_u32": 0,
+        },
+    ),
+    (
+        # limit 1000 delay 10000us 2000us 50% loss random 5% 25% rate 100000000000bit
+        "5a620200e8030000cdcccc0c0000000000000000127a00000c000a0080969800000000000c000b00"
+        "80841e0000000000100001000000008000000040000000000c00030000000000000000000c000400"
+        "00000000000000000c00080000dd0ee90200000014000600ffffffff000000000000000000000000",
+        {
+            "limit": 1000,
+            "latency_ns": 10_000_000,
+            "jitter_ns": 2_000_000,
+            "loss_u32": 214_748_365,  # 5 % of 2^32 - 1, rounded
+            "delay_corr_u32": 2_147_483_648,
+            "loss_corr_u32": 1_073_741_824,
+            "rate_bytes_per_s": 12_500_000_000,  # above 2^32 B/s: TCA_NETEM_RATE64
+        },
+    ),
+]
+
+
+@pytest.mark.parametrize(("hexdump", "expected"), KERNEL_DUMPS)
+def test_netem_options_parsed_from_the_kernels_bytes(hexdump, expected):
+    got = shaping.parse_netem_options(bytes.fromhex(hexdump))
+    assert {k: got[k] for k in expected} == expected
+
+
+def test_applied_netem_compared_with_the_profile():
+    held = shaping.parse_netem_options(bytes.fromhex(KERNEL_DUMPS[0][0]))
+    # pareto-35ms as netem holds it through tc: 32 and 48 ns short, within one tick.
+    d = parse_profile("pareto-35ms").c2s
+    assert shaping.applied_problems(d, held) == []
+    # Anything further off is named: a delay tc cannot express, another rate, another limit.
+    assert shaping.applied_problems(parse_profile("pareto-35ms,rtt=35.2ms").c2s, held) == [
+        "latency_ns is 17499968, the profile asks for 17600000"
+    ]
+    problems = shaping.applied_problems(
+        parse_profile("rtt=35ms,jitter=8.75ms,dist=paretonormal,rate=100mbit").c2s, held
+    )
+    assert problems == [
+        "limit is 10000, the profile asks for 1000",
+        "rate_bytes_per_s is 125000000, the profile asks for 12500000",
+    ]
+    held2 = shaping.parse_netem_options(bytes.fromhex(KERNEL_DUMPS[1][0]))
+    d2 = parse_profile("rtt=20ms,jitter=2ms,corr=50%,loss=5%,loss_corr=25%,rate=100gbit").c2s
+    assert shaping.applied_problems(d2, held2) == []
+    assert shaping.applied_problems(d2, None) == ["no netem qdisc at the root of the interface"]
 
 
 def test_unknown_shaper():

@@ -51,6 +51,8 @@ class Algorithm:
     tls_registry: str | None = None  # "iana" or "oqs-provider" (private-use, pre-standard)
     wolfssl: str | None = None  # wolfSSL's name (document 004)
     wolfssl_code: int | None = None  # wolfSSL's code point (document 004; pre-standard)
+    wolfssl_oid: str | None = None  # wolfSSL's certificate OID where it differs from oid (004)
+    python: str | None = None  # the `cryptography` class family (the python harness backend)
 
     @property
     def backends(self) -> tuple[str, ...]:
@@ -119,6 +121,10 @@ def _check(alg: Algorithm) -> None:
     unknown = set(alg.sizes) - set(SIZE_FIELDS)
     if unknown:
         raise ValueError(f"{where} has unknown size fields {sorted(unknown)}")
+    if alg.wolfssl_oid is not None and (
+        not re.fullmatch(r"[0-2](\.\d+)+", alg.wolfssl_oid) or alg.wolfssl_oid == alg.oid
+    ):
+        raise ValueError(f"{where}: wolfssl_oid {alg.wolfssl_oid!r} is no OID or equals oid")
     for d in alg.documents:
         if d not in ("000", "001", "002", "003", "004"):
             raise ValueError(f"{where} names unknown document {d!r}")

@@ -21,7 +21,7 @@ from pqlab.experiment import Experiment, registry
 
 # `pqlab --help` order: the suite, the experiments (registry order), then the tools.
 TOOLS_FIRST = ["suite"]
-TOOLS = ["serve", "connect", "algorithms", "report", "compare", "doctor"]
+TOOLS = ["serve", "connect", "algorithms", "report", "export", "compare", "doctor"]
 
 
 class _Parser(argparse.ArgumentParser):

@@ -17,7 +17,7 @@ from pqlab import catalog, engine
 from pqlab.errors import EngineError, UserError
 
 DOCUMENTS = ("000", "001", "002", "003", "004")
-BACKEND_CHOICES = ("openssl", "liboqs", "any", "none")
+BACKEND_CHOICES = ("openssl", "liboqs", "python", "any", "none")
 
 
 def provided(info: dict) -> dict[str, set[str] | None]:
@@ -98,9 +98,10 @@ def register(sub) -> None:
     p.add_argument(
         "--backend",
         type=parse_backend,
-        metavar="{openssl,liboqs,any,none}",
-        help="only algorithms this build provides through openssl / liboqs / any "
-        "backend, or 'none' for catalogued algorithms without one",
+        metavar="{openssl,liboqs,python,any,none}",
+        help="only algorithms this build provides through openssl / liboqs / any engine "
+        "backend, 'none' for catalogued algorithms without one, or python for those the "
+        "python harness (the cryptography package) can time",
     )
     p.add_argument(
         "--document",
@@ -109,6 +110,15 @@ def register(sub) -> None:
         help="only algorithms that this source document uses",
     )
     p.add_argument("--family", help="only this family (e.g. ML-KEM, CROSS, UOV)")
+    p.add_argument(
+        "--names",
+        dest="show_names",
+        action="store_true",
+        help="show each algorithm's names and identifiers per library instead: OpenSSL, "
+        "the TLS name (OpenSSL or oqs-provider) and code point, liboqs, wolfSSL (name, "
+        "code point, certificate OID where it differs, as document 004 lists them), the "
+        "python harness's cryptography class, and the certificate OID",
+    )
     p.add_argument("--json", action="store_true", help="print JSON (every catalogue field)")
     p.set_defaults(func=run)
 
@@ -134,6 +144,8 @@ def select(args, have: dict[str, set[str] | None] | None) -> list[catalog.Algori
     if args.backend:
 
         def keep(a: catalog.Algorithm) -> bool:
+            if args.backend == "python":
+                return bool(a.python)  # the python harness (pqlab primitives only)
             avail = available_backends(a, have)
             if args.backend == "any":
                 return bool(avail)
@@ -188,7 +200,7 @@ def rows(algs: list[catalog.Algorithm], have: dict[str, set[str] | None] | None)
         tls = "-" if code is None else f"0x{code:04x}" + ("" if a.tls_registry == "iana" else "*")
         avail = available_backends(a, have)
         missing = [b for b in a.backends if b not in avail]
-        backends = ",".join(avail) or "-"
+        backends = ",".join(avail + (["python"] if a.python else [])) or "-"
         if missing:
             backends += f" (not built: {','.join(missing)})"
         out.append(
@@ -226,11 +238,83 @@ HEADER = [
 ]
 
 
-def format_table(table: list[list[str]]) -> str:
-    widths = [max(len(r[i]) for r in [HEADER, *table]) for i in range(len(HEADER))]
-    right = {3, 4, 5, 6, 7}
+NAMES_HEADER = [
+    "algorithm",
+    "openssl",
+    "tls name",
+    "tls code",
+    "liboqs",
+    "wolfssl",
+    "wolfssl code",
+    "oid",
+    "wolfssl oid",
+    "python",
+]
+
+
+def _tls_code(a: catalog.Algorithm) -> str:
+    code = a.tls_code
+    if code is None:
+        return "-"
+    return f"0x{code:04x}" + ("" if a.tls_registry == "iana" else "*")
+
+
+def _tls_name(a: catalog.Algorithm) -> str:
+    if not a.tls_name:
+        return "-"
+    return a.tls_name + (" (oqs-provider)" if a.tls_registry == "oqs-provider" else "")
+
+
+def _wolfssl_code(a: catalog.Algorithm) -> str:
+    if a.wolfssl_code is None:
+        return "-"
+    differs = a.tls_code is not None and a.tls_code != a.wolfssl_code
+    return f"{a.wolfssl_code} (0x{a.wolfssl_code:04x})" + (" !=" if differs else "")
+
+
+def name_rows(algs: list[catalog.Algorithm]) -> list[list[str]]:
+    """One row per algorithm: its name and identifiers in each library."""
+    out = []
+    for a in algs:
+        oid = a.oid or "-"
+        if a.key_oid:
+            oid += f" (key {a.key_oid})"
+        out.append(
+            [
+                a.name,
+                a.openssl or "-",
+                _tls_name(a),
+                _tls_code(a),
+                a.liboqs or "-",
+                a.wolfssl or "-",
+                _wolfssl_code(a),
+                oid,
+                a.wolfssl_oid or "-",
+                a.python or "-",
+            ]
+        )
+    return out
+
+
+NAMES_NOTE = (
+    "openssl: EVP name (EC, RSA, DH take a curve / size parameter). tls name / tls code: "
+    "the -groups / -sigalgs name and the TLS NamedGroup or SignatureScheme code point; * and "
+    "'(oqs-provider)': oqs-provider 0.10's private-use values, not IANA. wolfssl, wolfssl "
+    "code, wolfssl oid: as document 004 lists them (decimal, as there, and hex); '!=' marks "
+    "a wolfSSL code point that differs from the tls code; wolfssl oid is listed only where document "
+    "004's certificate OID differs from oid (Falcon, the SHAKE SPHINCS+ sets; its Dilithium "
+    "OIDs equal oid). oid: the certificate's signatureAlgorithm OID (signatures) or "
+    "the SubjectPublicKeyInfo OID (key exchange). python: the cryptography class family "
+    "the python harness uses (pqlab primitives --backend python)."
+)
+
+
+def format_table(table: list[list[str]], header: list[str] | None = None) -> str:
+    header = header or HEADER
+    widths = [max(len(r[i]) for r in [header, *table]) for i in range(len(header))]
+    right = {3, 4, 5, 6, 7} if header is HEADER else set()
     lines = []
-    for r in [HEADER, *table]:
+    for r in [header, *table]:
         cells = [
             c.rjust(w) if i in right else c.ljust(w)
             for i, (c, w) in enumerate(zip(r, widths, strict=True))
@@ -260,6 +344,12 @@ def run(args) -> int:
 def _print(args, algs: list[catalog.Algorithm], have: dict[str, set[str] | None] | None) -> None:
     if args.json:
         print(json.dumps([to_json(a, have) for a in algs], indent=2))
+    elif args.show_names:
+        if not algs:
+            print("no catalogued algorithm matches these filters")
+        else:
+            print(format_table(name_rows(algs), NAMES_HEADER))
+            print(f"\n{len(algs)} algorithms. {NAMES_NOTE}")
     else:
         if not algs:
             print("no catalogued algorithm matches these filters")

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pqlab import catalog, engine, metadata, stats, units
+from pqlab import catalog, metadata, stats, units
 from pqlab.errors import EngineError, UserError
 from pqlab.experiment import CompareSpec, Experiment, Option
 from pqlab.experiments import sizes as sizes_exp
@@ -41,6 +41,15 @@ CREATE TABLE IF NOT EXISTS primitive_runs (
     iterations INTEGER, warmup INTEGER, max_seconds DOUBLE, timed_runs INTEGER,
     kept INTEGER, warmup_runs INTEGER, budget_exhausted BOOLEAN, phase_seconds DOUBLE,
     checks_passed BIGINT, negative_checks JSON)
+"""
+# What each cell's measuring process cost the machine (document 000 says the load is
+# negligible): wall and CPU time (getrusage of the finished process), its peak resident set,
+# and for the python harness its own per-sample floor and library versions.
+RESOURCES_DDL = """
+CREATE TABLE IF NOT EXISTS primitive_resources (
+    algorithm TEXT, backend TEXT, program TEXT, wall_s DOUBLE, cpu_user_s DOUBLE,
+    cpu_sys_s DOUBLE, max_rss_kib BIGINT, samples BIGINT, timer_overhead_ns BIGINT,
+    harness JSON)
 """
 # A temporary table: derived at export time from the raw samples, never stored (exports read
 # the run read-only).
@@ -110,7 +119,7 @@ def governor_warnings() -> list[Warning_]:
 def skipped_warnings(skipped: list[str], backend: str) -> list[Warning_]:
     if not skipped:
         return []
-    where = "no backend of this build" if backend == "all" else f"backend {backend!r}"
+    where = "no backend of this build" if backend == "all" else f"--backend {backend}"
     return [
         Warning_(
             "not-measured",
@@ -131,6 +140,7 @@ def run_cells(
 ) -> None:
     store.ensure_table(SAMPLES_DDL)
     store.ensure_table(RUNS_DDL)
+    store.ensure_table(RESOURCES_DDL)
     store.ensure_table(sizes_exp.SIZES_DDL)
     done = store.cells_done(NAME)
     todo = [c for c in cells if c.cell_id not in done]
@@ -145,34 +155,80 @@ def run_cells(
             progress.advance()
 
 
+def _process(cell: Cell, args: list[str]):
+    """The measuring process of a cell: the engine, or the python harness (same protocol)."""
+    from pqlab.tls.runner import EngineProcess, Process
+
+    what = f"{'python harness' if cell.backend == 'python' else 'engine'} {args[0]}"
+    if cell.backend == "python":
+        from pqlab.experiments import primitives_python as pp
+
+        return Process(pp.command(args), what, env=pp.environment())
+    return EngineProcess(args, what)
+
+
+def _usage(proc, wall_s: float, peak_kib: int | None, samples: int, start_rec: dict) -> dict:
+    """What the finished process cost: wall, CPU (its rusage) and peak RSS (VmHWM, KiB)."""
+    from pqlab import procstat
+
+    user, system = procstat.cpu_seconds(proc)
+    harness = start_rec.get("harness")
+    return {
+        "program": "python -m pqlab.experiments.primitives_python" if harness else "pqlab-engine",
+        "wall_s": wall_s,
+        "cpu_user_s": user,
+        "cpu_sys_s": system,
+        "max_rss_kib": peak_kib,
+        "samples": samples,
+        "timer_overhead_ns": (harness or {}).get("timer_overhead_ns"),
+        "harness": json.dumps(harness) if harness else None,
+    }
+
+
 def _read_cell(cell: Cell, args: list[str], max_seconds: float | None):
-    """The engine's records for one cell: samples (columns), op_done records, the checks and
-    sizes records; EngineError naming the cell if anything is missing."""
+    """The measuring process's records for one cell: samples (columns), op_done records, the
+    checks and sizes records, and what the process cost; EngineError naming the cell if
+    anything is missing or a check failed."""
+    import time
+
+    from pqlab.procstat import PeakRss
+
     samples: dict[str, list] = {k: [] for k in ("operation", "i", "ns", "cycles", "dropped")}
     op_done, found = [], {}
     # Three timed phases, each bounded by --max-seconds (or a day without one), plus start-up.
     timeout = 3 * (max_seconds or 86_400) + 600
+    started = time.monotonic()
     try:
-        for rec in engine.stream(args, timeout=timeout):
-            t = rec["type"]
-            if t == "sample":
-                samples["operation"].append(rec["op"])
-                samples["i"].append(rec["index"])
-                samples["ns"].append(rec["ns"])
-                samples["cycles"].append(rec.get("cycles"))
-                samples["dropped"].append(bool(rec["dropped"]))
-            elif t == "op_done":
-                op_done.append(rec)
-            elif t in ("checks", "sizes"):
-                found[t] = rec
+        proc = _process(cell, args)
+        memory = PeakRss(proc.pid)
+        try:
+            for rec in proc.iter_records(timeout):
+                t = rec["type"]
+                if t == "sample":
+                    samples["operation"].append(rec["op"])
+                    samples["i"].append(rec["index"])
+                    samples["ns"].append(rec["ns"])
+                    samples["cycles"].append(rec.get("cycles"))
+                    samples["dropped"].append(bool(rec["dropped"]))
+                elif t == "op_done":
+                    op_done.append(rec)
+                elif t in ("checks", "sizes", "start"):
+                    found[t] = rec
+            peak = memory.stop()  # before the exit is reaped: the image is still there
+            proc.finish(10)
+            wall = time.monotonic() - started
+        finally:
+            memory.stop()
+            proc.stop()
     except EngineError as e:
         raise type(e)(f"{cell.algorithm.name} ({cell.backend}): {e}") from None
-    if len(found) < 2 or not op_done:
+    if "checks" not in found or "sizes" not in found or not op_done:
         raise EngineError(
-            f"{cell.algorithm.name} ({cell.backend}): the engine's output is "
+            f"{cell.algorithm.name} ({cell.backend}): the measuring process's output is "
             "incomplete (no checks/sizes record)"
         )
-    return samples, op_done, found["checks"], found["sizes"]
+    usage = _usage(proc, wall, peak, len(samples["i"]), found.get("start", {}))
+    return samples, op_done, found["checks"], found["sizes"], usage
 
 
 def _cell_warnings(cell: Cell, samples: dict, op_done: list[dict]) -> list[Warning_]:
@@ -196,7 +252,11 @@ def _cell_warnings(cell: Cell, samples: dict, op_done: list[dict]) -> list[Warni
             if o == op and not d
         ]
         if kept:
-            warnings += stats.noise_warnings(f"{name} ({backend}) {op}", stats.summarize(kept))
+            warnings += stats.noise_warnings(
+                f"{name} ({backend}) {op}",
+                stats.summarize(kept),
+                inherent=stats.inherent_variance(cell.algorithm.family, op),
+            )
     return warnings
 
 
@@ -206,7 +266,7 @@ def measure_cell(
     args = cell.engine_args() + ["--iterations", str(iterations), "--warmup", str(warmup)]
     if max_seconds:
         args += ["--max-seconds", f"{max_seconds:g}"]
-    samples, op_done, checks, size_rec = _read_cell(cell, args, max_seconds)
+    samples, op_done, checks, size_rec, usage = _read_cell(cell, args, max_seconds)
     n = len(samples["i"])
     name, backend = cell.algorithm.name, cell.backend
     warnings = _cell_warnings(cell, samples, op_done)
@@ -238,6 +298,7 @@ def measure_cell(
             ],
         )
         sizes_exp.store_sizes(store, NAME, cell, size_rec)
+        store.insert_rows("primitive_resources", [{"algorithm": name, "backend": backend, **usage}])
         store.add_warnings(NAME, cell.cell_id, warnings)
 
 
@@ -393,6 +454,9 @@ def export(store: RunStore) -> Section | None:
             "library do not carry over to the other.</p><ul>" + items + "</ul>"
         )
         section.table(ratio_csv, "Median time, OpenSSL / liboqs")
+    from pqlab.experiments import primitives_report
+
+    primitives_report.add_to(section, store, rows)
     for png, caption in figs.draw_all(store, rows, ratios):
         section.figure(png, caption)
     if "sizes" not in store.experiments():
@@ -474,7 +538,7 @@ class Primitives(Experiment):
         max_seconds = units.parse_duration(values.max_seconds, "--max-seconds")
         if max_seconds > MAX_SECONDS:
             raise UserError(f"--max-seconds {values.max_seconds!r}: at most 86400 (one day)")
-        cells, skipped = selection(values)
+        cells, skipped = selection(values, python_ok=True)
         return Plan(cells, skipped, values.backend, iterations, warmup, max_seconds or None)
 
     def measure(self, plan: Plan, store) -> None:
@@ -491,7 +555,23 @@ class Primitives(Experiment):
         return export(store)
 
     def resume_key(self, plan: Plan) -> dict:
-        return {"iterations": plan.iterations, "warmup": plan.warmup}
+        key = {"iterations": plan.iterations, "warmup": plan.warmup}
+        if any(c.backend == "python" for c in plan.cells):
+            # The python harness's library is not the engine's: a resume must use the same.
+            harness = _python_versions()
+            key["python_harness"] = {k: harness[k] for k in ("cryptography", "openssl")}
+        return key
+
+    def metadata(self, plan: Plan) -> dict:
+        if not any(c.backend == "python" for c in plan.cells):
+            return {}
+        return {"python_harness": _python_versions()}
+
+
+def _python_versions() -> dict:
+    from pqlab.experiments import primitives_python as pp
+
+    return pp.versions()
 
 
 EXPERIMENT = Primitives()

@@ -42,8 +42,14 @@ class Cell:
         return "sig" if self.algorithm.kind == "sig" else "kem"
 
     def engine_args(self) -> list[str]:
-        """The engine's arguments for this cell, from the catalogue entry."""
+        """The engine's arguments for this cell, from the catalogue entry (for the python
+        harness the same arguments: it speaks the engine's protocol)."""
         alg = self.algorithm
+        if self.backend == "python":
+            args = [self.subcommand, "--backend", "python", "--alg", alg.python]
+            for k, v in sorted((alg.params or {}).items()):
+                args += ["--param", f"{k}={_param_str(v)}"]
+            return args
         name = alg.backend_name(self.backend)
         args = [self.subcommand, "--backend", self.backend]
         if self.backend == "liboqs":
@@ -77,16 +83,88 @@ def _resolve(names: list[str], kind: str) -> list[Algorithm]:
     return catalog.resolve_list(names, kind)
 
 
+ENGINE_BACKENDS = catalog.BACKENDS  # the engine's: openssl, liboqs
+BACKEND_CHOICES = (*ENGINE_BACKENDS, "python")
+
+
+def parse_backends(text: str, python_ok: bool = True) -> tuple[str, ...]:
+    """--backend: one name, a comma-separated list, or "all" (every engine backend; the
+    python harness measures the interpreter too, so it runs only when named)."""
+    names = [n.strip().lower() for n in (text or "").split(",")]
+    if names == ["all"]:
+        return ENGINE_BACKENDS
+    if not all(names) or any(n not in BACKEND_CHOICES for n in names):
+        raise UserError(
+            f"--backend {text!r} is not one of {', '.join(BACKEND_CHOICES)}, all, or a "
+            "comma-separated list of them (e.g. python,openssl,liboqs)"
+        )
+    if "python" in names and not python_ok:
+        raise UserError(
+            f"--backend {text!r}: the python harness only times operations (pqlab "
+            "primitives); sizes come from the engine's encoders: use openssl or liboqs"
+        )
+    return tuple(dict.fromkeys(names))
+
+
+def provided_by(alg: Algorithm) -> tuple[str, ...]:
+    """The backends the catalogue says provide `alg`: the engine's, then the python harness
+    where the `cryptography` package has it (the catalogue's `python` field)."""
+    return (*alg.backends, *(("python",) if alg.python else ()))
+
+
+def _not_provided(alg: Algorithm, chosen: tuple[str, ...]) -> UserError:
+    provided = provided_by(alg)
+    asked = f"backend {chosen[0]!r}" if len(chosen) == 1 else f"any of {', '.join(chosen)}"
+    hint = " (use --backend all)" if set(provided) & set(ENGINE_BACKENDS) else ""
+    if "python" in provided and not set(provided) & set(chosen):
+        hint = f" (use --backend {','.join(provided)})"
+    return UserError(
+        f"{alg.name} is not provided by {asked}; it is provided by "
+        f"{', '.join(provided) or 'no backend of this build'}{hint}"
+    )
+
+
+def _python_unavailable(cells: list[Cell]) -> dict[str, str]:
+    """Cells of the python harness whose algorithm this `cryptography` cannot run: why."""
+    from pqlab.experiments import primitives_python as pp
+
+    out = {}
+    for c in cells:
+        if c.backend == "python":
+            why = pp.available(c.algorithm.kind, c.algorithm.python, c.algorithm.params or {})
+            if why:
+                out[c.cell_id] = why
+    return out
+
+
 def select_cells(
-    kem_names: list[str], sig_names: list[str], backend: str
+    kem_names: list[str], sig_names: list[str], backend: str, python_ok: bool = True
 ) -> tuple[list[Cell], list[str]]:
     """Resolve names (or the document-000 default set) to cells; every error before any work.
 
-    Explicitly named algorithms must be provided by the chosen backend; the default set is
-    filtered to what the backend provides; the names left out are returned with the cells.
+    Explicitly named algorithms must be provided by one of the chosen backends (cells are
+    made for each chosen backend that provides them); the default set is filtered to what
+    the backends provide; the names left out are returned with the cells.
     """
-    if backend not in ("openssl", "liboqs", "all"):
-        raise UserError(f"--backend {backend!r} is not one of openssl, liboqs, all")
+    chosen = parse_backends(backend, python_ok)
+    cells, skipped, explicit = _cells(kem_names, sig_names, chosen)
+    bad = _python_unavailable(cells)
+    if bad and explicit:
+        cid, why = next(iter(bad.items()))
+        raise UserError(f"{cid.split('|')[0]} cannot run in the python harness here: {why}")
+    for cid in bad:
+        skipped.append(f"{cid.split('|')[0]} (python)")
+    cells = [c for c in cells if c.cell_id not in bad]
+    if not cells:
+        raise UserError(f"no algorithm of the default set is provided by backend {backend!r}")
+    return cells, skipped
+
+
+def _cells(
+    kem_names: list[str], sig_names: list[str], chosen: tuple[str, ...]
+) -> tuple[list[Cell], list[str], bool]:
+    """Cells for the chosen backends, the default-set names left out, and whether the
+    names were explicit (errors) rather than a set to filter (the default set, "all")."""
     explicit = bool(kem_names or sig_names)
     if explicit:
         algs = _resolve(kem_names, "kem") + _resolve(sig_names, "sig")
@@ -103,26 +181,17 @@ def select_cells(
             )
     cells, skipped = [], []
     for alg in algs:
-        provided = alg.backends
-        if backend == "all":
-            if not provided:
-                if explicit:
-                    raise UserError(f"{alg.name} is not provided by any backend of this build")
-                skipped.append(alg.name)
-                continue
-            cells += [Cell(alg, b) for b in provided]
-        elif backend in provided:
-            cells.append(Cell(alg, backend))
+        provided = provided_by(alg)
+        mine = [b for b in chosen if b in provided]
+        if mine:
+            cells += [Cell(alg, b) for b in mine]
         elif explicit:
-            raise UserError(
-                f"{alg.name} is not provided by backend {backend!r}; it is provided by "
-                f"{', '.join(provided) or 'no backend of this build'} (use --backend all)"
-            )
+            if chosen == ENGINE_BACKENDS and not alg.backends:
+                raise UserError(f"{alg.name} is not provided by any backend of this build")
+            raise _not_provided(alg, chosen)
         else:
             skipped.append(alg.name)
-    if not cells:
-        raise UserError(f"no algorithm of the default set is provided by backend {backend!r}")
-    return cells, skipped
+    return cells, skipped, explicit
 
 
 SELECTION_OPTIONS = (
@@ -138,9 +207,11 @@ SELECTION_OPTIONS = (
     ),
     Option(
         "backend",
-        "library to measure: openssl, liboqs or all (every backend that provides each algorithm)",
+        "library to measure: openssl, liboqs, python (document 000's harness: Python timing "
+        "the `cryptography` package; primitives only), a comma-separated list of them, or "
+        "all (every engine backend that provides each algorithm; python only when named)",
         default="all",
-        metavar="openssl|liboqs|all",
+        metavar="openssl|liboqs|python|LIST|all",
     ),
 )
 
@@ -150,15 +221,20 @@ def names_option(text: str | None, option: str) -> list[str]:
     return units.parse_list(text, option, example="ML-KEM-768,X25519")
 
 
-def selection(values) -> tuple[list[Cell], list[str]]:
+def selection(values, python_ok: bool = False) -> tuple[list[Cell], list[str]]:
     """The (algorithm, backend) cells the selection options name, and the default-set names
-    no backend of this build provides (reported, not measured)."""
+    no backend of this build provides (reported, not measured). `python_ok`: the caller can
+    run the python harness (primitives; not sizes)."""
     cells, skipped = select_cells(
-        names_option(values.kem, "--kem"), names_option(values.sig, "--sig"), values.backend
+        names_option(values.kem, "--kem"),
+        names_option(values.sig, "--sig"),
+        values.backend,
+        python_ok,
     )
     if skipped:
         print(
-            f"note: not measured (no backend of this build provides them): {', '.join(skipped)}",
+            "note: not measured (the chosen backends of this build do not provide them): "
+            + ", ".join(skipped),
             file=sys.stderr,
         )
     return cells, skipped

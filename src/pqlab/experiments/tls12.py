@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pqlab import catalog, figures, stats, units
 from pqlab.errors import CheckError, EngineError, UserError
 from pqlab.experiment import CompareSpec, Experiment, Option
+from pqlab.experiments import hosts as remote_hosts
 from pqlab.progress import CellProgress
 from pqlab.report import Section, template
 from pqlab.tls import runner
@@ -107,6 +108,16 @@ class Plan:
     server_cpu: float | None
     profile: object | None  # pqlab.net.profiles.LinkProfile
     shaper: str
+    remote: object | None = None  # pqlab.net.remote.RemotePlan: the host pairs
+
+    @property
+    def pairs(self) -> list:
+        return list(self.remote.pairs) if self.remote is not None else [None]
+
+    def cell_id(self, spec: CellSpec, pair) -> str:
+        """The cell's id; with several host pairs, once per pair."""
+        several = pair is not None and len(self.pairs) > 1
+        return spec.cell_id + (f"@{pair.label}" if several else "")
 
     def cells(self) -> list[CellSpec]:
         out = []
@@ -167,9 +178,13 @@ def _chains(store, plan: Plan) -> dict[str, Chain]:
     return {cert: make_chain(store.path / "certs", CERTS[cert], CERTS[cert]) for cert in plan.certs}
 
 
-def _hosts(plan: Plan):
+def _hosts(plan: Plan, pair):
     from pqlab.net.shaping import build_hosts
 
+    if pair is not None:
+        config = plan.remote.config
+        hosts = build_hosts(None, plan.shaper, None, pair, config)
+        return hosts, hosts.link.choice
     hosts = build_hosts(plan.profile, plan.shaper)
     link = getattr(hosts.link, "choice", None) if plan.profile else "veth (no shaping)"
     return hosts, link or type(hosts.link).__name__
@@ -178,45 +193,59 @@ def _hosts(plan: Plan):
 def measure(store, plan: Plan) -> None:
     for ddl in DDL:
         store.ensure_table(ddl)
+    for table in ("tls12_handshakes", "tls12_cells"):  # the host pair a row ran on
+        store.con.execute(f"ALTER TABLE {table} ADD COLUMN IF NOT EXISTS host_pair TEXT")
     done = store.cells_done(NAME)
-    cells = [c for c in plan.cells() if c.cell_id not in done]
-    if not cells:
+    todo = [(p, c) for p in plan.pairs for c in plan.cells() if plan.cell_id(c, p) not in done]
+    if not todo:
         return
     chains = _chains(store, plan)
-    profile_name = getattr(plan.profile, "name", None) or "none"
     quota_cm = contextlib.nullcontext(None)
     if plan.server_cpu is not None:
         from pqlab.cpuquota import CpuQuota
 
         quota_cm = CpuQuota(plan.server_cpu)
-    hosts, link_desc = _hosts(plan)
-    with quota_cm as quota, CellProgress("tls12", len(cells)) as progress, hosts:
+    with quota_cm as quota, CellProgress("tls12", len(todo)) as progress:
+        for pair in plan.pairs:
+            cells = [c for p, c in todo if p is pair]
+            if cells:
+                _measure_pair(store, plan, pair, cells, chains, quota, progress)
+
+
+def _measure_pair(store, plan: Plan, pair, cells, chains, quota, progress) -> None:
+    profile_name = getattr(plan.profile, "name", None) or "none"
+    label = pair.label if pair is not None else None
+    if pair is not None:
+        profile_name = f"network:{label}"
+    hosts, link_desc = _hosts(plan, pair)
+    with hosts:
+        if pair is not None:
+            hosts.record(store)
         for spec in cells:
             progress.start(f"TLS {spec.version} {spec.kex.label} {spec.cert}")
+            cid = plan.cell_id(spec, pair)
             if spec.suite is None:
-                with store.cell(NAME, spec.cell_id, {"note": spec.note}):
-                    store.insert_rows(
-                        "tls12_cells",
-                        [_cell_row(spec, plan, 0, quota, None, profile_name, link_desc, None)],
-                    )
+                with store.cell(NAME, cid, {"note": spec.note}):
+                    row = _cell_row(spec, plan, 0, quota, None, profile_name, link_desc, None)
+                    store.insert_rows("tls12_cells", [{**row, "cell_id": cid, "host_pair": label}])
                 progress.advance()
                 continue
             rows, used_ms, level = _run_cell(hosts, spec, plan, chains[spec.cert], quota)
             params = {"version": spec.version, "kex": spec.kex.label, "cert": spec.cert}
-            with store.cell(NAME, spec.cell_id, {**params, "n": plan.n}):
-                store.insert_rows("tls12_handshakes", rows)
+            if label is not None:
+                params["host_pair"] = label
+            with store.cell(NAME, cid, {**params, "n": plan.n}):
                 store.insert_rows(
-                    "tls12_cells",
-                    [
-                        _cell_row(
-                            spec, plan, len(rows), quota, used_ms, profile_name, link_desc, level
-                        )
-                    ],
+                    "tls12_handshakes", [{**r, "cell_id": cid, "host_pair": label} for r in rows]
                 )
+                row = _cell_row(
+                    spec, plan, len(rows), quota, used_ms, profile_name, link_desc, level
+                )
+                store.insert_rows("tls12_cells", [{**row, "cell_id": cid, "host_pair": label}])
                 summary = stats.summarize([r["connect_to_handshake_ns"] for r in rows])
                 store.add_warnings(
                     NAME,
-                    spec.cell_id,
+                    cid,
                     stats.noise_warnings(
                         f"TLS {spec.version} {spec.kex.label} {spec.cert}", summary
                     ),
@@ -256,7 +285,10 @@ def _run_cell(hosts, spec: CellSpec, plan: Plan, chain: Chain, quota):
         dh_bits=dh_bits,
     )
     preexec = quota.join if quota is not None else None
-    with runner.start_server(server_spec, hosts, preexec_fn=preexec) as server:
+    limit = 600 + plan.n * 30
+    with runner.start_server(
+        server_spec, hosts, preexec_fn=preexec, lifetime=limit + 120
+    ) as server:
         client_spec = runner.ClientSpec(
             tls=client_tls,
             connect=f"{hosts.server_ip}:{server.listening['port']}",
@@ -264,13 +296,14 @@ def _run_cell(hosts, spec: CellSpec, plan: Plan, chain: Chain, quota):
             servername="server.pqlab.test",
             n=plan.n,
             warmup=plan.warmup,
-            time_limit=600 + plan.n * 30,
+            time_limit=limit,
             expected=Expected(spec.version, group=expected.group),
         )
-        records = runner.run_client(client_spec, hosts, timeout=600 + plan.n * 30)
+        records = runner.run_client(client_spec, hosts, timeout=limit)
         server_recs = [r for r in server.finish(60) if r["type"] != "listening"]
         # The server's own CPU time (user + system) for the whole cell, start-up included.
-        used = server.cpu_seconds() * 1000.0
+        cpu = server.cpu_seconds()  # a remote server's: `times`, in clock ticks (10 ms)
+        used = cpu * 1000.0 if cpu is not None else None
     bad = [r for r in server_recs if r["type"] != "connection"]
     if bad:
         raise EngineError(f"{spec.cell_id}: server reported {bad[0].get('message', bad[0])}")
@@ -356,10 +389,10 @@ def _summary_rows(store) -> list[dict]:
             "median(bytes_received) AS server_bytes FROM tls12_handshakes GROUP BY cell_id"
         )
     }
-    base = None
+    bases = {}  # per host pair (None: this machine): the TLS 1.2 RSA / RSA-2048 cell
     for c in cells:
         if c["version"] == "1.2" and c["kex"] == "RSA" and c["cert"] == "RSA-2048" and c["n"]:
-            base = stats.summarize([s["ns"] for s in samples[c["cell_id"]]])
+            bases[c.get("host_pair")] = stats.summarize([s["ns"] for s in samples[c["cell_id"]]])
     order = {("1.2", k.label): i for i, k in enumerate(KEX12)}
     order.update({("1.3", k.label): 100 + i for i, k in enumerate(KEX13)})
     rows = []
@@ -368,6 +401,7 @@ def _summary_rows(store) -> list[dict]:
         key=lambda c: (order.get((c["version"], c["kex"]), 999), list(CERTS).index(c["cert"])),
     ):
         row = {"version": c["version"], "kex": c["kex"], "cert": c["cert"], "n": c["n"]}
+        base = bases.get(c.get("host_pair"))
         s = samples.get(c["cell_id"])
         if s:
             summ = stats.summarize([x["ns"] / 1e6 for x in s])
@@ -544,6 +578,7 @@ OPTIONS = (
         default="auto",
         choices=("auto", "netem", "userspace"),
     ),
+    *remote_hosts.OPTIONS,
 )
 
 
@@ -599,6 +634,15 @@ def plan_from_values(values) -> Plan:
             "no cells: the chosen --kex do not exist in the chosen --versions "
             "(RSA and DHE are TLS 1.2 only, FFDHE TLS 1.3 only)"
         )
+    remote_hosts.refuse_profile_values(values, "tls12")
+    if plan.server_cpu is not None and (
+        getattr(values, "server_host", None) or getattr(values, "inventory", None)
+    ):
+        raise UserError(
+            "--server-cpu limits the server with a cgroup on this machine; it cannot limit a "
+            "server on a remote host"
+        )
+    plan.remote = remote_hosts.plan(values, needs_capture=False, what="tls12")
     return plan
 
 
@@ -638,6 +682,7 @@ class Tls12(Experiment):
             "warmup": plan.warmup,
             "server_cpu": plan.server_cpu,
             "profile": getattr(plan.profile, "spec", None) or None,
+            "host_pairs": plan.remote.labels() if plan.remote is not None else None,
         }
 
     def metadata(self, plan: Plan) -> dict:
@@ -650,7 +695,8 @@ class Tls12(Experiment):
                 "warmup": plan.warmup,
                 "server_cpu": plan.server_cpu,
                 "profile": getattr(plan.profile, "spec", None) or None,
-            }
+            },
+            "remote": plan.remote.describe() if plan.remote is not None else None,
         }
 
 

@@ -19,6 +19,27 @@ from pathlib import Path
 
 _HDR = struct.Struct("!QQ")  # sequence number, send time (CLOCK_REALTIME ns)
 SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)
+SO_SNDBUFFORCE = getattr(socket, "SO_SNDBUFFORCE", 32)
+SO_RCVBUFFORCE = getattr(socket, "SO_RCVBUFFORCE", 33)
+UDP_BUFFER = 1 << 22
+
+
+def set_buffer(s: socket.socket, receive: bool, size: int = UDP_BUFFER) -> int:
+    """Give a probe socket a `size`-byte buffer and return what the kernel granted.
+
+    Plain SO_RCVBUF / SO_SNDBUF are capped at net.core.rmem_max / wmem_max (212992 bytes on
+    a stock kernel): a probe sink that falls a few hundred packets behind would then drop
+    probes in its own socket (RcvbufErrors) and count them as link loss. The probes run as
+    root in the lab's namespaces, so the FORCE variants (CAP_NET_ADMIN) bypass the cap;
+    without the capability the plain option still applies up to the cap."""
+    force, plain = (
+        (SO_RCVBUFFORCE, socket.SO_RCVBUF) if receive else (SO_SNDBUFFORCE, socket.SO_SNDBUF)
+    )
+    try:
+        s.setsockopt(socket.SOL_SOCKET, force, size)
+    except PermissionError:
+        s.setsockopt(socket.SOL_SOCKET, plain, size)
+    return s.getsockopt(socket.SOL_SOCKET, plain)
 
 
 def argv(cmd: str, *args) -> list[str]:
@@ -53,7 +74,7 @@ def tcp_info(sock: socket.socket) -> dict:
 
 def udp_send(a) -> dict:
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 22)
+    buffer = set_buffer(s, receive=False)
     pad = b"\0" * max(0, a.size - _HDR.size)
     start = time.monotonic_ns()
     interval = a.interval_us * 1000
@@ -68,12 +89,12 @@ def udp_send(a) -> dict:
                 time.sleep((left - 200_000) / 1e9)
         s.sendto(_HDR.pack(seq, time.time_ns()) + pad, _addr(a.to))
         sent += 1
-    return {"sent": sent, "size": max(a.size, _HDR.size)}
+    return {"sent": sent, "size": max(a.size, _HDR.size), "sndbuf": buffer}
 
 
 def udp_sink(a) -> dict:
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 22)
+    buffer = set_buffer(s, receive=True)
     # The kernel stamps each datagram on arrival (CLOCK_REALTIME, shared by all namespaces),
     # so the receiver's own wake-up latency stays out of the one-way delay.
     s.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
@@ -98,7 +119,7 @@ def udp_sink(a) -> dict:
         first = False
         seq, sent = _HDR.unpack_from(data)
         got.append((seq, sent, t))
-    return {"received": got}
+    return {"received": got, "rcvbuf": buffer}
 
 
 def tcp_accept(a) -> dict:

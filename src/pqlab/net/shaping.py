@@ -23,10 +23,13 @@ import json
 import os
 import shutil
 import signal
+import socket
+import struct
 import subprocess
+import threading
 
 from pqlab.errors import EngineError, UserError
-from pqlab.net.profiles import LinkProfile
+from pqlab.net.profiles import Direction, LinkProfile
 from pqlab.net.topology import SIDES, Link, TopologyError, VethLink
 
 SHAPERS = ("auto", "netem", "userspace")
@@ -91,6 +94,194 @@ def netem_available() -> tuple[bool, str]:
     )
 
 
+# --- netem as the kernel holds it (rtnetlink) -------------------------------------------
+# `tc -j qdisc show` is not exact: iproute2 6.1 prints delays from the legacy tick field with
+# six decimals, so the kernel's own values are read with an RTM_GETQDISC dump.
+_NLMSG = struct.Struct("=IHHII")  # len, type, flags, seq, pid
+_TCMSG = struct.Struct("=BxxxiIII")  # family, ifindex, handle, parent, info
+_NETEM_QOPT = struct.Struct("=6I")  # latency (ticks), limit, loss, gap, duplicate, jitter
+RTM_GETQDISC = 38
+TCA_KIND, TCA_OPTIONS, TCA_STATS2 = 1, 2, 7
+TCA_STATS_BASIC, TCA_STATS_QUEUE, TCA_STATS_PKT64 = 1, 3, 8
+TCA_NETEM_CORR, TCA_NETEM_RATE, TCA_NETEM_RATE64 = 1, 6, 8
+TCA_NETEM_LATENCY64, TCA_NETEM_JITTER64 = 10, 11
+# The kernel's psched tick. iproute2 up to at least 6.1 passes delay and jitter to the kernel
+# in these ticks after truncating them to whole microseconds (17.5 ms arrives as
+# 17.499968 ms, 0.5 us as 0): values within one tick of the profile are what tc can do.
+NETEM_TICK_NS = 64
+U32 = 0xFFFFFFFF
+
+
+def _rtattrs(buf: bytes) -> dict[int, bytes]:
+    out, i = {}, 0
+    while i + 4 <= len(buf):
+        length, kind = struct.unpack_from("=HH", buf, i)
+        if length < 4:
+            break
+        out[kind & 0x3FFF] = buf[i + 4 : i + length]
+        i += (length + 3) & ~3
+    return out
+
+
+def parse_netem_options(opt: bytes) -> dict:
+    """The kernel's netem settings from a TCA_OPTIONS attribute (struct tc_netem_qopt and
+    the nested attributes after it), in exact units: ns, bytes per second, u32 fractions."""
+    latency_ticks, limit, loss, gap, duplicate, jitter_ticks = _NETEM_QOPT.unpack_from(opt)
+    nested = _rtattrs(opt[_NETEM_QOPT.size :])
+    out = {
+        "limit": limit,
+        "latency_ns": latency_ticks * NETEM_TICK_NS,
+        "jitter_ns": jitter_ticks * NETEM_TICK_NS,
+        "loss_u32": loss,
+        "delay_corr_u32": 0,
+        "loss_corr_u32": 0,
+        "rate_bytes_per_s": 0,
+        "packet_overhead": 0,
+        "gap": gap,
+        "duplicate_u32": duplicate,
+    }
+    if TCA_NETEM_LATENCY64 in nested:
+        out["latency_ns"] = struct.unpack("=q", nested[TCA_NETEM_LATENCY64][:8])[0]
+    if TCA_NETEM_JITTER64 in nested:
+        out["jitter_ns"] = struct.unpack("=q", nested[TCA_NETEM_JITTER64][:8])[0]
+    if TCA_NETEM_CORR in nested:
+        out["delay_corr_u32"], out["loss_corr_u32"], _ = struct.unpack_from(
+            "=3I", nested[TCA_NETEM_CORR]
+        )
+    if TCA_NETEM_RATE in nested:
+        rate, overhead = struct.unpack_from("=Ii", nested[TCA_NETEM_RATE])
+        out["rate_bytes_per_s"], out["packet_overhead"] = rate, overhead
+    if TCA_NETEM_RATE64 in nested:
+        out["rate_bytes_per_s"] = max(
+            out["rate_bytes_per_s"], struct.unpack("=Q", nested[TCA_NETEM_RATE64][:8])[0]
+        )
+    return out
+
+
+def parse_qdisc_stats(stats2: bytes) -> dict:
+    """A qdisc's counters from its TCA_STATS2 attribute (gnet_stats_basic, _queue)."""
+    nested = _rtattrs(stats2)
+    out = {"sent_bytes": 0, "sent_packets": 0}
+    if TCA_STATS_BASIC in nested:
+        out["sent_bytes"], out["sent_packets"] = struct.unpack_from("=QI", nested[TCA_STATS_BASIC])
+    if TCA_STATS_PKT64 in nested:  # the packet count without the 32-bit wrap (kernel 5.13+)
+        out["sent_packets"] = struct.unpack_from("=Q", nested[TCA_STATS_PKT64])[0]
+    if TCA_STATS_QUEUE in nested:
+        qlen, backlog, drops, requeues, overlimits = struct.unpack_from(
+            "=5I", nested[TCA_STATS_QUEUE]
+        )
+        out.update(
+            drops=drops,
+            overlimits=overlimits,
+            requeues=requeues,
+            backlog_bytes=backlog,
+            queued_packets=qlen,
+        )
+    return out
+
+
+def read_netem(ifname: str) -> dict | None:
+    """The root netem qdisc of `ifname` in this process's network namespace, as the kernel
+    holds it (`parse_netem_options`, plus its counters under 'stats'), or None if its root
+    qdisc is not netem."""
+    ifindex = socket.if_nametoindex(ifname)
+    with socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 0) as s:  # NETLINK_ROUTE
+        s.settimeout(5)
+        s.bind((0, 0))
+        body = _TCMSG.pack(socket.AF_UNSPEC, ifindex, 0, 0, 0)
+        flags = 0x1 | 0x300  # NLM_F_REQUEST | NLM_F_DUMP
+        s.send(_NLMSG.pack(_NLMSG.size + len(body), RTM_GETQDISC, flags, 1, 0) + body)
+        found = None
+        while True:
+            data, i = s.recv(1 << 16), 0
+            while i + _NLMSG.size <= len(data):
+                length, kind = _NLMSG.unpack_from(data, i)[:2]
+                if kind == 3:  # NLMSG_DONE
+                    return found
+                if kind == 2:  # NLMSG_ERROR
+                    raise OSError(f"RTM_GETQDISC failed on {ifname}")
+                _, index, _, parent, _ = _TCMSG.unpack_from(data, i + _NLMSG.size)
+                attrs = _rtattrs(data[i + _NLMSG.size + _TCMSG.size : i + length])
+                if (
+                    index == ifindex
+                    and parent == U32  # TC_H_ROOT
+                    and attrs.get(TCA_KIND, b"").rstrip(b"\0") == b"netem"
+                ):
+                    found = parse_netem_options(attrs[TCA_OPTIONS])
+                    found["stats"] = parse_qdisc_stats(attrs.get(TCA_STATS2, b""))
+                i += (length + 3) & ~3
+
+
+CLONE_NEWNET = 0x40000000
+
+
+def _setns(fd: int) -> None:
+    if hasattr(os, "setns"):  # Python 3.12
+        os.setns(fd, CLONE_NEWNET)
+        return
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.setns(fd, CLONE_NEWNET) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"setns: {os.strerror(err)}")
+
+
+def read_netem_in(netns: str, ifname: str) -> dict | None:
+    """`read_netem(ifname)` inside the named network namespace (/run/netns/NAME), without
+    starting a process: a short-lived thread joins the namespace (setns affects only the
+    calling thread) and asks there."""
+    result: dict = {}
+
+    def ask() -> None:
+        try:
+            fd = os.open(f"/run/netns/{netns}", os.O_RDONLY | os.O_CLOEXEC)
+            try:
+                _setns(fd)
+            finally:
+                os.close(fd)
+            result["held"] = read_netem(ifname)
+        except OSError as e:
+            result["error"] = e
+
+    thread = threading.Thread(target=ask, name=f"netem-readback-{netns}", daemon=True)
+    thread.start()
+    thread.join(30)
+    if thread.is_alive():
+        raise OSError(f"reading netem back in {netns} did not finish in 30 s")
+    if "error" in result:
+        raise result["error"]
+    return result["held"]
+
+
+def _fraction_u32(pct: float) -> int:
+    """A percentage as netem's u32 fraction, rounded as tc rounds it."""
+    return round(pct / 100 * U32)
+
+
+def applied_problems(direction: Direction, held: dict | None) -> list[str]:
+    """How the kernel's netem (`read_netem`) differs from `direction`; [] if it is the
+    profile within tc's resolution (delays: one tick; fractions: one part in 2^32)."""
+    if held is None:
+        return ["no netem qdisc at the root of the interface"]
+    want = {
+        "limit": (direction.limit, 0),
+        "latency_ns": (round(direction.delay_s * 1e9), NETEM_TICK_NS),
+        "jitter_ns": (round(direction.jitter_s * 1e9), NETEM_TICK_NS),
+        "loss_u32": (_fraction_u32(direction.loss_pct), 1),
+        "loss_corr_u32": (_fraction_u32(direction.loss_corr_pct), 1),
+        "rate_bytes_per_s": (round(direction.rate_bps or 0) // 8, 0),
+        "packet_overhead": (0, 0),
+    }
+    if direction.jitter_s:
+        want["delay_corr_u32"] = (_fraction_u32(direction.delay_corr_pct), 1)
+    return [
+        f"{key} is {held[key]}, the profile asks for {value}"
+        for key, (value, slack) in want.items()
+        if abs(held[key] - value) > slack
+    ]
+
+
 class NetemLink(VethLink):
     """A veth pair with netem (own rate) on both ends' egress."""
 
@@ -99,9 +290,13 @@ class NetemLink(VethLink):
     def __init__(self, profile: LinkProfile):
         self.profile = profile
         self.commands: list[list[str]] = []
+        self.applied: dict[str, dict] = {}  # per direction, as the kernel holds it
+        self.stats: dict[str, dict] = {}  # per direction, netem's counters at teardown
 
     def qdisc_commands(self, topo) -> list[list[str]]:
-        """The tc commands, per side: each end's egress carries one direction."""
+        """The tc commands, per side: each end's egress carries one direction. `add`, not
+        `replace`: replacing an existing netem keeps every setting the new command leaves
+        out (its rate, its correlations), so a fresh interface must get a fresh qdisc."""
         out = []
         for side, direction in (("client", self.profile.c2s), ("server", self.profile.s2c)):
             out.append(
@@ -110,7 +305,7 @@ class NetemLink(VethLink):
                     [
                         "tc",
                         "qdisc",
-                        "replace",
+                        "add",
                         "dev",
                         topo.ifname(side),
                         "root",
@@ -131,24 +326,54 @@ class NetemLink(VethLink):
             proc = _run(argv)
             if proc.returncode != 0:
                 raise TopologyError(f"'{' '.join(argv)}' failed: {proc.stderr.strip()}")
+        self.check_applied(topo)
 
-    def stats(self, topo) -> dict:
-        """netem's own counters (sent, dropped, backlog) per side."""
-        out = {}
-        for side in SIDES:
-            proc = _run(
-                topo.exec_argv(side, ["tc", "-s", "-j", "qdisc", "show", "dev", topo.ifname(side)])
-            )
-            with contextlib.suppress(ValueError):
-                out[side] = json.loads(proc.stdout or "[]")
-        return out
+    def check_applied(self, topo) -> None:
+        """Read each end's netem back from the kernel and refuse a link that is not the
+        profile (tc rounds delays to whole microseconds and 64-ns ticks, silently)."""
+        for side, name, direction in (
+            ("client", "c2s", self.profile.c2s),
+            ("server", "s2c", self.profile.s2c),
+        ):
+            try:
+                held = read_netem_in(topo.ns(side), topo.ifname(side))
+            except OSError as e:
+                raise TopologyError(f"cannot read netem back on {topo.ifname(side)}: {e}") from None
+            problems = applied_problems(direction, held)
+            if problems:
+                raise TopologyError(
+                    f"netem on {topo.ifname(side)} ({name}) is not the profile "
+                    f"{self.profile.name!r}: {'; '.join(problems)}. tc passes delays in "
+                    "whole microseconds (then 64-ns ticks): give one-way delays and jitter "
+                    "in whole microseconds (an rtt in an even number of them), or use "
+                    "--shaper userspace"
+                )
+            self.applied[name] = {k: v for k, v in held.items() if k != "stats"}
+
+    def teardown(self, topo) -> None:
+        """netem's counters per direction, read before the namespaces go."""
+        for side, name in (("client", "c2s"), ("server", "s2c")):
+            with contextlib.suppress(OSError):
+                held = read_netem_in(topo.ns(side), topo.ifname(side))
+                if held is not None:
+                    self.stats[name] = held["stats"]
+
+    def direction_stats(self) -> dict[str, dict]:
+        """netem's counters per direction ('c2s', 's2c') after teardown: packets and bytes
+        sent (bytes include the 14-byte Ethernet header), drops (random loss and the queue
+        limit together: netem counts both as drops)."""
+        return dict(self.stats)
 
     def describe(self) -> dict:
-        return {
+        d = {
             "kind": self.kind,
             "profile": self.profile.describe(),
             "tc": [" ".join(c) for c in self.commands],
+            "applied": self.applied,
         }
+        if self.stats:
+            d["stats"] = self.direction_stats()
+        return d
 
 
 class UserspaceLink(Link):
@@ -289,12 +514,27 @@ def make_link(profile: LinkProfile, shaper: str = "auto", seed: int = 1) -> Link
     return link
 
 
-def build_hosts(profile: LinkProfile | None, shaper: str = "auto", tcp=None):
+def build_hosts(
+    profile: LinkProfile | None,
+    shaper: str = "auto",
+    tcp=None,
+    pair=None,
+    ssh_config: tuple[str, ...] = (),
+):
     """The one topology builder: two hosts joined by a bare veth link (no profile; `tcp`
     settings or the defaults) or by the shaped link of `profile` (its MTU and TCP settings),
-    with the chosen shaper. Use as a context manager."""
+    with the chosen shaper; or, given a `pqlab.net.remote.HostPair`, the client and the
+    server on those real hosts (reached over SSH with `ssh_config`), joined by the real
+    network: nothing is shaped and the hosts' own TCP settings are read, not changed. Use as
+    a context manager."""
     from pqlab.net.topology import TwoHosts
 
+    if pair is not None:
+        from pqlab.net.remote import RemoteHosts
+
+        if profile is not None:
+            raise UserError("a link profile shapes the lab's own link, not real hosts' network")
+        return RemoteHosts(pair, ssh_config, tcp)
     if profile is None:
         return TwoHosts(tcp=tcp)
     return TwoHosts(link=make_link(profile, shaper), mtu=profile.mtu, tcp=profile.tcp_settings())

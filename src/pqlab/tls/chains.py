@@ -104,14 +104,23 @@ class Chain:
         return replace(self, chain=combined, sends_root=True)
 
 
+# The engine's default subject alternative names: the lab's own server address among them.
+DEFAULT_SANS = ("localhost", "127.0.0.1", "198.18.0.2")
+
+
 def make_chain(
     directory: str | Path,
     ca: str | Algorithm,
     server: str | Algorithm,
     stack: str = "openssl",
     send_root: bool = False,
+    server_address: str | None = None,
 ) -> Chain:
-    """A root CA (`ca`) and a server certificate (`server`) under `directory`, made once."""
+    """A root CA (`ca`) and a server certificate (`server`) under `directory`, made once.
+
+    `server_address`: the IP address clients connect to when it is not the lab's own (a
+    remote server host): the certificate names it instead of 198.18.0.2 (an IPv4 address
+    in place of another, so the certificate's size does not change)."""
     from pqlab.tls import stacks
 
     ca = ca if isinstance(ca, Algorithm) else catalog.resolve(ca, "sig")
@@ -121,6 +130,10 @@ def make_chain(
     stacks.require([server], st, "ca", "server certificate")
     base = Path(directory)
     d = base / f"{slug(ca.name)}__{slug(server.name)}"
+    sans = None
+    if server_address and server_address not in DEFAULT_SANS:
+        sans = [*DEFAULT_SANS[:2], server_address]
+        d = base / f"{slug(ca.name)}__{slug(server.name)}__{slug(server_address)}"
     rec_path = d / "certs.json"
     paths = {
         "root": d / "root.crt.pem",
@@ -131,7 +144,7 @@ def make_chain(
     if rec_path.exists() and all(p.exists() for p in paths.values()):
         record = json.loads(rec_path.read_text())
     else:
-        record = _generate(base, d, ca, server, st)
+        record = _generate(base, d, ca, server, st, sans)
         tmp = rec_path.with_suffix(".tmp")
         tmp.write_text(json.dumps(record, indent=1))
         tmp.replace(rec_path)
@@ -139,7 +152,7 @@ def make_chain(
     return chain.sending_root() if send_root else chain
 
 
-def _generate(base: Path, d: Path, ca: Algorithm, server: Algorithm, stack) -> dict:
+def _generate(base: Path, d: Path, ca: Algorithm, server: Algorithm, stack, sans=None) -> dict:
     private_dir(base)
     private_dir(d)
     root_dir = base / ROOTS / slug(ca.name)
@@ -153,6 +166,8 @@ def _generate(base: Path, d: Path, ca: Algorithm, server: Algorithm, stack) -> d
         "--out-dir",
         str(d),
     ]
+    if sans:
+        argv += ["--san", ",".join(sans)]
     if (root_dir / "root.crt.pem").exists() and (root_dir / "root.key.pem").exists():
         argv += ["--ca-cert", str(root_dir / "root.crt.pem")]
         argv += ["--ca-key", str(root_dir / "root.key.pem")]

@@ -5,12 +5,16 @@ become their arguments.
     records = run_client(ClientSpec(tls, connect=..., ca=chain.root, n=100), hosts)
     server_records = server.finish(30)
 
-`EngineProcess` runs any engine subcommand (TLS server or client, capture), on this host or
-inside one side of a `TwoHosts` topology, optionally pinned to a CPU or placed in a cgroup.
-Background threads read its output, so a chatty process never blocks on a full pipe; callers
-wait for a record type with a bound, collect records, stop it (TERM, then KILL, the whole
-process group) and read its resource usage. Every wait is bounded; every process is stopped
-on error, Ctrl-C and SIGTERM (and dies with this one: the engine sets PR_SET_PDEATHSIG).
+`EngineProcess` runs any engine subcommand (TLS server or client, capture) on whichever host
+runs one side of a topology: this machine, one of its namespaces (`TwoHosts`), or a remote
+host over SSH (`pqlab.net.remote.RemoteHosts`), optionally pinned to a CPU or placed in a
+cgroup (locally). The process is a `LocalChild` or a `pqlab.net.ssh.RemoteChild` behind one
+interface; background threads read its output, so a chatty process never blocks on a full
+pipe; callers wait for a record type with a bound, collect records, stop it (TERM, then
+KILL, the whole process group) and read its CPU time. Files in its arguments are marked
+(`pqlab.net.argv`): a remote host gets the inputs uploaded and sends the outputs back when
+the process has finished. Every wait is bounded; every process is stopped on error, Ctrl-C
+and SIGTERM; a remote one also when its SSH session closes (see `pqlab.net.ssh`).
 """
 
 from __future__ import annotations
@@ -27,15 +31,98 @@ from pathlib import Path
 
 from pqlab import engine
 from pqlab.catalog import Algorithm
-from pqlab.errors import EngineError, EngineIOError
+from pqlab.errors import EngineError, EngineIOError, UserError
+from pqlab.net import argv as hostargv
 from pqlab.tls import stacks
 from pqlab.tls.chains import Chain
 from pqlab.tls.negotiation import Expected
 
 
+class LocalChild:
+    """A process on this machine (or in one of its namespaces): what `Process` supervises
+    through the same interface as a remote one (`pqlab.net.ssh.RemoteChild`)."""
+
+    def __init__(self, popen: subprocess.Popen):
+        self.popen = popen
+        self.stdout, self.stderr = popen.stdout, popen.stderr
+        self.rusage = None
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    @property
+    def returncode(self) -> int | None:
+        return self.popen.returncode
+
+    def poll(self) -> int | None:
+        return self.popen.poll()
+
+    def reap(self, timeout: float) -> bool:
+        """Wait (bounded) for the process to exit, keeping its resource usage."""
+        if self.popen.returncode is not None:
+            return True
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                pid, status, usage = os.wait4(self.popen.pid, os.WNOHANG)
+            except ChildProcessError:  # reaped elsewhere (a topology teardown)
+                self.popen.poll()
+                return True
+            if pid:
+                self.popen.returncode = os.waitstatus_to_exitcode(status)
+                self.rusage = usage
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.005)
+
+    def signal(self, sig: int) -> None:
+        if self.popen.returncode is None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.popen.pid, sig)
+
+    def collect(self) -> None:
+        """Output files are already where they belong."""
+
+    def release(self) -> None:
+        """Nothing to let go of."""
+
+    def cpu_seconds(self) -> float | None:
+        if self.rusage is None:
+            return None
+        return self.rusage.ru_utime + self.rusage.ru_stime
+
+
+def _spawn(argv: list, what: str, topo, side, env, preexec_fn, lifetime):
+    """Start argv on the host that runs `side` of `topo` (this machine without a topology)."""
+    remote = topo.remote_side(side) if topo is not None and hasattr(topo, "remote_side") else None
+    if remote is not None:
+        if preexec_fn is not None:
+            raise UserError(
+                f"{what}: a local process setting (CPU quota) cannot apply on {remote.label}"
+            )
+        return remote.spawn(argv, what, env=env, lifetime=lifetime)
+    kw = dict(
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # our own process group: stop() signals all of it
+        env={**os.environ, **env} if env else None,
+        preexec_fn=preexec_fn,
+    )
+    cmd = hostargv.local(argv)
+    return LocalChild(
+        topo.popen(side, cmd, **kw) if topo is not None else subprocess.Popen(cmd, **kw)
+    )
+
+
 class Process:
     """A program that speaks JSON lines (the engine, the lab's network probes), supervised
-    as the module docstring says. `argv` is the whole command line."""
+    as the module docstring says. `argv` is the whole command line; its elements may be
+    `pqlab.net.argv` markers (the engine, input and output files), which the host running
+    it resolves. `lifetime` bounds a remote process's life (it ends by itself after that
+    many seconds even if the lab is gone)."""
 
     def __init__(
         self,
@@ -46,25 +133,14 @@ class Process:
         cpu: int | None = None,
         env: dict | None = None,
         preexec_fn: Callable[[], None] | None = None,
+        lifetime: float | None = None,
     ):
         self.what = what
-        argv = [str(a) for a in argv]
+        argv = list(argv)
         if cpu is not None:
             argv = ["taskset", "-c", str(cpu), *argv]
-        kw = dict(
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            start_new_session=True,  # our own process group: stop() signals all of it
-            env={**os.environ, **env} if env else None,
-            preexec_fn=preexec_fn,
-        )
-        if topo is not None:
-            self.p = topo.popen(side or "server", argv, **kw)
-        else:
-            self.p = subprocess.Popen(argv, **kw)
+        self.p = _spawn(argv, what, topo, side or "server", env, preexec_fn, lifetime)
         self.records: list[dict] = []
-        self.rusage = None
         self.listening: dict | None = None
         self._lines: list[str] = []
         self._err: list[str] = []
@@ -76,6 +152,15 @@ class Process:
         ]
         for t in self._threads:
             t.start()
+
+    @property
+    def rusage(self):
+        return getattr(self.p, "rusage", None)
+
+    @property
+    def local(self) -> bool:
+        """Whether the process runs on this machine (its pid is one of ours, /proc shows it)."""
+        return isinstance(self.p, LocalChild)
 
     # --- reading ---------------------------------------------------------------------------
     def _read_out(self) -> None:
@@ -190,26 +275,11 @@ class Process:
 
     # --- ending ------------------------------------------------------------------------------
     def _reap(self, timeout: float) -> bool:
-        """Wait (bounded) for the process to exit, keeping its resource usage."""
-        if self.p.returncode is not None:
-            return True
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                pid, status, usage = os.wait4(self.p.pid, os.WNOHANG)
-            except ChildProcessError:  # reaped elsewhere (a topology teardown)
-                self.p.poll()
-                return True
-            if pid:
-                self.p.returncode = os.waitstatus_to_exitcode(status)
-                self.rusage = usage
-                return True
-            if time.monotonic() >= deadline:
-                return False
-            time.sleep(0.005)
+        return self.p.reap(timeout)
 
     def finish(self, timeout: float) -> list[dict]:
-        """Wait for the process to exit by itself; all its records, or the engine's error."""
+        """Wait for the process to exit by itself; all its records, or the engine's error.
+        Its output files are where they belong afterwards (fetched from a remote host)."""
         if not self._reap(timeout):
             self.stop()
             raise EngineIOError(f"{self.what} did not finish within {timeout:.0f} s")
@@ -219,12 +289,11 @@ class Process:
         if self.p.returncode != 0:
             err = self.last_stderr() or f"exit {self.p.returncode}"
             raise EngineError(f"{self.what} failed: {err}")
+        self.p.collect()
         return self.records
 
     def signal(self, sig: int) -> None:
-        if self.p.returncode is None:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(self.p.pid, sig)
+        self.p.signal(sig)
 
     def stop(self) -> None:
         """Terminate (then kill) the process and its group; never leaves it running."""
@@ -233,6 +302,7 @@ class Process:
             if not self._reap(5):
                 self.signal(signal.SIGKILL)
                 self._reap(5)
+        self.p.release()
         for t in self._threads:
             t.join(timeout=2)
         for f in (self.p.stdout, self.p.stderr):
@@ -242,9 +312,7 @@ class Process:
 
     def cpu_seconds(self) -> float | None:
         """User + system CPU time of the finished process (None before it ended)."""
-        if self.rusage is None:
-            return None
-        return self.rusage.ru_utime + self.rusage.ru_stime
+        return self.p.cpu_seconds()
 
     def __enter__(self):
         return self
@@ -254,10 +322,10 @@ class Process:
 
 
 class EngineProcess(Process):
-    """`pqlab-engine ARGS` under supervision."""
+    """`pqlab-engine ARGS` under supervision (on whichever host runs `side` of `topo`)."""
 
     def __init__(self, args: Sequence, what: str, **kw):
-        super().__init__(engine.command(args), what, **kw)
+        super().__init__([hostargv.ENGINE, *args], what, **kw)
 
 
 # --- typed specs ---------------------------------------------------------------------------------
@@ -278,8 +346,12 @@ class Tls:
     keylog: Path | None = None
 
     def args(self) -> list[str]:
+        return [str(a) for a in self.argv()]
+
+    def argv(self) -> list:
+        """The arguments, files marked for the host that runs them (`pqlab.net.argv`)."""
         st = stacks.get(self.stack)
-        out: list[str] = []
+        out: list = []
         if self.stack != stacks.DEFAULT_STACK:
             out += ["--stack", self.stack]
         if self.groups:
@@ -295,7 +367,7 @@ class Tls:
             out += ["--security-level", str(self.security_level)]
         out += ["--events", "on" if self.events else "off"]
         if self.keylog is not None:
-            out += ["--keylog", str(self.keylog)]
+            out += ["--keylog", hostargv.OutFile(Path(self.keylog), "secret")]
         return out
 
 
@@ -311,9 +383,13 @@ class ServerSpec:
     max_concurrent: int | None = None  # the worker pool's size when concurrent
 
     def args(self) -> list[str]:
-        out = ["tls", "server", "--listen", self.listen]
-        out += ["--cert-chain", str(self.chain.chain), "--key", str(self.chain.key)]
-        out += self.tls.args()
+        return [str(a) for a in self.argv()]
+
+    def argv(self) -> list:
+        out: list = ["tls", "server", "--listen", self.listen]
+        out += ["--cert-chain", hostargv.InFile(Path(self.chain.chain))]
+        out += ["--key", hostargv.InFile(Path(self.chain.key))]
+        out += self.tls.argv()
         if self.max_connections is not None:
             out += ["--max-connections", str(self.max_connections)]
         out += ["--response-mode", self.response_mode]
@@ -340,11 +416,15 @@ class ClientSpec:
     expected: Expected = field(default_factory=Expected)
 
     def args(self) -> list[str]:
+        return [str(a) for a in self.argv()]
+
+    def argv(self) -> list:
         st = stacks.get(self.tls.stack)
-        out = ["tls", "client", "--connect", self.connect, "--ca", str(self.ca)]
+        out: list = ["tls", "client", "--connect", self.connect]
+        out += ["--ca", hostargv.InFile(Path(self.ca))]
         if self.servername:
             out += ["--servername", self.servername]
-        out += self.tls.args()
+        out += self.tls.argv()
         out += ["-n", str(self.n), "--warmup", str(self.warmup)]
         if self.request_bytes is not None:
             out += ["--request-bytes", str(self.request_bytes)]
@@ -365,18 +445,33 @@ def start_server(
     preexec_fn: Callable[[], None] | None = None,
     what: str = "TLS server",
     start_timeout: float = 30,
+    lifetime: float | None = None,
 ) -> EngineProcess:
     """The engine's TLS server, started and listening (its `listening` record in
     `.listening`)."""
     proc = EngineProcess(
-        spec.args(), what, topo=topo, side="server", cpu=cpu, preexec_fn=preexec_fn
+        spec.argv(),
+        what,
+        topo=topo,
+        side="server",
+        cpu=cpu,
+        preexec_fn=preexec_fn,
+        lifetime=lifetime,
     )
     proc.listening = proc.wait_for("listening", start_timeout)
     return proc
 
 
 def start_client(spec: ClientSpec, topo=None, cpu: int | None = None) -> EngineProcess:
-    return EngineProcess(spec.args(), "TLS client", topo=topo, side="client", cpu=cpu)
+    # A remote client ends by itself within its own time limit; this bounds it regardless.
+    return EngineProcess(
+        spec.argv(),
+        "TLS client",
+        topo=topo,
+        side="client",
+        cpu=cpu,
+        lifetime=spec.time_limit + 120,
+    )
 
 
 def run_client(spec: ClientSpec, topo=None, cpu: int | None = None, timeout: float = 3600):
@@ -409,15 +504,16 @@ def start_capture(
             "--port",
             port,
             "--pcap",
-            pcap_path,
+            hostargv.OutFile(Path(pcap_path), "pcap"),
             "--snaplen",
             snaplen,
             "--max-seconds",
             f"{max_seconds:.0f}",
         ],
-        f"capture in the {side} namespace",
+        f"capture on the {side} host",
         topo=topo,
         side=side,
+        lifetime=max_seconds + 120,
     )
     proc.wait_for("capturing", 30)
     return proc

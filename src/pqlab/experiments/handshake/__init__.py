@@ -10,6 +10,7 @@ taken apart), `schema` (database tables), `report` (tables, figures, report sect
 from __future__ import annotations
 
 from pqlab.experiment import CompareSpec, Experiment
+from pqlab.experiments.handshake import clocks as _clocks
 from pqlab.experiments.handshake import plan as _plan
 from pqlab.experiments.handshake import report as _report
 from pqlab.experiments.handshake import run as _run
@@ -38,7 +39,9 @@ class Handshake(Experiment):
         _run.measure(plan, store)
 
     def export(self, store):
-        return _report.export(store)
+        section = _report.export(store)
+        _clocks.extend_section(store, section)
+        return section
 
     def resume_key(self, plan: _plan.Plan) -> dict:
         return {
@@ -47,6 +50,7 @@ class Handshake(Experiment):
             "send_root": plan.send_root,
             "stack": plan.stack,
             "profile": getattr(plan.profile, "spec", None) or plan.profile_name,
+            "host_pairs": plan.remote.labels() if plan.remote is not None else None,
         }
 
     def metadata(self, plan: _plan.Plan) -> dict:
@@ -65,7 +69,8 @@ class Handshake(Experiment):
                 "send_root": plan.send_root,
                 "messages": plan.messages,
                 "cpus": {"server": plan.cpus[0], "client": plan.cpus[1]} if plan.cpus else None,
-            }
+            },
+            "remote": plan.remote.describe() if plan.remote is not None else None,
         }
 
 

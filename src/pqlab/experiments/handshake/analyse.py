@@ -94,6 +94,8 @@ def handshake_row(idx: int, cport: int, h: hp.Handshake, crec: dict, srec: dict)
         "split_by_write_buffer": f["split_by_write_buffer"],
         "cwnd_stalls": f["cwnd_stalls"],
         "cwnd_stall_wait_ns": f["cwnd_stall_wait_ns"],
+        "client_hello_segments": f["client_hello_segments"],
+        "server_hello_segments": f["server_hello_segments"],
         "client_bytes": f["client_wire_bytes"],
         "server_bytes": f["server_wire_bytes"],
         "negotiated_group": neg_c.get("group"),
@@ -206,3 +208,24 @@ def analyse_cell(
         rows.append(handshake_row(idx, cport, h, crec, srec))
         phases += phase_rows(idx, h)
     return rows, phases
+
+
+def load_rows(procs: dict, peaks: dict, wall_s: float, handshakes: int) -> list[dict]:
+    """handshake_load rows (without the cell's labels) for the finished server and client
+    processes: their CPU (rusage) and peak RSS (VmHWM samples, `pqlab.procstat`)."""
+    from pqlab import procstat
+
+    rows = []
+    for side, proc in procs.items():
+        user, system = procstat.cpu_seconds(proc)
+        rows.append(
+            {
+                "side": side,
+                "handshakes": handshakes,
+                "wall_s": wall_s,
+                "cpu_user_s": user,
+                "cpu_sys_s": system,
+                "max_rss_kib": peaks.get(side),
+            }
+        )
+    return rows

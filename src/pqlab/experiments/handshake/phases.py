@@ -91,6 +91,46 @@ def message_end(records: list[TlsRecord], sender: str, name: str) -> int:
     return max(ends)
 
 
+def message_span(records: list[TlsRecord], sender: str, name: str) -> tuple[int, int]:
+    """Stream offsets [start, end) of the records carrying message `name` (record headers
+    included): from the end of the sender's record before the first one carrying it."""
+    mine = sorted((r for r in records if r.sender == sender), key=lambda r: r.end)
+    start = None
+    for prev_end, r in zip([0, *[x.end for x in mine]], mine, strict=False):
+        if any(m == name for m, _ in r.messages):
+            start = prev_end
+            break
+    if start is None:
+        raise AnalysisError(f"no {name} from the {sender} in the TLS records")
+    return start, message_end(records, sender, name)
+
+
+def segments_carrying(conn: Connection, from_client: bool, start: int, end: int) -> int:
+    """How many TCP segments carried stream bytes [start, end) in one direction, counting
+    each byte's first transmission only (retransmissions do not add segments)."""
+    count, sent = 0, 0
+    for s in conn.segments:
+        if s.from_client != from_client or s.payload_len == 0:
+            continue
+        new_from = max(s.start, sent)  # bytes before `sent` were on the wire already
+        if s.end <= new_from:
+            continue
+        if new_from < end and s.end > start:
+            count += 1
+        sent = s.end
+    return count
+
+
+def hello_segments(
+    client_conn: Connection, server_conn: Connection, records: list[TlsRecord]
+) -> tuple[int, int]:
+    """Segments that carried the ClientHello (client capture) and the ServerHello (server
+    capture): document 000 says each needs at most two, even with ML-KEM-1024."""
+    ch = segments_carrying(client_conn, True, *message_span(records, "client", "ClientHello"))
+    sh = segments_carrying(server_conn, False, *message_span(records, "server", "ServerHello"))
+    return ch, sh
+
+
 def message_sizes(records: list[TlsRecord], sender: str) -> dict[str, int]:
     sizes: dict[str, int] = {}
     for r in records:
@@ -330,6 +370,9 @@ def analyse(
             )
     flight = server_flight(client_conn, server_conn, records, mss, initcwnd)
     flight["client_wire_bytes"], flight["server_wire_bytes"] = wire_bytes(client_conn, p["9"])
+    flight["client_hello_segments"], flight["server_hello_segments"] = hello_segments(
+        client_conn, server_conn, records
+    )
     flight["message_sizes"] = {
         **{f"server {k}": v for k, v in message_sizes(records, "server").items()},
         **{f"client {k}": v for k, v in message_sizes(records, "client").items()},

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pqlab import catalog, units
 from pqlab.errors import UserError
 from pqlab.experiment import Option
+from pqlab.experiments import hosts
 from pqlab.tls import stacks
 
 DEFAULT_GROUPS = ["X25519", "ML-KEM-512", "ML-KEM-768", "ML-KEM-1024", "X25519MLKEM768"]
@@ -89,6 +90,7 @@ OPTIONS = (
         default="auto",
         choices=("auto", "netem", "userspace"),
     ),
+    *hosts.OPTIONS,
 )
 
 
@@ -120,6 +122,7 @@ class Plan:
     congestion_control: str = "cubic"
     rtt_s: float = 0.0  # configured round trip of the link (0: the bare link)
     cpus: tuple[int, int] | None = field(default_factory=pick_cpus)
+    remote: object | None = None  # pqlab.net.remote.RemotePlan: the host pairs
 
     def cells(self):
         for g in self.groups:
@@ -127,11 +130,18 @@ class Plan:
                 for c in self.ca_sigs:
                     yield g, s, c
 
-    def cell_id(self, group, server_sig, ca_sig) -> str:
+    @property
+    def pairs(self) -> list:
+        """The host pairs the cells run on (None: this machine's namespaces)."""
+        return list(self.remote.pairs) if self.remote is not None else [None]
+
+    def cell_id(self, group, server_sig, ca_sig, pair=None) -> str:
         cid = f"{group.name}|{server_sig.name}|{ca_sig.name}"
         if self.stack != stacks.DEFAULT_STACK:
             cid += f"|{self.stack}"
-        return cid + ("|+root" if self.send_root else "")
+        cid += "|+root" if self.send_root else ""
+        # Several pairs: each cell once per pair (one pair: the cell ids of one machine).
+        return cid + (f"@{pair.label}" if pair is not None and len(self.pairs) > 1 else "")
 
     @property
     def needs_keylog(self) -> bool:
@@ -209,4 +219,8 @@ def from_values(values) -> Plan:
         plan.initcwnd = lp.initcwnd or DEFAULT_INITCWND
         plan.congestion_control = lp.congestion_control
         plan.rtt_s = lp.rtt_s
+    hosts.refuse_profile_values(values, "handshake")
+    plan.remote = hosts.plan(values, needs_capture=True, what="handshake")
+    if plan.remote is not None:
+        plan.cpus = None  # client and server are on different machines already
     return plan

@@ -4,6 +4,7 @@ processing tables 10-12, stacked-bar figures 8 and 13-18, flight size figures 9-
 
 from __future__ import annotations
 
+import html
 import json
 from pathlib import Path
 
@@ -93,6 +94,14 @@ def export(store):
         "received at the client), server flight, bytes each way, write-buffer "
         "splits and congestion-window stalls (table 9 and more)",
     )
+    if {"client_hello_segments", "server_hello_segments"} <= store.columns("handshake_raw"):
+        csv_path, text = _hello_table(store)
+        section.text(text)
+        section.table(
+            csv_path,
+            "TCP segments that carried the ClientHello (client capture) and the ServerHello "
+            "(server capture), per key exchange: median and largest over every handshake",
+        )
     section.table(
         _phase_table(store),
         "Mean and median of every phase of the legend, client and server view",
@@ -120,6 +129,12 @@ def export(store):
             captures,
             "Captures per cell and host: packets written, packets the kernel's filter "
             "saw, drops (must be 0), time the cell's handshakes took",
+        )
+    if store.has_table("handshake_load") and store.query("SELECT 1 FROM handshake_load LIMIT 1"):
+        section.text(template("handshake_load"))
+        section.table(
+            _load_table(store),
+            "CPU time and peak memory of the server and client processes per cell",
         )
     for png, caption in _figures(store):
         section.figure(png, caption)
@@ -158,6 +173,65 @@ def _summary_table(store) -> Path:
           sum(server_flight_retransmissions) AS retransmissions,
           median(server_snd_cwnd) AS server_snd_cwnd_after
         FROM handshake_raw t {ORDER_JOIN}
+        GROUP BY t."group", t.server_sig, t.ca_sig, og.pos, os.pos, oc.pos
+        ORDER BY og.pos, os.pos, oc.pos""",
+    )
+
+
+def _hello_table(store) -> tuple[Path, str]:
+    """Document 000, section 4-1-2: the ClientHello and the ServerHello each fit in at most
+    two TCP segments even with ML-KEM-1024. Per group, from every handshake's captures."""
+    from pqlab.report import template
+
+    path = store.export_table(
+        "handshake_hello_segments",
+        """
+        SELECT t."group", count(*) AS n,
+          median(client_hello_bytes) AS client_hello_bytes,
+          median(client_hello_segments) AS client_hello_segments,
+          max(client_hello_segments) AS client_hello_segments_max,
+          median(server_hello_bytes) AS server_hello_bytes,
+          median(server_hello_segments) AS server_hello_segments,
+          max(server_hello_segments) AS server_hello_segments_max,
+          median(server_snd_mss) AS mss
+        FROM handshake_raw t JOIN hs_order og ON og.name = t."group"
+        GROUP BY t."group", og.pos ORDER BY og.pos""",
+    )
+    worst = store.query(
+        'SELECT "group", max(client_hello_segments) AS ch, max(server_hello_segments) AS sh '
+        'FROM handshake_raw GROUP BY "group" ORDER BY greatest(ch, sh) DESC, "group" LIMIT 1'
+    )
+    w = worst[0] if worst else {"group": "-", "ch": None, "sh": None}
+    holds = w["ch"] is not None and max(w["ch"], w["sh"]) <= 2
+    verdict = "holds in this run" if holds else "<b>does not hold in this run</b>"
+    return path, template(
+        "handshake_hello",
+        verdict=verdict,
+        group=html.escape(str(w["group"])),
+        ch=w["ch"],
+        sh=w["sh"],
+    )
+
+
+def _load_table(store) -> Path:
+    cpu = "(cpu_user_s + cpu_sys_s)"
+    side = "{fn}(CASE WHEN side = '{side}' THEN {expr} END)"  # one column per side
+
+    def col(expr: str, s: str, name: str, fn: str = "any_value") -> str:
+        return side.format(fn=fn, side=s, expr=expr) + f" AS {name}"
+
+    return store.export_table(
+        "handshake_load",
+        f"""
+        SELECT t."group", t.server_sig, t.ca_sig, any_value(handshakes) AS handshakes,
+          {col(f"{cpu} * 1e3 / handshakes", "server", "server_cpu_ms_per_handshake")},
+          {col(f"handshakes / nullif({cpu}, 0)", "server", "server_handshakes_per_cpu_s")},
+          {col(f"{cpu} * 1e3 / handshakes", "client", "client_cpu_ms_per_handshake")},
+          {col(f"{cpu} / wall_s", "server", "server_cpu_per_wall")},
+          {col("max_rss_kib / 1024.0", "server", "server_max_rss_mib")},
+          {col("max_rss_kib / 1024.0", "client", "client_max_rss_mib")},
+          any_value(wall_s) AS wall_s
+        FROM handshake_load t {ORDER_JOIN}
         GROUP BY t."group", t.server_sig, t.ca_sig, og.pos, os.pos, oc.pos
         ORDER BY og.pos, os.pos, oc.pos""",
     )
@@ -239,7 +313,6 @@ def _segment_table(store) -> Path:
 
 def _lab_text(store) -> str:
     """The link and TCP settings the cells ran with, from the stored topology."""
-    import html
 
     rows = store.query("SELECT DISTINCT topology FROM handshake_capture")
     parts = []

@@ -18,8 +18,11 @@ CREATE TABLE IF NOT EXISTS handshake_raw (
     client_finished_bytes INTEGER,
     negotiated_group TEXT, negotiated_sigalg TEXT, congestion_control TEXT, chain_sent TEXT,
     server_snd_cwnd INTEGER, server_total_retrans INTEGER, server_snd_mss INTEGER,
-    points JSON, stack TEXT, message_source TEXT)
+    points JSON, stack TEXT, message_source TEXT,
+    client_hello_segments INTEGER, server_hello_segments INTEGER)
 """
+# Columns added after the first release: added to an older run's table when it is resumed.
+RAW_ADDED = {"client_hello_segments": "INTEGER", "server_hello_segments": "INTEGER"}
 PHASE_DDL = """
 CREATE TABLE IF NOT EXISTS handshake_phase (
     cell_id TEXT, "group" TEXT, server_sig TEXT, ca_sig TEXT, idx INTEGER,
@@ -32,7 +35,20 @@ CREATE TABLE IF NOT EXISTS handshake_capture (
     topology JSON)
 """
 
+# What the server and the client processes cost (document 000 says the load is negligible):
+# CPU seconds of each finished process (its rusage), its peak RSS (VmHWM, see
+# pqlab.procstat), the cell's wall time and how many handshakes it made (warm-up included).
+LOAD_DDL = """
+CREATE TABLE IF NOT EXISTS handshake_load (
+    cell_id TEXT, "group" TEXT, server_sig TEXT, ca_sig TEXT, side TEXT, handshakes INTEGER,
+    wall_s DOUBLE, cpu_user_s DOUBLE, cpu_sys_s DOUBLE, max_rss_kib BIGINT)
+"""
+
 
 def ensure(store) -> None:
-    for ddl in (RAW_DDL, PHASE_DDL, CAPTURE_DDL):
+    for ddl in (RAW_DDL, PHASE_DDL, CAPTURE_DDL, LOAD_DDL):
         store.ensure_table(ddl)
+    have = store.columns("handshake_raw")
+    for col, kind in RAW_ADDED.items():
+        if col not in have:
+            store.con.execute(f"ALTER TABLE handshake_raw ADD COLUMN {col} {kind}")

@@ -38,7 +38,12 @@ class Ttlb(Experiment):
         return _report.export(store)
 
     def resume_key(self, plan: _plan.Plan) -> dict:
-        return {"n": plan.n, "warmup": plan.warmup, "stack": plan.stack}
+        return {
+            "n": plan.n,
+            "warmup": plan.warmup,
+            "stack": plan.stack,
+            "host_pairs": plan.remote.labels() if plan.remote is not None else None,
+        }
 
     def metadata(self, plan: _plan.Plan) -> dict:
         return {
@@ -49,6 +54,7 @@ class Ttlb(Experiment):
             "profile_warnings": [w for p in plan.profiles for w in p.warnings()],
             "shaper_requested": plan.shaper,
             "stack": plan.stack,
+            "remote": plan.remote.describe() if plan.remote is not None else None,
         }
 
     def summary(self, plan) -> str:

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pqlab import catalog, units
 from pqlab.errors import UserError
 from pqlab.experiment import Option
+from pqlab.experiments import hosts
 from pqlab.tls import stacks
 
 DEFAULT_PROFILE = "1mbps-200ms"
@@ -80,6 +81,7 @@ OPTIONS = (
         default="auto",
         choices=("auto", "netem", "userspace"),
     ),
+    *hosts.OPTIONS,
 )
 
 
@@ -93,6 +95,7 @@ class Plan:
     warmup: int
     shaper: str
     stack: str = stacks.DEFAULT_STACK
+    remote: object | None = None  # pqlab.net.remote.RemotePlan: one "profile" per pair
 
     @property
     def cells(self) -> int:
@@ -108,7 +111,8 @@ def from_values(values) -> Plan:
     from pqlab.net.shaping import check_shaper
 
     stack = stacks.get(values.stack or stacks.DEFAULT_STACK)
-    profiles = load_profiles(values.profile or [DEFAULT_PROFILE])
+    hosts.refuse_profile_values(values, "ttlb")
+    profiles = [] if hosts.is_remote(values) else load_profiles(values.profile or [DEFAULT_PROFILE])
     group_names = units.parse_list(values.groups, "--groups", example="X25519,X25519MLKEM768")
     chain_names = units.parse_list(values.chain, "--chain", example="RSA-2048,ML-DSA-44")
     groups = catalog.resolve_list(group_names, "kem")
@@ -133,6 +137,11 @@ def from_values(values) -> Plan:
     for p in profiles:
         for text in p.warnings():
             print(f"warning: {text}", file=sys.stderr)
+    remote = hosts.plan(values, needs_capture=False, what="ttlb")
+    if remote is not None:
+        from pqlab.net.remote import network_profile
+
+        profiles = [network_profile(pair) for pair in remote.pairs]
     return Plan(
         profiles=profiles,
         groups=groups,
@@ -142,4 +151,5 @@ def from_values(values) -> Plan:
         warmup=warmup,
         shaper=values.shaper or "auto",
         stack=stack.name,
+        remote=remote,
     )

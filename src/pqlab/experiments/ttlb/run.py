@@ -17,12 +17,15 @@ EXPERIMENT = "ttlb"
 PORT = 44330
 
 
-def _chains(plan: Plan, store) -> dict[str, Chain]:
+def _chains(plan: Plan, store, address: str | None = None) -> dict[str, Chain]:
     """One chain per algorithm: root CA and server certificate both of it, both sent (the CA
-    certificate stands in for the intermediate a public CA's chain carries)."""
+    certificate stands in for the intermediate a public CA's chain carries). `address`: a
+    remote server's, which its certificate must name."""
     out = {}
     for alg in plan.chains:
-        chain = make_chain(store.path / "certs", alg, alg, plan.stack, send_root=True)
+        chain = make_chain(
+            store.path / "certs", alg, alg, plan.stack, send_root=True, server_address=address
+        )
         out[alg.name] = chain
         if not store.query("SELECT 1 FROM ttlb_chains WHERE chain = ?", [alg.name]):
             store.insert_rows(
@@ -51,7 +54,11 @@ def _record_profile(store, profile, link, hosts) -> None:
                 "profile": profile.name,
                 "shaper": link.kind,
                 "choice": link.choice,
-                "profile_json": json.dumps(profile.describe()),
+                # A real network has no link profile: no serialisation model is derived for
+                # it (the pair and the hosts are in link_json and topology_json).
+                "profile_json": json.dumps(
+                    None if getattr(profile, "pair", None) else profile.describe()
+                ),
                 "link_json": json.dumps(link.describe(), default=str),
                 "topology_json": json.dumps(hosts.describe(), default=str),
             }
@@ -123,13 +130,23 @@ def _run_sizes(
                 "n": plan.n,
                 "stack": plan.stack,
             }
+            pair = getattr(profile, "pair", None)
+            if pair is not None:
+                params["host_pair"] = pair.label
+            warnings = analyse.cell_warnings(profile, group.name, chain_alg.name, size, cols)
+            if pair is not None:  # no link model for a real network
+                warnings = [w for w in warnings if w.code != "off-model"]
+            n_rows = len(cols["idx"])
             with store.cell(EXPERIMENT, cid, params):
-                store.insert("ttlb_raw", {**cols, "stack": [plan.stack] * len(cols["idx"])})
-                store.add_warnings(
-                    EXPERIMENT,
-                    cid,
-                    analyse.cell_warnings(profile, group.name, chain_alg.name, size, cols),
+                store.insert(
+                    "ttlb_raw",
+                    {
+                        **cols,
+                        "stack": [plan.stack] * n_rows,
+                        "host_pair": [pair.label if pair else None] * n_rows,
+                    },
                 )
+                store.add_warnings(EXPERIMENT, cid, warnings)
             progress.advance()
 
 
@@ -138,8 +155,11 @@ def measure(plan: Plan, store) -> None:
     from pqlab.progress import CellProgress
 
     schema.ensure(store)
+    # Which host pair a row was measured on (None: this machine's namespaces).
+    store.con.execute("ALTER TABLE ttlb_raw ADD COLUMN IF NOT EXISTS host_pair TEXT")
     done = store.cells_done(EXPERIMENT)
     chains = _chains(plan, store)
+    config = plan.remote.config if plan.remote is not None else ()
     with CellProgress("ttlb", plan.cells) as progress:
         for profile in plan.profiles:
             todo = [
@@ -152,10 +172,17 @@ def measure(plan: Plan, store) -> None:
             progress.advance(plan.cells // len(plan.profiles) - len(todo))
             if not todo:
                 continue
-            hosts = build_hosts(profile, plan.shaper)
+            pair = getattr(profile, "pair", None)
+            if pair is not None:  # a real host pair: the network is the link
+                hosts = build_hosts(None, plan.shaper, None, pair, config)
+            else:
+                hosts = build_hosts(profile, plan.shaper)
             link = hosts.link
             progress.log(f"{profile.name} ({profile.summary()}): shaper {link.choice}")
             with hosts:
+                if pair is not None:
+                    chains = _chains(plan, store, hosts.server_ip)
+                    hosts.record(store)
                 _record_profile(store, profile, link, hosts)
                 pairs = [(g, c) for g in plan.groups for c in plan.chains]
                 for port_n, (g, c) in enumerate(pairs):

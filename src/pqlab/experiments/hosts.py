@@ -1,0 +1,71 @@
+"""The options every TLS experiment takes to run across real hosts, and their validation.
+
+    --server-host [USER@]HOST[:PORT]   --client-host [USER@]HOST[:PORT]
+    --inventory FILE --pairs CLIENTS:SERVERS ...   --ssh-config FILE
+
+`plan(values, needs_capture)` turns them into a `pqlab.net.remote.RemotePlan` (every host
+reached and checked over SSH) or None for a one-machine run; experiments pass its pairs to
+`pqlab.net.shaping.build_hosts` and tag their results with the pair. See docs/remote.md.
+"""
+
+from __future__ import annotations
+
+from pqlab.experiment import Option
+
+OPTIONS = (
+    Option(
+        "server-host",
+        "run the TLS server (and its capture) on this host, reached over SSH: "
+        "[USER@]HOST[:PORT] (see docs/remote.md)",
+        metavar="USER@HOST[:PORT]",
+    ),
+    Option(
+        "client-host",
+        "run the TLS client (and its capture) on this host over SSH (default: this machine)",
+        metavar="USER@HOST[:PORT]",
+    ),
+    Option(
+        "inventory",
+        "an Ansible inventory (INI or YAML) with the hosts named by --pairs",
+        metavar="FILE",
+    ),
+    Option(
+        "pairs",
+        "host pairs from --inventory: CLIENTS:SERVERS, every host of group (or host) CLIENTS "
+        "with every host of SERVERS; repeatable; the cells run on every pair",
+        metavar="CLIENTS:SERVERS",
+        repeat=True,
+    ),
+    Option(
+        "ssh-config",
+        "OpenSSH client configuration file for the hosts (default: ~/.ssh/config)",
+        metavar="FILE",
+    ),
+)
+
+
+def plan(values, needs_capture: bool, what: str):
+    """The validated host pairs (pqlab.net.remote.RemotePlan), or None: one machine."""
+    from pqlab.net import remote
+
+    return remote.plan(values, needs_capture, what)
+
+
+def is_remote(values) -> bool:
+    return any(
+        getattr(values, k, None) for k in ("server_host", "client_host", "inventory", "pairs")
+    )
+
+
+def refuse_profile_values(values, what: str) -> None:
+    """A profile shapes the lab's own emulated link; across real hosts the network is the
+    link, and pqlab does not shape real hosts' interfaces. Checked before any host is
+    contacted."""
+    from pqlab.errors import UserError
+
+    if is_remote(values) and getattr(values, "profile", None):
+        raise UserError(
+            f"{what}: --profile shapes the link between the lab's namespaces; across real "
+            "hosts the network between them is the link (drop --profile, or shape that "
+            "network yourself and record how)"
+        )
