@@ -243,3 +243,18 @@ def test_default_set_is_document_000_and_engine_args_follow_the_catalogue():
     mayo = next(c for c in cells if c.algorithm.name == "MAYO-1")
     assert mayo.engine_args()[:5] == ["sig", "--backend", "liboqs", "--alg", "MAYO-1"]
     assert "--oid" in mayo.engine_args()
+
+
+def test_the_measuring_process_reports_its_own_peak_memory():
+    """The last record carries the process's own VmHWM: sampling /proc from outside can miss
+    a run shorter than the sampling interval (it then saw 0.2 MiB, the image just after
+    exec), so the load table must not depend on it."""
+    from pqlab import engine
+
+    args = ["kem", "--alg", "ML-KEM-768", "--backend", "liboqs", "--iterations", "5"]
+    recs = engine.run(args, timeout=60)
+    sizes = [r for r in recs if r["type"] == "sizes"]
+    assert recs[-1]["type"] == "sizes" and len(sizes) == 1
+    # the engine is a 17 MB static binary linking OpenSSL and liboqs: megabytes, not the
+    # few hundred KiB of a fresh exec
+    assert 2048 < sizes[0]["vm_hwm_kib"] < 200_000, sizes[0]

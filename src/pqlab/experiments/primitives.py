@@ -227,6 +227,10 @@ def _read_cell(cell: Cell, args: list[str], max_seconds: float | None):
             f"{cell.algorithm.name} ({cell.backend}): the measuring process's output is "
             "incomplete (no checks/sizes record)"
         )
+    # The process reports its own VmHWM in its last record; sampling from outside can miss a
+    # run shorter than the sampling interval (or see only the image just after exec).
+    own = found["sizes"].get("vm_hwm_kib")
+    peak = max((v for v in (peak, own) if v is not None), default=None)
     usage = _usage(proc, wall, peak, len(samples["i"]), found.get("start", {}))
     return samples, op_done, found["checks"], found["sizes"], usage
 

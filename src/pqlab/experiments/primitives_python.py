@@ -491,6 +491,10 @@ class Sizes:
             r = self.ranges.get(f)
             rec[f] = {"min": r[0], "max": r[1]} if r else None
         rec.update(keys_observed=self.keys, outputs_observed=self.outputs, notes=notes)
+        # The last record: this process's own peak resident set (see pqlab.procstat).
+        from pqlab.procstat import vm_hwm_kib
+
+        rec["vm_hwm_kib"] = vm_hwm_kib(os.getpid())
         return rec
 
 

@@ -132,7 +132,9 @@ class GuestResult:
             if self.returncode is None
             else f"exited {self.returncode}"
         )
-        tail = "\n".join(
+        # A failed check can scroll out of the tail: name every failed one first.
+        failed = [ln for ln in (self.stderr or "").splitlines() if ln.startswith("FAIL")]
+        tail = ("--- failed checks ---\n" + "\n".join(failed) + "\n" if failed else "") + "\n".join(
             f"--- {name} (last lines) ---\n" + "\n".join(text.splitlines()[-40:])
             for name, text in (
                 ("stderr", self.stderr),
