@@ -65,6 +65,12 @@ pub struct Args {
     /// Stack size of each handshaking thread in bytes, 262144-268435456.
     #[arg(long, default_value_t = 8 << 20, value_parser = clap::value_parser!(u64).range(262_144..=268_435_456))]
     pub thread_stack: u64,
+    /// Draw all randomness of both threads from fixed-seed generators (OpenSSL's TEST-RAND)
+    /// instead of the DRBG, so randomised work (ML-DSA signing's rejection loop) and its
+    /// allocations repeat exactly from run to run when the keys are the same. Insecure by
+    /// design: for measurement only.
+    #[arg(long)]
+    pub fixed_random: bool,
 }
 
 /// What both threads check every handshake against (codes from the stack's tables).
@@ -224,12 +230,24 @@ struct Job {
     tx: mpsc::Sender<Value>,
 }
 
+/// --fixed-random on the calling thread.
+fn thread_random(fixed: bool) -> Result<()> {
+    if fixed && !super::openssl::ffi::fixed_random_for_this_thread() {
+        crate::bail!(
+            Library,
+            "cannot install OpenSSL's TEST-RAND generator (--fixed-random)"
+        );
+    }
+    Ok(())
+}
+
 fn server_loop(
     job: Job,
     ctx: Arc<dyn super::stack::ServerContext>,
     listener: TcpListener,
 ) -> Result<()> {
     let entry = paint::stack_pointer();
+    thread_random(job.args.fixed_random)?;
     let a = &job.args;
     let total = a.warmup + a.count;
     for i in 0..total {
@@ -257,6 +275,7 @@ fn server_loop(
 
 fn client_loop(job: Job, addr: SocketAddr, identity: Option<Identity>) -> Result<()> {
     let entry = paint::stack_pointer();
+    thread_random(job.args.fixed_random)?;
     let a = &job.args;
     let ctx = job.stack.client(&ClientSetup {
         protocol: a.tls.protocol()?,
@@ -370,7 +389,7 @@ pub fn run(a: Args) -> Result<()> {
         "thread_stack_bytes": a.thread_stack, "warmup": a.warmup, "count": a.count,
         "hooks": "CRYPTO_set_mem_functions", "groups": a.tls.groups, "sigalgs": a.tls.sigalgs,
         "client_sigalg": a.client_sigalg, "mutual": a.client_cert_chain.is_some(),
-        "security_level": server_ctx.security_level(),
+        "security_level": server_ctx.security_level(), "fixed_random": a.fixed_random,
     }));
     let (tx, rx) = mpsc::channel::<Value>();
     let job = |tx: mpsc::Sender<Value>| Job {

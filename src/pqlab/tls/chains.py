@@ -110,17 +110,22 @@ def make_chain(
     server: str | Algorithm,
     stack: str = "openssl",
     send_root: bool = False,
+    purpose: str = "server",
 ) -> Chain:
-    """A root CA (`ca`) and a server certificate (`server`) under `directory`, made once."""
+    """A root CA (`ca`) and a server certificate (`server`) under `directory`, made once.
+    With `purpose="client"` the leaf is a client certificate (extended key usage
+    clientAuth, for mutual TLS), kept apart from the server ones."""
+    if purpose not in ("server", "client"):
+        raise ValueError(f"purpose must be server or client, not {purpose!r}")
     from pqlab.tls import stacks
 
     ca = ca if isinstance(ca, Algorithm) else catalog.resolve(ca, "sig")
     server = server if isinstance(server, Algorithm) else catalog.resolve(server, "sig")
     st = stacks.get(stack)
     stacks.require([ca], st, "ca", "CA")
-    stacks.require([server], st, "ca", "server certificate")
+    stacks.require([server], st, "ca", f"{purpose} certificate")
     base = Path(directory)
-    d = base / f"{slug(ca.name)}__{slug(server.name)}"
+    d = base / f"{slug(ca.name)}__{slug(server.name)}{'' if purpose == 'server' else '__client'}"
     rec_path = d / "certs.json"
     paths = {
         "root": d / "root.crt.pem",
@@ -131,7 +136,7 @@ def make_chain(
     if rec_path.exists() and all(p.exists() for p in paths.values()):
         record = json.loads(rec_path.read_text())
     else:
-        record = _generate(base, d, ca, server, st)
+        record = _generate(base, d, ca, server, st, purpose)
         tmp = rec_path.with_suffix(".tmp")
         tmp.write_text(json.dumps(record, indent=1))
         tmp.replace(rec_path)
@@ -139,7 +144,9 @@ def make_chain(
     return chain.sending_root() if send_root else chain
 
 
-def _generate(base: Path, d: Path, ca: Algorithm, server: Algorithm, stack) -> dict:
+def _generate(
+    base: Path, d: Path, ca: Algorithm, server: Algorithm, stack, purpose: str = "server"
+) -> dict:
     private_dir(base)
     private_dir(d)
     root_dir = base / ROOTS / slug(ca.name)
@@ -149,9 +156,11 @@ def _generate(base: Path, d: Path, ca: Algorithm, server: Algorithm, stack) -> d
         "--ca-alg",
         key_spec(ca, stack, "ca"),
         "--server-alg",
-        key_spec(server, stack),
+        key_spec(server, stack, purpose),
         "--out-dir",
         str(d),
+        "--purpose",
+        purpose,
     ]
     if (root_dir / "root.crt.pem").exists() and (root_dir / "root.key.pem").exists():
         argv += ["--ca-cert", str(root_dir / "root.crt.pem")]
