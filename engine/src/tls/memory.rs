@@ -277,8 +277,16 @@ fn client_loop(job: Job, addr: SocketAddr, identity: Option<Identity>) -> Result
     let entry = paint::stack_pointer();
     thread_random(job.args.fixed_random)?;
     let a = &job.args;
+    let mut protocol = a.tls.protocol()?;
+    // libssl signs with the schemes of the client's own --sigalgs list too: add the client
+    // scheme to the server's, or a client certificate of another kind could not sign.
+    if let (Some(list), Some(own)) = (protocol.sigalgs.as_mut(), &a.client_sigalg) {
+        if !list.contains(own) {
+            list.push(own.clone());
+        }
+    }
     let ctx = job.stack.client(&ClientSetup {
-        protocol: a.tls.protocol()?,
+        protocol,
         ca: a.ca.clone(),
         identity,
     })?;

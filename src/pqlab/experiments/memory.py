@@ -161,15 +161,13 @@ class Cell:
         }
 
 
-def _tls_args(st, cell: Cell) -> list[str]:
-    return [
-        "--groups",
-        st.group_name(cell.group),
-        "--sigalgs",
-        st.sigalg_name(cell.server_sig),
-        "--events",
-        "off",
-    ]
+def _tls_args(st, cell: Cell, client_side: bool = False) -> list[str]:
+    """--groups and --sigalgs of a cell; a client with a certificate also offers its own
+    scheme (libssl signs only with schemes of the client's own list)."""
+    sigalgs = st.sigalg_name(cell.server_sig)
+    if client_side and cell.client_sig is not None:
+        sigalgs += ":" + st.sigalg_name(cell.client_sig)
+    return ["--groups", st.group_name(cell.group), "--sigalgs", sigalgs, "--events", "off"]
 
 
 def handshake_argv(st, cell: Cell, certs, plan: Plan) -> list[str]:
@@ -218,7 +216,7 @@ def _measure_idle(st, cell: Cell, certs, plan: Plan) -> list[dict]:
     server = ["tls", "server", "--listen", "127.0.0.1:0", "--cert-chain", chain.chain]
     server += ["--key", chain.key, *tls, "--concurrent", "--max-concurrent", plan.idle + 8]
     server += ["--response-mode", "none", "--count-heap", "--max-connections", plan.idle]
-    hold = ["tls", "hold", "--ca", chain.root, *tls, "-n", plan.idle]
+    hold = ["tls", "hold", "--ca", chain.root, *_tls_args(st, cell, True), "-n", plan.idle]
     if client is not None:
         server += ["--client-ca", client.root]
         server += ["--client-sigalgs", st.sigalg_name(cell.client_sig)]
