@@ -20,6 +20,8 @@ command -v tcpdump >/dev/null || need+=(tcpdump)
 command -v perl >/dev/null || need+=(perl)
 [ -x /usr/sbin/sshd ] || need+=(openssh-server)
 command -v ssh-keygen >/dev/null || need+=(openssh-client)
+# valgrind: the memory benchmark's independent instrument (benchmarks/memory_vs_valgrind.py).
+command -v valgrind >/dev/null || need+=(valgrind)
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then SUDO=""; elif command -v sudo >/dev/null; then SUDO="sudo"; else
     echo "error: missing packages ${need[*]}; install them (apt-get install ${need[*]}) and rerun" >&2

@@ -3,10 +3,12 @@
 
 mod aead;
 mod capture;
+mod heap;
 mod info;
 mod lifecycle;
 mod linkem;
 mod out;
+mod paint;
 mod primitives;
 mod secrets;
 mod tls;
@@ -57,6 +59,13 @@ fn main() {
     let parent = lifecycle::parent();
     let cli = Cli::try_parse().unwrap_or_else(|e| out::fail_arguments(e));
     lifecycle::die_with_parent(parent, death_signal(&cli.command));
+    // Before anything touches OpenSSL: libcrypto accepts allocator hooks only until its
+    // first allocation.
+    if matches!(&cli.command, Command::Tls(t) if t.counts_heap()) {
+        if let Err(e) = heap::install() {
+            out::fail(&e);
+        }
+    }
     let result = match cli.command {
         Command::Info(a) => info::run(a),
         Command::Kem(a) => primitives::run_kem(a),

@@ -7,6 +7,7 @@ mod certs;
 mod client;
 #[cfg(test)]
 mod fake;
+mod memory;
 pub mod openssl;
 mod options;
 pub mod record;
@@ -26,6 +27,23 @@ pub enum Command {
     Server(Box<server::Args>),
     /// TLS client: N fresh connections, each handshake verified and recorded.
     Client(Box<client::Args>),
+    /// Heap and stack of full handshakes per role: server and client threads in one
+    /// process, OpenSSL's allocations counted through its hooks, stacks painted.
+    Memory(Box<memory::Args>),
+    /// Open N verified connections to a server and keep them all open (idle memory).
+    Hold(Box<memory::HoldArgs>),
+}
+
+impl Command {
+    /// Whether this command counts OpenSSL's allocations: the hooks must then be installed
+    /// before OpenSSL allocates anything (first thing in `main`).
+    pub fn counts_heap(&self) -> bool {
+        match self {
+            Command::Memory(_) => true,
+            Command::Server(a) => a.count_heap,
+            _ => false,
+        }
+    }
 }
 
 pub fn run(c: Command) -> Result<()> {
@@ -33,6 +51,8 @@ pub fn run(c: Command) -> Result<()> {
         Command::Certs(a) => certs::run(a),
         Command::Server(a) => server::run(*a),
         Command::Client(a) => client::run(*a),
+        Command::Memory(a) => memory::run(*a),
+        Command::Hold(a) => memory::hold(*a),
     }
 }
 

@@ -63,6 +63,40 @@ pub struct Args {
     /// names, sent in the CertificateRequest); default: the stack's list.
     #[arg(long, requires = "client_ca")]
     pub client_sigalgs: Option<String>,
+    /// Count OpenSSL's allocations (its allocator hooks) and write a `heap` record after
+    /// every handshake: connections open, counted heap in use, VmRSS (docs/memory.md).
+    #[arg(long)]
+    pub count_heap: bool,
+}
+
+/// Connections whose handshake is done and that are not closed yet (for `heap` records).
+static ESTABLISHED: AtomicU64 = AtomicU64::new(0);
+
+/// One established connection, counted in ESTABLISHED while it lives.
+struct Established;
+
+impl Established {
+    fn new() -> Established {
+        ESTABLISHED.fetch_add(1, Ordering::SeqCst);
+        Established
+    }
+}
+
+impl Drop for Established {
+    fn drop(&mut self) {
+        ESTABLISHED.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// --count-heap: the process's counted heap and resident set with `open` connections up.
+fn heap_record(sink: &dyn Sink, index: u64) {
+    let c = crate::heap::process_counts();
+    sink.record(&json!({
+        "type": "heap", "index": index, "connections_open": ESTABLISHED.load(Ordering::SeqCst),
+        "heap_in_use_bytes": c.in_use, "heap_peak_bytes": c.peak,
+        "heap_total_bytes": c.total_bytes, "allocations": c.allocations, "frees": c.frees,
+        "vm_rss_bytes": crate::heap::vm_rss_bytes(), "t": record::realtime_ns(),
+    }));
 }
 
 /// Bytes per application-data write (one full TLS record).
@@ -233,7 +267,7 @@ fn serve_one(
         "peer": c.peer.to_string(),
         "t_accept": c.t_accept.real, "security_level": ctx.security_level(),
     });
-    let result = handshake_and_respond(ctx, a, tcp, &rec, &c, &mut out);
+    let result = handshake_and_respond(ctx, a, tcp, &rec, &c, &mut out, sink);
     let events = match rec.try_borrow_mut() {
         Ok(mut r) => {
             r.add_counters(&mut out, stack.reports_messages());
@@ -256,6 +290,7 @@ fn handshake_and_respond(
     rec: &SharedRecorder,
     c: &Conn,
     out: &mut Value,
+    sink: &dyn Sink,
 ) -> Result<()> {
     let timeout = Some(Duration::from_secs(a.tls.io_timeout.max(1)));
     tcp.set_nodelay(true)?;
@@ -280,6 +315,10 @@ fn handshake_and_respond(
             return Err(e);
         }
     };
+    let _established = Established::new();
+    if a.count_heap {
+        heap_record(sink, c.index);
+    }
     out["t_handshake_done"] = json!(t_hs.real);
     out["handshake_ns"] = json!(t_hs.mono - t_hs_start.mono);
     out["accept_to_handshake_ns"] = json!(t_hs.mono - c.t_accept.mono);

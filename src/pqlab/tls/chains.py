@@ -115,25 +115,30 @@ def make_chain(
     stack: str = "openssl",
     send_root: bool = False,
     server_address: str | None = None,
+    purpose: str = "server",
 ) -> Chain:
     """A root CA (`ca`) and a server certificate (`server`) under `directory`, made once.
 
     `server_address`: the IP address clients connect to when it is not the lab's own (a
     remote server host): the certificate names it instead of 198.18.0.2 (an IPv4 address
-    in place of another, so the certificate's size does not change)."""
+    in place of another, so the certificate's size does not change). With
+    `purpose="client"` the leaf is a client certificate (extended key usage clientAuth, for
+    mutual TLS), kept apart from the server ones."""
+    if purpose not in ("server", "client"):
+        raise ValueError(f"purpose must be server or client, not {purpose!r}")
     from pqlab.tls import stacks
 
     ca = ca if isinstance(ca, Algorithm) else catalog.resolve(ca, "sig")
     server = server if isinstance(server, Algorithm) else catalog.resolve(server, "sig")
     st = stacks.get(stack)
     stacks.require([ca], st, "ca", "CA")
-    stacks.require([server], st, "ca", "server certificate")
+    stacks.require([server], st, "ca", f"{purpose} certificate")
     base = Path(directory)
-    d = base / f"{slug(ca.name)}__{slug(server.name)}"
+    d = base / f"{slug(ca.name)}__{slug(server.name)}{'' if purpose == 'server' else '__client'}"
     sans = None
     if server_address and server_address not in DEFAULT_SANS:
         sans = [*DEFAULT_SANS[:2], server_address]
-        d = base / f"{slug(ca.name)}__{slug(server.name)}__{slug(server_address)}"
+        d = d.with_name(f"{d.name}__{slug(server_address)}")
     rec_path = d / "certs.json"
     paths = {
         "root": d / "root.crt.pem",
@@ -144,7 +149,7 @@ def make_chain(
     if rec_path.exists() and all(p.exists() for p in paths.values()):
         record = json.loads(rec_path.read_text())
     else:
-        record = _generate(base, d, ca, server, st, sans)
+        record = _generate(base, d, ca, server, st, purpose, sans)
         tmp = rec_path.with_suffix(".tmp")
         tmp.write_text(json.dumps(record, indent=1))
         tmp.replace(rec_path)
@@ -152,7 +157,15 @@ def make_chain(
     return chain.sending_root() if send_root else chain
 
 
-def _generate(base: Path, d: Path, ca: Algorithm, server: Algorithm, stack, sans=None) -> dict:
+def _generate(
+    base: Path,
+    d: Path,
+    ca: Algorithm,
+    server: Algorithm,
+    stack,
+    purpose: str = "server",
+    sans=None,
+) -> dict:
     private_dir(base)
     private_dir(d)
     root_dir = base / ROOTS / slug(ca.name)
@@ -162,9 +175,11 @@ def _generate(base: Path, d: Path, ca: Algorithm, server: Algorithm, stack, sans
         "--ca-alg",
         key_spec(ca, stack, "ca"),
         "--server-alg",
-        key_spec(server, stack),
+        key_spec(server, stack, purpose),
         "--out-dir",
         str(d),
+        "--purpose",
+        purpose,
     ]
     if sans:
         argv += ["--san", ",".join(sans)]

@@ -203,6 +203,79 @@ pub fn max_cert_list(ctx: &SslContextRef) -> libc::c_long {
     }
 }
 
+extern "C" {
+    fn EVP_RAND_fetch(
+        ctx: *mut libc::c_void,
+        algorithm: *const libc::c_char,
+        properties: *const libc::c_char,
+    ) -> *mut libc::c_void;
+    fn EVP_RAND_free(rand: *mut libc::c_void);
+    fn EVP_RAND_CTX_new(rand: *mut libc::c_void, parent: *mut libc::c_void) -> *mut libc::c_void;
+    fn EVP_RAND_CTX_free(ctx: *mut libc::c_void);
+    fn EVP_RAND_instantiate(
+        ctx: *mut libc::c_void,
+        strength: libc::c_uint,
+        prediction_resistance: libc::c_int,
+        pstr: *const u8,
+        pstr_len: libc::size_t,
+        params: *const openssl_sys::OSSL_PARAM,
+    ) -> libc::c_int;
+    fn OSSL_PARAM_construct_uint(
+        key: *const libc::c_char,
+        buf: *mut libc::c_uint,
+    ) -> openssl_sys::OSSL_PARAM;
+    fn OSSL_PARAM_construct_end() -> openssl_sys::OSSL_PARAM;
+    fn RAND_set0_public(ctx: *mut libc::c_void, rand: *mut libc::c_void) -> libc::c_int;
+    fn RAND_set0_private(ctx: *mut libc::c_void, rand: *mut libc::c_void) -> libc::c_int;
+}
+
+/// A TEST-RAND generator of the default provider in its "generate" mode: a fixed seed and
+/// a simple deterministic sequence. Not random at all: for measurements only.
+fn test_rand() -> Option<*mut libc::c_void> {
+    unsafe {
+        let rand = EVP_RAND_fetch(
+            std::ptr::null_mut(),
+            c"TEST-RAND".as_ptr(),
+            std::ptr::null(),
+        );
+        if rand.is_null() {
+            return None;
+        }
+        let ctx = EVP_RAND_CTX_new(rand, std::ptr::null_mut());
+        EVP_RAND_free(rand);
+        if ctx.is_null() {
+            return None;
+        }
+        let mut generate: libc::c_uint = 1;
+        let mut strength: libc::c_uint = 256;
+        let params = [
+            OSSL_PARAM_construct_uint(c"generate".as_ptr(), &mut generate),
+            OSSL_PARAM_construct_uint(c"strength".as_ptr(), &mut strength),
+            OSSL_PARAM_construct_end(),
+        ];
+        if EVP_RAND_instantiate(ctx, 0, 0, std::ptr::null(), 0, params.as_ptr()) != 1 {
+            EVP_RAND_CTX_free(ctx);
+            return None;
+        }
+        Some(ctx)
+    }
+}
+
+/// Replace the calling thread's public and private random generators with fixed-seed
+/// TEST-RAND instances (OpenSSL 3.1+ keeps them per thread), so everything this thread
+/// draws (hello randoms, key shares, ECDSA nonces, ML-DSA's hedge) is the same sequence in
+/// every run. `tls memory --fixed-random` only: it makes the work of randomised algorithms
+/// (ML-DSA's rejection sampling) and so their allocation counts repeat run to run.
+pub fn fixed_random_for_this_thread() -> bool {
+    let (Some(public), Some(private)) = (test_rand(), test_rand()) else {
+        return false;
+    };
+    unsafe {
+        RAND_set0_public(std::ptr::null_mut(), public) == 1
+            && RAND_set0_private(std::ptr::null_mut(), private) == 1
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,0 +1,552 @@
+//! `tls memory`: what full handshakes cost in memory, per role. One process runs a server
+//! thread and a client thread over loopback TCP; each thread has its own stack of
+//! `--thread-stack` bytes, painted before every handshake and scanned after it, and its own
+//! count of OpenSSL's allocations (the hooks in `crate::heap`, installed by `main` before
+//! OpenSSL's first allocation; a thread is a role). One `memory` record per handshake and
+//! role. Every handshake is checked (version, group, server scheme, client scheme, both
+//! chains) before it is recorded.
+//!
+//! `tls hold`: open N verified connections to a server and keep them all open (the idle
+//! connection measurement, with `tls server --count-heap`).
+
+use super::options::TlsOpts;
+use super::record::{Negotiated, Recorder, SharedRecorder, Stamp, Wire};
+use super::stack::{
+    ClientAuth, ClientSetup, Identity, ServerName, ServerSetup, Session, Stack, Verification,
+};
+use crate::heap;
+use crate::out::{Error, Result};
+use crate::paint;
+use serde_json::{json, Value};
+use std::cell::RefCell;
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::rc::Rc;
+use std::sync::mpsc;
+use std::sync::Arc;
+use std::time::Duration;
+
+#[derive(clap::Args, Clone)]
+pub struct Args {
+    /// Server certificate chain (PEM) to send.
+    #[arg(long)]
+    pub cert_chain: PathBuf,
+    /// Private key (PEM) of --cert-chain.
+    #[arg(long)]
+    pub key: PathBuf,
+    /// Root certificate (PEM) the client verifies the server chain against.
+    #[arg(long)]
+    pub ca: PathBuf,
+    /// Name the client sends and checks (the server certificate's SAN).
+    #[arg(long, default_value = "localhost")]
+    pub servername: String,
+    #[command(flatten)]
+    pub tls: TlsOpts,
+    /// Mutual TLS: the client certificate chain (PEM) to present.
+    #[arg(long, requires_all = ["client_key", "client_ca"])]
+    pub client_cert_chain: Option<PathBuf>,
+    /// Mutual TLS: private key (PEM) of --client-cert-chain.
+    #[arg(long, requires = "client_cert_chain")]
+    pub client_key: Option<PathBuf>,
+    /// Mutual TLS: root (PEM) the server verifies the client chain against.
+    #[arg(long, requires = "client_cert_chain")]
+    pub client_ca: Option<PathBuf>,
+    /// Mutual TLS: the one scheme the client must sign its CertificateVerify with (the
+    /// server accepts only it).
+    #[arg(long, requires = "client_cert_chain")]
+    pub client_sigalg: Option<String>,
+    /// Measured handshakes, 1-100000.
+    #[arg(short = 'n', long = "count", default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=100_000))]
+    pub count: u64,
+    /// Handshakes before the measured ones (first-use caches, per-thread random generators),
+    /// recorded with "warmup": true; 0-1000.
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u64).range(0..=1000))]
+    pub warmup: u64,
+    /// Stack size of each handshaking thread in bytes, 262144-268435456.
+    #[arg(long, default_value_t = 8 << 20, value_parser = clap::value_parser!(u64).range(262_144..=268_435_456))]
+    pub thread_stack: u64,
+    /// Draw all randomness of both threads from fixed-seed generators (OpenSSL's TEST-RAND)
+    /// instead of the DRBG, so randomised work (ML-DSA signing's rejection loop) and its
+    /// allocations repeat exactly from run to run when the keys are the same. Insecure by
+    /// design: for measurement only.
+    #[arg(long)]
+    pub fixed_random: bool,
+}
+
+/// What both threads check every handshake against (codes from the stack's tables).
+#[derive(Clone)]
+struct Expect {
+    version: &'static str,
+    group: Option<(String, Option<u16>)>,
+    sigalg: Option<(String, Option<u16>)>,
+    client_sigalg: Option<(String, Option<u16>)>,
+    mutual: bool,
+}
+
+fn single(flag: &str, list: &Option<Vec<String>>) -> Result<Option<String>> {
+    match list.as_deref() {
+        None => Ok(None),
+        Some([one]) => Ok(Some(one.clone())),
+        Some(many) => crate::bail!(
+            Usage,
+            "{flag} {:?}: tls memory measures one at a time; name exactly one",
+            many.join(":")
+        ),
+    }
+}
+
+fn matches(want: &Option<(String, Option<u16>)>, name: Option<&str>, code: Option<u16>) -> bool {
+    match want {
+        None => true,
+        Some((_, Some(w))) if code.is_some() => code == Some(*w),
+        Some((w, _)) => name.is_some_and(|n| n.eq_ignore_ascii_case(w)),
+    }
+}
+
+/// A handshake that settled on something else than asked is an error, not a sample.
+fn check(e: &Expect, role: &str, n: &Negotiated, v: &Verification, i: u64) -> Result<()> {
+    let fail = |what: &str, got: Option<&str>, want: &Option<(String, Option<u16>)>| {
+        Error::Check(format!(
+            "{role} handshake {i}: negotiated {what} {}, asked for {}",
+            got.unwrap_or("none"),
+            want.as_ref().map(|w| w.0.as_str()).unwrap_or("?")
+        ))
+    };
+    if n.version != e.version {
+        crate::bail!(
+            Check,
+            "{role} handshake {i}: negotiated {}, asked for {}",
+            n.version,
+            e.version
+        );
+    }
+    if !matches(&e.group, n.group.as_deref(), n.group_code) {
+        return Err(fail("group", n.group.as_deref(), &e.group));
+    }
+    if !matches(&e.sigalg, n.sigalg.as_deref(), n.sigalg_code) {
+        return Err(fail("server signature", n.sigalg.as_deref(), &e.sigalg));
+    }
+    if e.mutual && n.client_sigalg.is_none() {
+        crate::bail!(
+            Check,
+            "{role} handshake {i}: no client signature in mutual TLS"
+        );
+    }
+    if !matches(
+        &e.client_sigalg,
+        n.client_sigalg.as_deref(),
+        n.client_sigalg_code,
+    ) {
+        return Err(fail(
+            "client signature",
+            n.client_sigalg.as_deref(),
+            &e.client_sigalg,
+        ));
+    }
+    let must_verify = role == "client" || e.mutual;
+    if must_verify && *v != Verification::Verified {
+        crate::bail!(
+            Check,
+            "{role} handshake {i}: peer certificate not verified: {v:?}"
+        );
+    }
+    Ok(())
+}
+
+/// One measured window on the calling thread: heap counts reset, stack painted, then `f`.
+struct Window {
+    painted: Option<paint::Painted>,
+    t0: Stamp,
+}
+
+impl Window {
+    fn open() -> Window {
+        let painted = paint::paint();
+        heap::thread_reset();
+        Window {
+            painted,
+            t0: Stamp::now(),
+        }
+    }
+
+    /// The record fields of this window (to be called right after the handshake).
+    fn close(self, entry_sp: usize, out: &mut Value) {
+        let t1 = Stamp::now();
+        let c = heap::thread_counts();
+        let (stack, overflow) = match &self.painted {
+            Some(p) => (
+                Some(entry_sp.saturating_sub(p.lowest_touched())),
+                p.overflowed(),
+            ),
+            None => (None, false),
+        };
+        out["heap_total_bytes"] = json!(c.total_bytes);
+        out["heap_peak_bytes"] = json!(c.peak.max(0));
+        out["heap_retained_bytes"] = json!(c.in_use);
+        out["allocations"] = json!(c.allocations);
+        out["frees"] = json!(c.frees);
+        out["reallocations"] = json!(c.reallocations);
+        out["stack_bytes"] = json!(stack);
+        out["stack_overflowed_paint"] = json!(overflow);
+        out["handshake_ns"] = json!(t1.mono - self.t0.mono);
+    }
+}
+
+fn wire(tcp: &Rc<TcpStream>, peer: &'static str, timeout_s: u64) -> Wire {
+    Wire {
+        tcp: tcp.clone(),
+        rec: Rc::new(RefCell::new(Recorder::new(false))) as SharedRecorder,
+        peer,
+        timeout_s,
+    }
+}
+
+fn tcp_setup(tcp: &TcpStream, timeout_s: u64) -> Result<()> {
+    let t = Some(Duration::from_secs(timeout_s.max(1)));
+    tcp.set_nodelay(true)?;
+    tcp.set_read_timeout(t)?;
+    tcp.set_write_timeout(t)?;
+    Ok(())
+}
+
+fn base_record(stack: &dyn Stack, role: &str, i: u64, warmup: u64, entry: usize) -> Value {
+    json!({
+        "type": "memory", "role": role, "stack": stack.name(),
+        "index": if i < warmup { i } else { i - warmup }, "warmup": i < warmup,
+        "stack_base_bytes": entry.saturating_sub(paint::stack_pointer()),
+    })
+}
+
+fn finish_record(out: &mut Value, s: &dyn Session) {
+    out["negotiated"] = serde_json::to_value(s.negotiated()).unwrap_or(Value::Null);
+    out["verified"] = json!(s.verification() == Verification::Verified);
+    out["peer_chain_der_bytes"] = json!(s.peer_chain_der_bytes());
+}
+
+struct Job {
+    stack: &'static dyn Stack,
+    args: Args,
+    expect: Expect,
+    tx: mpsc::Sender<Value>,
+}
+
+/// --fixed-random on the calling thread.
+fn thread_random(fixed: bool) -> Result<()> {
+    if fixed && !super::openssl::ffi::fixed_random_for_this_thread() {
+        crate::bail!(
+            Library,
+            "cannot install OpenSSL's TEST-RAND generator (--fixed-random)"
+        );
+    }
+    Ok(())
+}
+
+fn server_loop(
+    job: Job,
+    ctx: Arc<dyn super::stack::ServerContext>,
+    listener: TcpListener,
+) -> Result<()> {
+    let entry = paint::stack_pointer();
+    thread_random(job.args.fixed_random)?;
+    let a = &job.args;
+    let total = a.warmup + a.count;
+    for i in 0..total {
+        let (tcp, _) = listener
+            .accept()
+            .map_err(|e| crate::err!(Io, "accept failed: {e}"))?;
+        tcp_setup(&tcp, a.tls.io_timeout)?;
+        let tcp = Rc::new(tcp);
+        let mut out = base_record(job.stack, "server", i, a.warmup, entry);
+        let w = Window::open();
+        let session = ctx.start(wire(&tcp, "client", a.tls.io_timeout))?.run();
+        w.close(entry, &mut out);
+        let mut session = session.map_err(|e| e.context(format!("server handshake {i}")))?;
+        finish_record(&mut out, &*session);
+        let n = session.negotiated();
+        check(&job.expect, "server", &n, &session.verification(), i)?;
+        session.close(true);
+        drop(session);
+        if job.tx.send(out).is_err() {
+            break;
+        }
+    }
+    Ok(())
+}
+
+fn client_loop(job: Job, addr: SocketAddr, identity: Option<Identity>) -> Result<()> {
+    let entry = paint::stack_pointer();
+    thread_random(job.args.fixed_random)?;
+    let a = &job.args;
+    let mut protocol = a.tls.protocol()?;
+    // libssl signs with the schemes of the client's own --sigalgs list too: add the client
+    // scheme to the server's, or a client certificate of another kind could not sign.
+    if let (Some(list), Some(own)) = (protocol.sigalgs.as_mut(), &a.client_sigalg) {
+        if !list.contains(own) {
+            list.push(own.clone());
+        }
+    }
+    let ctx = job.stack.client(&ClientSetup {
+        protocol,
+        ca: a.ca.clone(),
+        identity,
+    })?;
+    let name = ServerName::parse(&a.servername);
+    let total = a.warmup + a.count;
+    for i in 0..total {
+        let tcp = TcpStream::connect_timeout(&addr, Duration::from_secs(a.tls.io_timeout))
+            .map_err(|e| crate::err!(Io, "TCP connect to {addr} failed: {e}"))?;
+        tcp_setup(&tcp, a.tls.io_timeout)?;
+        let tcp = Rc::new(tcp);
+        let mut out = base_record(job.stack, "client", i, a.warmup, entry);
+        let w = Window::open();
+        let session = ctx
+            .start(wire(&tcp, "server", a.tls.io_timeout), &name)?
+            .run();
+        w.close(entry, &mut out);
+        let mut session = session.map_err(|e| e.context(format!("client handshake {i}")))?;
+        finish_record(&mut out, &*session);
+        let n = session.negotiated();
+        check(&job.expect, "client", &n, &session.verification(), i)?;
+        session.close(false);
+        drop(session);
+        if job.tx.send(out).is_err() {
+            break;
+        }
+    }
+    Ok(())
+}
+
+fn expectations(stack: &'static dyn Stack, a: &Args) -> Result<Expect> {
+    let p = a.tls.protocol()?;
+    let code = |n: Option<String>, g: bool| {
+        n.map(|n| {
+            let c = if g {
+                stack.group_code(&n)
+            } else {
+                stack.sigalg_code(&n)
+            };
+            (n, c)
+        })
+    };
+    let client_sigalg = match &a.client_sigalg {
+        Some(s) => single(
+            "--client-sigalg",
+            &super::options::list("--client-sigalg", &Some(s.clone()))?,
+        )?,
+        None => None,
+    };
+    Ok(Expect {
+        version: p.version.name(),
+        group: code(single("--groups", &p.groups)?, true),
+        sigalg: code(single("--sigalgs", &p.sigalgs)?, false),
+        client_sigalg: code(client_sigalg, false),
+        mutual: a.client_cert_chain.is_some(),
+    })
+}
+
+fn spawn(
+    name: &str,
+    size: u64,
+    f: impl FnOnce() -> Result<()> + Send + 'static,
+) -> Result<std::thread::JoinHandle<Result<()>>> {
+    std::thread::Builder::new()
+        .name(name.into())
+        .stack_size(size as usize)
+        .spawn(f)
+        .map_err(|e| crate::err!(Io, "cannot start the {name} thread: {e}"))
+}
+
+pub fn run(a: Args) -> Result<()> {
+    if !heap::installed() {
+        crate::bail!(
+            Library,
+            "OpenSSL's allocations are not being counted (hooks not installed)"
+        );
+    }
+    let stack = a.tls.stack()?;
+    if stack.name() != "openssl" {
+        crate::bail!(
+            Usage,
+            "--stack {}: tls memory counts allocations through OpenSSL's hooks; only the openssl stack has them here",
+            stack.name()
+        );
+    }
+    a.tls.events_on()?;
+    let expect = expectations(stack, &a)?;
+    let client_auth = a.client_ca.clone().map(|ca| ClientAuth {
+        ca,
+        sigalgs: a.client_sigalg.clone().map(|s| vec![s]),
+    });
+    let identity = a
+        .client_cert_chain
+        .clone()
+        .zip(a.client_key.clone())
+        .map(|(cert_chain, key)| Identity { cert_chain, key });
+    let server_ctx = stack.server(&ServerSetup {
+        protocol: a.tls.protocol()?,
+        cert_chain: a.cert_chain.clone(),
+        key: a.key.clone(),
+        dh_bits: None,
+        client_auth,
+    })?;
+    let listener = TcpListener::bind("127.0.0.1:0")
+        .map_err(|e| crate::err!(Io, "cannot listen on 127.0.0.1: {e}"))?;
+    let addr = listener.local_addr()?;
+    crate::out::emit(&json!({
+        "type": "memory_setup", "stack": stack.name(), "address": addr.to_string(),
+        "thread_stack_bytes": a.thread_stack, "warmup": a.warmup, "count": a.count,
+        "hooks": "CRYPTO_set_mem_functions", "groups": a.tls.groups, "sigalgs": a.tls.sigalgs,
+        "client_sigalg": a.client_sigalg, "mutual": a.client_cert_chain.is_some(),
+        "security_level": server_ctx.security_level(), "fixed_random": a.fixed_random,
+    }));
+    let (tx, rx) = mpsc::channel::<Value>();
+    let job = |tx: mpsc::Sender<Value>| Job {
+        stack,
+        args: a.clone(),
+        expect: expect.clone(),
+        tx,
+    };
+    let (sjob, cjob) = (job(tx.clone()), job(tx));
+    let server = spawn("memory-server", a.thread_stack, move || {
+        server_loop(sjob, server_ctx, listener)
+    })?;
+    let client = spawn("memory-client", a.thread_stack, move || {
+        let result = client_loop(cjob, addr, identity);
+        if result.is_err() {
+            // The server may be waiting in accept: a connection that closes at once ends
+            // its handshake (and its loop) with an error, so the run can end.
+            let _ = TcpStream::connect(addr);
+        }
+        result
+    })?;
+    for rec in rx {
+        crate::out::emit(&rec);
+    }
+    let joined = |h: std::thread::JoinHandle<Result<()>>, who: &str| {
+        h.join()
+            .unwrap_or_else(|_| Err(crate::err!(Library, "the {who} thread panicked")))
+    };
+    let c = joined(client, "client");
+    let s = joined(server, "server");
+    // The client's error explains the server's (a server sees only the reset).
+    c.and(s)
+}
+
+#[derive(clap::Args, Clone)]
+pub struct HoldArgs {
+    /// Server address, HOST:PORT.
+    #[arg(long)]
+    pub connect: SocketAddr,
+    /// Root certificate (PEM) the server chain must validate against.
+    #[arg(long)]
+    pub ca: PathBuf,
+    /// Name sent in SNI and checked against the certificate.
+    #[arg(long, default_value = "localhost")]
+    pub servername: String,
+    #[command(flatten)]
+    pub tls: TlsOpts,
+    /// Mutual TLS: client certificate chain (PEM).
+    #[arg(long, requires = "key")]
+    pub cert_chain: Option<PathBuf>,
+    /// Mutual TLS: private key (PEM) of --cert-chain.
+    #[arg(long, requires = "cert_chain")]
+    pub key: Option<PathBuf>,
+    /// Connections to open and keep open, 1-4096.
+    #[arg(short = 'n', long = "count", value_parser = clap::value_parser!(u64).range(1..=4096))]
+    pub count: u64,
+    /// Keep them all open this long after the last one is up (milliseconds, 0-600000).
+    #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u64).range(0..=600_000))]
+    pub hold_ms: u64,
+}
+
+/// `tls hold`: N verified connections, opened one after the other and all kept open.
+pub fn hold(a: HoldArgs) -> Result<()> {
+    let stack = a.tls.stack()?;
+    let ctx = stack.client(&ClientSetup {
+        protocol: a.tls.protocol()?,
+        ca: a.ca.clone(),
+        identity: a
+            .cert_chain
+            .clone()
+            .zip(a.key.clone())
+            .map(|(cert_chain, key)| Identity { cert_chain, key }),
+    })?;
+    let expect = Expect {
+        version: a.tls.version()?.name(),
+        group: None,
+        sigalg: None,
+        client_sigalg: None,
+        mutual: a.cert_chain.is_some(),
+    };
+    let name = ServerName::parse(&a.servername);
+    let mut open: Vec<Box<dyn Session>> = Vec::new();
+    for i in 0..a.count {
+        let tcp = TcpStream::connect_timeout(&a.connect, Duration::from_secs(a.tls.io_timeout))
+            .map_err(|e| {
+                crate::err!(
+                    Io,
+                    "connection {i}: TCP connect to {} failed: {e}",
+                    a.connect
+                )
+            })?;
+        tcp_setup(&tcp, a.tls.io_timeout)?;
+        let tcp = Rc::new(tcp);
+        let s = ctx
+            .start(wire(&tcp, "server", a.tls.io_timeout), &name)?
+            .run()
+            .map_err(|e| e.context(format!("connection {i}")))?;
+        check(&expect, "client", &s.negotiated(), &s.verification(), i)?;
+        open.push(s);
+    }
+    std::thread::sleep(Duration::from_millis(a.hold_ms));
+    crate::out::emit(
+        &json!({"type": "held", "connections": open.len(), "t": super::record::realtime_ns()}),
+    );
+    for s in open.iter_mut() {
+        s.close(false);
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn expectations_match_by_code_then_name() {
+        let want = Some(("X25519MLKEM768".to_string(), Some(4588)));
+        assert!(matches(&want, Some("whatever"), Some(4588)));
+        assert!(!matches(&want, Some("X25519MLKEM768"), Some(29)));
+        let by_name = Some(("mldsa44".to_string(), None));
+        assert!(matches(&by_name, Some("MLDSA44"), None));
+        assert!(!matches(&by_name, None, None));
+        assert!(matches(&None, None, None));
+    }
+
+    #[test]
+    fn failed_checks_are_check_errors() {
+        let e = Expect {
+            version: "TLSv1.3",
+            group: Some(("x25519".into(), Some(29))),
+            sigalg: None,
+            client_sigalg: None,
+            mutual: false,
+        };
+        let mut n = Negotiated {
+            version: "TLSv1.3".into(),
+            group: Some("x25519".into()),
+            group_code: Some(29),
+            ..Default::default()
+        };
+        assert!(check(&e, "server", &n, &Verification::NotChecked, 0).is_ok());
+        assert!(matches!(
+            check(&e, "client", &n, &Verification::NotChecked, 0),
+            Err(Error::Check(_))
+        ));
+        n.group_code = Some(23);
+        assert!(matches!(
+            check(&e, "server", &n, &Verification::NotChecked, 3),
+            Err(Error::Check(m)) if m.contains("group") && m.contains("handshake 3")
+        ));
+    }
+}

@@ -1,0 +1,416 @@
+"""`pqlab memory`: what a full TLS handshake costs in memory, for client and server
+separately, over every (group, server signature, CA signature, client signature) cell: heap
+allocated in total, peak heap in use, heap still held after it, allocations and frees,
+counted through OpenSSL's own allocator hooks, and the handshaking thread's stack high-water
+mark from a painted stack. Also the server's memory per idle established connection (the
+slope of its RSS and of its counted heap while it holds N connections). See docs/memory.md.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from pqlab import catalog, engine, units
+from pqlab.catalog import Algorithm
+from pqlab.errors import EngineError, UserError
+from pqlab.experiment import CompareSpec, Experiment, Option
+from pqlab.tls import stacks
+from pqlab.tls.chains import make_chain
+
+NAME = "memory"
+DEFAULT_GROUPS = "X25519,X25519MLKEM768"
+DEFAULT_SIGS = "ECDSA-P256,ML-DSA-44"
+MAX_N = 10_000
+MAX_WARMUP = 100
+MAX_IDLE = 1024
+NONE = "none"
+ROLES = ("client", "server")
+METRICS = (
+    "heap_total_bytes",
+    "heap_peak_bytes",
+    "heap_retained_bytes",
+    "allocations",
+    "frees",
+    "reallocations",
+    "stack_bytes",
+)
+
+RAW_DDL = """
+CREATE TABLE IF NOT EXISTS memory_raw (
+    cell_id TEXT, stack TEXT, stack_impl TEXT, role TEXT, "group" TEXT, server_sig TEXT,
+    ca_sig TEXT, client_sig TEXT, idx INTEGER, warmup BOOLEAN,
+    heap_total_bytes BIGINT, heap_peak_bytes BIGINT, heap_retained_bytes BIGINT,
+    allocations BIGINT, frees BIGINT, reallocations BIGINT, stack_bytes BIGINT,
+    stack_base_bytes BIGINT, stack_overflowed_paint BOOLEAN, handshake_ns BIGINT,
+    negotiated_group TEXT, negotiated_sigalg TEXT, negotiated_client_sigalg TEXT,
+    record JSON)
+"""
+IDLE_DDL = """
+CREATE TABLE IF NOT EXISTS memory_idle_raw (
+    cell_id TEXT, stack TEXT, stack_impl TEXT, "group" TEXT, server_sig TEXT, ca_sig TEXT,
+    client_sig TEXT, idx INTEGER, connections_open INTEGER, heap_in_use_bytes BIGINT,
+    vm_rss_bytes BIGINT, record JSON)
+"""
+
+
+@dataclass
+class Plan:
+    groups: list[Algorithm]
+    server_sigs: list[Algorithm]
+    ca_sigs: list[Algorithm]
+    client_sigs: list[Algorithm | None]  # None: no client certificate
+    n: int
+    warmup: int
+    idle: int  # connections held for the idle measurement; 0: none
+    stack: str = stacks.DEFAULT_STACK
+    certs: Path | None = None  # certificates reused across runs; None: RUN/certs
+    fixed_random: bool = True  # the engine's --fixed-random
+
+    def cells(self):
+        for g in self.groups:
+            for s in self.server_sigs:
+                for c in self.ca_sigs:
+                    for cl in self.client_sigs:
+                        yield g, s, c, cl
+
+    def cell_id(self, g, s, c, cl) -> str:
+        cid = f"{g.name}|{s.name}|{c.name}|{cl.name if cl else NONE}"
+        return cid if self.stack == stacks.DEFAULT_STACK else f"{cid}|{self.stack}"
+
+    def as_dict(self) -> dict:
+        return {
+            "groups": [a.name for a in self.groups],
+            "server_sigs": [a.name for a in self.server_sigs],
+            "ca_sigs": [a.name for a in self.ca_sigs],
+            "client_sigs": [a.name if a else NONE for a in self.client_sigs],
+            "n": self.n,
+            "warmup": self.warmup,
+            "idle": self.idle,
+            "stack": self.stack,
+            "certs": str(self.certs) if self.certs else None,
+            "fixed_random": self.fixed_random,
+        }
+
+
+def _client_sigs(text: str, stack) -> list[Algorithm | None]:
+    names = units.parse_list(text, "--client-sig", example="none,ECDSA-P256")
+    out: list[Algorithm | None] = []
+    for name in names:
+        if name.lower() == NONE:
+            out.append(None)
+            continue
+        alg = catalog.resolve(name, "sig")
+        stacks.require([alg], stack, "client", "--client-sig")
+        out.append(alg)
+    return out
+
+
+def plan_from_values(values) -> Plan:
+    """Every check before anything is created."""
+    stack = stacks.get(values.stack or stacks.DEFAULT_STACK)
+    if stack.name != stacks.DEFAULT_STACK:
+        raise UserError(
+            f"--stack {stack.name!r}: memory counts allocations through OpenSSL's allocator "
+            f"hooks; only the {stacks.DEFAULT_STACK} stack has them in this engine"
+        )
+    groups = catalog.resolve_list(units.parse_list(values.groups, "--groups"), "kem")
+    server_sigs = catalog.resolve_list(units.parse_list(values.server_sig, "--server-sig"), "sig")
+    ca_sigs = catalog.resolve_list(units.parse_list(values.ca_sig, "--ca-sig"), "sig")
+    stacks.require(groups, stack, "group", "--groups")
+    stacks.require(server_sigs, stack, "server", "--server-sig")
+    stacks.require(ca_sigs, stack, "ca", "--ca-sig")
+    return Plan(
+        groups=groups,
+        server_sigs=server_sigs,
+        ca_sigs=ca_sigs,
+        client_sigs=_client_sigs(values.client_sig or NONE, stack),
+        n=units.parse_positive_int(values.n, "-n", maximum=MAX_N),
+        warmup=units.parse_positive_int(values.warmup, "--warmup", minimum=1, maximum=MAX_WARMUP),
+        idle=units.parse_positive_int(values.idle, "--idle", minimum=0, maximum=MAX_IDLE),
+        stack=stack.name,
+        certs=_certs_dir(values.certs),
+        fixed_random=not values.system_random,
+    )
+
+
+def _certs_dir(text: str | None) -> Path | None:
+    if not text:
+        return None
+    path = Path(text).expanduser()
+    if path.exists() and not path.is_dir():
+        raise UserError(f"--certs {text!r} is not a directory; give a directory for the chains")
+    return path.resolve()
+
+
+@dataclass
+class Cell:
+    group: Algorithm
+    server_sig: Algorithm
+    ca_sig: Algorithm
+    client_sig: Algorithm | None
+    cell_id: str
+
+    def keys(self) -> dict:
+        return {
+            "group": self.group.name,
+            "server_sig": self.server_sig.name,
+            "ca_sig": self.ca_sig.name,
+            "client_sig": self.client_sig.name if self.client_sig else NONE,
+        }
+
+
+def _tls_args(st, cell: Cell, client_side: bool = False) -> list[str]:
+    """--groups and --sigalgs of a cell; a client with a certificate also offers its own
+    scheme (libssl signs only with schemes of the client's own list)."""
+    sigalgs = st.sigalg_name(cell.server_sig)
+    if client_side and cell.client_sig is not None:
+        sigalgs += ":" + st.sigalg_name(cell.client_sig)
+    return ["--groups", st.group_name(cell.group), "--sigalgs", sigalgs, "--events", "off"]
+
+
+def handshake_argv(st, cell: Cell, certs, plan: Plan) -> list[str]:
+    """`pqlab-engine tls memory` for one cell; `certs` is (server chain, client chain|None)."""
+    chain, client = certs
+    argv = ["tls", "memory", "--cert-chain", chain.chain, "--key", chain.key]
+    argv += ["--ca", chain.root, *_tls_args(st, cell)]
+    argv += ["-n", plan.n, "--warmup", plan.warmup]
+    if plan.fixed_random:
+        argv.append("--fixed-random")
+    if client is not None:
+        argv += ["--client-cert-chain", client.chain, "--client-key", client.key]
+        argv += ["--client-ca", client.root, "--client-sigalg", st.sigalg_name(cell.client_sig)]
+    return [str(a) for a in argv]
+
+
+def _raw_row(cell: Cell, st, rec: dict) -> dict:
+    neg = rec.get("negotiated") or {}
+    row = {
+        "cell_id": cell.cell_id,
+        "stack": st.name,
+        "stack_impl": st.implementation,
+        "role": rec["role"],
+        **cell.keys(),
+        "idx": rec["index"],
+        "warmup": bool(rec["warmup"]),
+        "stack_base_bytes": rec.get("stack_base_bytes"),
+        "stack_overflowed_paint": rec.get("stack_overflowed_paint"),
+        "handshake_ns": rec.get("handshake_ns"),
+        "negotiated_group": neg.get("group"),
+        "negotiated_sigalg": neg.get("sigalg"),
+        "negotiated_client_sigalg": neg.get("client_sigalg"),
+        "record": json.dumps(rec, sort_keys=True),
+    }
+    for m in METRICS:
+        row[m] = rec.get(m)
+    return row
+
+
+def _measure_idle(st, cell: Cell, certs, plan: Plan) -> list[dict]:
+    """Hold plan.idle connections to a `tls server --count-heap`; its heap records."""
+    from pqlab.tls.runner import EngineProcess
+
+    chain, client = certs
+    tls = _tls_args(st, cell)
+    server = ["tls", "server", "--listen", "127.0.0.1:0", "--cert-chain", chain.chain]
+    server += ["--key", chain.key, *tls, "--concurrent", "--max-concurrent", plan.idle + 8]
+    server += ["--response-mode", "none", "--count-heap", "--max-connections", plan.idle]
+    hold = ["tls", "hold", "--ca", chain.root, *_tls_args(st, cell, True), "-n", plan.idle]
+    if client is not None:
+        server += ["--client-ca", client.root]
+        server += ["--client-sigalgs", st.sigalg_name(cell.client_sig)]
+        hold += ["--cert-chain", client.chain, "--key", client.key]
+    with EngineProcess([str(a) for a in server], "memory idle server") as proc:
+        port = proc.wait_for("listening", 30)["port"]
+        hold += ["--connect", f"127.0.0.1:{port}"]
+        engine.run([str(a) for a in hold], timeout=60 + plan.idle)
+        proc.finish(60)
+        return proc.take("heap")
+
+
+def _idle_rows(cell: Cell, st, records: list[dict]) -> list[dict]:
+    return [
+        {
+            "cell_id": cell.cell_id,
+            "stack": st.name,
+            "stack_impl": st.implementation,
+            **cell.keys(),
+            "idx": r["index"],
+            "connections_open": r["connections_open"],
+            "heap_in_use_bytes": r["heap_in_use_bytes"],
+            "vm_rss_bytes": r.get("vm_rss_bytes"),
+            "record": json.dumps(r, sort_keys=True),
+        }
+        for r in records
+    ]
+
+
+def _measure_cell(store, plan: Plan, st, cell: Cell) -> None:
+    cert_dir = plan.certs or store.path / "certs"
+    chain = make_chain(cert_dir, cell.ca_sig, cell.server_sig, plan.stack)
+    client = None
+    if cell.client_sig is not None:
+        client = make_chain(cert_dir, cell.ca_sig, cell.client_sig, plan.stack, purpose="client")
+    certs = (chain, client)
+    records = engine.run(handshake_argv(st, cell, certs, plan), timeout=120 + 2 * plan.n)
+    rows = [_raw_row(cell, st, r) for r in records if r.get("type") == "memory"]
+    expected = 2 * (plan.n + plan.warmup)
+    if len(rows) != expected:
+        raise EngineError(
+            f"memory {cell.cell_id}: the engine wrote {len(rows)} of {expected} records"
+        )
+    idle = _idle_rows(cell, st, _measure_idle(st, cell, certs, plan)) if plan.idle else []
+    with store.cell(NAME, cell.cell_id, cell.keys()):
+        store.insert_rows("memory_raw", rows)
+        store.insert_rows("memory_idle_raw", idle)
+
+
+def measure(store, plan: Plan) -> None:
+    from pqlab.progress import CellProgress
+
+    store.ensure_table(RAW_DDL)
+    store.ensure_table(IDLE_DDL)
+    st = stacks.get(plan.stack)
+    done = store.cells_done(NAME)
+    cells = list(plan.cells())
+    with CellProgress("memory", len(cells)) as progress:
+        for g, s, c, cl in cells:
+            cell = Cell(g, s, c, cl, plan.cell_id(g, s, c, cl))
+            progress.start(f"{cell.cell_id.replace('|', ', ')}")
+            if cell.cell_id not in done:
+                _measure_cell(store, plan, st, cell)
+            progress.advance()
+
+
+KEYS = 'stack_impl, role, "group", server_sig, ca_sig, client_sig'
+TABLE_SQL = f"""
+SELECT {KEYS},
+       CAST(median(heap_total_bytes) AS BIGINT) AS heap_total_bytes,
+       CAST(median(heap_peak_bytes) AS BIGINT) AS heap_peak_bytes,
+       CAST(median(heap_retained_bytes) AS BIGINT) AS heap_retained_bytes,
+       CAST(median(allocations) AS BIGINT) AS allocations,
+       CAST(median(frees) AS BIGINT) AS frees,
+       CAST(median(reallocations) AS BIGINT) AS reallocations,
+       CAST(median(stack_bytes) AS BIGINT) AS stack_bytes,
+       count(*) AS n,
+       min(allocations) AS allocations_min, max(allocations) AS allocations_max,
+       min(heap_peak_bytes) AS heap_peak_bytes_min, max(heap_peak_bytes) AS heap_peak_bytes_max,
+       min(heap_total_bytes) AS heap_total_bytes_min,
+       max(heap_total_bytes) AS heap_total_bytes_max,
+       max(stack_bytes) AS stack_bytes_max,
+       bool_or(stack_overflowed_paint) AS stack_paint_overflowed
+FROM memory_raw WHERE NOT warmup
+GROUP BY {KEYS}
+ORDER BY role, "group", server_sig, ca_sig, client_sig, stack_impl
+"""
+IDLE_SQL = """
+SELECT stack_impl, "group", server_sig, ca_sig, client_sig,
+       max(connections_open) AS connections,
+       CAST(regr_slope(vm_rss_bytes, connections_open) AS BIGINT) AS rss_bytes_per_connection,
+       CAST(regr_slope(heap_in_use_bytes, connections_open) AS BIGINT)
+           AS heap_bytes_per_connection,
+       round(regr_r2(vm_rss_bytes, connections_open), 3) AS rss_r2,
+       round(regr_r2(heap_in_use_bytes, connections_open), 3) AS heap_r2,
+       min(vm_rss_bytes) AS rss_bytes_first, max(vm_rss_bytes) AS rss_bytes_last
+FROM memory_idle_raw
+GROUP BY stack_impl, "group", server_sig, ca_sig, client_sig
+ORDER BY "group", server_sig, ca_sig, client_sig
+"""
+
+
+def export(store):
+    from pqlab.report import Section, template
+
+    if not store.has_table("memory_raw"):
+        return None
+    table = store.export_table("memory", TABLE_SQL)
+    s = Section(
+        title="Memory per handshake and per idle connection", intro=template("memory_intro")
+    )
+    s.table(table, "Heap and stack per full handshake, per role (medians; min/max show spread)")
+    if store.has_table("memory_idle_raw") and store.query("SELECT 1 FROM memory_idle_raw LIMIT 1"):
+        idle = store.export_table("memory_idle", IDLE_SQL)
+        s.table(idle, "Server memory per idle established connection (least-squares slopes)")
+    return s
+
+
+class Memory(Experiment):
+    name = NAME
+    help = "heap and stack per TLS handshake (client, server), memory per idle connection"
+    description = __doc__.split("\n\n")[0]
+    options = (
+        Option("groups", "key-exchange groups", default=DEFAULT_GROUPS, metavar="LIST"),
+        Option("server-sig", "server signature algorithms", default=DEFAULT_SIGS, metavar="LIST"),
+        Option("ca-sig", "CA signature algorithms", default="ECDSA-P256", metavar="LIST"),
+        Option(
+            "client-sig",
+            "client certificate algorithms for mutual TLS; 'none' = no client certificate",
+            default=NONE,
+            metavar="LIST",
+        ),
+        Option("n", f"measured handshakes per cell (1-{MAX_N})", default="20", short="-n"),
+        Option(
+            "warmup",
+            f"handshakes per cell before the measured ones, dropped (1-{MAX_WARMUP})",
+            default="2",
+        ),
+        Option(
+            "idle",
+            f"idle connections the server holds per cell, for the per-connection slope "
+            f"(0-{MAX_IDLE}; 0: skip)",
+            default="32",
+        ),
+        Option(
+            "certs",
+            "directory for the certificate chains, reused when they are there (the same keys "
+            "make ML-DSA signing, and its allocations, repeat exactly across runs); "
+            "default: RUN/certs",
+            metavar="DIR",
+        ),
+        Option(
+            "system-random",
+            "use OpenSSL's normal DRBG instead of the fixed-seed generator (allocation counts "
+            "of randomised signing then vary between handshakes)",
+            flag=True,
+        ),
+        Option("stack", "TLS stack", default=stacks.DEFAULT_STACK, metavar="NAME"),
+    )
+    compare = tuple(
+        CompareSpec(
+            f"memory {metric}",
+            "memory_raw",
+            ("role", "group", "server_sig", "ca_sig", "client_sig"),
+            metric,
+            "bytes" if metric.endswith("bytes") else "count",
+            where="NOT warmup",
+        )
+        for metric in ("heap_peak_bytes", "heap_total_bytes", "allocations", "stack_bytes")
+    )
+
+    def plan(self, values) -> Plan:
+        return plan_from_values(values)
+
+    def measure(self, plan: Plan, store) -> None:
+        measure(store, plan)
+
+    def export(self, store):
+        return export(store)
+
+    def metadata(self, plan: Plan) -> dict:
+        return {"memory": plan.as_dict()}
+
+    def resume_key(self, plan: Plan) -> dict:
+        return {
+            "n": plan.n,
+            "warmup": plan.warmup,
+            "idle": plan.idle,
+            "stack": plan.stack,
+            "fixed_random": plan.fixed_random,
+        }
+
+    def summary(self, plan: Plan) -> str | None:
+        return "memory: tables/memory.csv (per handshake), tables/memory_idle.csv (per idle connection)"
+
+
+EXPERIMENT = Memory()
