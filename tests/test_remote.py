@@ -281,6 +281,7 @@ def test_same_tables_and_the_injected_offset_is_recovered(lab, clean, tmp_path):
     # The offset: recovered within its stated uncertainty, and recorded.
     for c in rows(far / "tables" / "handshake_clock.csv"):
         offset, u = float(c["offset_ms"]), float(c["uncertainty_ms"])
+        print(f"{c['cell_id']}: offset {offset:.4f} ms +- {u:.4f} ms (injected 3.000)")
         assert c["applied"] == "true" and c["shared_clock"] == "false"
         assert int(c["test_injected_ns"]) == 3_000_000
         assert abs(offset - 3.000) <= u, c
@@ -301,6 +302,7 @@ def test_same_tables_and_the_injected_offset_is_recovered(lab, clean, tmp_path):
     for r in cross:
         got, u = float(r["median_ms"]), float(r["clock_uncertainty_ms"])
         want = base[(r["group"], r["view"], r["phase"])]
+        print(f"{r['group']} {r['phase']}: {got:.3f} ms across hosts, {want:.3f} ms one machine")
         assert abs(got - want) <= u, r
         if r["phase"] == "SYN sending":  # a bare 1 ms one-way delay on both runs
             assert abs(got - want) < 0.3 and abs(got - 1.0) < 0.3, r
