@@ -7,6 +7,7 @@ mod certs;
 mod client;
 #[cfg(test)]
 mod fake;
+mod load;
 pub mod openssl;
 mod options;
 pub mod record;
@@ -26,6 +27,9 @@ pub enum Command {
     Server(Box<server::Args>),
     /// TLS client: N fresh connections, each handshake verified and recorded.
     Client(Box<client::Args>),
+    /// Load generator: full handshakes from many workers, closed loop or at a fixed
+    /// arrival rate; one load_result record with every sample.
+    Load(Box<load::Args>),
 }
 
 pub fn run(c: Command) -> Result<()> {
@@ -33,6 +37,7 @@ pub fn run(c: Command) -> Result<()> {
         Command::Certs(a) => certs::run(a),
         Command::Server(a) => server::run(*a),
         Command::Client(a) => client::run(*a),
+        Command::Load(a) => load::run(*a),
     }
 }
 

@@ -51,6 +51,11 @@ pub struct Args {
     /// record; it does not count towards --max-connections.
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..=4096))]
     pub max_concurrent: Option<u64>,
+    /// Serve with a fixed pool of this many threads (1-256), each accepting and serving
+    /// one connection at a time (for capacity measurements: as many threads as the server
+    /// has CPUs). Not with --concurrent.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=256))]
+    pub threads: Option<u64>,
     /// Largest n accepted in `GET <n>` and HTTP `GET /<n>` (bytes). Responses are streamed
     /// in 16 KiB records, so the server's memory does not grow with n.
     #[arg(long, default_value_t = 1 << 30)]
@@ -84,6 +89,12 @@ pub fn prepare(a: &Args) -> Result<(&'static dyn Stack, Arc<dyn ServerContext>)>
     }
     if a.max_concurrent.is_some() && !a.concurrent {
         crate::bail!(Usage, "--max-concurrent needs --concurrent");
+    }
+    if a.threads.is_some() && a.concurrent {
+        crate::bail!(
+            Usage,
+            "--threads and --concurrent exclude each other; use one of them"
+        );
     }
     let stack = a.tls.stack()?;
     let client_auth = match &a.client_ca {
@@ -138,6 +149,9 @@ pub fn serve(
     a: Arc<Args>,
     sink: Arc<dyn Sink>,
 ) -> Result<()> {
+    if let Some(n) = a.threads {
+        return serve_pool(stack, ctx, listener, a, sink, n);
+    }
     let cap = a.max_concurrent.unwrap_or(DEFAULT_MAX_CONCURRENT);
     let in_flight = Arc::new(AtomicU64::new(0));
     let mut index: u64 = 0;
@@ -200,6 +214,87 @@ pub fn serve(
         let _ = t.join();
     }
     Ok(())
+}
+
+/// --threads N: N threads share the listening socket, each accepting and serving one
+/// connection at a time, until --max-connections (counted across the pool).
+fn serve_pool(
+    stack: &'static dyn Stack,
+    ctx: Arc<dyn ServerContext>,
+    listener: TcpListener,
+    a: Arc<Args>,
+    sink: Arc<dyn Sink>,
+    threads: u64,
+) -> Result<()> {
+    // Non-blocking accept with a short poll, so every thread sees the end of the run.
+    listener.set_nonblocking(true)?;
+    let next = AtomicU64::new(0);
+    let done = std::sync::atomic::AtomicBool::new(false);
+    let max = a.max_connections.unwrap_or(u64::MAX);
+    std::thread::scope(|s| -> Result<()> {
+        let handles: Vec<_> = (0..threads)
+            .map(|_| {
+                let (ctx, a, sink, listener) = (&*ctx, &*a, &*sink, &listener);
+                let (next, done) = (&next, &done);
+                s.spawn(move || -> Result<()> {
+                    while !done.load(Ordering::SeqCst) {
+                        if !readable(listener, 100) {
+                            continue;
+                        }
+                        let (tcp, peer) = match listener.accept() {
+                            Ok(x) => x,
+                            Err(e)
+                                if matches!(
+                                    e.kind(),
+                                    std::io::ErrorKind::WouldBlock
+                                        | std::io::ErrorKind::Interrupted
+                                ) =>
+                            {
+                                continue
+                            }
+                            Err(e) => {
+                                done.store(true, Ordering::SeqCst);
+                                crate::bail!(Io, "accept failed: {e}");
+                            }
+                        };
+                        let t_accept = Stamp::now();
+                        let index = next.fetch_add(1, Ordering::SeqCst);
+                        if index >= max {
+                            done.store(true, Ordering::SeqCst);
+                            break;
+                        }
+                        if index + 1 >= max {
+                            done.store(true, Ordering::SeqCst);
+                        }
+                        tcp.set_nonblocking(false)?;
+                        let c = Conn {
+                            index,
+                            peer,
+                            t_accept,
+                        };
+                        serve_one(stack, ctx, a, tcp, c, sink);
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        for h in handles {
+            h.join()
+                .unwrap_or_else(|_| Err(crate::err!(Io, "a server thread panicked")))?;
+        }
+        Ok(())
+    })
+}
+
+/// Whether the socket has a connection to accept within `ms` milliseconds.
+fn readable(listener: &TcpListener, ms: i32) -> bool {
+    use std::os::fd::AsRawFd;
+    let mut fds = libc::pollfd {
+        fd: listener.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    unsafe { libc::poll(&mut fds, 1, ms) > 0 }
 }
 
 /// A connection closed at once because the server is at --max-concurrent.
