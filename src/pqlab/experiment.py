@@ -32,6 +32,7 @@ EXPERIMENT_MODULES = (
     "linktest",
     "aead",
     "tls12",
+    "capacity",
 )
 
 

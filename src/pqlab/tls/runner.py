@@ -49,7 +49,7 @@ class Process:
     ):
         self.what = what
         argv = [str(a) for a in argv]
-        if cpu is not None:
+        if cpu is not None:  # a CPU number or a taskset list ("0,2")
             argv = ["taskset", "-c", str(cpu), *argv]
         kw = dict(
             stdout=subprocess.PIPE,
@@ -309,6 +309,7 @@ class ServerSpec:
     dh_bits: int | None = None
     concurrent: bool = False  # serve connections in parallel (outside clients)
     max_concurrent: int | None = None  # the worker pool's size when concurrent
+    threads: int | None = None  # a fixed pool of accepting threads (capacity)
 
     def args(self) -> list[str]:
         out = ["tls", "server", "--listen", self.listen]
@@ -323,6 +324,9 @@ class ServerSpec:
             out.append("--concurrent")
             if self.max_concurrent is not None:
                 out += ["--max-concurrent", str(self.max_concurrent)]
+        return out
+        if self.threads is not None:
+            out += ["--threads", str(self.threads)]
         return out
 
 
@@ -356,6 +360,39 @@ class ClientSpec:
         if self.expected.sigalg is not None:
             out += ["--expect-sigalg", st.sigalg_name(self.expected.sigalg)]
         return out
+
+
+@dataclass(frozen=True)
+class LoadSpec:
+    """`tls load`: the client's options (`client.n` is the most measured handshakes, its
+    `warmup` per worker, its `time_limit` the bound on everything) and the load shape."""
+
+    client: ClientSpec
+    mode: str  # "closed" | "open"
+    clients: int  # closed: concurrent clients; open: most handshakes in flight
+    duration_ms: int
+    rate: float | None = None  # open loop: arrivals per second
+
+    def args(self) -> list[str]:
+        out = ["tls", "load", *self.client.args()[2:]]
+        out += ["--mode", self.mode, "--clients", str(self.clients)]
+        out += ["--duration-ms", str(self.duration_ms)]
+        if self.rate is not None:
+            out += ["--rate", f"{self.rate:.6g}"]
+        return out
+
+
+def run_load(spec: LoadSpec, topo=None, cpu=None, timeout: float = 3600) -> dict:
+    """Run the load generator to completion; its `load_result` record."""
+    proc = EngineProcess(spec.args(), "TLS load generator", topo=topo, side="client", cpu=cpu)
+    try:
+        records = proc.finish(timeout)
+    finally:
+        proc.stop()
+    result = next((r for r in records if r.get("type") == "load_result"), None)
+    if result is None:
+        raise EngineError("the load generator reported no load_result")
+    return result
 
 
 def start_server(
