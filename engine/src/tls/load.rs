@@ -110,9 +110,19 @@ struct Shared<'a> {
 }
 
 pub fn run(a: Args) -> Result<()> {
+    crate::out::emit(&run_with(&a)?);
+    Ok(())
+}
+
+/// The load run; its `load_result` record.
+pub fn run_with(a: &Args) -> Result<Value> {
+    let a = a.clone();
     let (mode, rate) = parse_mode(&a)?;
     if a.client.gap_ms != 0 {
-        crate::bail!(Usage, "--gap-ms is for tls client; tls load paces with --rate");
+        crate::bail!(
+            Usage,
+            "--gap-ms is for tls client; tls load paces with --rate"
+        );
     }
     if a.client.count == 0 {
         crate::bail!(Usage, "-n 0: tls load needs at least one handshake");
@@ -161,8 +171,7 @@ pub fn run(a: Args) -> Result<()> {
         samples.extend(r?);
     }
     samples.sort_by_key(|s| (s.scheduled, s.worker));
-    crate::out::emit(&result_record(&shared, &samples, t0));
-    Ok(())
+    Ok(result_record(&shared, &samples, t0))
 }
 
 fn result_record(sh: &Shared, samples: &[Sample], t0: Stamp) -> Value {
@@ -171,7 +180,10 @@ fn result_record(sh: &Shared, samples: &[Sample], t0: Stamp) -> Value {
         Mode::Closed => None,
         Mode::Open { .. } => Some(open_arrivals(sh.rate, sh.duration_ns, sh.a.client.count)),
     };
-    let started = sh.next.load(Ordering::SeqCst).min(arrivals.unwrap_or(u64::MAX));
+    let started = sh
+        .next
+        .load(Ordering::SeqCst)
+        .min(arrivals.unwrap_or(u64::MAX));
     let errors = sh.errors.load(Ordering::SeqCst);
     let abandoned = arrivals.map(|n| n.saturating_sub(samples.len() as u64 + errors));
     let window = samples.iter().map(|s| s.end).max().unwrap_or(0);
@@ -207,7 +219,11 @@ fn result_record(sh: &Shared, samples: &[Sample], t0: Stamp) -> Value {
 fn warm_up(
     stack: &dyn super::stack::Stack,
     a: &client::Args,
-) -> Result<(Box<dyn super::stack::ClientContext>, client::Target, client::Checks)> {
+) -> Result<(
+    Box<dyn super::stack::ClientContext>,
+    client::Target,
+    client::Checks,
+)> {
     let (ctx, target, checks) = client::setup(stack, a)?;
     for i in 0..a.warmup {
         let (n, _) = handshake(&*ctx, a, &target)?;
@@ -246,7 +262,10 @@ fn worker(stack: &dyn super::stack::Stack, sh: &Shared, w: u32) -> Result<Vec<Sa
             return Err(e.context(format!("load worker {w}")));
         }
         {
-            let mut first = sh.first_negotiated.lock().unwrap_or_else(|p| p.into_inner());
+            let mut first = sh
+                .first_negotiated
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
             if first.is_none() {
                 *first = serde_json::to_value(&neg.negotiated).ok();
             }
