@@ -65,8 +65,8 @@ def start_s_server(ossl: str, chain_dir: Path, port: int, cpu) -> subprocess.Pop
     )
 
 
-def s_time(ossl: str, root: Path, port: int, seconds: int, cpu, conf: Path) -> float:
-    """Connections per second s_time -new completed (over its own wall time)."""
+def s_time(ossl: str, root: Path, port: int, seconds: int, cpu, conf: Path):
+    """(connections per second s_time -new completed over its own wall time, connections)."""
     argv = [ossl, "s_time", "-connect", f"127.0.0.1:{port}", "-new", "-time", str(seconds)]
     argv += ["-CAfile", str(root), "-verify", "2", "-tls1_3"]
     t0 = time.perf_counter()
@@ -83,7 +83,26 @@ def s_time(ossl: str, root: Path, port: int, seconds: int, cpu, conf: Path) -> f
         raise RuntimeError(f"s_time failed: {(out.stdout + out.stderr)[-400:]}")
     if "verify error" in out.stdout + out.stderr:
         raise RuntimeError("s_time reported a verification error")
-    return int(m.group(1)) / wall
+    return int(m.group(1)) / wall, int(m.group(1))
+
+
+def tree_cpu(pid: int) -> dict[str, float]:
+    """CPU seconds (user + system) of a process and its descendants, by program name."""
+    out: dict[str, float] = {}
+    todo = [pid]
+    tick = os.sysconf("SC_CLK_TCK")
+    while todo:
+        p = todo.pop()
+        try:
+            stat = Path(f"/proc/{p}/stat").read_text()
+            kids = Path(f"/proc/{p}/task/{p}/children").read_text().split()
+        except OSError:
+            continue
+        name = stat[stat.index("(") + 1 : stat.rindex(")")]
+        f = stat.rsplit(")", 1)[1].split()
+        out[name] = out.get(name, 0.0) + (int(f[11]) + int(f[12])) / tick
+        todo += [int(k) for k in kids]
+    return out
 
 
 def stop(p: subprocess.Popen) -> None:
@@ -129,16 +148,24 @@ def main() -> int:
             order = [("pqlab", pq_port), ("s_server", os_port)]
             if r % 2:
                 order.reverse()
-            got = {
-                name: s_time(ossl, root, port, args.seconds, client_cpu, conf)
-                for name, port in order
-            }
+            got, cpu = {}, {}
+            for name, port in order:
+                proc = pq if name == "pqlab" else ref
+                c0 = tree_cpu(proc.pid)
+                got[name], n = s_time(ossl, root, port, args.seconds, client_cpu, conf)
+                c1 = tree_cpu(proc.pid)
+                cpu[name] = {k: (c1[k] - c0.get(k, 0.0)) / n * 1e6 for k in c1}
             pq_rates.append(got["pqlab"])
             os_rates.append(got["s_server"])
             ratios.append(got["pqlab"] / got["s_server"])
+            show = {
+                k: ", ".join(f"{p} {us:.0f}" for p, us in v.items() if us > 0)
+                for k, v in cpu.items()
+            }
             print(
                 f"round {r + 1}: pqlab serve {got['pqlab']:.0f}/s, s_server "
-                f"{got['s_server']:.0f}/s, ratio {ratios[-1]:.3f}",
+                f"{got['s_server']:.0f}/s, ratio {ratios[-1]:.3f}; server CPU us/connection: "
+                f"pqlab [{show['pqlab']}], s_server [{show['s_server']}]",
                 flush=True,
             )
         med = statistics.median(ratios)

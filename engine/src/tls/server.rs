@@ -140,8 +140,13 @@ impl Drop for InFlight {
     }
 }
 
-/// The accept loop: one connection at a time, or with --concurrent each in its own thread,
-/// at most --max-concurrent at once; until --max-connections.
+/// A connection handed to a worker, with its slot in the --max-concurrent count.
+type Job = (TcpStream, Conn, InFlight);
+
+/// The accept loop: one connection at a time, or with --concurrent each on a worker thread,
+/// at most --max-concurrent at once; until --max-connections. Workers are kept and reused:
+/// a thread per connection cost a thread's creation and teardown (stack mapping, libssl's
+/// per-thread state) on every connection's critical path.
 pub fn serve(
     stack: &'static dyn Stack,
     ctx: Arc<dyn ServerContext>,
@@ -154,6 +159,10 @@ pub fn serve(
     }
     let cap = a.max_concurrent.unwrap_or(DEFAULT_MAX_CONCURRENT);
     let in_flight = Arc::new(AtomicU64::new(0));
+    // Workers waiting for a connection, and the queue they take them from.
+    let idle = Arc::new(AtomicU64::new(0));
+    let (tx, rx) = std::sync::mpsc::channel::<Job>();
+    let rx = Arc::new(std::sync::Mutex::new(rx));
     let mut index: u64 = 0;
     let mut threads = Vec::new();
     loop {
@@ -168,17 +177,16 @@ pub fn serve(
             Err(e) => crate::bail!(Io, "accept failed: {e}"),
         };
         let t_accept = Stamp::now();
+        let c = Conn {
+            index,
+            peer,
+            t_accept,
+        };
         if !a.concurrent {
-            let c = Conn {
-                index,
-                peer,
-                t_accept,
-            };
             index += 1;
             serve_one(stack, &*ctx, &a, tcp, c, &*sink);
             continue;
         }
-        threads.retain(|t: &std::thread::JoinHandle<()>| !t.is_finished());
         if in_flight.load(Ordering::SeqCst) >= cap {
             drop(tcp);
             let why =
@@ -187,19 +195,29 @@ pub fn serve(
             continue;
         }
         in_flight.fetch_add(1, Ordering::SeqCst);
-        let guard = InFlight(in_flight.clone());
-        let c = Conn {
-            index,
-            peer,
-            t_accept,
-        };
-        let (ctx2, a2, sink2) = (ctx.clone(), a.clone(), sink.clone());
+        let job = (tcp, c, InFlight(in_flight.clone()));
+        // An idle worker takes it; else a new worker starts with it (at most `cap` exist,
+        // since every worker beyond the idle ones holds a connection in flight).
+        let claimed = idle
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok();
+        if claimed {
+            if tx.send(job).is_ok() {
+                index += 1;
+            }
+            continue;
+        }
+        threads.retain(|t: &std::thread::JoinHandle<()>| !t.is_finished());
+        let (ctx2, a2, sink2, idle2, rx2) = (
+            ctx.clone(),
+            a.clone(),
+            sink.clone(),
+            idle.clone(),
+            rx.clone(),
+        );
         let worker = std::thread::Builder::new()
-            .name(format!("conn-{index}"))
-            .spawn(move || {
-                let _guard = guard;
-                serve_one(stack, &*ctx2, &a2, tcp, c, &*sink2)
-            });
+            .name("conn-worker".into())
+            .spawn(move || worker_loop(stack, &*ctx2, &a2, &*sink2, job, &idle2, &rx2));
         match worker {
             Ok(t) => {
                 threads.push(t);
@@ -210,10 +228,40 @@ pub fn serve(
             Err(e) => refuse(&*sink, peer, cap, &format!("no thread to serve it: {e}")),
         }
     }
+    // No more connections: idle workers see the queue close and end.
+    drop(tx);
     for t in threads {
         let _ = t.join();
     }
     Ok(())
+}
+
+/// A --concurrent worker: serve its first connection, then wait for more until the accept
+/// loop closes the queue.
+fn worker_loop(
+    stack: &dyn Stack,
+    ctx: &dyn ServerContext,
+    a: &Args,
+    sink: &dyn Sink,
+    first: Job,
+    idle: &AtomicU64,
+    rx: &std::sync::Mutex<std::sync::mpsc::Receiver<Job>>,
+) {
+    let mut job = first;
+    loop {
+        let (tcp, c, guard) = job;
+        serve_one(stack, ctx, a, tcp, c, sink);
+        drop(guard);
+        idle.fetch_add(1, Ordering::SeqCst);
+        let next = match rx.lock() {
+            Ok(q) => q.recv(),
+            Err(_) => return,
+        };
+        match next {
+            Ok(j) => job = j,
+            Err(_) => return,
+        }
+    }
 }
 
 /// --threads N: N threads share the listening socket, each accepting and serving one

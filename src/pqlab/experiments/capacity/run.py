@@ -140,7 +140,7 @@ def run_cell(store, hosts, plan: Plan, algs, threads: int, chain) -> None:
     rows, raws = [], []
     started = time.monotonic()
     server_cpu = cpu_list(cpus[0]) if plan.pinning else None
-    with runner.start_server(server_spec, hosts, cpu=server_cpu) as server:
+    with runner.start_server(server_spec, hosts, cpu=server_cpu, batch_s=0.05) as server:
         points = [Point("closed", c, None, f"{c} clients") for c in plan.clients]
         for p in points:
             row, raw = run_point(plan, hosts, server, cell, p, cpus)
