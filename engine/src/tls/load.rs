@@ -243,7 +243,11 @@ fn worker(stack: &dyn super::stack::Stack, sh: &Shared, w: u32) -> Result<Vec<Sa
     let t0 = sh.t0_mono.load(Ordering::SeqCst);
     let mut out = Vec::new();
     while let Some(scheduled) = claim(sh, t0) {
-        let start = record::monotonic_ns() - t0;
+        // Closed loop: due when claimed, which is its start.
+        let start = match sh.mode {
+            Mode::Closed => scheduled,
+            Mode::Open { .. } => record::monotonic_ns() - t0,
+        };
         let result = handshake(&*ctx, &sh.a.client, &target);
         let (neg, done) = match result {
             Ok(x) => x,
