@@ -33,6 +33,7 @@ EXPERIMENT_MODULES = (
     "aead",
     "tls12",
     "capacity",
+    "throughput",
 )
 
 

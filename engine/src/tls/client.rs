@@ -90,8 +90,8 @@ fn norm(s: &str) -> String {
 }
 
 pub(super) struct Target {
-    addr: SocketAddr,
-    name: String,
+    pub(super) addr: SocketAddr,
+    pub(super) name: String,
 }
 
 pub(super) fn resolve(a: &Args) -> Result<Target> {
@@ -328,7 +328,7 @@ fn check_client_auth(c: &Checks, n: &record::Negotiated, i: u64) -> Result<()> {
 /// What one connection settled on, for the checks.
 pub(super) struct Negotiation {
     pub(super) negotiated: record::Negotiated,
-    verification: Verification,
+    pub(super) verification: Verification,
 }
 
 pub(super) fn one(

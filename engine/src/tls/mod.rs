@@ -3,6 +3,7 @@
 //! are written once against the stack traits in `stack.rs`; each TLS library is one module
 //! (`openssl/`) registered in `stack::registered()`.
 
+mod bulk;
 mod certs;
 mod client;
 #[cfg(test)]
@@ -30,6 +31,8 @@ pub enum Command {
     /// Load generator: full handshakes from many workers, closed loop or at a fixed
     /// arrival rate; one load_result record with every sample.
     Load(Box<load::Args>),
+    /// Bulk transfer after one handshake, each way (tls_bench style), every read checked.
+    Bulk(Box<bulk::Args>),
 }
 
 pub fn run(c: Command) -> Result<()> {
@@ -38,6 +41,7 @@ pub fn run(c: Command) -> Result<()> {
         Command::Server(a) => server::run(*a),
         Command::Client(a) => client::run(*a),
         Command::Load(a) => load::run(*a),
+        Command::Bulk(a) => bulk::run(*a),
     }
 }
 

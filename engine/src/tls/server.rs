@@ -459,6 +459,9 @@ fn respond(session: &mut dyn Session, a: &Args, out: &mut Value) -> Result<(Opti
     out["t_request_received"] = json!(record::realtime_ns());
     let chunk = [b'x'; CHUNK];
     let (request_bytes, sent) = match request {
+        Request::Push(n) | Request::Pull(n) => {
+            return bulk(session, a, out, request, n);
+        }
         Request::Size(n) => {
             send_filler(session, &chunk, n)?;
             (Some(n), n)
@@ -497,6 +500,77 @@ fn respond(session: &mut dyn Session, a: &Args, out: &mut Value) -> Result<(Opti
     Ok((request_bytes, sent))
 }
 
+/// Bulk transfer (tls_bench style): `PUSH <n>` then the client's n pattern bytes, each
+/// read checked, answered with `OK <n> <first-to-last ns>\n`; then `PULL <m>`, answered with
+/// m pattern bytes a full record at a time. Either may come alone, PUSH at most once first.
+fn bulk(
+    session: &mut dyn Session,
+    a: &Args,
+    out: &mut Value,
+    first: Request,
+    n: u64,
+) -> Result<(Option<u64>, u64)> {
+    let mut request = first;
+    let mut sent = 0;
+    if let Request::Push(_) = request {
+        let (t_first, t_last) = receive_pattern(session, n, a.tls.io_timeout)?;
+        out["push_bytes"] = json!(n);
+        out["push_recv_ns"] = json!(t_last - t_first);
+        session.write_all(format!("OK {n} {}\n", t_last - t_first).as_bytes())?;
+        session.flush()?;
+        request = match read_request(session, a.max_response_bytes, a.tls.io_timeout)? {
+            Some(r) => r,
+            None => return Ok((Some(n), 0)),
+        };
+    }
+    match request {
+        Request::Pull(m) => {
+            let mut buf = vec![0u8; CHUNK];
+            let t0 = record::monotonic_ns();
+            while sent < m {
+                let k = (m - sent).min(CHUNK as u64) as usize;
+                super::request::fill_pattern(&mut buf[..k], sent);
+                session.write_all(&buf[..k])?;
+                sent += k as u64;
+            }
+            session.flush()?;
+            out["pull_bytes"] = json!(m);
+            out["pull_send_ns"] = json!(record::monotonic_ns() - t0);
+        }
+        other => crate::bail!(Peer, "after PUSH only PULL <n> may follow, got {other:?}"),
+    }
+    out["t_response_written"] = json!(record::realtime_ns());
+    Ok((Some(n), sent))
+}
+
+/// Read exactly n pattern bytes; (monotonic ns of the first and of the last read).
+fn receive_pattern(session: &mut dyn Session, n: u64, timeout_s: u64) -> Result<(i64, i64)> {
+    let mut buf = vec![0u8; 1 << 16];
+    let mut got: u64 = 0;
+    let (mut first, mut last) = (record::monotonic_ns(), record::monotonic_ns());
+    let limit = std::time::Instant::now() + Duration::from_secs(timeout_s.max(1) * 60);
+    while got < n {
+        let want = (n - got).min(buf.len() as u64) as usize;
+        match session.read(&mut buf[..want])? {
+            ReadOutcome::Data(k) => {
+                if got == 0 {
+                    first = record::monotonic_ns();
+                }
+                if !super::request::is_pattern(&buf[..k], got) {
+                    crate::bail!(Check, "pushed data corrupted at offset {got}");
+                }
+                got += k as u64;
+                last = record::monotonic_ns();
+            }
+            _ => crate::bail!(Peer, "the client stopped after {got} of {n} pushed bytes"),
+        }
+        if std::time::Instant::now() > limit {
+            crate::bail!(Peer, "the push did not complete within {} s", timeout_s * 60);
+        }
+    }
+    Ok((first, last))
+}
+
 /// Exactly n filler bytes, one full record at a time.
 fn send_filler(session: &mut dyn Session, chunk: &[u8], n: u64) -> Result<()> {
     let mut sent: u64 = 0;
@@ -524,6 +598,13 @@ fn read_request(session: &mut dyn Session, max: u64, timeout_s: u64) -> Result<O
         match got {
             ReadOutcome::Data(k) => {
                 if let Some(r) = parser.push(&buf[..k])? {
+                    if matches!(r, Request::Push(_) | Request::Pull(_)) && !parser.rest().is_empty()
+                    {
+                        crate::bail!(
+                            Peer,
+                            "data arrived in the record of the {r:?} line; send the line in a record of its own"
+                        );
+                    }
                     return Ok(Some(r));
                 }
                 if start.elapsed() > limit {

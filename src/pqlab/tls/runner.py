@@ -345,6 +345,7 @@ class ServerSpec:
     concurrent: bool = False  # serve connections in parallel (outside clients)
     max_concurrent: int | None = None  # the worker pool's size when concurrent
     threads: int | None = None  # a fixed pool of accepting threads (capacity)
+    max_response_bytes: int | None = None  # largest GET/PULL/PUSH size accepted
 
     def args(self) -> list[str]:
         out = ["tls", "server", "--listen", self.listen]
@@ -362,6 +363,8 @@ class ServerSpec:
         return out
         if self.threads is not None:
             out += ["--threads", str(self.threads)]
+        if self.max_response_bytes is not None:
+            out += ["--max-response-bytes", str(self.max_response_bytes)]
         return out
 
 
