@@ -119,11 +119,12 @@ def main() -> int:
     ap.add_argument("--seconds", type=int, default=5)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--json", action="store_true", help="pqlab serve --json (records as JSON)")
+    ap.add_argument("--no-pin", action="store_true", help="let the scheduler place everything")
     args = ap.parse_args()
     if not 1 <= args.seconds <= 600 or not 1 <= args.rounds <= 100:
         sys.exit("error: --seconds 1-600, --rounds 1-100")
     ossl = openssl_bin()
-    server_cpu, client_cpu = cpus()
+    server_cpu, client_cpu = (None, None) if args.no_pin else cpus()
     work = Path(tempfile.mkdtemp(prefix="pqlab-bench-srv-"))
     conf = work / "openssl.cnf"
     conf.write_text(

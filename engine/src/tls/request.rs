@@ -296,7 +296,9 @@ mod tests {
 
         fn check_outcome(r: &Result<Option<Request>>) {
             match r {
-                Ok(Some(Request::Size(n))) => assert!(*n <= MAX),
+                Ok(Some(Request::Size(n) | Request::Push(n) | Request::Pull(n))) => {
+                    assert!(*n <= MAX)
+                }
                 Ok(Some(Request::Http { size, path })) => {
                     assert!(size.is_none_or(|n| n <= MAX));
                     assert!(path.len() <= MAX_HEAD);

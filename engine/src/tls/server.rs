@@ -565,7 +565,11 @@ fn receive_pattern(session: &mut dyn Session, n: u64, timeout_s: u64) -> Result<
             _ => crate::bail!(Peer, "the client stopped after {got} of {n} pushed bytes"),
         }
         if std::time::Instant::now() > limit {
-            crate::bail!(Peer, "the push did not complete within {} s", timeout_s * 60);
+            crate::bail!(
+                Peer,
+                "the push did not complete within {} s",
+                timeout_s * 60
+            );
         }
     }
     Ok((first, last))
