@@ -26,3 +26,22 @@ def test_suite_rejects_unknown_steps(tmp_path):
     assert proc.returncode == 2
     assert "bogus" in proc.stderr and "primitives" in proc.stderr
     assert not (tmp_path / "x").exists()
+
+
+def test_every_built_in_suite_is_valid_and_names_every_step():
+    """The shipped suite files parse and validate (`--check` plans every step without
+    creating anything); a merge that drops a `[[step]]` header fails here, not in a user's
+    `make report`."""
+    import tomllib
+    from pathlib import Path
+
+    import pqlab
+
+    suites = Path(pqlab.__file__).parent / "suites"
+    for name in ("quick", "default", "full"):
+        proc = run_pqlab("suite", name, "--check", timeout=120)
+        assert proc.returncode == 0, (name, proc.stderr)
+        steps = tomllib.loads((suites / f"{name}.toml").read_text())["step"]
+        planned = [ln.split(":")[0] for ln in proc.stdout.splitlines() if ":" in ln]
+        for step in steps:
+            assert step["experiment"] in planned, (name, step["experiment"], proc.stdout)

@@ -113,10 +113,17 @@ macro_rules! bail {
 
 /// Write one record as a JSON line and flush, so a crash loses nothing already emitted.
 pub fn emit(v: &Value) {
+    // Serialized first, then written whole: one write(2) per record instead of one per
+    // line-buffer fill, and no other thread's record can land in the middle.
+    let mut text = match serde_json::to_vec(v) {
+        Ok(t) => t,
+        Err(_) => return,
+    };
+    text.push(b'\n');
     let stdout = std::io::stdout();
     let mut lock = stdout.lock();
     // A closed pipe means the reader is gone; nothing useful left to do.
-    if serde_json::to_writer(&mut lock, v).is_err() || lock.write_all(b"\n").is_err() {
+    if lock.write_all(&text).is_err() {
         std::process::exit(141);
     }
     let _ = lock.flush();

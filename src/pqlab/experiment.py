@@ -33,6 +33,8 @@ EXPERIMENT_MODULES = (
     "aead",
     "tls12",
     "memory",
+    "capacity",
+    "throughput",
 )
 
 

@@ -89,12 +89,12 @@ fn norm(s: &str) -> String {
     }
 }
 
-struct Target {
-    addr: SocketAddr,
-    name: String,
+pub(super) struct Target {
+    pub(super) addr: SocketAddr,
+    pub(super) name: String,
 }
 
-fn resolve(a: &Args) -> Result<Target> {
+pub(super) fn resolve(a: &Args) -> Result<Target> {
     let addr = a
         .connect
         .to_socket_addrs()
@@ -130,7 +130,7 @@ impl Expected {
 }
 
 /// What every connection is checked against.
-struct Checks {
+pub(super) struct Checks {
     version: TlsVersion,
     group: Option<Expected>,
     sigalg: Option<Expected>,
@@ -146,9 +146,11 @@ pub fn run(a: Args) -> Result<()> {
     run_with(stack, &a, &record::Stdout)
 }
 
-/// The client loop on a given stack, records into `sink`.
-pub fn run_with(stack: &dyn Stack, a: &Args, sink: &dyn Sink) -> Result<()> {
-    let events_on = a.tls.events_on()?;
+/// A configured client context, its target and the checks every connection must pass.
+pub(super) fn setup(
+    stack: &dyn Stack,
+    a: &Args,
+) -> Result<(Box<dyn ClientContext>, Target, Checks)> {
     let ctx = stack.client(&ClientSetup {
         protocol: a.tls.protocol()?,
         ca: a.ca.clone(),
@@ -183,6 +185,13 @@ pub fn run_with(stack: &dyn Stack, a: &Args, sink: &dyn Sink) -> Result<()> {
         }),
         client_certificate: a.cert_chain.is_some(),
     };
+    Ok((ctx, target, checks))
+}
+
+/// The client loop on a given stack, records into `sink`.
+pub fn run_with(stack: &dyn Stack, a: &Args, sink: &dyn Sink) -> Result<()> {
+    let events_on = a.tls.events_on()?;
+    let (ctx, target, checks) = setup(stack, a)?;
     let deadline = Instant::now() + Duration::from_secs(a.time_limit);
     let total = a.warmup.saturating_add(a.count);
     for i in 0..total {
@@ -223,7 +232,7 @@ pub fn run_with(stack: &dyn Stack, a: &Args, sink: &dyn Sink) -> Result<()> {
 }
 
 /// Every handshake is checked: a different negotiation is an error, not a sample.
-fn check(stack: &dyn Stack, c: &Checks, neg: &Negotiation, i: u64) -> Result<()> {
+pub(super) fn check(stack: &dyn Stack, c: &Checks, neg: &Negotiation, i: u64) -> Result<()> {
     let n = &neg.negotiated;
     if n.version != c.version.name() {
         crate::bail!(
@@ -317,12 +326,12 @@ fn check_client_auth(c: &Checks, n: &record::Negotiated, i: u64) -> Result<()> {
 }
 
 /// What one connection settled on, for the checks.
-struct Negotiation {
-    negotiated: record::Negotiated,
-    verification: Verification,
+pub(super) struct Negotiation {
+    pub(super) negotiated: record::Negotiated,
+    pub(super) verification: Verification,
 }
 
-fn one(
+pub(super) fn one(
     ctx: &dyn ClientContext,
     a: &Args,
     target: &Target,

@@ -3,10 +3,12 @@
 //! are written once against the stack traits in `stack.rs`; each TLS library is one module
 //! (`openssl/`) registered in `stack::registered()`.
 
+mod bulk;
 mod certs;
 mod client;
 #[cfg(test)]
 mod fake;
+mod load;
 mod memory;
 pub mod openssl;
 mod options;
@@ -32,6 +34,11 @@ pub enum Command {
     Memory(Box<memory::Args>),
     /// Open N verified connections to a server and keep them all open (idle memory).
     Hold(Box<memory::HoldArgs>),
+    /// Load generator: full handshakes from many workers, closed loop or at a fixed
+    /// arrival rate; one load_result record with every sample.
+    Load(Box<load::Args>),
+    /// Bulk transfer after one handshake, each way (tls_bench style), every read checked.
+    Bulk(Box<bulk::Args>),
 }
 
 impl Command {
@@ -53,6 +60,8 @@ pub fn run(c: Command) -> Result<()> {
         Command::Client(a) => client::run(*a),
         Command::Memory(a) => memory::run(*a),
         Command::Hold(a) => memory::hold(*a),
+        Command::Load(a) => load::run(*a),
+        Command::Bulk(a) => bulk::run(*a),
     }
 }
 

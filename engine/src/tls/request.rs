@@ -14,6 +14,30 @@ pub enum Request {
     Size(u64),
     /// An HTTP/1.x GET; size when the path is `/<n>`.
     Http { path: String, size: Option<u64> },
+    /// `PUSH <n>\n` (bulk transfer): the client sends n pattern bytes next.
+    Push(u64),
+    /// `PULL <n>\n` (bulk transfer): send n pattern bytes.
+    Pull(u64),
+}
+
+/// The bulk-transfer pattern: byte i of a transfer is `pattern_byte(i)`, so a lost,
+/// repeated or reordered piece is caught, not only a changed one.
+pub fn pattern_byte(i: u64) -> u8 {
+    (i % 251) as u8
+}
+
+/// Fill `buf` with the pattern bytes starting at stream offset `from`.
+pub fn fill_pattern(buf: &mut [u8], from: u64) {
+    for (k, b) in buf.iter_mut().enumerate() {
+        *b = pattern_byte(from + k as u64);
+    }
+}
+
+/// Whether `buf` holds the pattern bytes starting at stream offset `from`.
+pub fn is_pattern(buf: &[u8], from: u64) -> bool {
+    buf.iter()
+        .enumerate()
+        .all(|(k, &b)| b == pattern_byte(from + k as u64))
 }
 
 /// Incremental parser for one request.
@@ -34,6 +58,15 @@ impl RequestParser {
             max: max_response_bytes,
             line_end: None,
             scanned: 0,
+        }
+    }
+
+    /// Bytes received after a complete `GET`/`PUSH`/`PULL` line (the start of a pushed
+    /// body that arrived with the request).
+    pub fn rest(&self) -> &[u8] {
+        match self.line_end {
+            Some(e) if e < self.data.len() => &self.data[e + 1..],
+            _ => &[],
         }
     }
 
@@ -83,6 +116,24 @@ impl RequestParser {
             .trim()
             .to_string();
         let is_http = line.starts_with("GET /") && line.contains(" HTTP/");
+        for (verb, make) in [
+            ("PUSH ", Request::Push as fn(u64) -> Request),
+            ("PULL ", Request::Pull as fn(u64) -> Request),
+        ] {
+            if let Some(arg) = line.strip_prefix(verb) {
+                let n = arg.trim().parse::<u64>().map_err(|_| {
+                    crate::err!(Peer, "bad request {:?}; expected `{verb}<n>`", clip(&line))
+                })?;
+                if n > self.max {
+                    crate::bail!(
+                        Peer,
+                        "request for {n} bytes exceeds --max-response-bytes {}",
+                        self.max
+                    );
+                }
+                return Ok(Some(make(n)));
+            }
+        }
         if !is_http {
             let n = line
                 .strip_prefix("GET ")
@@ -170,6 +221,22 @@ mod tests {
     }
 
     #[test]
+    fn bulk_requests_and_what_came_with_them() {
+        let mut p = RequestParser::new(1 << 20);
+        assert_eq!(p.push(b"PUSH 10\nabc").unwrap(), Some(Request::Push(10)));
+        assert_eq!(p.rest(), b"abc");
+        assert_eq!(parse_all(&[b"PULL 7\n"]).unwrap(), Some(Request::Pull(7)));
+        assert!(parse_all(&[b"PUSH x\n"]).is_err());
+        let mut p = RequestParser::new(5);
+        assert!(p.push(b"PULL 6\n").is_err());
+        let mut buf = [0u8; 600];
+        fill_pattern(&mut buf, 300);
+        assert!(is_pattern(&buf, 300));
+        assert!(!is_pattern(&buf, 301));
+        assert!(!is_pattern(&buf[1..], 300));
+    }
+
+    #[test]
     fn http_heads() {
         assert_eq!(
             parse_all(&[b"GET /1000 HTTP/1.1\r\nHost: x\r\n", b"\r\n"]).unwrap(),
@@ -229,7 +296,9 @@ mod tests {
 
         fn check_outcome(r: &Result<Option<Request>>) {
             match r {
-                Ok(Some(Request::Size(n))) => assert!(*n <= MAX),
+                Ok(Some(Request::Size(n) | Request::Push(n) | Request::Pull(n))) => {
+                    assert!(*n <= MAX)
+                }
                 Ok(Some(Request::Http { size, path })) => {
                     assert!(size.is_none_or(|n| n <= MAX));
                     assert!(path.len() <= MAX_HEAD);

@@ -51,6 +51,11 @@ pub struct Args {
     /// record; it does not count towards --max-connections.
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..=4096))]
     pub max_concurrent: Option<u64>,
+    /// Serve with a fixed pool of this many threads (1-256), each accepting and serving
+    /// one connection at a time (for capacity measurements: as many threads as the server
+    /// has CPUs). Not with --concurrent.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=256))]
+    pub threads: Option<u64>,
     /// Largest n accepted in `GET <n>` and HTTP `GET /<n>` (bytes). Responses are streamed
     /// in 16 KiB records, so the server's memory does not grow with n.
     #[arg(long, default_value_t = 1 << 30)]
@@ -119,6 +124,12 @@ pub fn prepare(a: &Args) -> Result<(&'static dyn Stack, Arc<dyn ServerContext>)>
     if a.max_concurrent.is_some() && !a.concurrent {
         crate::bail!(Usage, "--max-concurrent needs --concurrent");
     }
+    if a.threads.is_some() && a.concurrent {
+        crate::bail!(
+            Usage,
+            "--threads and --concurrent exclude each other; use one of them"
+        );
+    }
     let stack = a.tls.stack()?;
     let client_auth = match &a.client_ca {
         Some(ca) => Some(ClientAuth {
@@ -163,8 +174,13 @@ impl Drop for InFlight {
     }
 }
 
-/// The accept loop: one connection at a time, or with --concurrent each in its own thread,
-/// at most --max-concurrent at once; until --max-connections.
+/// A connection handed to a worker, with its slot in the --max-concurrent count.
+type Job = (TcpStream, Conn, InFlight);
+
+/// The accept loop: one connection at a time, or with --concurrent each on a worker thread,
+/// at most --max-concurrent at once; until --max-connections. Workers are kept and reused:
+/// a thread per connection cost a thread's creation and teardown (stack mapping, libssl's
+/// per-thread state) on every connection's critical path.
 pub fn serve(
     stack: &'static dyn Stack,
     ctx: Arc<dyn ServerContext>,
@@ -172,8 +188,15 @@ pub fn serve(
     a: Arc<Args>,
     sink: Arc<dyn Sink>,
 ) -> Result<()> {
+    if let Some(n) = a.threads {
+        return serve_pool(stack, ctx, listener, a, sink, n);
+    }
     let cap = a.max_concurrent.unwrap_or(DEFAULT_MAX_CONCURRENT);
     let in_flight = Arc::new(AtomicU64::new(0));
+    // Workers waiting for a connection, and the queue they take them from.
+    let idle = Arc::new(AtomicU64::new(0));
+    let (tx, rx) = std::sync::mpsc::channel::<Job>();
+    let rx = Arc::new(std::sync::Mutex::new(rx));
     let mut index: u64 = 0;
     let mut threads = Vec::new();
     loop {
@@ -188,17 +211,16 @@ pub fn serve(
             Err(e) => crate::bail!(Io, "accept failed: {e}"),
         };
         let t_accept = Stamp::now();
+        let c = Conn {
+            index,
+            peer,
+            t_accept,
+        };
         if !a.concurrent {
-            let c = Conn {
-                index,
-                peer,
-                t_accept,
-            };
             index += 1;
             serve_one(stack, &*ctx, &a, tcp, c, &*sink);
             continue;
         }
-        threads.retain(|t: &std::thread::JoinHandle<()>| !t.is_finished());
         if in_flight.load(Ordering::SeqCst) >= cap {
             drop(tcp);
             let why =
@@ -207,19 +229,29 @@ pub fn serve(
             continue;
         }
         in_flight.fetch_add(1, Ordering::SeqCst);
-        let guard = InFlight(in_flight.clone());
-        let c = Conn {
-            index,
-            peer,
-            t_accept,
-        };
-        let (ctx2, a2, sink2) = (ctx.clone(), a.clone(), sink.clone());
+        let job = (tcp, c, InFlight(in_flight.clone()));
+        // An idle worker takes it; else a new worker starts with it (at most `cap` exist,
+        // since every worker beyond the idle ones holds a connection in flight).
+        let claimed = idle
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok();
+        if claimed {
+            if tx.send(job).is_ok() {
+                index += 1;
+            }
+            continue;
+        }
+        threads.retain(|t: &std::thread::JoinHandle<()>| !t.is_finished());
+        let (ctx2, a2, sink2, idle2, rx2) = (
+            ctx.clone(),
+            a.clone(),
+            sink.clone(),
+            idle.clone(),
+            rx.clone(),
+        );
         let worker = std::thread::Builder::new()
-            .name(format!("conn-{index}"))
-            .spawn(move || {
-                let _guard = guard;
-                serve_one(stack, &*ctx2, &a2, tcp, c, &*sink2)
-            });
+            .name("conn-worker".into())
+            .spawn(move || worker_loop(stack, &*ctx2, &a2, &*sink2, job, &idle2, &rx2));
         match worker {
             Ok(t) => {
                 threads.push(t);
@@ -230,10 +262,121 @@ pub fn serve(
             Err(e) => refuse(&*sink, peer, cap, &format!("no thread to serve it: {e}")),
         }
     }
+    // No more connections: idle workers see the queue close and end.
+    drop(tx);
     for t in threads {
         let _ = t.join();
     }
     Ok(())
+}
+
+/// A --concurrent worker: serve its first connection, then wait for more until the accept
+/// loop closes the queue.
+fn worker_loop(
+    stack: &dyn Stack,
+    ctx: &dyn ServerContext,
+    a: &Args,
+    sink: &dyn Sink,
+    first: Job,
+    idle: &AtomicU64,
+    rx: &std::sync::Mutex<std::sync::mpsc::Receiver<Job>>,
+) {
+    let mut job = first;
+    loop {
+        let (tcp, c, guard) = job;
+        serve_one(stack, ctx, a, tcp, c, sink);
+        drop(guard);
+        idle.fetch_add(1, Ordering::SeqCst);
+        let next = match rx.lock() {
+            Ok(q) => q.recv(),
+            Err(_) => return,
+        };
+        match next {
+            Ok(j) => job = j,
+            Err(_) => return,
+        }
+    }
+}
+
+/// --threads N: N threads share the listening socket, each accepting and serving one
+/// connection at a time, until --max-connections (counted across the pool).
+fn serve_pool(
+    stack: &'static dyn Stack,
+    ctx: Arc<dyn ServerContext>,
+    listener: TcpListener,
+    a: Arc<Args>,
+    sink: Arc<dyn Sink>,
+    threads: u64,
+) -> Result<()> {
+    // Non-blocking accept with a short poll, so every thread sees the end of the run.
+    listener.set_nonblocking(true)?;
+    let next = AtomicU64::new(0);
+    let done = std::sync::atomic::AtomicBool::new(false);
+    let max = a.max_connections.unwrap_or(u64::MAX);
+    std::thread::scope(|s| -> Result<()> {
+        let handles: Vec<_> = (0..threads)
+            .map(|_| {
+                let (ctx, a, sink, listener) = (&*ctx, &*a, &*sink, &listener);
+                let (next, done) = (&next, &done);
+                s.spawn(move || -> Result<()> {
+                    while !done.load(Ordering::SeqCst) {
+                        if !readable(listener, 100) {
+                            continue;
+                        }
+                        let (tcp, peer) = match listener.accept() {
+                            Ok(x) => x,
+                            Err(e)
+                                if matches!(
+                                    e.kind(),
+                                    std::io::ErrorKind::WouldBlock
+                                        | std::io::ErrorKind::Interrupted
+                                ) =>
+                            {
+                                continue
+                            }
+                            Err(e) => {
+                                done.store(true, Ordering::SeqCst);
+                                crate::bail!(Io, "accept failed: {e}");
+                            }
+                        };
+                        let t_accept = Stamp::now();
+                        let index = next.fetch_add(1, Ordering::SeqCst);
+                        if index >= max {
+                            done.store(true, Ordering::SeqCst);
+                            break;
+                        }
+                        if index + 1 >= max {
+                            done.store(true, Ordering::SeqCst);
+                        }
+                        tcp.set_nonblocking(false)?;
+                        let c = Conn {
+                            index,
+                            peer,
+                            t_accept,
+                        };
+                        serve_one(stack, ctx, a, tcp, c, sink);
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        for h in handles {
+            h.join()
+                .unwrap_or_else(|_| Err(crate::err!(Io, "a server thread panicked")))?;
+        }
+        Ok(())
+    })
+}
+
+/// Whether the socket has a connection to accept within `ms` milliseconds.
+fn readable(listener: &TcpListener, ms: i32) -> bool {
+    use std::os::fd::AsRawFd;
+    let mut fds = libc::pollfd {
+        fd: listener.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    unsafe { libc::poll(&mut fds, 1, ms) > 0 }
 }
 
 /// A connection closed at once because the server is at --max-concurrent.
@@ -355,6 +498,9 @@ fn respond(session: &mut dyn Session, a: &Args, out: &mut Value) -> Result<(Opti
     out["t_request_received"] = json!(record::realtime_ns());
     let chunk = [b'x'; CHUNK];
     let (request_bytes, sent) = match request {
+        Request::Push(n) | Request::Pull(n) => {
+            return bulk(session, a, out, request, n);
+        }
         Request::Size(n) => {
             send_filler(session, &chunk, n)?;
             (Some(n), n)
@@ -393,6 +539,81 @@ fn respond(session: &mut dyn Session, a: &Args, out: &mut Value) -> Result<(Opti
     Ok((request_bytes, sent))
 }
 
+/// Bulk transfer (tls_bench style): `PUSH <n>` then the client's n pattern bytes, each
+/// read checked, answered with `OK <n> <first-to-last ns>\n`; then `PULL <m>`, answered with
+/// m pattern bytes a full record at a time. Either may come alone, PUSH at most once first.
+fn bulk(
+    session: &mut dyn Session,
+    a: &Args,
+    out: &mut Value,
+    first: Request,
+    n: u64,
+) -> Result<(Option<u64>, u64)> {
+    let mut request = first;
+    let mut sent = 0;
+    if let Request::Push(_) = request {
+        let (t_first, t_last) = receive_pattern(session, n, a.tls.io_timeout)?;
+        out["push_bytes"] = json!(n);
+        out["push_recv_ns"] = json!(t_last - t_first);
+        session.write_all(format!("OK {n} {}\n", t_last - t_first).as_bytes())?;
+        session.flush()?;
+        request = match read_request(session, a.max_response_bytes, a.tls.io_timeout)? {
+            Some(r) => r,
+            None => return Ok((Some(n), 0)),
+        };
+    }
+    match request {
+        Request::Pull(m) => {
+            let mut buf = vec![0u8; CHUNK];
+            let t0 = record::monotonic_ns();
+            while sent < m {
+                let k = (m - sent).min(CHUNK as u64) as usize;
+                super::request::fill_pattern(&mut buf[..k], sent);
+                session.write_all(&buf[..k])?;
+                sent += k as u64;
+            }
+            session.flush()?;
+            out["pull_bytes"] = json!(m);
+            out["pull_send_ns"] = json!(record::monotonic_ns() - t0);
+        }
+        other => crate::bail!(Peer, "after PUSH only PULL <n> may follow, got {other:?}"),
+    }
+    out["t_response_written"] = json!(record::realtime_ns());
+    Ok((Some(n), sent))
+}
+
+/// Read exactly n pattern bytes; (monotonic ns of the first and of the last read).
+fn receive_pattern(session: &mut dyn Session, n: u64, timeout_s: u64) -> Result<(i64, i64)> {
+    let mut buf = vec![0u8; 1 << 16];
+    let mut got: u64 = 0;
+    let (mut first, mut last) = (record::monotonic_ns(), record::monotonic_ns());
+    let limit = std::time::Instant::now() + Duration::from_secs(timeout_s.max(1) * 60);
+    while got < n {
+        let want = (n - got).min(buf.len() as u64) as usize;
+        match session.read(&mut buf[..want])? {
+            ReadOutcome::Data(k) => {
+                if got == 0 {
+                    first = record::monotonic_ns();
+                }
+                if !super::request::is_pattern(&buf[..k], got) {
+                    crate::bail!(Check, "pushed data corrupted at offset {got}");
+                }
+                got += k as u64;
+                last = record::monotonic_ns();
+            }
+            _ => crate::bail!(Peer, "the client stopped after {got} of {n} pushed bytes"),
+        }
+        if std::time::Instant::now() > limit {
+            crate::bail!(
+                Peer,
+                "the push did not complete within {} s",
+                timeout_s * 60
+            );
+        }
+    }
+    Ok((first, last))
+}
+
 /// Exactly n filler bytes, one full record at a time.
 fn send_filler(session: &mut dyn Session, chunk: &[u8], n: u64) -> Result<()> {
     let mut sent: u64 = 0;
@@ -420,6 +641,13 @@ fn read_request(session: &mut dyn Session, max: u64, timeout_s: u64) -> Result<O
         match got {
             ReadOutcome::Data(k) => {
                 if let Some(r) = parser.push(&buf[..k])? {
+                    if matches!(r, Request::Push(_) | Request::Pull(_)) && !parser.rest().is_empty()
+                    {
+                        crate::bail!(
+                            Peer,
+                            "data arrived in the record of the {r:?} line; send the line in a record of its own"
+                        );
+                    }
                     return Ok(Some(r));
                 }
                 if start.elapsed() > limit {

@@ -5,7 +5,7 @@
 
 use super::record::testing::Memory;
 use super::stack;
-use super::{certs, client, openssl, server};
+use super::{certs, client, load, openssl, server};
 use crate::out::{Error, Result};
 use clap::Parser;
 use serde_json::Value;
@@ -23,6 +23,12 @@ struct ServerCli {
 struct ClientCli {
     #[command(flatten)]
     a: client::Args,
+}
+
+#[derive(Parser)]
+struct LoadCli {
+    #[command(flatten)]
+    a: load::Args,
 }
 
 #[derive(Parser)]
@@ -551,4 +557,194 @@ fn mutual_tls_checks_and_reports_the_client_signature() {
     let e = r.client.unwrap_err();
     assert!(matches!(e, Error::Check(_)), "{e}");
     assert!(e.to_string().contains("did not ask"), "{e}");
+}
+
+/// A --threads server on loopback (no --max-connections: it serves until the test ends)
+/// and `tls load` runs against it.
+fn load_against_pool(dir: &Path, threads: &str, load_args: &[&str]) -> Result<Value> {
+    let d = dir.to_str().unwrap();
+    let (chain, key, root) = (
+        format!("{d}/chain.pem"),
+        format!("{d}/server.key.pem"),
+        format!("{d}/root.crt.pem"),
+    );
+    let sa = ServerCli::parse_from([
+        "t",
+        "--listen",
+        "127.0.0.1:0",
+        "--cert-chain",
+        &chain,
+        "--key",
+        &key,
+        "--events",
+        "off",
+        "--response-mode",
+        "none",
+        "--threads",
+        threads,
+        "--io-timeout",
+        "10",
+    ])
+    .a;
+    let (stack, ctx) = server::prepare(&sa).expect("server setup");
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let sink: Arc<dyn super::record::Sink> = Arc::new(Memory::default());
+    std::thread::spawn(move || server::serve(stack, ctx, listener, Arc::new(sa), sink));
+    let connect = format!("127.0.0.1:{port}");
+    let mut argv = vec![
+        "t",
+        "--connect",
+        &connect,
+        "--ca",
+        &root,
+        "--servername",
+        "localhost",
+        "--events",
+        "off",
+        "--io-timeout",
+        "10",
+    ];
+    argv.extend(load_args);
+    load::run_with(
+        &LoadCli::try_parse_from(argv)
+            .map_err(|e| Error::Usage(e.to_string()))?
+            .a,
+    )
+}
+
+fn column(r: &Value, name: &str) -> Vec<i64> {
+    r["samples"][name]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_i64().unwrap())
+        .collect()
+}
+
+#[test]
+fn closed_loop_load_is_bounded_by_count_and_every_handshake_checked() {
+    let dir = TempDir::new("load-closed");
+    make_certs(dir.path(), "EC:P-256", "EC:P-256");
+    let r = load_against_pool(
+        dir.path(),
+        "2",
+        &[
+            "--groups",
+            "X25519",
+            "--sigalgs",
+            "ecdsa_secp256r1_sha256",
+            "--mode",
+            "closed",
+            "--clients",
+            "3",
+            "--duration-ms",
+            "20000",
+            "-n",
+            "30",
+            "--warmup",
+            "1",
+        ],
+    )
+    .unwrap();
+    assert_eq!(r["type"], "load_result");
+    assert_eq!(r["completed"], 30, "{r}");
+    assert_eq!(r["errors"], 0);
+    assert_eq!(r["negotiated"]["group_code"], 0x001d);
+    let (sched, start, done, end) = (
+        column(&r, "scheduled_ns"),
+        column(&r, "start_ns"),
+        column(&r, "handshake_done_ns"),
+        column(&r, "end_ns"),
+    );
+    for i in 0..30 {
+        // Closed loop: due when started; done after the start; closed after done.
+        assert_eq!(sched[i], start[i]);
+        assert!(start[i] < done[i] && done[i] <= end[i]);
+    }
+    let workers: std::collections::BTreeSet<i64> = column(&r, "worker").into_iter().collect();
+    assert_eq!(workers.len(), 3);
+    assert!(r["window_ns"].as_i64().unwrap() < 20_000_000_000);
+}
+
+#[test]
+fn open_loop_schedules_arrivals_and_measures_from_them() {
+    let dir = TempDir::new("load-open");
+    make_certs(dir.path(), "EC:P-256", "EC:P-256");
+    // 20 arrivals/s for 1 s: 20 arrivals at 0, 50, ..., 950 ms.
+    let r = load_against_pool(
+        dir.path(),
+        "1",
+        &[
+            "--groups",
+            "X25519",
+            "--mode",
+            "open",
+            "--rate",
+            "20",
+            "--clients",
+            "2",
+            "--duration-ms",
+            "1000",
+            "-n",
+            "1000",
+        ],
+    )
+    .unwrap();
+    assert_eq!(r["arrivals"], 20, "{r}");
+    assert_eq!(r["completed"], 20);
+    assert_eq!(r["abandoned"], 0);
+    let sched = column(&r, "scheduled_ns");
+    let start = column(&r, "start_ns");
+    let want: Vec<i64> = (0..20).map(|i| i * 50_000_000).collect();
+    assert_eq!(sched, want);
+    for (s, t) in sched.iter().zip(&start) {
+        // A worker never starts an arrival before it is due.
+        assert!(t >= s, "started {t} before due {s}");
+    }
+}
+
+#[test]
+fn load_refuses_bad_shapes_before_connecting() {
+    let dir = TempDir::new("load-refuse");
+    make_certs(dir.path(), "EC:P-256", "EC:P-256");
+    for (args, words) in [
+        (vec!["--mode", "open", "--duration-ms", "100"], "--rate"),
+        (
+            vec!["--mode", "closed", "--rate", "5", "--duration-ms", "100"],
+            "--rate",
+        ),
+        (vec!["--mode", "half", "--duration-ms", "100"], "half"),
+        (
+            vec!["--mode", "open", "--rate", "0", "--duration-ms", "100"],
+            "--rate 0",
+        ),
+        (
+            vec!["--mode", "closed", "--gap-ms", "5", "--duration-ms", "100"],
+            "--gap-ms",
+        ),
+    ] {
+        match load_against_pool(dir.path(), "1", &args) {
+            Err(Error::Usage(m)) => assert!(m.contains(words), "{m}"),
+            other => panic!("{args:?}: {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn threads_and_concurrent_exclude_each_other() {
+    let sa = ServerCli::parse_from([
+        "t",
+        "--listen",
+        "127.0.0.1:0",
+        "--cert-chain",
+        "x",
+        "--key",
+        "y",
+        "--threads",
+        "2",
+        "--concurrent",
+    ])
+    .a;
+    assert!(matches!(server::prepare(&sa), Err(Error::Usage(m)) if m.contains("--threads")));
 }

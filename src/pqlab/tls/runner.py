@@ -134,10 +134,15 @@ class Process:
         env: dict | None = None,
         preexec_fn: Callable[[], None] | None = None,
         lifetime: float | None = None,
+        batch_s: float | None = None,
     ):
         self.what = what
-        argv = list(argv)
-        if cpu is not None:
+        # With batch_s, output is read in chunks at most every batch_s seconds (immediately
+        # again while the pipe stays full), so a process that prints a record per connection
+        # costs the lab a wake-up per batch, not two thread switches per record.
+        self.batch_s = batch_s
+        argv = list(argv)  # str or hostargv.InFile/OutFile (files a remote host gets or sends)
+        if cpu is not None:  # a CPU number or a taskset list ("0,2")
             argv = ["taskset", "-c", str(cpu), *argv]
         self.p = _spawn(argv, what, topo, side or "server", env, preexec_fn, lifetime)
         self.records: list[dict] = []
@@ -165,12 +170,42 @@ class Process:
     # --- reading ---------------------------------------------------------------------------
     def _read_out(self) -> None:
         assert self.p.stdout is not None
+        if self.batch_s:
+            self._read_out_batched(self.batch_s)
+            return
         with contextlib.suppress(ValueError, OSError):  # pipe closed by stop()
             for line in self.p.stdout:
                 with self._cond:
                     self._lines.append(line)
                     self._cond.notify_all()
         with self._cond:
+            self._eof = True
+            self._cond.notify_all()
+
+    def _read_out_batched(self, batch_s: float) -> None:
+        import codecs
+
+        assert self.p.stdout is not None
+        decoder = codecs.getincrementaldecoder("utf-8")("replace")
+        partial = ""
+        chunk_size = 1 << 16
+        with contextlib.suppress(ValueError, OSError):  # pipe closed by stop()
+            fd = self.p.stdout.fileno()
+            while True:
+                data = os.read(fd, chunk_size)
+                if not data:
+                    break
+                text = partial + decoder.decode(data)
+                *lines, partial = text.split("\n")
+                if lines:
+                    with self._cond:
+                        self._lines.extend(line + "\n" for line in lines)
+                        self._cond.notify_all()
+                if len(data) < chunk_size:
+                    time.sleep(batch_s)
+        with self._cond:
+            if partial:
+                self._lines.append(partial)
             self._eof = True
             self._cond.notify_all()
 
@@ -381,6 +416,8 @@ class ServerSpec:
     dh_bits: int | None = None
     concurrent: bool = False  # serve connections in parallel (outside clients)
     max_concurrent: int | None = None  # the worker pool's size when concurrent
+    threads: int | None = None  # a fixed pool of accepting threads (capacity)
+    max_response_bytes: int | None = None  # largest GET/PULL/PUSH size accepted
 
     def args(self) -> list[str]:
         return [str(a) for a in self.argv()]
@@ -399,6 +436,11 @@ class ServerSpec:
             out.append("--concurrent")
             if self.max_concurrent is not None:
                 out += ["--max-concurrent", str(self.max_concurrent)]
+        return out
+        if self.threads is not None:
+            out += ["--threads", str(self.threads)]
+        if self.max_response_bytes is not None:
+            out += ["--max-response-bytes", str(self.max_response_bytes)]
         return out
 
 
@@ -438,6 +480,39 @@ class ClientSpec:
         return out
 
 
+@dataclass(frozen=True)
+class LoadSpec:
+    """`tls load`: the client's options (`client.n` is the most measured handshakes, its
+    `warmup` per worker, its `time_limit` the bound on everything) and the load shape."""
+
+    client: ClientSpec
+    mode: str  # "closed" | "open"
+    clients: int  # closed: concurrent clients; open: most handshakes in flight
+    duration_ms: int
+    rate: float | None = None  # open loop: arrivals per second
+
+    def args(self) -> list[str]:
+        out = ["tls", "load", *self.client.args()[2:]]
+        out += ["--mode", self.mode, "--clients", str(self.clients)]
+        out += ["--duration-ms", str(self.duration_ms)]
+        if self.rate is not None:
+            out += ["--rate", f"{self.rate:.6g}"]
+        return out
+
+
+def run_load(spec: LoadSpec, topo=None, cpu=None, timeout: float = 3600) -> dict:
+    """Run the load generator to completion; its `load_result` record."""
+    proc = EngineProcess(spec.args(), "TLS load generator", topo=topo, side="client", cpu=cpu)
+    try:
+        records = proc.finish(timeout)
+    finally:
+        proc.stop()
+    result = next((r for r in records if r.get("type") == "load_result"), None)
+    if result is None:
+        raise EngineError("the load generator reported no load_result")
+    return result
+
+
 def start_server(
     spec: ServerSpec,
     topo=None,
@@ -446,9 +521,11 @@ def start_server(
     what: str = "TLS server",
     start_timeout: float = 30,
     lifetime: float | None = None,
+    batch_s: float | None = None,
 ) -> EngineProcess:
     """The engine's TLS server, started and listening (its `listening` record in
-    `.listening`)."""
+    `.listening`). `batch_s`: read its records in batches (servers under load; see
+    `Process`)."""
     proc = EngineProcess(
         spec.argv(),
         what,
@@ -457,6 +534,7 @@ def start_server(
         cpu=cpu,
         preexec_fn=preexec_fn,
         lifetime=lifetime,
+        batch_s=batch_s,
     )
     proc.listening = proc.wait_for("listening", start_timeout)
     return proc

@@ -1,0 +1,161 @@
+//! `tls bulk`: bulk transfer after one handshake, each way, as wolfSSL's tls_bench does.
+//! Per connection: a full handshake (checked like `tls client`), then `PUSH <n>` and n
+//! pattern bytes to the server (which checks every read and answers `OK <n> <ns>`), then
+//! `PULL <m>` and m pattern bytes from the server, every read checked here. One `bulk`
+//! record per connection with the times of both directions.
+
+use super::client;
+use super::record::{self, Recorder, SharedRecorder, Stamp, Wire};
+use super::request::{fill_pattern, is_pattern};
+use super::stack::{ReadOutcome, ServerName, Session};
+use crate::out::Result;
+use serde_json::json;
+use std::cell::RefCell;
+use std::net::TcpStream;
+use std::rc::Rc;
+use std::time::Duration;
+
+/// Bytes per application-data write: one full TLS record.
+const CHUNK: usize = 16384;
+
+#[derive(clap::Args, Clone)]
+pub struct Args {
+    /// The client's options: `-n` connections (each one handshake and both transfers),
+    /// `--warmup` unrecorded ones first, `--time-limit` for the whole run.
+    #[command(flatten)]
+    pub client: client::Args,
+    /// Bytes sent to the server per connection (1 to 17179869184).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=(1u64 << 34)))]
+    pub push_bytes: u64,
+    /// Bytes received from the server per connection (1 to 17179869184).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=(1u64 << 34)))]
+    pub pull_bytes: u64,
+}
+
+pub fn run(a: Args) -> Result<()> {
+    if a.client.request_bytes.is_some() || a.client.gap_ms != 0 {
+        crate::bail!(
+            Usage,
+            "--request-bytes and --gap-ms are for tls client; tls bulk uses --push-bytes and --pull-bytes"
+        );
+    }
+    let stack = a.client.tls.stack()?;
+    let (ctx, target, checks) = client::setup(stack, &a.client)?;
+    let deadline = std::time::Instant::now() + Duration::from_secs(a.client.time_limit);
+    let total = a.client.warmup.saturating_add(a.client.count);
+    for i in 0..total {
+        if std::time::Instant::now() > deadline {
+            crate::bail!(
+                Io,
+                "--time-limit {} s reached after {i} of {total} connections",
+                a.client.time_limit
+            );
+        }
+        let timeout = Duration::from_secs(a.client.tls.io_timeout);
+        let tcp = TcpStream::connect_timeout(&target.addr, timeout)
+            .map_err(|e| crate::err!(Io, "connection {i}: TCP connect failed: {e}"))?;
+        tcp.set_nodelay(true)?;
+        tcp.set_read_timeout(Some(timeout))?;
+        tcp.set_write_timeout(Some(timeout))?;
+        let rec: SharedRecorder = Rc::new(RefCell::new(Recorder::new(false)));
+        let tcp = Rc::new(tcp);
+        let wire = Wire {
+            tcp: tcp.clone(),
+            rec: rec.clone(),
+            peer: "server",
+            timeout_s: a.client.tls.io_timeout,
+        };
+        let mut session = ctx.start(wire, &ServerName::parse(&target.name))?.run()?;
+        let neg = client::Negotiation {
+            negotiated: session.negotiated(),
+            verification: session.verification(),
+        };
+        client::check(stack, &checks, &neg, i)?;
+        let (push_ns, server_recv_ns) = push(&mut *session, a.push_bytes)
+            .map_err(|e| e.context(format!("connection {i}: push")))?;
+        let (pull_ns, pull_first_ns) = pull(&mut *session, a.pull_bytes)
+            .map_err(|e| e.context(format!("connection {i}: pull")))?;
+        session.close(false);
+        let mut out = json!({
+            "type": "bulk", "index": if i < a.client.warmup { i } else { i - a.client.warmup },
+            "warmup": i < a.client.warmup, "stack": stack.name(),
+            "negotiated": serde_json::to_value(&neg.negotiated).unwrap_or_default(),
+            "push_bytes": a.push_bytes, "push_ns": push_ns, "server_recv_ns": server_recv_ns,
+            "pull_bytes": a.pull_bytes, "pull_ns": pull_ns, "pull_first_to_last_ns": pull_first_ns,
+            "tcp_info": record::tcp_info(&tcp), "t": record::realtime_ns(),
+        });
+        if let Ok(r) = rec.try_borrow() {
+            r.add_counters(&mut out, stack.reports_messages());
+        }
+        crate::out::emit(&out);
+    }
+    Ok(())
+}
+
+/// Send `PUSH <n>` (its own record) and n pattern bytes; wait for `OK <n> <ns>`.
+/// (ns from the first byte written to the OK read, the server's first-to-last read ns).
+fn push(session: &mut dyn Session, n: u64) -> Result<(i64, i64)> {
+    session.write_all(format!("PUSH {n}\n").as_bytes())?;
+    session.flush()?;
+    let mut buf = vec![0u8; CHUNK];
+    let t0 = Stamp::now();
+    let mut sent = 0u64;
+    while sent < n {
+        let k = (n - sent).min(CHUNK as u64) as usize;
+        fill_pattern(&mut buf[..k], sent);
+        session.write_all(&buf[..k])?;
+        sent += k as u64;
+    }
+    session.flush()?;
+    let mut line = Vec::new();
+    let mut b = [0u8; 64];
+    while !line.ends_with(b"\n") {
+        match session.read(&mut b)? {
+            ReadOutcome::Data(k) => line.extend_from_slice(&b[..k]),
+            _ => crate::bail!(Peer, "the server closed before confirming the push"),
+        }
+        if line.len() > 64 {
+            crate::bail!(Peer, "the server's confirmation is too long");
+        }
+    }
+    let done = record::monotonic_ns();
+    let text = String::from_utf8_lossy(&line);
+    let parts: Vec<&str> = text.split_whitespace().collect();
+    match parts.as_slice() {
+        ["OK", got, ns] if got.parse::<u64>().ok() == Some(n) => {
+            let server_ns = ns
+                .parse::<i64>()
+                .map_err(|_| crate::err!(Peer, "bad confirmation {text:?}"))?;
+            Ok((done - t0.mono, server_ns))
+        }
+        _ => crate::bail!(Check, "the server confirmed {text:?}, pushed {n} bytes"),
+    }
+}
+
+/// Send `PULL <m>` and read m pattern bytes, every read checked.
+/// (ns from the request to the last byte, ns from the first to the last byte).
+fn pull(session: &mut dyn Session, m: u64) -> Result<(i64, i64)> {
+    session.write_all(format!("PULL {m}\n").as_bytes())?;
+    session.flush()?;
+    let t0 = record::monotonic_ns();
+    let mut buf = vec![0u8; 1 << 16];
+    let mut got = 0u64;
+    let mut first = t0;
+    while got < m {
+        let want = (m - got).min(buf.len() as u64) as usize;
+        match session.read(&mut buf[..want])? {
+            ReadOutcome::Data(k) => {
+                if got == 0 {
+                    first = record::monotonic_ns();
+                }
+                if !is_pattern(&buf[..k], got) {
+                    crate::bail!(Check, "pulled data corrupted at offset {got}");
+                }
+                got += k as u64;
+            }
+            _ => crate::bail!(Peer, "the server stopped after {got} of {m} bytes"),
+        }
+    }
+    let last = record::monotonic_ns();
+    Ok((last - t0, last - first))
+}

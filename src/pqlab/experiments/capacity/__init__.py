@@ -1,0 +1,81 @@
+"""`pqlab capacity`: how many full TLS handshakes per second one server sustains, and the
+latency at each offered load. The server runs in its namespace pinned to its CPUs; the
+engine's load generator in the other namespace makes full handshakes, closed loop (C clients
+back to back) and open loop (a fixed arrival rate, latency from the scheduled start).
+Needs CAP_NET_ADMIN (network namespaces).
+
+Split by job: `plan` (options, validation, CPUs), `run` (server, load points, server CPU
+time from /proc), `analyse` (pure statistics), `schema`, `report`.
+"""
+
+from __future__ import annotations
+
+from pqlab.experiment import CompareSpec, Experiment
+from pqlab.experiments.capacity import plan as _plan
+from pqlab.experiments.capacity import report as _report
+from pqlab.experiments.capacity import run as _run
+
+
+class Capacity(Experiment):
+    name = "capacity"
+    help = "handshakes per second at saturation, latency per offered load"
+    description = __doc__.split("\n\n")[0]
+    needs_net = True
+    options = _plan.OPTIONS
+    compare = (
+        CompareSpec(
+            "capacity latency",
+            "capacity_raw",
+            ("group", "server_sig", "ca_sig", "server_threads", "mode", "clients_or_rate"),
+            "(done_ns - scheduled_ns) / 1e6",
+            "ms",
+            where="mode = 'closed'",
+        ),
+    )
+
+    def plan(self, values) -> _plan.Plan:
+        return _plan.from_values(values)
+
+    def measure(self, plan: _plan.Plan, store) -> None:
+        _run.measure(plan, store)
+
+    def export(self, store):
+        return _report.export(store)
+
+    def resume_key(self, plan: _plan.Plan) -> dict:
+        return {
+            "duration_s": plan.duration_s,
+            "max_handshakes": plan.max_handshakes,
+            "warmup": plan.warmup,
+            "clients": plan.clients,
+            "rates": [r.label for r in plan.rates],
+            "open_workers": plan.open_workers,
+            "stack": plan.stack,
+        }
+
+    def metadata(self, plan: _plan.Plan) -> dict:
+        return {
+            "capacity": {
+                "modes": plan.modes,
+                "clients": plan.clients,
+                "rates": [r.label for r in plan.rates],
+                "open_workers": plan.open_workers,
+                "server_threads": plan.server_threads,
+                "duration_s": plan.duration_s,
+                "max_handshakes": plan.max_handshakes,
+                "warmup_per_worker": plan.warmup,
+                "stack": plan.stack,
+                "cpus": {
+                    str(t): dict(zip(("server", "client"), _plan.pick_cpus(t), strict=True))
+                    for t in plan.server_threads
+                }
+                if plan.pinning
+                else None,
+            }
+        }
+
+    def summary(self, plan) -> str | None:
+        return "capacity: tables/capacity.csv, figures/capacity_latency_vs_load.png"
+
+
+EXPERIMENT = Capacity()

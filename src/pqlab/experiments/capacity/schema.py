@@ -1,0 +1,22 @@
+"""The capacity experiment's tables: raw per-handshake samples and one row per load point."""
+
+from __future__ import annotations
+
+LABELS = """cell_id TEXT, stack TEXT, stack_impl TEXT, "group" TEXT, server_sig TEXT,
+    ca_sig TEXT, server_threads INTEGER, point INTEGER"""
+
+DDL = [
+    f"""CREATE TABLE IF NOT EXISTS capacity_raw ({LABELS}, mode TEXT, clients_or_rate TEXT,
+        worker INTEGER, scheduled_ns BIGINT, start_ns BIGINT, done_ns BIGINT, end_ns BIGINT)""",
+    f"""CREATE TABLE IF NOT EXISTS capacity_points ({LABELS}, mode TEXT, clients INTEGER,
+        rate DOUBLE, rate_label TEXT, clients_or_rate TEXT, open_workers INTEGER,
+        warmup_per_worker INTEGER, duration_ms BIGINT, window_ns BIGINT, completed BIGINT,
+        errors BIGINT, error_messages TEXT, arrivals BIGINT, abandoned BIGINT,
+        server_cpu_s DOUBLE, server_connections BIGINT, server_connection_errors BIGINT,
+        server_cpus TEXT, client_cpus TEXT, seconds DOUBLE, t_start BIGINT)""",
+]
+
+
+def ensure(store) -> None:
+    for ddl in DDL:
+        store.ensure_table(ddl)
