@@ -159,7 +159,11 @@ def test_one_client_rate_matches_the_handshake_time(tmp_path, no_leaks):
     assert [r["mode"] for r in rows] == ["closed", "closed", "open", "open"]
     one = rows[0]
     assert one["clients_or_rate"] == "1"
-    assert 0.8 <= float(one["rate_x_handshake_median"]) <= 1.2, one
+    # A closed-loop client waits for the whole handshake, its own processing of the server's
+    # flight included: pqlab handshake's 1 - 9 time (SYN to the client's Finished), not the
+    # 1 - 8 headline (docs/capacity.md, "The one-client check").
+    assert 0.8 <= float(one["rate_x_handshake_total_median"]) <= 1.2, one
+    assert float(one["rate_x_handshake_median"]) < float(one["rate_x_handshake_total_median"])
     for r in rows:
         assert float(r["handshakes_per_s"]) > 0
         assert float(r["server_cpu_us_per_handshake"]) > 0
