@@ -197,8 +197,15 @@ def check_rtt(topo, profile: LinkProfile, count: int, raw: list, seed: int) -> d
         ),
         timeout=120 + count * gap_ms / 1e3,
     )
-    times = np.array([c["connect_ns"] for c in cli["connects"]], dtype=np.int64)
-    raw += [("tcp_connect", "rtt", i, int(v)) for i, v in enumerate(times)]
+    # The link's round trip as the client's kernel timed it (SYN sent to SYN-ACK received,
+    # TCP's first RTT sample, TCP_INFO's tcpi_rtt): connect()'s wall time also holds the
+    # endpoint's own system-call and wake-up latency, about 0.03 ms on a host but 0.5-0.9 ms
+    # in a User-Mode Linux guest (every system call is a ptrace round trip), which is not the
+    # link's. Both are kept as raw samples; the connect time is in the note.
+    connect = np.array([c["connect_ns"] for c in cli["connects"]], dtype=np.int64)
+    times = np.array([c["tcpi_rtt_us"] * 1000 for c in cli["connects"]], dtype=np.int64)
+    raw += [("tcp_connect", "rtt", i, int(v)) for i, v in enumerate(connect)]
+    raw += [("tcpi_rtt", "rtt", i, int(v)) for i, v in enumerate(times)]
     rng = np.random.default_rng(seed)
     # Expected median: the two one-way delays (with jitter: drawn from netem's tables).
     k = 20000
@@ -212,7 +219,6 @@ def check_rtt(topo, profile: LinkProfile, count: int, raw: list, seed: int) -> d
     lo_m, hi_m = np.quantile(medians, [0.005, 0.995])
     measured = float(np.median(times)) / 1e6
     tol = 0.02 * expected + 0.5
-    tcpi = [c["tcpi_rtt_us"] / 1e3 for c in cli["connects"]]
     return _result(
         "rtt",
         "round trip",
@@ -222,8 +228,8 @@ def check_rtt(topo, profile: LinkProfile, count: int, raw: list, seed: int) -> d
         hi_m + tol,
         "ms",
         len(times),
-        f"median TCP connect time; tcpi_rtt median "
-        f"{float(np.median(tcpi)):.3f} ms; tolerance 2% + 0.5 ms"
+        f"median tcpi_rtt (the kernel's SYN to SYN-ACK time); connect() median "
+        f"{float(np.median(connect)) / 1e6:.3f} ms; tolerance 2% + 0.5 ms"
         + (
             " around the 99% range of the median under jitter"
             if profile.c2s.jitter_s or profile.s2c.jitter_s
