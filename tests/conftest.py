@@ -22,12 +22,14 @@ def pqlab_env() -> dict:
 def run_pqlab(
     *args, check: bool = False, timeout: float = 600, **kw
 ) -> subprocess.CompletedProcess:
-    """Run the real CLI in a subprocess, as a user would."""
+    """Run the real CLI in a subprocess, as a user would (`env`: the whole environment, by
+    default `pqlab_env()`)."""
+    env = kw.pop("env", None) or pqlab_env()
     proc = subprocess.run(
         [sys.executable, "-m", "pqlab", *map(str, args)],
         capture_output=True,
         text=True,
-        env=pqlab_env(),
+        env=env,
         timeout=timeout,
         **kw,
     )

@@ -11,7 +11,7 @@ import subprocess
 
 import pytest
 
-from conftest import run_pqlab
+from conftest import pqlab_env, run_pqlab
 from pqlab import engine
 
 COLUMNS = {
@@ -48,18 +48,20 @@ def key(row: dict) -> tuple:
 
 @pytest.fixture(scope="module")
 def two_runs(tmp_path_factory):
-    """The issue's command twice, with the same certificates (same keys)."""
+    """The issue's command twice, exactly as a user types it (no --certs): the chains are
+    kept in the user's cache between runs (here a fresh $XDG_CACHE_HOME)."""
     base = tmp_path_factory.mktemp("memory")
     tables = []
     for i in (1, 2):
         out = base / f"run{i}"
         run_pqlab(
-            "memory", *CHECK, "-n", "5", "--idle", "6", "--certs", base / "certs",
-            "--out", out, "--no-report", check=True,
+            "memory", *CHECK, "-n", "5", "--idle", "6", "--out", out, "--no-report",
+            check=True, env={**pqlab_env(), "XDG_CACHE_HOME": str(base / "cache")},
         )  # fmt: skip
         tables.append(
             (read_csv(out / "tables" / "memory.csv"), read_csv(out / "tables" / "memory_idle.csv"))
         )
+    assert (base / "cache" / "pqlab" / "memory-certs").is_dir()
     return base, tables
 
 
@@ -195,7 +197,7 @@ def _engine(*args) -> subprocess.CompletedProcess:
 
 def test_engine_checks_every_handshake(two_runs):
     base, _ = two_runs
-    chain = base / "certs" / "ECDSA-P256__ML-DSA-44"
+    chain = base / "cache" / "pqlab" / "memory-certs" / "ECDSA-P256__ML-DSA-44"
     common = ("tls", "memory", "--cert-chain", chain / "chain.pem", "--key",
               chain / "server.key.pem", "--ca", chain / "root.crt.pem", "-n", "1")  # fmt: skip
     # Asking for a scheme the certificate cannot make fails the handshake: no records.

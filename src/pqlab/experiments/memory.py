@@ -9,6 +9,7 @@ slope of its RSS and of its counted heap while it holds N connections). See docs
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -65,7 +66,7 @@ class Plan:
     warmup: int
     idle: int  # connections held for the idle measurement; 0: none
     stack: str = stacks.DEFAULT_STACK
-    certs: Path | None = None  # certificates reused across runs; None: RUN/certs
+    certs: Path | None = None  # certificates reused across runs (default_certs_dir())
     fixed_random: bool = True  # the engine's --fixed-random
 
     def cells(self):
@@ -135,10 +136,18 @@ def plan_from_values(values) -> Plan:
     )
 
 
-def _certs_dir(text: str | None) -> Path | None:
-    if not text:
-        return None
-    path = Path(text).expanduser()
+def default_certs_dir() -> Path:
+    """Where `pqlab memory` keeps its chains between runs when --certs is not given: the
+    user's cache ($XDG_CACHE_HOME/pqlab/memory-certs). The same keys in every run are what
+    make an ML-DSA signer's allocation counts repeat (its rejection-sampling loop depends on
+    the key and the signed transcript); the keys are throwaway test keys, 0600 in 0700
+    directories, trusted by nothing else."""
+    cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(cache) / "pqlab" / "memory-certs"
+
+
+def _certs_dir(text: str | None) -> Path:
+    path = Path(text).expanduser() if text else default_certs_dir()
     if path.exists() and not path.is_dir():
         raise UserError(f"--certs {text!r} is not a directory; give a directory for the chains")
     return path.resolve()
@@ -247,7 +256,7 @@ def _idle_rows(cell: Cell, st, records: list[dict]) -> list[dict]:
 
 
 def _measure_cell(store, plan: Plan, st, cell: Cell) -> None:
-    cert_dir = plan.certs or store.path / "certs"
+    cert_dir = plan.certs or default_certs_dir()
     chain = make_chain(cert_dir, cell.ca_sig, cell.server_sig, plan.stack)
     client = None
     if cell.client_sig is not None:
@@ -365,7 +374,7 @@ class Memory(Experiment):
             "certs",
             "directory for the certificate chains, reused when they are there (the same keys "
             "make ML-DSA signing, and its allocations, repeat exactly across runs); "
-            "default: RUN/certs",
+            "default: $XDG_CACHE_HOME/pqlab/memory-certs (~/.cache/pqlab/memory-certs)",
             metavar="DIR",
         ),
         Option(
