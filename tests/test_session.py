@@ -47,11 +47,12 @@ def test_default_suite_exports_once(tmp_path, monkeypatch):
         )
         monkeypatch.setattr(step.experiment, "needs_net", False)
     outcome = session.run_steps(steps, out=tmp_path / "run", skip_unprivileged=True)
-    assert measured == [s.experiment.name for s in steps] and len(measured) == 7
+    # every step of the file, in order (memory, capacity and throughput included)
+    assert measured == [s.experiment.name for s in steps] and len(measured) == len(steps) >= 10
     assert exports == [True] and outcome.exported
     store = RunStore.open(tmp_path / "run")
     try:
-        assert [i["status"] for i in store.invocations()] == ["complete"] * 7
+        assert [i["status"] for i in store.invocations()] == ["complete"] * len(steps)
     finally:
         store.close()
 

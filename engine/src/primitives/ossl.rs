@@ -25,6 +25,7 @@ extern "C" {
         propq: *const c_char,
     ) -> *mut ffi::EVP_PKEY_CTX;
     fn EVP_PKEY_CTX_set_group_name(ctx: *mut ffi::EVP_PKEY_CTX, name: *const c_char) -> c_int;
+    fn EVP_PKEY_CTX_set_dh_pad(ctx: *mut ffi::EVP_PKEY_CTX, pad: c_int) -> c_int;
     fn EVP_PKEY_paramgen_init(ctx: *mut ffi::EVP_PKEY_CTX) -> c_int;
     fn EVP_PKEY_paramgen(ctx: *mut ffi::EVP_PKEY_CTX, ppkey: *mut *mut ffi::EVP_PKEY) -> c_int;
     fn EVP_PKEY_get1_encoded_public_key(
@@ -432,6 +433,14 @@ impl KeyAgreement for OsslKex {
         // EVP_PKEY_derive_set_peer validates the peer's public value, as libssl does.
         ctx.derive_set_peer(peer)
             .map_err(|_| ossl_error("EVP_PKEY_derive_set_peer"))?;
+        if key.id() == openssl::pkey::Id::DH {
+            // A finite-field DH secret is padded to the length of p, as TLS uses it (RFC 8446
+            // section 7.4.1); unpadded, one derive in 256 loses a leading zero byte.
+            // SAFETY: ctx is a live EVP_PKEY_CTX initialised for derive.
+            if unsafe { EVP_PKEY_CTX_set_dh_pad(ctx.as_ptr(), 1) } <= 0 {
+                return Err(ossl_error("EVP_PKEY_CTX_set_dh_pad"));
+            }
+        }
         let mut out = Vec::new();
         ctx.derive_to_vec(&mut out)
             .map_err(|_| ossl_error("EVP_PKEY_derive"))?;
