@@ -212,3 +212,22 @@ def get(name: str) -> Experiment:
 
 def names() -> list[str]:
     return list(EXPERIMENT_MODULES)
+
+
+class SplitExperiment(Experiment):
+    """An experiment split into modules by job (a package: handshake, ttlb, capacity): its
+    `plan_module.from_values` plans, `run_module.measure` measures, `report_module.export`
+    exports. Subclasses set the three modules and the other class attributes."""
+
+    plan_module: Any = None
+    run_module: Any = None
+    report_module: Any = None
+
+    def plan(self, values: argparse.Namespace) -> Any:
+        return self.plan_module.from_values(values)
+
+    def measure(self, plan: Any, store) -> None:
+        self.run_module.measure(plan, store)
+
+    def export(self, store):
+        return self.report_module.export(store)

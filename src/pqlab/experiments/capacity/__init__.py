@@ -10,18 +10,19 @@ time from /proc), `analyse` (pure statistics), `schema`, `report`.
 
 from __future__ import annotations
 
-from pqlab.experiment import CompareSpec, Experiment
+from pqlab.experiment import CompareSpec, SplitExperiment
 from pqlab.experiments.capacity import plan as _plan
 from pqlab.experiments.capacity import report as _report
 from pqlab.experiments.capacity import run as _run
 
 
-class Capacity(Experiment):
+class Capacity(SplitExperiment):
     name = "capacity"
     help = "handshakes per second at saturation, latency per offered load"
     description = __doc__.split("\n\n")[0]
     needs_net = True
     options = _plan.OPTIONS
+    plan_module, run_module, report_module = _plan, _run, _report
     compare = (
         CompareSpec(
             "capacity latency",
@@ -32,15 +33,6 @@ class Capacity(Experiment):
             where="mode = 'closed'",
         ),
     )
-
-    def plan(self, values) -> _plan.Plan:
-        return _plan.from_values(values)
-
-    def measure(self, plan: _plan.Plan, store) -> None:
-        _run.measure(plan, store)
-
-    def export(self, store):
-        return _report.export(store)
 
     def resume_key(self, plan: _plan.Plan) -> dict:
         return {

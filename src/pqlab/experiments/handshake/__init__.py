@@ -9,19 +9,20 @@ taken apart), `schema` (database tables), `report` (tables, figures, report sect
 
 from __future__ import annotations
 
-from pqlab.experiment import CompareSpec, Experiment
+from pqlab.experiment import CompareSpec, SplitExperiment
 from pqlab.experiments.handshake import clocks as _clocks
 from pqlab.experiments.handshake import plan as _plan
 from pqlab.experiments.handshake import report as _report
 from pqlab.experiments.handshake import run as _run
 
 
-class Handshake(Experiment):
+class Handshake(SplitExperiment):
     name = "handshake"
     help = "TLS 1.3 handshakes, per-message phases from captures"
     description = __doc__.split("\n\n")[0]
     needs_net = True
     options = _plan.OPTIONS
+    plan_module, run_module, report_module = _plan, _run, _report
     compare = (
         CompareSpec(
             "handshake",
@@ -32,14 +33,8 @@ class Handshake(Experiment):
         ),
     )
 
-    def plan(self, values) -> _plan.Plan:
-        return _plan.from_values(values)
-
-    def measure(self, plan: _plan.Plan, store) -> None:
-        _run.measure(plan, store)
-
     def export(self, store):
-        section = _report.export(store)
+        section = super().export(store)
         _clocks.extend_section(store, section)
         return section
 

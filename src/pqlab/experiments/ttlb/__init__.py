@@ -9,7 +9,7 @@ model), `schema` (database tables), `report` (tables, figures, report section).
 
 from __future__ import annotations
 
-from pqlab.experiment import CompareSpec, Experiment
+from pqlab.experiment import CompareSpec, SplitExperiment
 from pqlab.experiments.ttlb import plan as _plan
 from pqlab.experiments.ttlb import report as _report
 from pqlab.experiments.ttlb import run as _run
@@ -17,25 +17,17 @@ from pqlab.experiments.ttlb import run as _run
 KEYS = ("profile", "grp", "chain", "data_bytes")
 
 
-class Ttlb(Experiment):
+class Ttlb(SplitExperiment):
     name = "ttlb"
     help = "TTFB and TTLB of TLS 1.3 over emulated links (document 003)"
     description = __doc__.split("\n\n")[0]
     needs_net = True
     options = _plan.OPTIONS
+    plan_module, run_module, report_module = _plan, _run, _report
     compare = (
         CompareSpec("ttfb", "ttlb_raw", KEYS, "ttfb_ns / 1e6", "ms"),
         CompareSpec("ttlb", "ttlb_raw", KEYS, "ttlb_ns / 1e6", "ms"),
     )
-
-    def plan(self, values) -> _plan.Plan:
-        return _plan.from_values(values)
-
-    def measure(self, plan: _plan.Plan, store) -> None:
-        _run.measure(plan, store)
-
-    def export(self, store):
-        return _report.export(store)
 
     def resume_key(self, plan: _plan.Plan) -> dict:
         return {
