@@ -47,7 +47,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from pqlab import engine  # noqa: E402
+from pqlab import process  # noqa: E402
 
 TARGET = 0.10
 
@@ -79,7 +79,7 @@ def find_liboqs_speed() -> Path:
 def pqlab(args: list[str], iterations: int) -> dict[str, dict]:
     """Run the engine; median and mean (us) of the kept samples per operation."""
     samples: dict[str, list[int]] = {}
-    for rec in engine.stream(args + ["--iterations", str(iterations), "--warmup", "20"]):
+    for rec in process.stream(args + ["--iterations", str(iterations), "--warmup", "20"]):
         if rec["type"] == "sample" and not rec["dropped"]:
             samples.setdefault(rec["op"], []).append(rec["ns"])
     return {

@@ -26,7 +26,7 @@ from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
 
 from netleaks import nothing_left  # noqa: F401
-from pqlab import catalog, pcap
+from pqlab import catalog, pcap, process
 from pqlab.errors import UserError
 from pqlab.experiments.handshake import analyse
 from pqlab.pcap import ACK, FIN, PSH, SYN
@@ -803,14 +803,14 @@ def run_cell(topo, work: Path, name: str, chain: dict, port: int, **tls) -> dict
     n = tls.get("n", HANDSHAKES_PER_CELL)
     keylog_path = work / f"{name}.keys.log"
     pcaps = {side: work / f"{name}.{side}.pcap" for side in ("client", "server")}
-    procs: list[runner.EngineProcess] = []
+    procs: list[process.EngineProcess] = []
     try:
         caps = {}
         for side in ("client", "server"):
             caps[side] = runner.start_capture(topo, side, port, pcaps[side], 262144, 120)
             procs.append(caps[side])
         common = ["--sigalgs", tls["sigalg"], "--ciphersuites", tls["suite"]]
-        server = runner.EngineProcess(
+        server = process.EngineProcess(
             [
                 "tls",
                 "server",
@@ -836,7 +836,7 @@ def run_cell(topo, work: Path, name: str, chain: dict, port: int, **tls) -> dict
         )
         procs.append(server)
         server.wait_for("listening", 30)
-        client = runner.EngineProcess(
+        client = process.EngineProcess(
             [
                 "tls",
                 "client",

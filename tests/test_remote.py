@@ -595,7 +595,7 @@ def test_remote_processes_are_supervised(lab, clean):
 import sys, time
 from pqlab.net import ssh
 from pqlab.net.remote import parse_host
-from pqlab.tls.runner import Process
+from pqlab.process import Process
 spec = parse_host("root@{SERVER_IP}")
 host = ssh.host(spec.name, spec.options(("{lab.ssh_config}",)))
 host.check(False)

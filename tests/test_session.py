@@ -15,7 +15,7 @@ import time
 import pytest
 
 from conftest import pqlab_env, run_pqlab
-from pqlab import report, session
+from pqlab import session
 from pqlab import suite as suites
 from pqlab.errors import UserError
 from pqlab.store import RunStore
@@ -36,7 +36,7 @@ def test_default_suite_exports_once(tmp_path, monkeypatch):
     lifecycle, not the experiments) and the tables, figures and report are exported once."""
     exports = []
     measured = []
-    monkeypatch.setattr(report, "export_all", lambda store, html=True: exports.append(html))
+    monkeypatch.setattr(session, "export_all", lambda store, html=True: exports.append(html))
 
     steps = suites.plan_steps(suites.load("default"))
     for step in steps:

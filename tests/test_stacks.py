@@ -12,7 +12,6 @@ import pytest
 from pqlab import catalog, engine
 from pqlab.errors import UserError
 from pqlab.tls import runner, stacks
-from pqlab.tls.chains import key_spec
 
 
 @pytest.fixture
@@ -34,16 +33,17 @@ def fake_stack(monkeypatch):
     stacks.all_stacks.cache_clear()
 
 
-def test_usable_in_tls_is_one_answer_per_stack_and_role():
+def test_usable_is_one_answer_per_stack_and_role():
+    ossl = stacks.get("openssl")
     mlkem, mayo = catalog.resolve("ML-KEM-768", "kem"), catalog.resolve("MAYO-1", "sig")
-    assert mlkem.usable_in_tls("openssl", "group")
-    assert not catalog.resolve("BIKE-L1", "kem").usable_in_tls("openssl", "group")
-    assert not mayo.usable_in_tls("openssl", "server")
-    assert not catalog.resolve("Falcon-512", "sig").usable_in_tls("openssl", "ca")
-    assert catalog.resolve("ML-DSA-44", "sig").usable_in_tls("openssl", "ca")
+    assert ossl.usable(mlkem, "group")
+    assert not ossl.usable(catalog.resolve("BIKE-L1", "kem"), "group")
+    assert not stacks.get("openssl").usable(mayo, "server")
+    assert not ossl.usable(catalog.resolve("Falcon-512", "sig"), "ca")
+    assert ossl.usable(catalog.resolve("ML-DSA-44", "sig"), "ca")
     # SLH-DSA can sign certificates in OpenSSL 3.5 but has no TLS signature scheme there.
     slh = catalog.resolve("SLH-DSA-SHA2-128s", "sig")
-    assert slh.usable_in_tls("openssl", "ca") and not slh.usable_in_tls("openssl", "server")
+    assert ossl.usable(slh, "ca") and not ossl.usable(slh, "server")
     why = stacks.get().why_not(mayo, "server")
     assert "MAYO-1" in why and "openssl" in why
 
@@ -60,9 +60,9 @@ def test_a_fake_second_stack_needs_no_change_in_the_lab(fake_stack):
     from pqlab.experiments.handshake import plan as hs_plan
 
     mayo = catalog.resolve("MAYO-1", "sig")
-    assert mayo.usable_in_tls("fake-openssl", "server")
-    assert not mayo.usable_in_tls("openssl", "server")
-    assert key_spec(mayo, fake_stack) == "MAYO-1"
+    assert fake_stack.usable(mayo, "server")
+    assert not stacks.get("openssl").usable(mayo, "server")
+    assert fake_stack.key_spec(mayo) == "MAYO-1"
     values = argparse.Namespace(
         groups="X25519MLKEM768",
         server_sig="MAYO-1",
@@ -80,9 +80,8 @@ def test_a_fake_second_stack_needs_no_change_in_the_lab(fake_stack):
     plan = hs_plan.from_values(values)
     assert plan.stack == "fake-openssl"
     assert plan.messages == "keylog"  # no message callback on this stack: the key log
-    assert plan.cell_id(plan.groups[0], plan.server_sigs[0], plan.ca_sigs[0]).endswith(
-        "|fake-openssl"
-    )
+    cell = plan.cell_id(plan.groups[0], plan.server_sigs[0], plan.ca_sigs[0])
+    assert cell.stack == "fake-openssl" and str(cell).endswith("|fake-openssl")
     tls = runner.Tls(stack="fake-openssl", groups=plan.groups, sigalgs=plan.server_sigs)
     args = tls.args()
     assert args[:2] == ["--stack", "fake-openssl"]

@@ -41,7 +41,7 @@ def test_megabytes_per_second():
 )
 def test_bad_values_are_refused_by_name(kw, words):
     with pytest.raises(UserError) as e:
-        throughput.plan_from_values(values(**kw))
+        throughput.from_values(values(**kw))
     for w in words:
         assert w in str(e.value), str(e.value)
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from conftest import needs_root
-from pqlab import catalog
+from pqlab import catalog, process
 from pqlab.errors import CheckError, EngineError
 from pqlab.tls import runner
 from pqlab.tls.chains import make_chain
@@ -75,7 +75,7 @@ def test_server_start_error_raises(chain, tmp_path):
 
 
 def test_wait_for_is_bounded(chain):
-    proc = runner.EngineProcess(["info"], "engine info")
+    proc = process.EngineProcess(["info"], "engine info")
     with pytest.raises(EngineError, match="did not report"):
         proc.wait_for("no-such-record", 20)
     assert proc.p.returncode is not None  # stopped and reaped

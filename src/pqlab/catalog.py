@@ -77,15 +77,6 @@ class Algorithm:
         """Backend and TLS names; they resolve too unless shared ("EC", "rsa_pss_rsae_sha256")."""
         return tuple(n for n in (self.openssl, self.liboqs, self.tls_name, self.wolfssl) if n)
 
-    def usable_in_tls(self, stack: str = "openssl", role: str = "server") -> bool:
-        """Whether TLS stack `stack` of this engine build can use this algorithm as `role`:
-        "group" (key exchange), "server" / "client" (certificate key and CertificateVerify
-        signer), "ca" (signs certificates). The one answer every command validates against;
-        `pqlab.tls.stacks.Stack.why_not` gives the reason when it is no."""
-        from pqlab.tls import stacks
-
-        return stacks.get(stack).why_not(self, role) is None
-
     def backend_name(self, backend: str) -> str:
         name = getattr(self, backend, None)
         if not name:
@@ -99,9 +90,6 @@ class Algorithm:
 def normalize(name: str) -> str:
     """The lookup key of a name: lower case without spaces, hyphens, underscores or '/'."""
     return re.sub(r"[\s_\-/]+", "", name.strip().lower())
-
-
-_norm = normalize  # kept for callers of the first version
 
 
 def _check(alg: Algorithm) -> None:

@@ -18,6 +18,8 @@ from pathlib import Path
 from pqlab import __version__
 from pqlab.errors import EngineError, Interrupted, UserError
 from pqlab.experiment import Experiment, registry
+from pqlab.session import Step, run_steps
+from pqlab.store import RunStore, check_out
 
 # `pqlab --help` order: the suite, the experiments (registry order), then the tools.
 TOOLS_FIRST = ["suite"]
@@ -60,8 +62,6 @@ def _experiment_parser(sub, exp: Experiment) -> None:
 
 def run_experiment(exp: Experiment, args: argparse.Namespace) -> int:
     """`pqlab <experiment> ...`: validate, run into one run directory, export."""
-    from pqlab.session import Step, run_steps
-    from pqlab.store import check_out
 
     if args.out:
         check_out(Path(args.out))
@@ -71,7 +71,6 @@ def run_experiment(exp: Experiment, args: argparse.Namespace) -> int:
     )
     line = exp.summary(plan)
     print(f"results: {outcome.path}" + (f" ({line})" if line else ""), file=sys.stderr)
-    from pqlab.store import RunStore
 
     store = RunStore.open(outcome.path)
     try:

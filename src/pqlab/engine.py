@@ -3,7 +3,7 @@
 The engine prints one JSON record per line; a record `{"type": "error", "kind": ...,
 "message": ...}` ends a failed run and becomes the matching `pqlab.errors` exception (see
 docs/engine-protocol.md). Long-running engine processes (TLS servers and clients, captures)
-are supervised by `pqlab.tls.runner.EngineProcess`; `run` here is for short one-shot calls.
+are supervised by the process layer (`pqlab.process`); `run` here is for short one-shot calls.
 """
 
 from __future__ import annotations
@@ -88,19 +88,6 @@ def run(
             f"engine exited with {proc.returncode}: {err[-1] if err else argv}",
         )
     return records
-
-
-def stream(args: Sequence, timeout: float | None = None, env: dict | None = None):
-    """Run the engine and yield its records as they arrive (for commands that print as they
-    go, such as `connect`); the engine's error becomes the matching exception."""
-    from pqlab.tls.runner import EngineProcess
-
-    proc = EngineProcess(args, f"engine {' '.join(map(str, args[:2]))}", env=env)
-    try:
-        yield from proc.iter_records(timeout)
-        proc.finish(10)
-    finally:
-        proc.stop()
 
 
 @functools.lru_cache(maxsize=1)

@@ -1,26 +1,36 @@
 """The experiment protocol: what every experiment declares once, and the one registry.
 
-An experiment is a module under `pqlab.experiments` that defines an `Experiment` instance
-named `EXPERIMENT`. It declares its options (`Option`: the CLI flags and, with the same names,
-the keys of a suite file), turns option values into a validated plan (`plan`: every check
-happens here, before anything is created), measures a plan into a run directory
-(`measure`), exports its tables, figures and report section from the database alone
-(`export`), says which raw samples `pqlab compare` compares (`compare`), and which plan
-parameters must match when a run is resumed (`resume_key`).
+An experiment is a module or a package under `pqlab.experiments` that defines an
+`Experiment` instance named `EXPERIMENT`. The instance declares the options (`Option`: the
+CLI flags and, with the same names, the keys of a suite file), its cells (`cell_axes`, and
+whether they run on a TLS stack), what `pqlab compare` compares (`compare`), the schema
+migrations of its tables (`migrations`) and the plan parameters a resumed run must match
+(`resume_key`). The work is done by four module-level functions of one shape:
 
-The CLI (`pqlab <experiment>`), the suite (`pqlab suite FILE.toml`), the report and compare
-all iterate `registry()`; nothing else lists the experiments.
+    from_values(values) -> plan     every check happens here, before anything is created
+    measure(plan, store)            cell by cell into the run directory
+    export(store) -> Section|None   tables, figures and the report section, from the database
+    summarize(store) -> Summary     (optional) the experiment's lines of the report's summary
+
+A module experiment defines the four itself; a package experiment (handshake, ttlb,
+capacity) puts them in its `plan`, `run` and `report` modules and names those in its class
+(`plan_module`, `run_module`, `report_module`). The CLI (`pqlab <experiment>`), the suite
+(`pqlab suite FILE.toml`), the report, compare and the store's migrations all iterate
+`registry()`; nothing else lists the experiments.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from types import ModuleType
 from typing import Any
 
 from pqlab.errors import UserError
+from pqlab.tls import stacks
 
 # Report order; also the order of `pqlab --help` and of a suite's default steps.
 EXPERIMENT_MODULES = (
@@ -119,8 +129,124 @@ class CompareSpec:
     missing: dict = field(default_factory=dict)
 
 
+def stack_option(several: bool = False) -> Option:
+    """The `--stack` option every TLS experiment shares (one stack, or a list with
+    `several`)."""
+    what = "TLS stacks, comma separated" if several else "TLS stack"
+    return Option(
+        "stack",
+        f"{what} (the names `pqlab algorithms --tls` lists)",
+        default=stacks.DEFAULT_STACK,
+        metavar="LIST" if several else "NAME",
+    )
+
+
+def parse_stack(values: argparse.Namespace) -> stacks.Stack:
+    """The one stack of `--stack` (checked against this engine build)."""
+    chosen = stacks.parse_stacks(getattr(values, "stack", None))
+    if len(chosen) != 1:
+        raise UserError(
+            f"--stack {values.stack!r}: this experiment runs one stack at a time; give one name"
+        )
+    return chosen[0]
+
+
+def parse_stacks(values: argparse.Namespace) -> list[stacks.Stack]:
+    """The stacks of `--stack A,B` (each checked against this engine build)."""
+    return stacks.parse_stacks(getattr(values, "stack", None))
+
+
+@dataclass(frozen=True)
+class CellId:
+    """One measured cell: the experiment's own axes (group, signers, size...), the TLS stack
+    it ran on (TLS experiments; always present), options that change what is measured
+    (`+root`) and the host pair (when a run spans several). It renders itself as the text the
+    store keeps, `AXIS|AXIS|...|STACK|+OPTION@PAIR`, and `Experiment.parse_cell` reads that
+    text back, including the forms older runs stored (no stack: the default stack)."""
+
+    axes: tuple[str, ...]
+    stack: str | None = None
+    options: tuple[str, ...] = ()
+    pair: str | None = None
+
+    def __post_init__(self) -> None:
+        for part in (*self.axes, *(self.options), self.stack or "", self.pair or ""):
+            if "|" in part or "@" in part:
+                raise UserError(f"{part!r} cannot name a cell: it contains '|' or '@'")
+        for part in (*self.axes, self.stack or ""):
+            if part.startswith("+"):
+                raise UserError(f"{part!r} cannot name a cell: it starts with '+'")
+
+    def __str__(self) -> str:
+        parts = [*self.axes, *([self.stack] if self.stack is not None else [])]
+        parts += [f"+{o}" for o in self.options]
+        text = "|".join(parts)
+        return f"{text}@{self.pair}" if self.pair else text
+
+    def label(self) -> str:
+        """For progress lines: the axes and stack, comma separated."""
+        return ", ".join([*self.axes, *([self.stack] if self.stack else [])])
+
+
+@dataclass(frozen=True)
+class Cells:
+    """The shape of one experiment's cell ids: the names of its axes and whether its cells
+    run on a TLS stack. Makes ids (`id`), reads stored ones back (`parse`) and lists the
+    finished ones of a run (`done`)."""
+
+    experiment: str
+    axes: tuple[str, ...]
+    tls: bool = False
+    # Cells that are not points of the matrix but one-off measurements a run records once
+    # (the CPU's capability vector under each mask): their first part is one of these names,
+    # the rest their own values.
+    aux: tuple[str, ...] = ()
+
+    def auxiliary(self, name: str, *values) -> CellId:
+        if name not in self.aux:
+            raise ValueError(f"{self.experiment}: {name!r} is not an auxiliary cell")
+        return CellId((name, *map(str, values)))
+
+    def id(
+        self,
+        *axes,
+        stack: str | None = None,
+        options: Sequence[str] = (),
+        pair: str | None = None,
+    ) -> CellId:
+        """One cell's id. Axes may be catalogue algorithms (their names) or values."""
+        if len(axes) != len(self.axes):
+            raise ValueError(f"{self.experiment}: a cell has axes {self.axes}, got {axes!r}")
+        if self.tls and stack is None:
+            raise ValueError(f"{self.experiment}: a TLS cell names its stack")
+        names = tuple(str(getattr(a, "name", a)) for a in axes)
+        return CellId(names, stack if self.tls else None, tuple(options), pair)
+
+    def parse(self, text: str) -> CellId:
+        """A stored cell id read back (this pqlab's form and the forms older runs stored:
+        no stack means the default stack)."""
+        head, _, pair = text.partition("@")
+        parts = head.split("|")
+        if parts[0] in self.aux:
+            return CellId(tuple(parts), None, (), pair or None)
+        options = tuple(p[1:] for p in parts if p.startswith("+"))
+        rest = [p for p in parts if not p.startswith("+")]
+        n = len(self.axes)
+        axes, extra = tuple(rest[:n]), rest[n:]
+        if len(axes) != n or len(extra) > 1 or (extra and not self.tls):
+            raise UserError(f"{self.experiment}: {text!r} is not a cell id of this experiment")
+        stack = (extra[0] if extra else stacks.DEFAULT_STACK) if self.tls else None
+        return CellId(axes, stack, options, pair or None)
+
+    def done(self, store) -> set[CellId]:
+        """The cells of this experiment the run has finished."""
+        return {self.parse(c) for c in store.cells_done(self.experiment)}
+
+
 class Experiment:
-    """Base class: subclasses set the class attributes and implement plan/measure/export."""
+    """Base class: subclasses set the class attributes; the work is the module-level
+    functions of the module docstring, found in `plan_module`, `run_module` and
+    `report_module` (by default the module that declares the subclass)."""
 
     name: str = ""
     help: str = ""  # one line for `pqlab --help`
@@ -128,20 +254,36 @@ class Experiment:
     needs_net: bool = False  # needs CAP_NET_ADMIN (network namespaces)
     options: Sequence[Option] = ()
     compare: Sequence[CompareSpec] = ()
+    cells: Cells | None = None  # the shape of its cell ids
+    # Idempotent SQL the store runs on open, before anything is written: how tables of runs
+    # made by an earlier pqlab gain what this one writes (e.g. ADD COLUMN IF NOT EXISTS).
+    migrations: Sequence[str] = ()
+    plan_module: ModuleType | None = None
+    run_module: ModuleType | None = None
+    report_module: ModuleType | None = None
+
+    def _module(self, attr: str) -> ModuleType:
+        return getattr(self, attr) or sys.modules[type(self).__module__]
 
     def plan(self, values: argparse.Namespace) -> Any:
         """Validate every option value and return the plan. Raises UserError; creates
         nothing."""
-        raise NotImplementedError
+        return self._module("plan_module").from_values(values)
 
     def measure(self, plan: Any, store) -> None:
         """Measure every cell of `plan` not yet done in `store`, cell by cell."""
-        raise NotImplementedError
+        self._module("run_module").measure(plan, store)
 
     def export(self, store):
-        """Tables, figures and the report section (`pqlab.report.Section`) from the database
+        """Tables, figures and the report section (`pqlab.report.section.Section`) from the database
         alone, or None when the run holds nothing of this experiment."""
-        raise NotImplementedError
+        return self._module("report_module").export(store)
+
+    def summarize(self, store):
+        """This experiment's part of the report's summary (`pqlab.report.summary.Summary`),
+        or None when it offers none or the run holds nothing to summarise."""
+        fn = getattr(self._module("report_module"), "summarize", None)
+        return fn(store) if fn is not None else None
 
     def metadata(self, plan: Any) -> dict:
         """Extra metadata stored with the invocation (what the plan was)."""
@@ -212,22 +354,3 @@ def get(name: str) -> Experiment:
 
 def names() -> list[str]:
     return list(EXPERIMENT_MODULES)
-
-
-class SplitExperiment(Experiment):
-    """An experiment split into modules by job (a package: handshake, ttlb, capacity): its
-    `plan_module.from_values` plans, `run_module.measure` measures, `report_module.export`
-    exports. Subclasses set the three modules and the other class attributes."""
-
-    plan_module: Any = None
-    run_module: Any = None
-    report_module: Any = None
-
-    def plan(self, values: argparse.Namespace) -> Any:
-        return self.plan_module.from_values(values)
-
-    def measure(self, plan: Any, store) -> None:
-        self.run_module.measure(plan, store)
-
-    def export(self, store):
-        return self.report_module.export(store)

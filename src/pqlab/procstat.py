@@ -1,7 +1,7 @@
 """What a child process cost the machine: CPU time and peak memory, measured from outside.
 
 CPU time comes from the kernel's accounting of the finished process (`wait4`'s rusage, kept
-by `pqlab.tls.runner.Process`): user + system seconds of that process alone.
+by `pqlab.tls.process.Process`): user + system seconds of that process alone.
 
 Peak memory cannot come from the same place: `ru_maxrss` of a child also counts the memory
 image it started from. A child forked (or vforked) from the lab inherits the lab's resident
@@ -64,7 +64,7 @@ class PeakRss:
 
 
 def cpu_seconds(proc) -> tuple[float | None, float | None]:
-    """User and system CPU seconds of a finished `runner.Process` (None before it ended)."""
+    """User and system CPU seconds of a finished `process.Process` (None before it ended)."""
     ru = getattr(proc, "rusage", None)
     if ru is None:
         return None, None

@@ -18,7 +18,9 @@ from typing import Any
 
 from pqlab import engine, metadata
 from pqlab.errors import EngineError, PrivilegeError, UserError
-from pqlab.experiment import Experiment
+from pqlab.experiment import Experiment, registry
+from pqlab.net import privileges
+from pqlab.report.page import export_all
 from pqlab.store import RunStore, check_out, default_out
 
 
@@ -40,7 +42,6 @@ class Outcome:
 
 def export(store: RunStore, html: bool = True) -> None:
     """Tables, figures and report.html of every experiment in the run (the one export)."""
-    from pqlab.report import export_all
 
     export_all(store, html=html)
 
@@ -59,7 +60,6 @@ def run_steps(
     `skip_unprivileged`: network steps without CAP_NET_ADMIN are skipped with a note (the
     suite) instead of refused (a single command). `keep_going`: a failing step is recorded
     and the next one runs (the suite); otherwise its error propagates after cleanup."""
-    from pqlab.net import privileges
 
     outcome = Outcome(Path(out) if out else default_out(name or steps[0].experiment.name))
     runnable = []
@@ -78,7 +78,8 @@ def run_steps(
         raise UserError("nothing to run: " + "; ".join(f"{n}: {w}" for n, w in outcome.skipped))
     check_out(outcome.path)
     info = engine.info()  # a missing or stale engine fails here, before the run directory
-    store = RunStore.create(outcome.path, "", resume)
+    migrations = [sql for exp in registry() for sql in exp.migrations]
+    store = RunStore.create(outcome.path, "", resume, migrations)
     try:
         meta = metadata.collect(sys.argv, info)
         if resume:

@@ -179,9 +179,17 @@ class RunStore:
 
     # --- opening -------------------------------------------------------------------------
     @classmethod
-    def create(cls, out: str | Path | None, experiment: str, resume: bool = False) -> RunStore:
+    def create(
+        cls,
+        out: str | Path | None,
+        experiment: str,
+        resume: bool = False,
+        migrations: tuple[str, ...] | list[str] = (),
+    ) -> RunStore:
         """Open `out` for writing. Refuse to add to finished results of `experiment` unless
-        --resume is given, so a second run never silently mixes with the first."""
+        --resume is given, so a second run never silently mixes with the first. Runs the
+        experiments' schema `migrations` (idempotent SQL) on a run that already exists, so
+        its tables gain what this pqlab writes before anything is written."""
         path = Path(out) if out else default_out(experiment)
         check_out(path)
         try:
@@ -198,6 +206,8 @@ class RunStore:
         try:
             if existed:
                 store._check_version(write=True)
+                for sql in migrations:
+                    store.con.execute(sql)
             store.con.execute(_BASE_SCHEMA)
             if not existed:
                 store.con.execute("INSERT INTO schema_info VALUES (?)", [SCHEMA_VERSION])
@@ -395,7 +405,7 @@ class RunStore:
             yield
             self.con.execute(
                 "INSERT INTO cells VALUES (?, ?, ?, ?)",
-                [experiment, cell_id, json.dumps(params, sort_keys=True), _now()],
+                [experiment, str(cell_id), json.dumps(params, sort_keys=True), _now()],
             )
             self.con.execute("COMMIT")
         except BaseException:
@@ -429,7 +439,7 @@ class RunStore:
         for w in warnings:
             self.con.execute(
                 "INSERT INTO warnings VALUES (?, ?, ?, ?, ?, ?)",
-                [experiment, cell_id, w.code, w.subject, w.message, w.advice],
+                [experiment, str(cell_id), w.code, w.subject, w.message, w.advice],
             )
 
     def query(self, sql: str, params: list | None = None) -> list[dict]:

@@ -15,6 +15,7 @@ import sys
 
 from pqlab import catalog, engine
 from pqlab.errors import EngineError, UserError
+from pqlab.tls import stacks
 
 DOCUMENTS = ("000", "001", "002", "003", "004")
 BACKEND_CHOICES = ("openssl", "liboqs", "python", "any", "none")
@@ -170,14 +171,14 @@ def to_json(alg: catalog.Algorithm, have: dict[str, set[str] | None] | None) -> 
 def tls_roles(alg: catalog.Algorithm) -> dict[str, list[str]] | None:
     """Per TLS stack of this engine build, the roles `alg` can play there (None: the engine
     cannot be asked)."""
-    from pqlab.tls import stacks
-
     try:
         all_stacks = stacks.all_stacks()
     except (UserError, EngineError):
         return None
     roles = ("group",) if alg.kind != "sig" else ("server", "client", "ca")
-    return {name: [r for r in roles if alg.usable_in_tls(name, r)] for name in sorted(all_stacks)}
+    return {
+        name: [r for r in roles if st.usable(alg, r)] for name, st in sorted(all_stacks.items())
+    }
 
 
 def _tls_text(alg: catalog.Algorithm) -> str:

@@ -19,7 +19,7 @@ import numpy as np
 
 from pqlab import stats
 from pqlab.errors import UserError
-from pqlab.experiment import CompareSpec
+from pqlab.experiment import CompareSpec, registry
 from pqlab.store import RunStore
 
 
@@ -83,6 +83,21 @@ def _csv_tables(run: Path) -> dict[str, tuple[list[str], int]]:
     return out
 
 
+def _cells(store: RunStore) -> set[tuple[str, str]]:
+    """(experiment, cell id) of every finished cell, ids read through the experiment's cell
+    shape so the forms older runs stored compare equal to today's."""
+    shapes = {exp.name: exp.cells for exp in registry() if exp.cells is not None}
+    out = set()
+    for r in store.query("SELECT experiment, cell_id FROM cells"):
+        shape = shapes.get(r["experiment"])
+        try:
+            cell = str(shape.parse(r["cell_id"])) if shape is not None else r["cell_id"]
+        except UserError:
+            cell = r["cell_id"]
+        out.add((r["experiment"], cell))
+    return out
+
+
 def structure_changes(a: RunStore, b: RunStore) -> list[str]:
     """How the two runs differ in shape rather than in numbers: exported tables, their
     columns and row counts, and the measured cells (experiment and cell id)."""
@@ -104,9 +119,7 @@ def structure_changes(a: RunStore, b: RunStore) -> list[str]:
             )
         if na != nb:
             out.append(f"table {name}: {na} rows in A, {nb} in B")
-    cells = "SELECT experiment, cell_id FROM cells"
-    sa = {tuple(r.values()) for r in a.query(cells)}
-    sb = {tuple(r.values()) for r in b.query(cells)}
+    sa, sb = _cells(a), _cells(b)
     for label, only in (("A", sa - sb), ("B", sb - sa)):
         if only:
             first = sorted(only)[:3]
@@ -121,7 +134,6 @@ def structure_changes(a: RunStore, b: RunStore) -> list[str]:
 def compare(
     run_a: Path, run_b: Path, level: float = 0.95, threshold: float = 0.02
 ) -> tuple[list[dict], list, list[str]]:
-    from pqlab.experiment import registry
 
     a = RunStore.open(run_a, any_version=True)
     try:

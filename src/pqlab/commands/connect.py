@@ -9,8 +9,10 @@ import os
 from pathlib import Path
 
 from pqlab import catalog, stats, units
+from pqlab.commands.serve import check_keylog
 from pqlab.errors import UserError
 from pqlab.tls import runner, stacks
+from pqlab.tls.chains import secret_file
 from pqlab.tls.negotiation import Expected
 
 SYSTEM_CAS = (
@@ -49,8 +51,6 @@ def register(sub) -> None:
 
 
 def _spec(args) -> runner.ClientSpec:
-    from pqlab.commands.serve import check_keylog
-    from pqlab.tls.chains import secret_file
 
     host, sep, port = args.target.rpartition(":")
     if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:

@@ -6,6 +6,7 @@ import json
 
 from pqlab import engine, metadata
 from pqlab.errors import UserError
+from pqlab.net import privileges, shaping
 
 
 def checks() -> list[tuple[str, bool, str]]:
@@ -23,15 +24,11 @@ def checks() -> list[tuple[str, bool, str]]:
     except Exception as e:  # noqa: BLE001 - doctor reports every failure
         out.append(("engine", False, str(e)))
     try:
-        from pqlab.net import privileges
-
         ok, why = privileges.can_admin_network()
         out.append(("CAP_NET_ADMIN (network experiments)", ok, why))
     except ImportError:
         out.append(("CAP_NET_ADMIN (network experiments)", False, "network support not built"))
     try:
-        from pqlab.net import shaping
-
         ok, why = shaping.netem_available()
         out.append(("kernel netem", ok, why))
     except (ImportError, AttributeError):

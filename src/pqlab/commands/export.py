@@ -24,6 +24,7 @@ from pathlib import Path
 
 from pqlab import __version__
 from pqlab.errors import UserError
+from pqlab.report.page import export_all
 from pqlab.store import RunStore
 
 FORMATS = {
@@ -103,7 +104,6 @@ def _export_raw(store: RunStore, out: Path, fmt: str) -> list[dict]:
 def _derived(store: RunStore, scratch: Path) -> list[Path]:
     """The report's tables, computed into `scratch` (tables/*.parquet and .csv); figures
     drawn on the way land in scratch too. The run directory is not written."""
-    from pqlab.report import export_all
 
     for sub in ("tables", "figures"):
         (scratch / sub).mkdir()

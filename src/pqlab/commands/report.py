@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from pqlab.report import export_all
+from pqlab.report.page import export_all
 from pqlab.store import RunStore
 
 

@@ -14,6 +14,10 @@ import sys
 
 from pqlab import suite as suites
 from pqlab.errors import EngineError, UserError
+from pqlab.experiment import names
+from pqlab.session import run_steps
+from pqlab.store import check_out
+from pqlab.units import split_list
 
 
 def register(sub) -> None:
@@ -47,9 +51,6 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from pqlab.experiment import names
-    from pqlab.session import run_steps
-    from pqlab.units import split_list
 
     if args.suite and (args.quick or args.full):
         raise UserError("give either a SUITE or --quick/--full, not both")
@@ -67,8 +68,6 @@ def run(args) -> int:
             )
     if args.out:
         from pathlib import Path
-
-        from pqlab.store import check_out
 
         check_out(Path(args.out))
     steps = suites.plan_steps(suite, only)

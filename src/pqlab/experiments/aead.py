@@ -13,15 +13,16 @@ import json
 import os
 from dataclasses import asdict, dataclass
 
-from pqlab import engine, figures
+from pqlab import engine, figures, process
 from pqlab.errors import EngineError, UserError
-from pqlab.experiment import CompareSpec, Experiment, Option
+from pqlab.experiment import CellId, Cells, CompareSpec, Experiment, Option
 from pqlab.progress import CellProgress
-from pqlab.report import Section
+from pqlab.report.section import Section
 from pqlab.stats import Warning_
 from pqlab.units import parse_list, parse_size
 
 NAME = "aead"
+CELLS = Cells(NAME, ("cipher", "aesni", "mask", "mode", "direction", "record_bytes"), aux=("cpu",))
 CIPHERS = [
     "aes-128-gcm",
     "aes-256-gcm",
@@ -73,8 +74,8 @@ class Plan:
         return asdict(self)
 
 
-def cell_id(cipher, aesni, mask, mode, direction, size) -> str:
-    return f"{cipher}|{aesni}|{mask}|{mode}|{direction}|{size}"
+def cell_id(cipher, aesni, mask, mode, direction, size) -> CellId:
+    return CELLS.id(cipher, aesni, mask, mode, direction, size)
 
 
 DDL = [
@@ -107,11 +108,11 @@ def probe_cpu(value: str | None) -> dict:
     raise EngineError("engine 'aead --cpu-only' printed no cpu record")
 
 
-def measure(store, plan: Plan) -> None:
+def measure(plan: Plan, store) -> None:
     for ddl in DDL:
         store.ensure_table(ddl)
     _drop_user_mask(store)
-    done = store.cells_done(NAME)
+    done = CELLS.done(store)
     cpus = {(a, m): _probe_environment(store, a, m, v, done) for a, m, v in plan.environments()}
     jobs = _jobs(plan, done)
     with CellProgress("aead", sum(len(j[-1]) for j in jobs)) as progress:
@@ -165,7 +166,7 @@ def _probe_environment(store, aesni: str, mask: str, value, done: set) -> dict:
                 )
             ],
         )
-    cid = f"cpu|{aesni}|{mask}"
+    cid = CELLS.auxiliary("cpu", aesni, mask)
     if cid not in done:
         with store.cell(NAME, cid, {"aesni": aesni, "mask": mask}):
             store.insert_rows(
@@ -226,7 +227,7 @@ def _run_job(store, plan: Plan, job: tuple, cpus: dict, progress) -> None:
     cpu = cpus[(aesni, mask)]
     windows: list[dict] = []
     timeout = len(todo) * (plan.seconds * 20 + 30)
-    for rec in engine.stream(args, env=_engine_env(value), timeout=timeout):
+    for rec in process.stream(args, env=_engine_env(value), timeout=timeout):
         if rec["type"] == "cpu" and rec["openssl_ia32cap"] != cpu["openssl_ia32cap"]:
             raise EngineError(
                 f"OpenSSL's capability vector changed between runs: {rec['openssl_ia32cap']}"
@@ -264,7 +265,7 @@ def _contention_warning(store) -> None:
 
 def _save_cell(store, plan, rec, windows, aesni, mask, value, cpu) -> None:
     size = rec["record_bytes"]
-    cid = cell_id(rec["cipher"], aesni, mask, rec["mode"], rec["direction"], size)
+    cid = str(cell_id(rec["cipher"], aesni, mask, rec["mode"], rec["direction"], size))
     if rec["verified_records"] != rec["records"] or rec["records"] <= 0:
         raise EngineError(
             f"{cid}: {rec['verified_records']} of {rec['records']} records "
@@ -640,7 +641,7 @@ def _record_sizes(text: str, ciphers: list[str]) -> list[int]:
     return list(dict.fromkeys(sizes))
 
 
-def plan_from_values(args) -> Plan:
+def from_values(args) -> Plan:
     """Validate everything before the first measurement; raise UserError on bad input."""
     ciphers = [c.lower() for c in parse_list(args.ciphers, "--ciphers")]
     if not ciphers:
@@ -678,6 +679,7 @@ class Aead(Experiment):
         "drives OpenSSL as `openssl speed -evp` does, so the two can be compared. Every "
         "record is checked. Results: tables/aead.csv, figures, report section."
     )
+    cells = CELLS
     options = OPTIONS
     compare = (
         CompareSpec(
@@ -690,15 +692,6 @@ class Aead(Experiment):
             where="ns > 0",
         ),
     )
-
-    def plan(self, values) -> Plan:
-        return plan_from_values(values)
-
-    def measure(self, plan: Plan, store) -> None:
-        measure(store, plan)
-
-    def export(self, store):
-        return export(store)
 
     def metadata(self, plan: Plan) -> dict:
         return {"aead_plan": plan.as_dict()}

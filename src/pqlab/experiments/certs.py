@@ -11,11 +11,14 @@ from dataclasses import dataclass
 
 from pqlab import catalog, units
 from pqlab.catalog import Algorithm
-from pqlab.experiment import Experiment, Option
+from pqlab.experiment import CellId, Cells, Experiment, Option, parse_stack, stack_option
+from pqlab.progress import CellProgress
+from pqlab.report.section import Section
 from pqlab.tls import stacks
 from pqlab.tls.chains import make_chain
 
 NAME = "certs"
+CELLS = Cells(NAME, ("ca_sig", "server_sig"), tls=True)
 DEFAULT_SIGS = ["RSA-2048", "RSA-3072", "ECDSA-P256", "ML-DSA-44"]
 
 RAW_DDL = """
@@ -47,17 +50,15 @@ class Plan:
     server_sigs: list[Algorithm]
     stack: str = stacks.DEFAULT_STACK
 
-    def cell_id(self, ca: Algorithm, srv: Algorithm) -> str:
-        cid = f"{ca.name}|{srv.name}"
-        return cid if self.stack == stacks.DEFAULT_STACK else f"{cid}|{self.stack}"
+    def cell_id(self, ca: Algorithm, srv: Algorithm) -> CellId:
+        return CELLS.id(ca, srv, stack=self.stack)
 
 
-def measure(store, plan: Plan) -> None:
+def measure(plan: Plan, store) -> None:
     """Generate every pair into the run directory and store the sizes, cell by cell."""
-    from pqlab.progress import CellProgress
 
     store.ensure_table(RAW_DDL)
-    done = store.cells_done(NAME)
+    done = CELLS.done(store)
     cert_dir = store.path / "certs"
     with CellProgress("certs", len(plan.ca_sigs) * len(plan.server_sigs)) as progress:
         for ca in plan.ca_sigs:
@@ -69,7 +70,7 @@ def measure(store, plan: Plan) -> None:
                 progress.advance()
 
 
-def _measure_pair(store, cert_dir, plan: Plan, ca: Algorithm, srv: Algorithm, cell: str) -> None:
+def _measure_pair(store, cert_dir, plan: Plan, ca: Algorithm, srv: Algorithm, cell: CellId) -> None:
     chain = make_chain(cert_dir, ca, srv, plan.stack)
     r = chain.record
     with store.cell(NAME, cell, {"ca_sig": ca.name, "server_sig": srv.name}):
@@ -102,7 +103,6 @@ def _measure_pair(store, cert_dir, plan: Plan, ca: Algorithm, srv: Algorithm, ce
 
 
 def export(store):
-    from pqlab.report import Section
 
     if not store.has_table("certs_raw"):
         return None
@@ -153,10 +153,20 @@ def export(store):
     return s
 
 
+def from_values(values) -> Plan:
+    stack = parse_stack(values)
+    return Plan(
+        ca_sigs=resolve_sigs(values.ca_sig, "ca", stack, "--ca-sig"),
+        server_sigs=resolve_sigs(values.server_sig, "server", stack, "--server-sig"),
+        stack=stack.name,
+    )
+
+
 class Certs(Experiment):
     name = NAME
     help = "certificate sizes per CA x server signature algorithm"
     description = __doc__.split("\n\n")[0]
+    cells = CELLS
     options = (
         Option(
             "ca-sig",
@@ -170,27 +180,8 @@ class Certs(Experiment):
             f"signature the stack supports in TLS; default: {','.join(DEFAULT_SIGS)})",
             metavar="LIST",
         ),
-        Option(
-            "stack",
-            "TLS stack whose certificates to make",
-            default=stacks.DEFAULT_STACK,
-            metavar="NAME",
-        ),
+        stack_option(),
     )
-
-    def plan(self, values) -> Plan:
-        stack = stacks.get(values.stack or stacks.DEFAULT_STACK)
-        return Plan(
-            ca_sigs=resolve_sigs(values.ca_sig, "ca", stack, "--ca-sig"),
-            server_sigs=resolve_sigs(values.server_sig, "server", stack, "--server-sig"),
-            stack=stack.name,
-        )
-
-    def measure(self, plan: Plan, store) -> None:
-        measure(store, plan)
-
-    def export(self, store):
-        return export(store)
 
 
 EXPERIMENT = Certs()

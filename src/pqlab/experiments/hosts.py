@@ -10,7 +10,9 @@ reached and checked over SSH) or None for a one-machine run; experiments pass it
 
 from __future__ import annotations
 
+from pqlab.errors import UserError
 from pqlab.experiment import Option
+from pqlab.net import remote
 
 OPTIONS = (
     Option(
@@ -46,7 +48,6 @@ OPTIONS = (
 
 def plan(values, needs_capture: bool, what: str):
     """The validated host pairs (pqlab.net.remote.RemotePlan), or None: one machine."""
-    from pqlab.net import remote
 
     return remote.plan(values, needs_capture, what)
 
@@ -61,7 +62,6 @@ def refuse_profile_values(values, what: str) -> None:
     """A profile shapes the lab's own emulated link; across real hosts the network is the
     link, and pqlab does not shape real hosts' interfaces. Checked before any host is
     contacted."""
-    from pqlab.errors import UserError
 
     if is_remote(values) and getattr(values, "profile", None):
         raise UserError(

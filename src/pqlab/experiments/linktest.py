@@ -21,13 +21,19 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pqlab import engine, units
+from pqlab import engine, figures, units
 from pqlab.errors import CheckError, EngineError, UserError
-from pqlab.experiment import Experiment, Option
-from pqlab.net import probes
-from pqlab.net.profiles import Direction, LinkProfile
+from pqlab.experiment import CellId, Cells, Experiment, Option
+from pqlab.net import probes, profiles
+from pqlab.net.profiles import Direction, LinkProfile, load_profiles
+from pqlab.net.shaping import build_hosts, check_shaper
+from pqlab.process import Process
+from pqlab.progress import CellProgress
+from pqlab.report.section import Section
+from pqlab.stats import Warning_
 
 NAME = "linktest"
+CELLS = Cells(NAME, ("profile", "shaper"))
 QUANTILES = (0.10, 0.25, 0.50, 0.75, 0.90)
 Z99 = 2.5758
 SYN_WIRE = 74  # SYN / SYN-ACK with options (60-byte IP packet) + 14-byte Ethernet header
@@ -140,7 +146,6 @@ def _pair(
 ) -> tuple[dict, dict]:
     """Start the receiving/serving probe, wait until it is ready, run the other to the end;
     both probes' results (supervised by the lab's one runner)."""
-    from pqlab.tls.runner import Process
 
     def result(proc: Process) -> dict:
         rec = next((r for r in proc.finish(timeout) if r["type"] == "probe_result"), None)
@@ -402,24 +407,22 @@ def run_checks(
 
 
 # --- experiment -----------------------------------------------------------------------------
-def measure(store, plan: Plan) -> None:
-    from pqlab.progress import CellProgress
+def measure(plan: Plan, store) -> None:
 
     store.ensure_table(RESULTS_DDL)
     store.ensure_table(RAW_DDL)
     store.ensure_table(META_DDL)
-    done = store.cells_done(NAME)
+    done = CELLS.done(store)
     with CellProgress("linktest", len(plan.profiles)) as progress:
         for profile in plan.profiles:
-            cell = f"{profile.name}|{plan.shaper}"
+            cell = CELLS.id(profile.name, plan.shaper)
             if cell not in done:
                 progress.start(profile.name)
                 _measure_profile(store, plan, profile, cell, progress)
             progress.advance()
 
 
-def _measure_profile(store, plan: Plan, profile: LinkProfile, cell: str, progress) -> None:
-    from pqlab.net.shaping import build_hosts
+def _measure_profile(store, plan: Plan, profile: LinkProfile, cell: CellId, progress) -> None:
 
     shaper = plan.shaper
     topo = build_hosts(profile, shaper)
@@ -451,7 +454,6 @@ def _measure_profile(store, plan: Plan, profile: LinkProfile, cell: str, progres
                     "value_ns": [r[3] for r in raw],
                 },
             )
-        from pqlab.stats import Warning_
 
         store.add_warnings(
             NAME,
@@ -485,8 +487,6 @@ def _measure_profile(store, plan: Plan, profile: LinkProfile, cell: str, progres
 
 
 def export(store):
-    from pqlab import figures
-    from pqlab.report import Section
 
     if not store.has_table("linktest"):
         return None
@@ -551,13 +551,29 @@ class Plan:
 
 
 def _profile_help() -> str:
-    from pqlab.net import profiles
 
     return (
         "link profile: a preset ("
         + ", ".join(profiles.preset_names())
         + "), key=value pairs or a .toml file; repeatable"
     )
+
+
+def from_values(values) -> Plan:
+
+    if not values.profile:
+        raise UserError("--profile is required (a preset, key=value pairs or a .toml file)")
+    profiles = load_profiles(values.profile)
+    probes = units.parse_positive_int(values.probes, "--probes", minimum=20)
+    connects = units.parse_positive_int(values.connects, "--connects", minimum=3)
+    if probes > 1_000_000 or connects > 100_000:
+        raise UserError("--probes is at most 1000000 and --connects at most 100000")
+    rate_seconds = units.parse_seconds(values.rate_seconds, "--rate-seconds", MAX_RATE_SECONDS)
+    check_shaper(values.shaper or "auto")
+    for p in profiles:
+        for text in p.warnings():
+            print(f"warning: {text}", file=sys.stderr)
+    return Plan(profiles, values.shaper or "auto", probes, connects, rate_seconds)
 
 
 class Linktest(Experiment):
@@ -568,6 +584,7 @@ class Linktest(Experiment):
         "time at the configured rate, loss, one-way delay distribution). Needs CAP_NET_ADMIN."
     )
     needs_net = True
+    cells = CELLS
     options = (
         Option("profile", _profile_help(), metavar="PROFILE", repeat=True),
         Option(
@@ -591,30 +608,6 @@ class Linktest(Experiment):
             metavar="S",
         ),
     )
-
-    def plan(self, values) -> Plan:
-        from pqlab.net.profiles import load_profiles
-        from pqlab.net.shaping import check_shaper
-
-        if not values.profile:
-            raise UserError("--profile is required (a preset, key=value pairs or a .toml file)")
-        profiles = load_profiles(values.profile)
-        probes = units.parse_positive_int(values.probes, "--probes", minimum=20)
-        connects = units.parse_positive_int(values.connects, "--connects", minimum=3)
-        if probes > 1_000_000 or connects > 100_000:
-            raise UserError("--probes is at most 1000000 and --connects at most 100000")
-        rate_seconds = units.parse_seconds(values.rate_seconds, "--rate-seconds", MAX_RATE_SECONDS)
-        check_shaper(values.shaper or "auto")
-        for p in profiles:
-            for text in p.warnings():
-                print(f"warning: {text}", file=sys.stderr)
-        return Plan(profiles, values.shaper or "auto", probes, connects, rate_seconds)
-
-    def measure(self, plan: Plan, store) -> None:
-        measure(store, plan)
-
-    def export(self, store):
-        return export(store)
 
     def metadata(self, plan: Plan) -> dict:
         return {

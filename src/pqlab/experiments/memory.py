@@ -16,11 +16,23 @@ from pathlib import Path
 from pqlab import catalog, engine, units
 from pqlab.catalog import Algorithm
 from pqlab.errors import EngineError, UserError
-from pqlab.experiment import CompareSpec, Experiment, Option
+from pqlab.experiment import (
+    CellId,
+    Cells,
+    CompareSpec,
+    Experiment,
+    Option,
+    parse_stack,
+    stack_option,
+)
+from pqlab.process import EngineProcess
+from pqlab.progress import CellProgress
+from pqlab.report.section import Section, template
 from pqlab.tls import stacks
 from pqlab.tls.chains import make_chain
 
 NAME = "memory"
+CELLS = Cells(NAME, ("group", "server_sig", "ca_sig", "client_sig"), tls=True)
 DEFAULT_GROUPS = "X25519,X25519MLKEM768"
 DEFAULT_SIGS = "ECDSA-P256,ML-DSA-44"
 MAX_N = 10_000
@@ -76,9 +88,8 @@ class Plan:
                     for cl in self.client_sigs:
                         yield g, s, c, cl
 
-    def cell_id(self, g, s, c, cl) -> str:
-        cid = f"{g.name}|{s.name}|{c.name}|{cl.name if cl else NONE}"
-        return cid if self.stack == stacks.DEFAULT_STACK else f"{cid}|{self.stack}"
+    def cell_id(self, g, s, c, cl) -> CellId:
+        return CELLS.id(g, s, c, cl or NONE, stack=self.stack)
 
     def as_dict(self) -> dict:
         return {
@@ -108,9 +119,9 @@ def _client_sigs(text: str, stack) -> list[Algorithm | None]:
     return out
 
 
-def plan_from_values(values) -> Plan:
+def from_values(values) -> Plan:
     """Every check before anything is created."""
-    stack = stacks.get(values.stack or stacks.DEFAULT_STACK)
+    stack = parse_stack(values)
     if stack.name != stacks.DEFAULT_STACK:
         raise UserError(
             f"--stack {stack.name!r}: memory counts allocations through OpenSSL's allocator "
@@ -159,7 +170,7 @@ class Cell:
     server_sig: Algorithm
     ca_sig: Algorithm
     client_sig: Algorithm | None
-    cell_id: str
+    cell_id: CellId
 
     def keys(self) -> dict:
         return {
@@ -196,7 +207,7 @@ def handshake_argv(st, cell: Cell, certs, plan: Plan) -> list[str]:
 def _raw_row(cell: Cell, st, rec: dict) -> dict:
     neg = rec.get("negotiated") or {}
     row = {
-        "cell_id": cell.cell_id,
+        "cell_id": str(cell.cell_id),
         "stack": st.name,
         "stack_impl": st.implementation,
         "role": rec["role"],
@@ -218,7 +229,6 @@ def _raw_row(cell: Cell, st, rec: dict) -> dict:
 
 def _measure_idle(st, cell: Cell, certs, plan: Plan) -> list[dict]:
     """Hold plan.idle connections to a `tls server --count-heap`; its heap records."""
-    from pqlab.tls.runner import EngineProcess
 
     chain, client = certs
     tls = _tls_args(st, cell)
@@ -241,7 +251,7 @@ def _measure_idle(st, cell: Cell, certs, plan: Plan) -> list[dict]:
 def _idle_rows(cell: Cell, st, records: list[dict]) -> list[dict]:
     return [
         {
-            "cell_id": cell.cell_id,
+            "cell_id": str(cell.cell_id),
             "stack": st.name,
             "stack_impl": st.implementation,
             **cell.keys(),
@@ -275,18 +285,17 @@ def _measure_cell(store, plan: Plan, st, cell: Cell) -> None:
         store.insert_rows("memory_idle_raw", idle)
 
 
-def measure(store, plan: Plan) -> None:
-    from pqlab.progress import CellProgress
+def measure(plan: Plan, store) -> None:
 
     store.ensure_table(RAW_DDL)
     store.ensure_table(IDLE_DDL)
     st = stacks.get(plan.stack)
-    done = store.cells_done(NAME)
+    done = CELLS.done(store)
     cells = list(plan.cells())
     with CellProgress("memory", len(cells)) as progress:
         for g, s, c, cl in cells:
             cell = Cell(g, s, c, cl, plan.cell_id(g, s, c, cl))
-            progress.start(f"{cell.cell_id.replace('|', ', ')}")
+            progress.start(cell.cell_id.label())
             if cell.cell_id not in done:
                 _measure_cell(store, plan, st, cell)
             progress.advance()
@@ -329,7 +338,6 @@ ORDER BY "group", server_sig, ca_sig, client_sig
 
 
 def export(store):
-    from pqlab.report import Section, template
 
     if not store.has_table("memory_raw"):
         return None
@@ -348,6 +356,7 @@ class Memory(Experiment):
     name = NAME
     help = "heap and stack per TLS handshake (client, server), memory per idle connection"
     description = __doc__.split("\n\n")[0]
+    cells = CELLS
     options = (
         Option("groups", "key-exchange groups", default=DEFAULT_GROUPS, metavar="LIST"),
         Option("server-sig", "server signature algorithms", default=DEFAULT_SIGS, metavar="LIST"),
@@ -383,7 +392,7 @@ class Memory(Experiment):
             "of randomised signing then vary between handshakes)",
             flag=True,
         ),
-        Option("stack", "TLS stack", default=stacks.DEFAULT_STACK, metavar="NAME"),
+        stack_option(),
     )
     compare = tuple(
         CompareSpec(
@@ -396,15 +405,6 @@ class Memory(Experiment):
         )
         for metric in ("heap_peak_bytes", "heap_total_bytes", "allocations", "stack_bytes")
     )
-
-    def plan(self, values) -> Plan:
-        return plan_from_values(values)
-
-    def measure(self, plan: Plan, store) -> None:
-        measure(store, plan)
-
-    def export(self, store):
-        return export(store)
 
     def metadata(self, plan: Plan) -> dict:
         return {"memory": plan.as_dict()}

@@ -14,21 +14,28 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pqlab import catalog, metadata, stats, units
+from pqlab import catalog, metadata, procstat, stats, units
 from pqlab.errors import EngineError, UserError
-from pqlab.experiment import CompareSpec, Experiment, Option
+from pqlab.experiment import CellId, Cells, CompareSpec, Experiment, Option
+from pqlab.experiments import primitives_figures as figs
+from pqlab.experiments import primitives_python as pp
+from pqlab.experiments import primitives_report
 from pqlab.experiments import sizes as sizes_exp
 from pqlab.experiments.selection import (
     SELECTION_OPTIONS,
     Cell,
     selection,
 )
+from pqlab.process import EngineProcess, Process
+from pqlab.procstat import PeakRss
 from pqlab.progress import CellProgress
-from pqlab.report import Section
+from pqlab.report.section import Section
 from pqlab.stats import Warning_
 from pqlab.store import RunStore
 
 NAME = "primitives"
+MACHINE = "__machine__"  # the auxiliary cell holding the machine's warnings
+CELLS = Cells(NAME, ("algorithm", "backend"), aux=(MACHINE,))
 
 SAMPLES_DDL = """
 CREATE TABLE IF NOT EXISTS primitive_samples (
@@ -142,11 +149,12 @@ def run_cells(
     store.ensure_table(RUNS_DDL)
     store.ensure_table(RESOURCES_DDL)
     store.ensure_table(sizes_exp.SIZES_DDL)
-    done = store.cells_done(NAME)
+    done = CELLS.done(store)
     todo = [c for c in cells if c.cell_id not in done]
-    if "__machine__" not in done:
-        with store.cell(NAME, "__machine__", {}):
-            store.add_warnings(NAME, "__machine__", governor_warnings() + list(skipped_warning))
+    machine = CELLS.auxiliary(MACHINE)
+    if machine not in done:
+        with store.cell(NAME, machine, {}):
+            store.add_warnings(NAME, machine, governor_warnings() + list(skipped_warning))
     with CellProgress("primitives", len(cells)) as progress:
         progress.advance(len(cells) - len(todo))
         for cell in todo:
@@ -157,19 +165,15 @@ def run_cells(
 
 def _process(cell: Cell, args: list[str]):
     """The measuring process of a cell: the engine, or the python harness (same protocol)."""
-    from pqlab.tls.runner import EngineProcess, Process
 
     what = f"{'python harness' if cell.backend == 'python' else 'engine'} {args[0]}"
     if cell.backend == "python":
-        from pqlab.experiments import primitives_python as pp
-
         return Process(pp.command(args), what, env=pp.environment())
     return EngineProcess(args, what)
 
 
 def _usage(proc, wall_s: float, peak_kib: int | None, samples: int, start_rec: dict) -> dict:
     """What the finished process cost: wall, CPU (its rusage) and peak RSS (VmHWM, KiB)."""
-    from pqlab import procstat
 
     user, system = procstat.cpu_seconds(proc)
     harness = start_rec.get("harness")
@@ -190,8 +194,6 @@ def _read_cell(cell: Cell, args: list[str], max_seconds: float | None):
     checks and sizes records, and what the process cost; EngineError naming the cell if
     anything is missing or a check failed."""
     import time
-
-    from pqlab.procstat import PeakRss
 
     samples: dict[str, list] = {k: [] for k in ("operation", "i", "ns", "cycles", "dropped")}
     op_done, found = [], {}
@@ -372,7 +374,7 @@ def summaries(store: RunStore) -> list[dict]:
         order[r["cell_id"]] = r["k"]
     out.sort(
         key=lambda r: (
-            order.get(f"{r['algorithm']}|{r['backend']}", 1 << 30),
+            order.get(str(CellId((r["algorithm"], r["backend"]))), 1 << 30),
             r["algorithm"],
             r["backend"],
             _op_rank(r["operation"]),
@@ -426,8 +428,6 @@ def export(store: RunStore) -> Section | None:
         "primitive_backend_ratios", "SELECT * FROM primitive_backend_ratios ORDER BY rowid"
     )
 
-    from pqlab.experiments import primitives_figures as figs
-
     section = Section(
         "Primitive operations",
         intro=(
@@ -458,7 +458,6 @@ def export(store: RunStore) -> Section | None:
             "library do not carry over to the other.</p><ul>" + items + "</ul>"
         )
         section.table(ratio_csv, "Median time, OpenSSL / liboqs")
-    from pqlab.experiments import primitives_report
 
     primitives_report.add_to(section, store, rows)
     for png, caption in figs.draw_all(store, rows, ratios):
@@ -493,10 +492,36 @@ class Plan:
     max_seconds: float | None
 
 
+def from_values(values) -> Plan:
+    iterations = units.parse_positive_int(values.iterations, "--iterations")
+    if iterations > MAX_ITERATIONS:
+        raise UserError(f"--iterations {values.iterations!r}: at most {MAX_ITERATIONS}")
+    warmup = units.parse_positive_int(values.warmup, "--warmup", minimum=0)
+    if warmup > MAX_WARMUP:
+        raise UserError(f"--warmup {values.warmup!r}: at most {MAX_WARMUP}")
+    max_seconds = units.parse_duration(values.max_seconds, "--max-seconds")
+    if max_seconds > MAX_SECONDS:
+        raise UserError(f"--max-seconds {values.max_seconds!r}: at most 86400 (one day)")
+    cells, skipped = selection(values, python_ok=True)
+    return Plan(cells, skipped, values.backend, iterations, warmup, max_seconds or None)
+
+
+def measure(plan: Plan, store) -> None:
+    run_cells(
+        store,
+        plan.cells,
+        plan.iterations,
+        plan.warmup,
+        plan.max_seconds,
+        skipped_warnings(plan.skipped, plan.backend),
+    )
+
+
 class Primitives(Experiment):
     name = NAME
     help = "time KEM and signature operations (keygen, encaps/decaps, sign/verify)"
     description = __doc__.split("\n\n")[0]
+    cells = CELLS
     options = (
         *SELECTION_OPTIONS,
         Option(
@@ -532,32 +557,6 @@ class Primitives(Experiment):
         ),
     )
 
-    def plan(self, values) -> Plan:
-        iterations = units.parse_positive_int(values.iterations, "--iterations")
-        if iterations > MAX_ITERATIONS:
-            raise UserError(f"--iterations {values.iterations!r}: at most {MAX_ITERATIONS}")
-        warmup = units.parse_positive_int(values.warmup, "--warmup", minimum=0)
-        if warmup > MAX_WARMUP:
-            raise UserError(f"--warmup {values.warmup!r}: at most {MAX_WARMUP}")
-        max_seconds = units.parse_duration(values.max_seconds, "--max-seconds")
-        if max_seconds > MAX_SECONDS:
-            raise UserError(f"--max-seconds {values.max_seconds!r}: at most 86400 (one day)")
-        cells, skipped = selection(values, python_ok=True)
-        return Plan(cells, skipped, values.backend, iterations, warmup, max_seconds or None)
-
-    def measure(self, plan: Plan, store) -> None:
-        run_cells(
-            store,
-            plan.cells,
-            plan.iterations,
-            plan.warmup,
-            plan.max_seconds,
-            skipped_warnings(plan.skipped, plan.backend),
-        )
-
-    def export(self, store):
-        return export(store)
-
     def resume_key(self, plan: Plan) -> dict:
         key = {"iterations": plan.iterations, "warmup": plan.warmup}
         if any(c.backend == "python" for c in plan.cells):
@@ -573,7 +572,6 @@ class Primitives(Experiment):
 
 
 def _python_versions() -> dict:
-    from pqlab.experiments import primitives_python as pp
 
     return pp.versions()
 

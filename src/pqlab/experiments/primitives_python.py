@@ -33,6 +33,9 @@ import sys
 import time
 from collections.abc import Callable
 
+import pqlab
+from pqlab.procstat import vm_hwm_kib
+
 MESSAGE_LEN = 64
 BATCH = 128
 WARMUP_MAX_NS = 2_000_000_000
@@ -492,7 +495,6 @@ class Sizes:
             rec[f] = {"min": r[0], "max": r[1]} if r else None
         rec.update(keys_observed=self.keys, outputs_observed=self.outputs, notes=notes)
         # The last record: this process's own peak resident set (see pqlab.procstat).
-        from pqlab.procstat import vm_hwm_kib
 
         rec["vm_hwm_kib"] = vm_hwm_kib(os.getpid())
         return rec
@@ -798,7 +800,6 @@ def command(args: list[str]) -> list[str]:
 
 def environment() -> dict:
     """PYTHONPATH so the child imports this very pqlab (a worktree or an installed copy)."""
-    import pqlab
 
     src = os.path.dirname(os.path.dirname(os.path.abspath(pqlab.__file__)))
     old = os.environ.get("PYTHONPATH", "")

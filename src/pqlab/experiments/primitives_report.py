@@ -17,7 +17,8 @@ import html
 import json
 from dataclasses import dataclass
 
-from pqlab.report import Section, template
+from pqlab import stats
+from pqlab.report.section import Section, template
 from pqlab.store import RunStore
 
 PQ_FAMILIES = ("ML-KEM", "ML-DSA", "Kyber", "Dilithium", "Falcon", "SPHINCS+", "SLH-DSA")
@@ -112,7 +113,6 @@ NOISE_CV = 0.10  # the robust CV above which stats.noise_warnings calls a series
 
 def _noisy(row: dict) -> bool:
     """Whether a series' spread is the machine's noise (not the algorithm's own)."""
-    from pqlab import stats
 
     inherent = stats.inherent_variance(row.get("family"), row["operation"])
     return row["robust_cv"] > NOISE_CV and inherent is None

@@ -10,7 +10,8 @@ from dataclasses import dataclass
 from pqlab import catalog, units
 from pqlab.catalog import Algorithm
 from pqlab.errors import UserError
-from pqlab.experiment import Option
+from pqlab.experiment import CellId, Option
+from pqlab.experiments import primitives_python as pp
 
 # TLS group spellings the catalogue may carry in `openssl` for key agreements, mapped to the
 # EVP algorithm and group the engine expects (see docs/primitives.md, "engine arguments").
@@ -34,8 +35,8 @@ class Cell:
     backend: str
 
     @property
-    def cell_id(self) -> str:
-        return f"{self.algorithm.name}|{self.backend}"
+    def cell_id(self) -> CellId:
+        return CellId((self.algorithm.name, self.backend))
 
     @property
     def subcommand(self) -> str:
@@ -126,7 +127,6 @@ def _not_provided(alg: Algorithm, chosen: tuple[str, ...]) -> UserError:
 
 def _python_unavailable(cells: list[Cell]) -> dict[str, str]:
     """Cells of the python harness whose algorithm this `cryptography` cannot run: why."""
-    from pqlab.experiments import primitives_python as pp
 
     out = {}
     for c in cells:

@@ -11,14 +11,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pqlab import catalog, figures, units
-from pqlab.errors import UserError
-from pqlab.experiment import Experiment, Option
+from pqlab import catalog, engine, figures, units
+from pqlab.errors import EngineError, UserError
+from pqlab.experiment import Cells, Experiment, Option
 from pqlab.experiments.selection import SELECTION_OPTIONS, selection
-from pqlab.report import Section
+from pqlab.progress import CellProgress
+from pqlab.report.section import Section
 from pqlab.store import RunStore
 
 NAME = "sizes"
+CELLS = Cells(NAME, ("algorithm", "backend"))
 
 SIZES_DDL = """
 CREATE TABLE IF NOT EXISTS primitive_sizes (
@@ -291,12 +293,9 @@ def export(store: RunStore) -> Section | None:
 def run_cells(store: RunStore, cells, samples: int, max_seconds: float | None) -> None:
     """Generate `samples` keys (and as many signatures or encapsulations) per cell, untimed
     for the purpose of this table (the engine still checks each one), and store the sizes."""
-    from pqlab import engine
-    from pqlab.errors import EngineError
-    from pqlab.progress import CellProgress
 
     store.ensure_table(SIZES_DDL)
-    done = store.cells_done(NAME)
+    done = CELLS.done(store)
     todo = [c for c in cells if c.cell_id not in done]
     with CellProgress("sizes", len(cells)) as progress:
         progress.advance(len(cells) - len(todo))
@@ -335,6 +334,21 @@ class Plan:
     max_seconds: float | None
 
 
+def from_values(values) -> Plan:
+    samples = units.parse_positive_int(values.samples, "--samples")
+    if samples > MAX_SAMPLES:
+        raise UserError(f"--samples {values.samples!r}: at most {MAX_SAMPLES}")
+    max_seconds = units.parse_duration(values.max_seconds, "--max-seconds")
+    if max_seconds > 86_400:
+        raise UserError(f"--max-seconds {values.max_seconds!r}: at most 86400 (one day)")
+    cells, _skipped = selection(values)
+    return Plan(cells, samples, max_seconds or None)
+
+
+def measure(plan: Plan, store) -> None:
+    run_cells(store, plan.cells, plan.samples, plan.max_seconds)
+
+
 class Sizes(Experiment):
     name = NAME
     help = "key, ciphertext and signature sizes (raw and DER)"
@@ -342,6 +356,7 @@ class Sizes(Experiment):
         "Public key, secret key, ciphertext, shared secret and signature sizes, raw and as "
         "encoded in practice (DER SPKI, PKCS#8, DER signatures), with observed ranges."
     )
+    cells = CELLS
     options = (
         *SELECTION_OPTIONS,
         Option(
@@ -358,22 +373,6 @@ class Sizes(Experiment):
             metavar="S",
         ),
     )
-
-    def plan(self, values) -> Plan:
-        samples = units.parse_positive_int(values.samples, "--samples")
-        if samples > MAX_SAMPLES:
-            raise UserError(f"--samples {values.samples!r}: at most {MAX_SAMPLES}")
-        max_seconds = units.parse_duration(values.max_seconds, "--max-seconds")
-        if max_seconds > 86_400:
-            raise UserError(f"--max-seconds {values.max_seconds!r}: at most 86400 (one day)")
-        cells, _skipped = selection(values)
-        return Plan(cells, samples, max_seconds or None)
-
-    def measure(self, plan: Plan, store) -> None:
-        run_cells(store, plan.cells, plan.samples, plan.max_seconds)
-
-    def export(self, store):
-        return export(store)
 
     def resume_key(self, plan: Plan) -> dict:
         return {"samples": plan.samples}

@@ -8,15 +8,26 @@ from __future__ import annotations
 import html
 import statistics
 
-from pqlab import catalog, figures, units
+from pqlab import catalog, figures, process, units
 from pqlab.errors import EngineError, UserError
-from pqlab.experiment import CompareSpec, Experiment, Option
+from pqlab.experiment import (
+    CellId,
+    Cells,
+    CompareSpec,
+    Experiment,
+    Option,
+    parse_stack,
+    stack_option,
+)
+from pqlab.experiments.handshake.plan import pick_cpus
+from pqlab.net.shaping import build_hosts
 from pqlab.progress import CellProgress
-from pqlab.report import Section, template
+from pqlab.report.section import Section, template
 from pqlab.tls import negotiation, runner, stacks
 from pqlab.tls.chains import make_chain
 
 NAME = "throughput"
+CELLS = Cells(NAME, ("group", "cipher_suite", "server_sig"), tls=True)
 SUITES = ("TLS_AES_128_GCM_SHA256", "TLS_AES_256_GCM_SHA384", "TLS_CHACHA20_POLY1305_SHA256")
 MAX_BYTES = 1 << 34
 DEFAULT_PORT = 4435
@@ -42,12 +53,7 @@ OPTIONS = (
     Option("bytes", "bytes each way per connection (e.g. 64MiB), at most 16GiB", default="64MiB"),
     Option("n", "measured connections per cell (1-1000)", default="5", short="-n", metavar="N"),
     Option("warmup", "unrecorded connections per cell (0-100)", default="1", metavar="N"),
-    Option(
-        "stack",
-        "TLS stack of client and server (see 'pqlab algorithms --tls')",
-        default=stacks.DEFAULT_STACK,
-        metavar="NAME",
-    ),
+    stack_option(),
     Option("port", "server TCP port inside the lab", default=str(DEFAULT_PORT), metavar="PORT"),
 )
 
@@ -62,12 +68,12 @@ class Plan:
             for s in self.suites:
                 yield g, s
 
-    def cell_id(self, group, suite) -> str:
-        return f"{group.name}|{suite}|{self.server_sig.name}|{self.stack}"
+    def cell_id(self, group, suite) -> CellId:
+        return CELLS.id(group, suite, self.server_sig, stack=self.stack)
 
 
-def plan_from_values(values) -> Plan:
-    stack = stacks.get(values.stack or stacks.DEFAULT_STACK)
+def from_values(values) -> Plan:
+    stack = parse_stack(values)
     groups = catalog.resolve_list(units.parse_list(values.groups, "--groups"), "kem")
     stacks.require(groups, stack, "group", "--groups")
     suites = units.parse_list(values.ciphersuites, "--ciphersuites", example=SUITES[0])
@@ -127,7 +133,7 @@ def run_cell(store, hosts, plan: Plan, group, suite: str, chain, cpus) -> None:
             time_limit=int(budget),
             expected=expected,
         )
-        proc = runner.EngineProcess(
+        proc = process.EngineProcess(
             _bulk_args(client, plan.nbytes),
             "TLS bulk client",
             topo=hosts,
@@ -147,7 +153,7 @@ def run_cell(store, hosts, plan: Plan, group, suite: str, chain, cpus) -> None:
     measured = [r for r in records if not r["warmup"]]
     if len(measured) != plan.n or len(srv) != total:
         raise EngineError(f"expected {plan.n} transfers, got {len(measured)}")
-    cid = plan.cell_id(group, suite)
+    cid = str(plan.cell_id(group, suite))
     rows = [
         {
             "cell_id": cid,
@@ -174,13 +180,11 @@ def run_cell(store, hosts, plan: Plan, group, suite: str, chain, cpus) -> None:
         store.insert_rows("throughput_raw", rows)
 
 
-def measure(store, plan: Plan) -> None:
-    from pqlab.experiments.handshake.plan import pick_cpus
-    from pqlab.net.shaping import build_hosts
+def measure(plan: Plan, store) -> None:
 
     for ddl in DDL:
         store.ensure_table(ddl)
-    done = store.cells_done(NAME)
+    done = CELLS.done(store)
     todo = [c for c in plan.cells() if plan.cell_id(*c) not in done]
     if not todo:
         return
@@ -288,6 +292,7 @@ class Throughput(Experiment):
     help = "bulk transfer after the handshake, each way, per group and cipher suite"
     description = __doc__.split("\n\n")[0]
     needs_net = True
+    cells = CELLS
     options = OPTIONS
     compare = (
         CompareSpec(
@@ -307,15 +312,6 @@ class Throughput(Experiment):
             better="higher",
         ),
     )
-
-    def plan(self, values) -> Plan:
-        return plan_from_values(values)
-
-    def measure(self, plan: Plan, store) -> None:
-        measure(store, plan)
-
-    def export(self, store):
-        return export(store)
 
     def resume_key(self, plan: Plan) -> dict:
         return {"bytes": plan.nbytes, "n": plan.n, "warmup": plan.warmup, "stack": plan.stack}

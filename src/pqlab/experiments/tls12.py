@@ -15,16 +15,27 @@ import html
 from dataclasses import dataclass
 
 from pqlab import catalog, figures, stats, units
+from pqlab.cpuquota import CpuQuota, parse_fraction
 from pqlab.errors import CheckError, EngineError, UserError
-from pqlab.experiment import CompareSpec, Experiment, Option
+from pqlab.experiment import CellId, Cells, CompareSpec, Experiment, Option
 from pqlab.experiments import hosts as remote_hosts
+from pqlab.net import profiles
+from pqlab.net.shaping import build_hosts, check_shaper
 from pqlab.progress import CellProgress
-from pqlab.report import Section, template
-from pqlab.tls import runner
+from pqlab.report.section import Section, template
+from pqlab.tls import negotiation, runner, stacks
 from pqlab.tls.chains import Chain, make_chain
 from pqlab.tls.negotiation import Expected
 
 NAME = "tls12"
+# The cipher lists and key-exchange names below are OpenSSL's: tls12 runs the OpenSSL stack.
+STACK = stacks.DEFAULT_STACK
+CELLS = Cells(NAME, ("version", "kex", "cert"), tls=True)
+# Runs made before host pairs: the host pair a row ran on (None: this machine's namespaces).
+MIGRATIONS = tuple(
+    f"ALTER TABLE IF EXISTS {t} ADD COLUMN IF NOT EXISTS host_pair TEXT"
+    for t in ("tls12_handshakes", "tls12_cells")
+)
 SUITE12 = "AES128-GCM-SHA256"  # the bulk cipher fixed by the document
 SUITE13 = "TLS_AES_128_GCM_SHA256"
 EVP_PKEY_DH = 28
@@ -66,7 +77,11 @@ class CellSpec:
 
     @property
     def cell_id(self) -> str:
-        return f"{self.version}|{self.kex.label}|{self.cert}"
+        return str(self.cell())
+
+    def cell(self, pair: str | None = None) -> CellId:
+        # TLS 1.2's cipher lists and key exchanges are OpenSSL's (see `cell_spec`).
+        return CELLS.id(self.version, self.kex.label, self.cert, stack=STACK, pair=pair)
 
 
 def cell_spec(version: str, kex: Kex, cert: str) -> CellSpec:
@@ -114,10 +129,10 @@ class Plan:
     def pairs(self) -> list:
         return list(self.remote.pairs) if self.remote is not None else [None]
 
-    def cell_id(self, spec: CellSpec, pair) -> str:
+    def cell_id(self, spec: CellSpec, pair) -> CellId:
         """The cell's id; with several host pairs, once per pair."""
         several = pair is not None and len(self.pairs) > 1
-        return spec.cell_id + (f"@{pair.label}" if several else "")
+        return spec.cell(pair.label if several else None)
 
     def cells(self) -> list[CellSpec]:
         out = []
@@ -164,11 +179,13 @@ DDL = [
         cell_id TEXT, version TEXT, kex TEXT, cert TEXT, idx INTEGER,
         connect_to_handshake_ns BIGINT, tcp_connect_ns BIGINT, handshake_ns BIGINT,
         server_handshake_ns BIGINT, negotiated_version TEXT, cipher TEXT, grp TEXT,
-        sigalg TEXT, peer_tmp_key_bits INTEGER, bytes_received BIGINT, bytes_sent BIGINT)""",
+        sigalg TEXT, peer_tmp_key_bits INTEGER, bytes_received BIGINT, bytes_sent BIGINT,
+        host_pair TEXT)""",
     """CREATE TABLE IF NOT EXISTS tls12_cells (
         cell_id TEXT, version TEXT, kex TEXT, cert TEXT, suite TEXT, grp TEXT,
         dh_bits INTEGER, n INTEGER, note TEXT, server_cpu DOUBLE, cpu_mechanism TEXT,
-        server_cpu_ms DOUBLE, connections INTEGER, profile TEXT, link TEXT, client_security_level INTEGER)""",
+        server_cpu_ms DOUBLE, connections INTEGER, profile TEXT, link TEXT, client_security_level INTEGER,
+        host_pair TEXT)""",
 ]
 
 
@@ -179,7 +196,6 @@ def _chains(store, plan: Plan) -> dict[str, Chain]:
 
 
 def _hosts(plan: Plan, pair):
-    from pqlab.net.shaping import build_hosts
 
     if pair is not None:
         config = plan.remote.config
@@ -190,20 +206,16 @@ def _hosts(plan: Plan, pair):
     return hosts, link or type(hosts.link).__name__
 
 
-def measure(store, plan: Plan) -> None:
+def measure(plan: Plan, store) -> None:
     for ddl in DDL:
         store.ensure_table(ddl)
-    for table in ("tls12_handshakes", "tls12_cells"):  # the host pair a row ran on
-        store.con.execute(f"ALTER TABLE {table} ADD COLUMN IF NOT EXISTS host_pair TEXT")
-    done = store.cells_done(NAME)
+    done = CELLS.done(store)
     todo = [(p, c) for p in plan.pairs for c in plan.cells() if plan.cell_id(c, p) not in done]
     if not todo:
         return
     chains = _chains(store, plan)
     quota_cm = contextlib.nullcontext(None)
     if plan.server_cpu is not None:
-        from pqlab.cpuquota import CpuQuota
-
         quota_cm = CpuQuota(plan.server_cpu)
     with quota_cm as quota, CellProgress("tls12", len(todo)) as progress:
         for pair in plan.pairs:
@@ -223,7 +235,7 @@ def _measure_pair(store, plan: Plan, pair, cells, chains, quota, progress) -> No
             hosts.record(store)
         for spec in cells:
             progress.start(f"TLS {spec.version} {spec.kex.label} {spec.cert}")
-            cid = plan.cell_id(spec, pair)
+            cid = str(plan.cell_id(spec, pair))
             if spec.suite is None:
                 with store.cell(NAME, cid, {"note": spec.note}):
                     row = _cell_row(spec, plan, 0, quota, None, profile_name, link_desc, None)
@@ -351,7 +363,6 @@ def _run_cell(hosts, spec: CellSpec, plan: Plan, chain: Chain, quota):
 
 def runner_check(client: dict, server: dict, expected: Expected, what: str) -> None:
     """Both ends negotiated the cell's version, suite and group (the one check)."""
-    from pqlab.tls import negotiation, stacks
 
     stack = stacks.get()
     negotiation.check(client, expected, stack, what=f"{what} (client)")
@@ -582,7 +593,7 @@ OPTIONS = (
 )
 
 
-def plan_from_values(values) -> Plan:
+def from_values(values) -> Plan:
     n = units.parse_positive_int(values.n, "-n")
     if n > 100_000:
         raise UserError(f"-n {values.n!r} is more than 100000 handshakes per cell")
@@ -603,16 +614,11 @@ def plan_from_values(values) -> Plan:
         raise UserError("--certs is empty; use RSA-2048, ECDSA-P-256 or both")
     server_cpu = None
     if values.server_cpu is not None:
-        from pqlab.cpuquota import parse_fraction
-
         server_cpu = parse_fraction(values.server_cpu)
-    from pqlab.net.shaping import check_shaper
 
     check_shaper(values.shaper or "auto")
     profile = None
     if values.profile:
-        from pqlab.net import profiles
-
         loaded = profiles.load_profiles([values.profile])
         if len(loaded) != 1:
             raise UserError(
@@ -656,6 +662,8 @@ class Tls12(Experiment):
         "(CAP_NET_ADMIN). Results: tables/tls12.csv, a figure, a report section."
     )
     needs_net = True
+    cells = CELLS
+    migrations = MIGRATIONS
     options = OPTIONS
     compare = (
         CompareSpec(
@@ -666,15 +674,6 @@ class Tls12(Experiment):
             "ms",
         ),
     )
-
-    def plan(self, values) -> Plan:
-        return plan_from_values(values)
-
-    def measure(self, plan: Plan, store) -> None:
-        measure(store, plan)
-
-    def export(self, store):
-        return export(store)
 
     def resume_key(self, plan: Plan) -> dict:
         return {

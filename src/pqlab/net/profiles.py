@@ -32,6 +32,7 @@ from decimal import Decimal
 from pathlib import Path
 
 from pqlab.errors import UserError
+from pqlab.net.topology import TcpSettings
 from pqlab.units import (
     parse_duration,
     parse_percent,
@@ -201,7 +202,6 @@ class LinkProfile:
 
     def tcp_settings(self):
         """The hosts' TCP settings for `TwoHosts(tcp=...)` (pqlab.net.topology.TcpSettings)."""
-        from pqlab.net.topology import TcpSettings
 
         return TcpSettings(
             congestion_control=self.congestion_control,

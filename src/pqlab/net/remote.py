@@ -24,7 +24,8 @@ from dataclasses import dataclass, field, replace
 
 from pqlab import metadata
 from pqlab.errors import UserError
-from pqlab.net import ssh
+from pqlab.net import clock, inventory, ssh, topology
+from pqlab.net.profiles import LinkProfile
 from pqlab.net.topology import OFFLOAD_FEATURES, SIDES, TcpSettings, TopologyError
 
 _SPEC = re.compile(
@@ -206,7 +207,6 @@ class HostPair:
 
 
 def pairs_from_inventory(path: str, patterns: list[str]) -> list[HostPair]:
-    from pqlab.net import inventory
 
     if not patterns:
         raise UserError("--inventory needs --pairs CLIENTS:SERVERS (groups or hosts in it)")
@@ -233,7 +233,6 @@ def pairs_from_inventory(path: str, patterns: list[str]) -> list[HostPair]:
 def network_profile(pair: HostPair):
     """The link of a pair as experiments that iterate link profiles (ttlb) see it: named
     after the pair, shaping nothing (its results carry the measured RTT per connection)."""
-    from pqlab.net.profiles import LinkProfile
 
     class NetworkProfile(LinkProfile):
         def describe(self) -> dict:
@@ -306,7 +305,6 @@ def _pairs(values, server, client, inv, patterns) -> tuple[list[HostPair], tuple
 def plan(values, needs_capture: bool, what: str) -> RemotePlan | None:
     """Validate the remote options of an experiment (None: a one-machine run). Every remote
     host is connected to and checked here; nothing is created on it yet."""
-    from pqlab.net import clock
 
     server = getattr(values, "server_host", None)
     client = getattr(values, "client_host", None)
@@ -347,7 +345,6 @@ def _check_host(result: RemotePlan, spec: HostSpec, side: str, needs_capture: bo
 
 
 def _check_test_offsets(p: RemotePlan) -> None:
-    from pqlab.net import clock
 
     for side in p.test_offsets:
         for pair in p.pairs:
@@ -633,7 +630,6 @@ class RemoteHosts:
         if not self._up:
             return
         self._up = False
-        from pqlab.net import topology
 
         before = topology._quiet_signals()
         try:

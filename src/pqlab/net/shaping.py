@@ -30,7 +30,9 @@ import threading
 
 from pqlab.errors import EngineError, UserError
 from pqlab.net.profiles import Direction, LinkProfile
-from pqlab.net.topology import SIDES, Link, TopologyError, VethLink
+from pqlab.net.remote import RemoteHosts
+from pqlab.net.topology import SIDES, Link, TopologyError, TwoHosts, VethLink
+from pqlab.process import EngineProcess
 
 SHAPERS = ("auto", "netem", "userspace")
 # A veth frame carries a 14-byte Ethernet header that netem's rate counts; a TUN device
@@ -421,7 +423,6 @@ class UserspaceLink(Link):
         return args
 
     def setup(self, topo) -> None:
-        from pqlab.tls.runner import EngineProcess
 
         n = next(_tun_counter)
         tmp = {
@@ -527,11 +528,8 @@ def build_hosts(
     server on those real hosts (reached over SSH with `ssh_config`), joined by the real
     network: nothing is shaped and the hosts' own TCP settings are read, not changed. Use as
     a context manager."""
-    from pqlab.net.topology import TwoHosts
 
     if pair is not None:
-        from pqlab.net.remote import RemoteHosts
-
         if profile is not None:
             raise UserError("a link profile shapes the lab's own link, not real hosts' network")
         return RemoteHosts(pair, ssh_config, tcp)

@@ -39,8 +39,10 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from pqlab import engine, metadata
 from pqlab.errors import EngineIOError, UserError
-from pqlab.net.argv import ENGINE, InFile, OutFile
+from pqlab.net.clock import rewrite_pcap
+from pqlab.process import ENGINE, InFile, OutFile
 
 CONNECT_TIMEOUT = 20.0
 COMMAND_TIMEOUT = 60.0
@@ -544,7 +546,6 @@ class RemoteHost:
     def check(self, needs_capture: bool) -> dict:
         """Connect, clear stale run directories, read the host; refuse one pqlab cannot use.
         Returns the probe (`pqlab.metadata.parse_kv` of HOST_SCRIPT)."""
-        from pqlab import engine, metadata
 
         self.conn.open()
         r = self.conn.run(STALE + metadata.HOST_SCRIPT, what=f"reading {self.label}")
@@ -574,13 +575,11 @@ class RemoteHost:
         return kv
 
     def metadata(self) -> dict:
-        from pqlab import metadata
 
         return {**metadata.host_from_probe(self.probe), "ssh": self.label}
 
     def clock(self) -> dict:
         """The clock source and its synchronisation state now."""
-        from pqlab import metadata
 
         r = self.conn.run(metadata.CLOCK_SCRIPT, what=f"reading the clock of {self.label}")
         return metadata.parse_clock(r.stdout)
@@ -630,7 +629,6 @@ class RemoteHost:
         self._uploads.clear()
 
     def _install_engine(self) -> None:
-        from pqlab import engine
 
         want = engine.info().get("build_id")
         on_path = self.probe.get("tool_pqlab-engine")
@@ -684,8 +682,6 @@ class RemoteHost:
         os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600))
         self.conn.get(remote, tmp)
         if out.kind == "pcap" and self.test_offset_ns:
-            from pqlab.net.clock import rewrite_pcap
-
             rewrite_pcap(tmp, tmp, lambda t: t + self.test_offset_ns)
         if out.kind == "secret" and out.path.exists():
             out.path.write_bytes(tmp.read_bytes())  # keeps the local file's 0600 mode

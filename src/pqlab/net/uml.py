@@ -54,6 +54,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from pqlab.errors import Interrupted
+
 KERNEL = "linux.uml"
 MODULE_ROOT = Path("/usr/lib/uml/modules")
 # Loaded in this order (none of them depends on another in the 6.1 package: modules.dep).
@@ -419,8 +421,6 @@ def main(args: list[str] | None = None) -> int:
     argv = a.command[1:] if a.command[:1] == ["--"] else a.command
     if not argv:
         p.error("give a command after --")
-
-    from pqlab.errors import Interrupted
 
     def on_signal(signum, frame):
         raise Interrupted(signum)

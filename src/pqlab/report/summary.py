@@ -23,7 +23,8 @@ import numpy as np
 
 from pqlab import catalog, stats
 from pqlab.errors import UserError
-from pqlab.report import template
+from pqlab.experiments.ttlb.analyse import baseline, increases, summarize
+from pqlab.report.section import template
 from pqlab.store import RunStore
 
 PREFERRED_PQ_GROUPS = ("X25519MLKEM768", "SecP256r1MLKEM768", "ML-KEM-768")
@@ -309,7 +310,6 @@ MAX_TTLB_LINES = 6
 def ttlb(store: RunStore) -> tuple[list[dict], list[str]]:
     if not store.has_table("ttlb_raw"):
         return [], []
-    from pqlab.experiments.ttlb.analyse import baseline, increases, summarize
 
     summary = summarize(store)
     base = baseline(store)

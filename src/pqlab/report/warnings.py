@@ -15,6 +15,7 @@ from collections import Counter
 
 from pqlab import catalog, stats
 from pqlab.errors import UserError
+from pqlab.report.section import template
 from pqlab.store import RunStore
 
 # Cause titles, in the order the report lists them (most actionable first).
@@ -95,8 +96,6 @@ def _cause_html(code: str, items: list[dict]) -> str:
 
 
 def html_grouped(store: RunStore) -> str:
-    from pqlab.report import template
-
     groups = grouped(store)
     if not groups:
         return ""

@@ -23,25 +23,9 @@ from pathlib import Path
 from pqlab import catalog, engine
 from pqlab.catalog import Algorithm
 from pqlab.errors import UserError
+from pqlab.tls import stacks
 
 ROOTS = "roots"
-
-
-def key_spec(alg: Algorithm, stack=None, role: str = "server") -> str | None:
-    """The engine's key spec for a signature algorithm (RSA:2048, EC:P-256, ED25519,
-    ML-DSA-44, ...), or None when no backend names it. With a stack, the first spelling that
-    stack's certificate maker accepts for that role."""
-    params = alg.params or {}
-    if alg.family == "RSA" and alg.openssl:
-        return f"RSA:{int(params.get('bits', 2048))}"
-    if alg.family == "ECDSA" and alg.openssl:
-        return f"EC:{params.get('curve', 'P-256')}"
-    names = [n for n in (alg.openssl, alg.liboqs) if n]
-    if stack is not None:
-        for n in names:
-            if stack.can_certify(n, role):
-                return n
-    return names[0] if names else None
 
 
 def slug(name: str) -> str:
@@ -112,7 +96,7 @@ def make_chain(
     directory: str | Path,
     ca: str | Algorithm,
     server: str | Algorithm,
-    stack: str = "openssl",
+    stack: str = stacks.DEFAULT_STACK,
     send_root: bool = False,
     server_address: str | None = None,
     purpose: str = "server",
@@ -126,8 +110,6 @@ def make_chain(
     mutual TLS), kept apart from the server ones."""
     if purpose not in ("server", "client"):
         raise ValueError(f"purpose must be server or client, not {purpose!r}")
-    from pqlab.tls import stacks
-
     ca = ca if isinstance(ca, Algorithm) else catalog.resolve(ca, "sig")
     server = server if isinstance(server, Algorithm) else catalog.resolve(server, "sig")
     st = stacks.get(stack)
@@ -173,9 +155,9 @@ def _generate(
         "tls",
         "certs",
         "--ca-alg",
-        key_spec(ca, stack, "ca"),
+        stack.key_spec(ca, "ca"),
         "--server-alg",
-        key_spec(server, stack, purpose),
+        stack.key_spec(server, purpose),
         "--out-dir",
         str(d),
         "--purpose",

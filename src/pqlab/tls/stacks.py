@@ -3,8 +3,8 @@
 `pqlab-engine info` lists every stack (`tls_stacks`): its groups and signature schemes with
 their TLS code points, the key types its certificate maker handles and its limits. Whether a
 catalogue algorithm is usable in TLS on a stack, in a role, is answered here from that
-report (and exposed on the catalogue as `Algorithm.usable_in_tls`), so a stack added to the
-engine needs no change in the lab.
+report (`Stack.why_not`, `Stack.usable`), so a stack added to the engine needs no change in
+the lab.
 """
 
 from __future__ import annotations
@@ -12,8 +12,10 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass, field
 
-from pqlab import engine
+from pqlab import catalog, engine
+from pqlab.catalog import Algorithm
 from pqlab.errors import UserError
+from pqlab.units import split_list
 
 DEFAULT_STACK = "openssl"
 ROLES = ("group", "server", "client", "ca")
@@ -45,6 +47,27 @@ class Stack:
     def code_of_sigalg(self, name: str | None) -> int | None:
         return self.sigalg_codes.get((name or "").lower())
 
+    def key_spec(self, alg: Algorithm, role: str = "server") -> str | None:
+        """The engine's key spec for a signature algorithm (RSA:2048, EC:P-256, ED25519,
+        ML-DSA-44, ...): the first spelling this stack's certificate maker accepts for that
+        role, or the first backend name when it accepts none (None: no backend names it)."""
+        params = alg.params or {}
+        if alg.family == "RSA" and alg.openssl:
+            return f"RSA:{int(params.get('bits', 2048))}"
+        if alg.family == "ECDSA" and alg.openssl:
+            return f"EC:{params.get('curve', 'P-256')}"
+        names = [n for n in (alg.openssl, alg.liboqs) if n]
+        for n in names:
+            if self.can_certify(n, role):
+                return n
+        return names[0] if names else None
+
+    def usable(self, alg: Algorithm, role: str = "server", version: str = "1.3") -> bool:
+        """Whether `alg` can play `role` here: "group" (key exchange), "server" / "client"
+        (certificate key and CertificateVerify signer), "ca" (signs certificates). The one
+        answer every command validates against; `why_not` gives the reason when it is no."""
+        return self.why_not(alg, role, version) is None
+
     def can_certify(self, key_spec: str, role: str = "server") -> bool:
         """Whether certificates with keys of `key_spec` can be made and served (role server
         or client) or used to sign others (role ca)."""
@@ -64,9 +87,7 @@ class Stack:
             return self._group_why_not(alg, where, version)
         if alg.kind != "sig":
             return f"{alg.name} is not a signature algorithm"
-        from pqlab.tls.chains import key_spec
-
-        spec = key_spec(alg, self, role)
+        spec = self.key_spec(alg, role)
         if spec is None or not self.can_certify(spec, role):
             what = "sign certificates with" if role == "ca" else "make or serve certificates of"
             return f"{where} cannot {what} {alg.name}"
@@ -158,8 +179,6 @@ def get(name: str = DEFAULT_STACK) -> Stack:
 
 def parse_stacks(text: str | None, option: str = "--stack") -> list[Stack]:
     """`--stack openssl` or `--stack openssl,rustls`: the stacks, each checked."""
-    from pqlab.units import split_list
-
     names = split_list(text) if text else [DEFAULT_STACK]
     if not names:
         raise UserError(f"{option} is empty; give a stack name, e.g. {DEFAULT_STACK}")
@@ -179,6 +198,4 @@ def require(algs, stack: Stack, role: str, option: str, version: str = "1.3") ->
 
 
 def _catalogue(role: str):
-    from pqlab import catalog
-
     return catalog.all_algorithms("kem" if role == "group" else "sig")

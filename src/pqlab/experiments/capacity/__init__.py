@@ -10,18 +10,19 @@ time from /proc), `analyse` (pure statistics), `schema`, `report`.
 
 from __future__ import annotations
 
-from pqlab.experiment import CompareSpec, SplitExperiment
+from pqlab.experiment import CompareSpec, Experiment
 from pqlab.experiments.capacity import plan as _plan
 from pqlab.experiments.capacity import report as _report
 from pqlab.experiments.capacity import run as _run
 
 
-class Capacity(SplitExperiment):
+class Capacity(Experiment):
     name = "capacity"
     help = "handshakes per second at saturation, latency per offered load"
     description = __doc__.split("\n\n")[0]
     needs_net = True
     options = _plan.OPTIONS
+    cells = _plan.CELLS
     plan_module, run_module, report_module = _plan, _run, _report
     compare = (
         CompareSpec(

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from pqlab import catalog, units
 from pqlab.errors import UserError
-from pqlab.experiment import Option
+from pqlab.experiment import CellId, Cells, Option, parse_stack, stack_option
 from pqlab.tls import stacks
 
 DEFAULT_GROUPS = "X25519,X25519MLKEM768"
@@ -23,6 +23,8 @@ MAX_RATE = 1_000_000.0
 MAX_DURATION_S = 3600.0
 MAX_HANDSHAKES = 10_000_000
 DEFAULT_PORT = 4434
+
+CELLS = Cells("capacity", ("group", "server_sig", "ca_sig", "threads"), tls=True)
 
 OPTIONS = (
     Option("groups", "key-exchange groups", default=DEFAULT_GROUPS, metavar="LIST"),
@@ -89,12 +91,7 @@ OPTIONS = (
         default="5",
         metavar="N",
     ),
-    Option(
-        "stack",
-        "TLS stack of client and server (see 'pqlab algorithms --tls')",
-        default=stacks.DEFAULT_STACK,
-        metavar="NAME",
-    ),
+    stack_option(),
     Option("port", "server TCP port inside the lab", default=str(DEFAULT_PORT), metavar="PORT"),
 )
 
@@ -149,8 +146,8 @@ class Plan:
                     for t in self.server_threads:
                         yield g, s, c, t
 
-    def cell_id(self, group, server_sig, ca_sig, threads: int) -> str:
-        return f"{group.name}|{server_sig.name}|{ca_sig.name}|t{threads}|{self.stack}"
+    def cell_id(self, group, server_sig, ca_sig, threads: int) -> CellId:
+        return CELLS.id(group, server_sig, ca_sig, f"t{threads}", stack=self.stack)
 
     def point_budget_s(self) -> float:
         """The bound on one load point: the window, time to drain an open loop's backlog,
@@ -188,7 +185,7 @@ def parse_rates(text) -> list[Rate]:
 
 def from_values(values) -> Plan:
     """Validate everything before anything is created."""
-    stack = stacks.get(values.stack or stacks.DEFAULT_STACK)
+    stack = parse_stack(values)
     groups = catalog.resolve_list(units.parse_list(values.groups, "--groups"), "kem")
     server_sigs = catalog.resolve_list(units.parse_list(values.server_sig, "--server-sig"), "sig")
     ca_sigs = None

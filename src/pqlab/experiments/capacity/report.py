@@ -7,7 +7,7 @@ import html
 
 from pqlab import figures
 from pqlab.experiments.capacity import analyse
-from pqlab.report import Section, template
+from pqlab.report.section import Section, template
 
 COLUMNS = [
     "stack_impl",

@@ -9,7 +9,9 @@ import time
 
 from pqlab.errors import CheckError, EngineError
 from pqlab.experiments.capacity import analyse, schema
-from pqlab.experiments.capacity.plan import Plan, cpu_list, pick_cpus
+from pqlab.experiments.capacity.plan import CELLS, Plan, cpu_list, pick_cpus
+from pqlab.net.shaping import build_hosts
+from pqlab.progress import CellProgress
 from pqlab.tls import negotiation, runner, stacks
 from pqlab.tls.chains import make_chain
 
@@ -124,7 +126,7 @@ def _points(plan: Plan, closed_rows: list[dict]) -> list[Point]:
 
 def run_cell(store, hosts, plan: Plan, algs, threads: int, chain) -> None:
     group, ssig, csig = algs
-    cid = plan.cell_id(group, ssig, csig, threads)
+    cid = str(plan.cell_id(group, ssig, csig, threads))
     stack = stacks.get(plan.stack)
     cpus = pick_cpus(threads)
     tls = runner.Tls(stack=plan.stack, groups=(group,), sigalgs=(ssig,), events=False)
@@ -183,11 +185,9 @@ def run_cell(store, hosts, plan: Plan, algs, threads: int, chain) -> None:
 
 
 def measure(plan: Plan, store) -> None:
-    from pqlab.net.shaping import build_hosts
-    from pqlab.progress import CellProgress
 
     schema.ensure(store)
-    done = store.cells_done(EXPERIMENT)
+    done = CELLS.done(store)
     todo = [c for c in plan.cells() if plan.cell_id(*c) not in done]
     if not todo:
         return

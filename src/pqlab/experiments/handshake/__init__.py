@@ -9,19 +9,19 @@ taken apart), `schema` (database tables), `report` (tables, figures, report sect
 
 from __future__ import annotations
 
-from pqlab.experiment import CompareSpec, SplitExperiment
-from pqlab.experiments.handshake import clocks as _clocks
+from pqlab.experiment import CompareSpec, Experiment
 from pqlab.experiments.handshake import plan as _plan
 from pqlab.experiments.handshake import report as _report
 from pqlab.experiments.handshake import run as _run
 
 
-class Handshake(SplitExperiment):
+class Handshake(Experiment):
     name = "handshake"
     help = "TLS 1.3 handshakes, per-message phases from captures"
     description = __doc__.split("\n\n")[0]
     needs_net = True
     options = _plan.OPTIONS
+    cells = _plan.CELLS
     plan_module, run_module, report_module = _plan, _run, _report
     compare = (
         CompareSpec(
@@ -32,11 +32,6 @@ class Handshake(SplitExperiment):
             "ms",
         ),
     )
-
-    def export(self, store):
-        section = super().export(store)
-        _clocks.extend_section(store, section)
-        return section
 
     def resume_key(self, plan: _plan.Plan) -> dict:
         return {

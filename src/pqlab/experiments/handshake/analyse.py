@@ -11,9 +11,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from pqlab import pcap
+from pqlab import pcap, procstat
 from pqlab.errors import CheckError, EngineError
 from pqlab.experiments.handshake import phases as hp
+from pqlab.tls import keylog as kl
 from pqlab.tls import negotiation, records
 from pqlab.tls.records import TlsRecord
 
@@ -138,7 +139,6 @@ def callback_records(crec: dict, srec: dict) -> list[TlsRecord]:
 def keylog_records(server_pcap: Path, keylog: Path, port: int):
     """`records_of` for the key-log source: both sides' records recovered from the server's
     capture decrypted with the server's key log (any TLS stack)."""
-    from pqlab.tls import keylog as kl
 
     by_port = kl.records_from_capture(server_pcap, keylog, port)
 
@@ -213,7 +213,6 @@ def analyse_cell(
 def load_rows(procs: dict, peaks: dict, wall_s: float, handshakes: int) -> list[dict]:
     """handshake_load rows (without the cell's labels) for the finished server and client
     processes: their CPU (rusage) and peak RSS (VmHWM samples, `pqlab.procstat`)."""
-    from pqlab import procstat
 
     rows = []
     for side, proc in procs.items():

@@ -9,8 +9,10 @@ from dataclasses import dataclass, field
 
 from pqlab import catalog, units
 from pqlab.errors import UserError
-from pqlab.experiment import Option
+from pqlab.experiment import CellId, Cells, Option, parse_stack, stack_option
 from pqlab.experiments import hosts
+from pqlab.net.profiles import load_profiles
+from pqlab.net.shaping import check_shaper
 from pqlab.tls import stacks
 
 DEFAULT_GROUPS = ["X25519", "ML-KEM-512", "ML-KEM-768", "ML-KEM-1024", "X25519MLKEM768"]
@@ -20,6 +22,8 @@ DEFAULT_INITCWND = 10
 MESSAGE_SOURCES = ("auto", "callback", "keylog", "both")
 MAX_N = 100_000
 MAX_WARMUP = 10_000
+
+CELLS = Cells("handshake", ("group", "server_sig", "ca_sig"), tls=True)
 
 OPTIONS = (
     Option(
@@ -49,12 +53,7 @@ OPTIONS = (
         default="20",
         metavar="N",
     ),
-    Option(
-        "stack",
-        "TLS stack of client and server (see 'pqlab algorithms --tls')",
-        default=stacks.DEFAULT_STACK,
-        metavar="NAME",
-    ),
+    stack_option(),
     Option(
         "keep-pcap",
         "keep both captures of every cell in RUN/pcap/ with an SSLKEYLOGFILE so Wireshark "
@@ -135,13 +134,17 @@ class Plan:
         """The host pairs the cells run on (None: this machine's namespaces)."""
         return list(self.remote.pairs) if self.remote is not None else [None]
 
-    def cell_id(self, group, server_sig, ca_sig, pair=None) -> str:
-        cid = f"{group.name}|{server_sig.name}|{ca_sig.name}"
-        if self.stack != stacks.DEFAULT_STACK:
-            cid += f"|{self.stack}"
-        cid += "|+root" if self.send_root else ""
+    def cell_id(self, group, server_sig, ca_sig, pair=None) -> CellId:
         # Several pairs: each cell once per pair (one pair: the cell ids of one machine).
-        return cid + (f"@{pair.label}" if pair is not None and len(self.pairs) > 1 else "")
+        several = pair is not None and len(self.pairs) > 1
+        return CELLS.id(
+            group,
+            server_sig,
+            ca_sig,
+            stack=self.stack,
+            options=("root",) if self.send_root else (),
+            pair=pair.label if several else None,
+        )
 
     @property
     def needs_keylog(self) -> bool:
@@ -172,7 +175,7 @@ def _message_source(choice: str, stack) -> str:
 
 def from_values(values) -> Plan:
     """Validate everything the user gave before anything is created."""
-    stack = stacks.get(values.stack or stacks.DEFAULT_STACK)
+    stack = parse_stack(values)
     groups = catalog.resolve_list(_names(values.groups, "--groups"), "kem")
     server_sigs = catalog.resolve_list(_names(values.server_sig, "--server-sig"), "sig")
     ca_sigs = catalog.resolve_list(_names(values.ca_sig, "--ca-sig"), "sig")
@@ -202,12 +205,9 @@ def from_values(values) -> Plan:
         send_root=bool(values.send_root),
         messages=_message_source(values.messages or "auto", stack),
     )
-    from pqlab.net.shaping import check_shaper
 
     check_shaper(plan.shaper)
     if values.profile:
-        from pqlab.net.profiles import load_profiles
-
         loaded = load_profiles([values.profile])
         if len(loaded) != 1:
             raise UserError(

@@ -8,11 +8,13 @@ import html
 import json
 from pathlib import Path
 
-from pqlab import catalog
+from pqlab import catalog, figures
 from pqlab.errors import UserError
+from pqlab.experiments.handshake import clocks
 from pqlab.experiments.handshake import phases as hp
 from pqlab.experiments.handshake.analyse import SIZE_COLUMNS
 from pqlab.experiments.handshake.plan import DEFAULT_GROUPS, DEFAULT_SIGS
+from pqlab.report.section import Section, template
 
 THRESHOLDS = [
     (4096, "4096 B: write buffer"),
@@ -76,7 +78,6 @@ JOIN hs_order oc ON oc.name = t.ca_sig
 
 
 def export(store):
-    from pqlab.report import Section, template
 
     section = Section("TLS 1.3 handshakes, message by message", intro=template("handshake_intro"))
     if not store.has_table("handshake_raw"):
@@ -139,6 +140,7 @@ def export(store):
     for png, caption in _figures(store):
         section.figure(png, caption)
     section.text(template("handshake_mechanisms"))
+    clocks.extend_section(store, section)
     return section
 
 
@@ -181,7 +183,6 @@ def _summary_table(store) -> Path:
 def _hello_table(store) -> tuple[Path, str]:
     """Document 000, section 4-1-2: the ClientHello and the ServerHello each fit in at most
     two TCP segments even with ML-KEM-1024. Per group, from every handshake's captures."""
-    from pqlab.report import template
 
     path = store.export_table(
         "handshake_hello_segments",
@@ -336,7 +337,6 @@ def _lab_text(store) -> str:
 
 def _stacked(store, title: str, name: str, labels: list[str], rows: dict) -> Path:
     """One stacked-bar figure: client view left, server view right, one bar per label."""
-    from pqlab import figures
 
     plt = figures.plt
     colours = phase_colours()
@@ -437,7 +437,6 @@ FAMILIES = (
 
 
 def _figures(store) -> list[tuple[Path, str]]:
-    from pqlab import figures
 
     means = _PhaseMeans(store)
     out = []
@@ -461,7 +460,6 @@ def _figures(store) -> list[tuple[Path, str]]:
 
 
 def _size_time_figures(store) -> list[tuple[Path, str]]:
-    from pqlab import figures
 
     plt = figures.plt
     rows = store.query(

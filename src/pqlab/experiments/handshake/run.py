@@ -13,12 +13,14 @@ import shutil
 import time
 from pathlib import Path
 
-from pqlab import stats
+from pqlab import process, stats
 from pqlab.errors import EngineError, UserError
 from pqlab.experiments.handshake import analyse, clocks, schema
-from pqlab.experiments.handshake.plan import DEFAULT_INITCWND, Plan
+from pqlab.experiments.handshake.plan import CELLS, DEFAULT_INITCWND, Plan
+from pqlab.net.shaping import build_hosts
 from pqlab.net.topology import TcpSettings
 from pqlab.procstat import PeakRss
+from pqlab.progress import CellProgress
 from pqlab.tls import runner, stacks
 from pqlab.tls.chains import Chain, make_chain, private_dir, secret_file
 from pqlab.tls.negotiation import Expected
@@ -119,14 +121,14 @@ def run_cell(
     store, hosts, plan: Plan, group, server_sig, ca_sig, chain: Chain, work: Path, pair=None
 ):
     """Run one cell (captures, server, client), analyse it and commit it to the store."""
-    cid = plan.cell_id(group, server_sig, ca_sig, pair)
+    cid = str(plan.cell_id(group, server_sig, ca_sig, pair))
     name = f"{group.name}_{server_sig.name}_{ca_sig.name}".replace("/", "_")
     if len(plan.pairs) > 1:
         name += "_" + "".join(c if c.isalnum() or c in ".-" else "_" for c in pair.label)
     client_pcap, server_pcap, keylog = _cell_files(store, plan, name, work)
     budget = cell_budget(plan)
     server_spec, client_spec, expected = _specs(plan, hosts, group, server_sig, chain, keylog)
-    procs: list[runner.EngineProcess] = []
+    procs: list[process.EngineProcess] = []
     corrected: Path | None = None
     memory: dict[str, PeakRss] = {}
     started = time.monotonic()
@@ -285,12 +287,11 @@ def _commit(
 def measure(plan: Plan, store) -> None:
     """Every cell of the plan not yet done in `store`: per host pair (this machine's
     namespaces without one) one topology and its cells."""
-    from pqlab.progress import CellProgress
 
     schema.ensure(store)
     clocks.ensure(store)
-    done = store.cells_done(EXPERIMENT)
-    other = {c for c in done if c.split("@")[0].endswith("|+root") != plan.send_root}
+    done = CELLS.done(store)
+    other = {c for c in done if ("root" in c.options) != plan.send_root}
     if other:
         raise UserError(
             f"this run directory holds cells {'without' if plan.send_root else 'with'} "
@@ -318,7 +319,6 @@ def measure(plan: Plan, store) -> None:
 
 
 def _measure_pair(store, plan: Plan, pair, cells, work: Path, progress) -> None:
-    from pqlab.net.shaping import build_hosts
 
     cert_dir = store.path / "certs"
     tcp = TcpSettings(congestion_control=plan.congestion_control, initcwnd=plan.initcwnd)

@@ -9,20 +9,23 @@ model), `schema` (database tables), `report` (tables, figures, report section).
 
 from __future__ import annotations
 
-from pqlab.experiment import CompareSpec, SplitExperiment
+from pqlab.experiment import CompareSpec, Experiment
 from pqlab.experiments.ttlb import plan as _plan
 from pqlab.experiments.ttlb import report as _report
 from pqlab.experiments.ttlb import run as _run
+from pqlab.experiments.ttlb import schema as _schema
 
 KEYS = ("profile", "grp", "chain", "data_bytes")
 
 
-class Ttlb(SplitExperiment):
+class Ttlb(Experiment):
     name = "ttlb"
     help = "TTFB and TTLB of TLS 1.3 over emulated links (document 003)"
     description = __doc__.split("\n\n")[0]
     needs_net = True
     options = _plan.OPTIONS
+    cells = _plan.CELLS
+    migrations = _schema.MIGRATIONS
     plan_module, run_module, report_module = _plan, _run, _report
     compare = (
         CompareSpec("ttfb", "ttlb_raw", KEYS, "ttfb_ns / 1e6", "ms"),

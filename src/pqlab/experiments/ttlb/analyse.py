@@ -10,7 +10,8 @@ import numpy as np
 
 from pqlab.errors import CheckError, EngineError
 from pqlab.experiments.ttlb import model as ttlb_model
-from pqlab.net.profiles import LinkProfile
+from pqlab.net.profiles import Direction, LinkProfile
+from pqlab.stats import Warning_
 from pqlab.tls import negotiation
 
 PERCENTILES = (50, 75, 90)
@@ -117,7 +118,6 @@ def rows(
 
 def cell_warnings(profile: LinkProfile, group: str, chain: str, size: int, cols: dict):
     """Warnings worth a user's attention, each with what to do."""
-    from pqlab.stats import Warning_
 
     out = []
     subject = f"ttlb {profile.name} {group} {chain} {size} B"
@@ -240,7 +240,6 @@ def summarize(store) -> list[dict]:
 
 
 def _profile_from_json(d: dict) -> LinkProfile:
-    from pqlab.net.profiles import Direction
 
     def direction(x: dict) -> Direction:
         return Direction(

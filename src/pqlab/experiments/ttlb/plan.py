@@ -8,8 +8,12 @@ from dataclasses import dataclass
 
 from pqlab import catalog, units
 from pqlab.errors import UserError
-from pqlab.experiment import Option
+from pqlab.experiment import CellId, Cells, Option, parse_stack, stack_option
 from pqlab.experiments import hosts
+from pqlab.net import profiles
+from pqlab.net.profiles import load_profiles
+from pqlab.net.remote import network_profile
+from pqlab.net.shaping import check_shaper
 from pqlab.tls import stacks
 
 DEFAULT_PROFILE = "1mbps-200ms"
@@ -22,7 +26,6 @@ MAX_WARMUP = 1000
 
 
 def _profile_help() -> str:
-    from pqlab.net import profiles
 
     return (
         "link profile: a preset ("
@@ -32,6 +35,8 @@ def _profile_help() -> str:
         f"or a [grid]; repeatable (default: {DEFAULT_PROFILE})"
     )
 
+
+CELLS = Cells("ttlb", ("profile", "group", "chain", "data_bytes"), tls=True)
 
 OPTIONS = (
     Option("profile", _profile_help(), metavar="PROFILE", repeat=True),
@@ -68,12 +73,7 @@ OPTIONS = (
         default="1",
         metavar="N",
     ),
-    Option(
-        "stack",
-        "TLS stack of client and server",
-        default=stacks.DEFAULT_STACK,
-        metavar="NAME",
-    ),
+    stack_option(),
     Option(
         "shaper",
         "netem (kernel qdisc), userspace (pqlab's TUN emulator) or auto (netem when the "
@@ -101,16 +101,13 @@ class Plan:
     def cells(self) -> int:
         return len(self.profiles) * len(self.groups) * len(self.chains) * len(self.sizes)
 
-    def cell_id(self, profile, group, chain, size: int) -> str:
-        cid = f"{profile.name}|{group.name}|{chain.name}|{size}"
-        return cid if self.stack == stacks.DEFAULT_STACK else f"{cid}|{self.stack}"
+    def cell_id(self, profile, group, chain, size: int) -> CellId:
+        return CELLS.id(profile, group, chain, size, stack=self.stack)
 
 
 def from_values(values) -> Plan:
-    from pqlab.net.profiles import load_profiles
-    from pqlab.net.shaping import check_shaper
 
-    stack = stacks.get(values.stack or stacks.DEFAULT_STACK)
+    stack = parse_stack(values)
     hosts.refuse_profile_values(values, "ttlb")
     profiles = [] if hosts.is_remote(values) else load_profiles(values.profile or [DEFAULT_PROFILE])
     group_names = units.parse_list(values.groups, "--groups", example="X25519,X25519MLKEM768")
@@ -139,8 +136,6 @@ def from_values(values) -> Plan:
             print(f"warning: {text}", file=sys.stderr)
     remote = hosts.plan(values, needs_capture=False, what="ttlb")
     if remote is not None:
-        from pqlab.net.remote import network_profile
-
         profiles = [network_profile(pair) for pair in remote.pairs]
     return Plan(
         profiles=profiles,

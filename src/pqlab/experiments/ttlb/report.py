@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from pqlab import figures
 from pqlab.experiments.ttlb.analyse import PERCENTILES, baseline, increases, summarize
+from pqlab.report.section import Section, template
 
 
 def export(store):
-    from pqlab import figures
-    from pqlab.report import Section, template
 
     if not store.has_table("ttlb_raw"):
         return None

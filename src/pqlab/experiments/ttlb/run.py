@@ -8,9 +8,11 @@ import json
 
 from pqlab.errors import EngineError
 from pqlab.experiments.ttlb import analyse, schema
-from pqlab.experiments.ttlb.plan import Plan
+from pqlab.experiments.ttlb.plan import CELLS, Plan
+from pqlab.net.shaping import build_hosts
+from pqlab.progress import CellProgress
 from pqlab.tls import runner, stacks
-from pqlab.tls.chains import Chain, key_spec, make_chain
+from pqlab.tls.chains import Chain, make_chain
 from pqlab.tls.negotiation import Expected
 
 EXPERIMENT = "ttlb"
@@ -33,7 +35,7 @@ def _chains(plan: Plan, store, address: str | None = None) -> dict[str, Chain]:
                 [
                     {
                         "chain": alg.name,
-                        "key_spec": key_spec(alg, stacks.get(plan.stack)),
+                        "key_spec": stacks.get(plan.stack).key_spec(alg),
                         "sigalg": stacks.get(plan.stack).sigalg_name(alg),
                         "chain_certs": chain.sent_certs,
                         "chain_der_bytes": chain.sent_der_bytes,
@@ -121,7 +123,7 @@ def _run_sizes(
             )
             if len(cols["idx"]) != plan.n:
                 raise EngineError(f"expected {plan.n} connections, got {len(cols['idx'])}")
-            cid = plan.cell_id(profile, group, chain_alg, size)
+            cid = str(plan.cell_id(profile, group, chain_alg, size))
             params = {
                 "profile": profile.name,
                 "group": group.name,
@@ -151,13 +153,9 @@ def _run_sizes(
 
 
 def measure(plan: Plan, store) -> None:
-    from pqlab.net.shaping import build_hosts
-    from pqlab.progress import CellProgress
 
     schema.ensure(store)
-    # Which host pair a row was measured on (None: this machine's namespaces).
-    store.con.execute("ALTER TABLE ttlb_raw ADD COLUMN IF NOT EXISTS host_pair TEXT")
-    done = store.cells_done(EXPERIMENT)
+    done = CELLS.done(store)
     chains = _chains(plan, store)
     config = plan.remote.config if plan.remote is not None else ()
     with CellProgress("ttlb", plan.cells) as progress:

@@ -8,7 +8,7 @@ CREATE TABLE IF NOT EXISTS ttlb_raw (
     client_retrans INTEGER, server_retrans INTEGER, retransmits INTEGER,
     client_hello_bytes BIGINT, server_flight_bytes BIGINT, record_bytes_sent BIGINT,
     record_bytes_received BIGINT, chain_der_bytes BIGINT, negotiated_group TEXT,
-    negotiated_sigalg TEXT, rtt_us BIGINT, stack TEXT)
+    negotiated_sigalg TEXT, rtt_us BIGINT, stack TEXT, host_pair TEXT)
 """
 PROFILES_DDL = """
 CREATE TABLE IF NOT EXISTS ttlb_profiles (
@@ -20,6 +20,11 @@ CREATE TABLE IF NOT EXISTS ttlb_chains (
     chain TEXT PRIMARY KEY, key_spec TEXT, sigalg TEXT, chain_certs INTEGER,
     chain_der_bytes INTEGER, record JSON)
 """
+
+
+# Runs made before host pairs: which host pair a row was measured on (None: this machine's
+# namespaces).
+MIGRATIONS = ("ALTER TABLE IF EXISTS ttlb_raw ADD COLUMN IF NOT EXISTS host_pair TEXT",)
 
 
 def ensure(store) -> None:
