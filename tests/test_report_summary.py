@@ -7,8 +7,9 @@ import numpy as np
 import pytest
 
 from pqlab.experiments.handshake import schema
+from pqlab.experiments.handshake import summary as hs_summary
 from pqlab.report import summary, warnings
-from pqlab.stats import Warning_
+from pqlab.stats import Cause, Warning_
 from pqlab.store import RunStore
 
 
@@ -56,7 +57,8 @@ def test_the_three_comparisons_pick_classical_against_pq_with_everything_else_eq
             ("X25519", "RSA-2048", "ECDSA-P256"): 0.90,
         },
     )
-    rows, items = summary.handshake(store)
+    part = hs_summary.summarize(store)
+    rows, items = part.rows, part.items
     time = {r["topic"]: r for r in rows if r["metric"] == "handshake time (median)"}
     assert set(time) == {"key exchange", "certificate chain", "both"}
     assert time["key exchange"]["comparison"] == (
@@ -73,27 +75,28 @@ def test_the_three_comparisons_pick_classical_against_pq_with_everything_else_eq
 
 def test_no_pq_choice_means_no_comparison(store):
     _handshakes(store, {("X25519", "ECDSA-P256", "ECDSA-P256"): 0.4})
-    assert summary.handshake(store) == ([], [])
+    part = hs_summary.summarize(store)
+    assert part.rows == [] and part.items == []
     html_text, rows = summary.build(store)
     assert rows == [] and "no experiment the summary draws on" in html_text
 
 
 def test_describe_names_what_changes_and_what_stays():
-    a = summary.Cell("X25519", "RSA-2048", "RSA-2048")
-    b = summary.Cell("X25519MLKEM768", "ML-DSA-44", "RSA-2048")
-    assert summary.describe(a, b) == (
+    a = hs_summary.Cell("X25519", "RSA-2048", "RSA-2048")
+    b = hs_summary.Cell("X25519MLKEM768", "ML-DSA-44", "RSA-2048")
+    assert hs_summary.describe(a, b) == (
         "X25519 + RSA-2048 &rarr; X25519MLKEM768 + ML-DSA-44 (CA RSA-2048)"
     )
 
 
 def test_warnings_are_one_group_per_cause_and_ml_dsa_signing_is_inherent(store):
-    noisy = Warning_("noisy", "X25519 (openssl) keygen", "robust CV 20% is above 10%", "close")
+    noisy = Warning_(Cause.NOISY, "X25519 (openssl) keygen", "robust CV 20% is above 10%", "close")
     stored_before = Warning_(  # how a run made before this pqlab stored ML-DSA's spread
-        "noisy", "ML-DSA-44 (openssl) sign", "robust CV 80% is above 10%", "close"
+        Cause.NOISY, "ML-DSA-44 (openssl) sign", "robust CV 80% is above 10%", "close"
     )
-    outl = Warning_("outliers", "ML-DSA-44 (openssl) sign", "sd over half the mean", "rely")
+    outl = Warning_(Cause.OUTLIERS, "ML-DSA-44 (openssl) sign", "sd over half the mean", "rely")
     store.add_warnings("primitives", "a", [noisy, stored_before, outl])
-    store.add_warnings("handshake", "b", [Warning_("noisy", "handshake x", "cv", "close")])
+    store.add_warnings("handshake", "b", [Warning_(Cause.NOISY, "handshake x", "cv", "close")])
     groups = warnings.grouped(store)
     assert list(groups) == ["noisy", "inherent-variance"]
     assert [w["subject"] for w in groups["noisy"]] == ["handshake x", "X25519 (openssl) keygen"]
@@ -103,15 +106,19 @@ def test_warnings_are_one_group_per_cause_and_ml_dsa_signing_is_inherent(store):
     assert text.count("<details class=") == 2 and "Variance by design" in text
 
 
-def test_every_warning_cause_pqlab_stores_has_a_title():
-    import re
-    from pathlib import Path
+def test_every_warning_cause_has_a_code_title_and_advice():
+    codes = [c.code for c in Cause]
+    assert len(set(codes)) == len(codes)
+    assert all(c.title and c.advice for c in Cause)
+    assert Cause.of("noisy") is Cause.NOISY and Cause.of("no-such") is None
+    with pytest.raises(TypeError):
+        Warning_("noisy", "x", "y")  # a cause is the enum, never a bare string
+    assert Warning_(Cause.BUDGET, "x", "y").advice == Cause.BUDGET.advice
 
-    import pqlab
 
-    src = Path(pqlab.__file__).parent
-    codes = set()
-    for path in src.rglob("*.py"):
-        codes |= set(re.findall(r'Warning_\(\s*"([a-z0-9-]+)"', path.read_text()))
-    assert {"noisy", "inherent-variance", "cpu-contended"} <= codes  # the scan works
-    assert codes <= set(warnings.CAUSES), codes - set(warnings.CAUSES)
+def test_a_code_this_pqlab_does_not_know_is_listed_first_under_its_code(store):
+    store.add_warnings("primitives", "a", [Warning_(Cause.NOISY, "x", "y")])
+    store.con.execute(
+        "INSERT INTO warnings VALUES ('handshake', 'b', 'from-the-future', 's', 'm', 'a')"
+    )
+    assert list(warnings.grouped(store)) == ["from-the-future", "noisy"]

@@ -7,6 +7,7 @@ pandas and Excel's PERCENTILE.INC that the documents' tables were made with.
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass
 
 import numpy as np
@@ -62,14 +63,119 @@ def bootstrap_ci(
     return est, float(lo), float(hi)
 
 
+class Cause(enum.Enum):
+    """Every reason pqlab warns about a measurement: its code (stored with the warning), the
+    title the report groups warnings under, and what to do about it. Listed in the order the
+    report shows them, most actionable first."""
+
+    LINKTEST_FAILED = (
+        "linktest-failed",
+        "The emulated link did not behave as its profile says",
+        "numbers measured over this link do not mean what the profile says; check it with "
+        "'pqlab linktest --profile ...'",
+    )
+    CAPTURE_DROPS = (
+        "capture-drops",
+        "Packets missing from a capture",
+        "rerun the cell with fewer parallel jobs on the machine",
+    )
+    RETRANSMISSIONS = (
+        "retransmissions",
+        "Retransmissions on a lossless link",
+        "the queue limit overflowed or the emulator fell behind; raise limit= or check with "
+        "'pqlab linktest'",
+    )
+    OFF_MODEL = (
+        "off-model",
+        "Time to last byte far from the link's model",
+        "check the link with 'pqlab linktest --profile ...'; a busy machine or a wrong "
+        "profile moves TTLB away from the model",
+    )
+    CPU_CONTENDED = (
+        "cpu-contended",
+        "The CPU was shared during timing",
+        "run on a quiet machine; compare CPU-time figures, not wall-clock ones",
+    )
+    ENV_MASK_IGNORED = (
+        "env-mask-ignored",
+        "OPENSSL_ia32cap from the environment ignored",
+        "pqlab sets the mask itself per --aesni/--mask; unset it",
+    )
+    NO_AESNI = ("no-aesni", "No AES-NI on this CPU", "run on a CPU with AES-NI to compare")
+    BUDGET = (
+        "budget",
+        "Time budget reached before all samples",
+        "raise --max-seconds for more samples of slow operations",
+    )
+    NOT_MEASURED = (
+        "not-measured",
+        "Algorithms not measured",
+        "see 'pqlab algorithms' for what each backend provides",
+    )
+    FREQUENCY_SCALING = (
+        "frequency-scaling",
+        "CPU frequency scaling",
+        "the clock speed changes under load and skews short timings; pin it with "
+        "'cpupower frequency-set -g performance'",
+    )
+    TURBO = (
+        "turbo",
+        "CPU turbo / boost",
+        "boost clocks depend on temperature and load; disable it for stable numbers, or "
+        "compare only runs made together",
+    )
+    NOISY = (
+        "noisy",
+        "Measurement noise: robust CV above 10 %",
+        "close other programs, pin the CPU governor to 'performance', or run more "
+        "iterations; compare medians, not means",
+    )
+    OUTLIERS = (
+        "outliers",
+        "Outliers pull the mean up",
+        "outliers dominate the mean (interrupts, page faults); rely on the median and quartiles",
+    )
+    FEW_SAMPLES = (
+        "few-samples",
+        "Few samples",
+        "use more iterations (--iterations / -n) for stable quantiles",
+    )
+    INHERENT_VARIANCE = (
+        "inherent-variance",
+        "Variance by design, not noise",
+        "this spread is the algorithm's own, not this machine's",
+    )
+
+    def __init__(self, code: str, title: str, advice: str):
+        self.code = code
+        self.title = title
+        self.advice = advice
+
+    @classmethod
+    def of(cls, code: str) -> Cause | None:
+        """The cause a stored code names (None: a code this pqlab does not know)."""
+        return next((c for c in cls if c.code == code), None)
+
+
 @dataclass(frozen=True)
 class Warning_:
-    """A noise warning: what was seen and what to do about it."""
+    """A warning about a measurement: its cause, what was seen and what to do about it (the
+    cause's advice unless the caller knows better)."""
 
-    code: str
+    cause: Cause
     subject: str
     message: str
-    advice: str
+    advice: str = ""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.cause, Cause):
+            raise TypeError(f"a warning's cause is a stats.Cause, not {self.cause!r}")
+        if not self.advice:
+            object.__setattr__(self, "advice", self.cause.advice)
+
+    @property
+    def code(self) -> str:
+        return self.cause.code
 
     def as_text(self) -> str:
         return f"{self.subject}: {self.message} - {self.advice}"
@@ -120,14 +226,7 @@ def noise_warnings(
     algorithm's (code "inherent-variance"), not as noise to remove."""
     out = []
     if summary["n"] < min_n:
-        out.append(
-            Warning_(
-                "few-samples",
-                subject,
-                f"only {summary['n']} samples",
-                "use more iterations (--iterations / -n) for stable quantiles",
-            )
-        )
+        out.append(Warning_(Cause.FEW_SAMPLES, subject, f"only {summary['n']} samples"))
     cv = summary.get("robust_cv")
     wide = cv is not None and cv == cv and cv > 0.10
     heavy = summary["mean"] > 0 and summary["sd"] >= 0.5 * summary["mean"] and summary["n"] > 1
@@ -135,7 +234,7 @@ def noise_warnings(
         spread = f"robust CV {cv:.0%}" if wide else "standard deviation over half the mean"
         out.append(
             Warning_(
-                "inherent-variance",
+                Cause.INHERENT_VARIANCE,
                 subject,
                 f"{spread}: {inherent}",
                 INHERENT_ADVICE,
@@ -143,23 +242,7 @@ def noise_warnings(
         )
         return out
     if wide:
-        out.append(
-            Warning_(
-                "noisy",
-                subject,
-                f"robust CV {cv:.0%} is above 10%",
-                "close other programs, pin the CPU governor to 'performance', "
-                "or run more iterations; compare medians, not means",
-            )
-        )
+        out.append(Warning_(Cause.NOISY, subject, f"robust CV {cv:.0%} is above 10%"))
     if heavy:
-        out.append(
-            Warning_(
-                "outliers",
-                subject,
-                "standard deviation is over half the mean",
-                "outliers dominate the mean (interrupts, page faults); "
-                "rely on the median and quartiles",
-            )
-        )
+        out.append(Warning_(Cause.OUTLIERS, subject, "standard deviation is over half the mean"))
     return out

@@ -18,7 +18,7 @@ from pqlab.errors import EngineError, UserError
 from pqlab.experiment import CellId, Cells, CompareSpec, Experiment, Option
 from pqlab.progress import CellProgress
 from pqlab.report.section import Section
-from pqlab.stats import Warning_
+from pqlab.stats import Cause, Warning_
 from pqlab.units import parse_list, parse_size
 
 NAME = "aead"
@@ -131,7 +131,7 @@ def _drop_user_mask(store) -> None:
             "-",
             [
                 Warning_(
-                    "env-mask-ignored",
+                    Cause.ENV_MASK_IGNORED,
                     ENV_VAR,
                     f"the environment had {ENV_VAR}={user_mask}, which pqlab removed",
                     "pqlab sets the mask itself per --aesni/--mask; unset it",
@@ -159,7 +159,7 @@ def _probe_environment(store, aesni: str, mask: str, value, done: set) -> dict:
             "-",
             [
                 Warning_(
-                    "no-aesni",
+                    Cause.NO_AESNI,
                     "AES-NI on",
                     "this CPU (or OpenSSL) has no AES-NI, so 'on' measures software AES",
                     "run on a CPU with AES-NI to compare",
@@ -251,7 +251,7 @@ def _contention_warning(store) -> None:
             "-",
             [
                 Warning_(
-                    "cpu-contended",
+                    Cause.CPU_CONTENDED,
                     "aead",
                     f"in {contended['n']} cells the engine had the CPU for less than 90 % of "
                     f"the timed wall-clock time (worst {contended['worst']:.0%}): other "

@@ -30,7 +30,7 @@ from pqlab.net.shaping import build_hosts, check_shaper
 from pqlab.process import Process
 from pqlab.progress import CellProgress
 from pqlab.report.section import Section
-from pqlab.stats import Warning_
+from pqlab.stats import Cause, Warning_
 
 NAME = "linktest"
 CELLS = Cells(NAME, ("profile", "shaper"))
@@ -460,7 +460,7 @@ def _measure_profile(store, plan: Plan, profile: LinkProfile, cell: CellId, prog
             cell,
             [
                 Warning_(
-                    "linktest-failed",
+                    Cause.LINKTEST_FAILED,
                     f"linktest {profile.name} [{kind}]",
                     f"{r['check_name']} {r['direction']}: measured {r['measured']:.3f} "
                     f"{r['unit']}, accepted {r['low']:.3f}..{r['high']:.3f}",

@@ -30,7 +30,7 @@ from pqlab.process import EngineProcess, Process
 from pqlab.procstat import PeakRss
 from pqlab.progress import CellProgress
 from pqlab.report.section import Section
-from pqlab.stats import Warning_
+from pqlab.stats import Cause, Warning_
 from pqlab.store import RunStore
 
 NAME = "primitives"
@@ -99,7 +99,7 @@ def governor_warnings() -> list[Warning_]:
     if gov not in ("performance", "unavailable"):
         out.append(
             Warning_(
-                "frequency-scaling",
+                Cause.FREQUENCY_SCALING,
                 "CPU",
                 f"frequency governor is '{gov}'",
                 "the clock speed changes under load and skews short timings; pin it with "
@@ -110,7 +110,7 @@ def governor_warnings() -> list[Warning_]:
     if cpu.get("turbo") == "on":
         out.append(
             Warning_(
-                "turbo",
+                Cause.TURBO,
                 "CPU",
                 "turbo/boost is on",
                 "boost clocks depend on temperature and load; disable it for stable numbers "
@@ -129,7 +129,7 @@ def skipped_warnings(skipped: list[str], backend: str) -> list[Warning_]:
     where = "no backend of this build" if backend == "all" else f"--backend {backend}"
     return [
         Warning_(
-            "not-measured",
+            Cause.NOT_MEASURED,
             "default set",
             f"{', '.join(skipped)} not measured: not provided by {where}",
             "see 'pqlab algorithms' for what each backend provides",
@@ -241,7 +241,7 @@ def _cell_warnings(cell: Cell, samples: dict, op_done: list[dict]) -> list[Warni
     name, backend = cell.algorithm.name, cell.backend
     warnings = [
         Warning_(
-            "budget",
+            Cause.BUDGET,
             f"{name} ({backend}) {rec['op']}",
             f"time budget reached after {rec['kept']} of {rec['requested']} samples",
             "raise --max-seconds for more samples of slow operations",
@@ -467,6 +467,11 @@ def export(store: RunStore) -> Section | None:
         if sizes_section is not None:
             section.blocks += sizes_section.blocks
     return section
+
+
+def summarize(store: RunStore):
+    """The experiment's part of the report's summary (see `primitives_report.summarize`)."""
+    return primitives_report.summarize(store)
 
 
 def _ratio_text(r: float) -> str:

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from pqlab import stats
 from pqlab.report.section import Section, template
+from pqlab.report.summary import Summary, row
 from pqlab.store import RunStore
 
 PQ_FAMILIES = ("ML-KEM", "ML-DSA", "Kyber", "Dilithium", "Falcon", "SPHINCS+", "SLH-DSA")
@@ -316,3 +317,52 @@ def add_to(section: Section, store: RunStore, rows: list[dict]) -> None:
         csv = store.export_rows("primitive_load", load)
         section.text(template("primitives_load"))
         section.table(csv, "CPU and peak memory of each measuring process")
+
+
+def summarize(store: RunStore) -> Summary | None:
+    """The TLS library's per-handshake cryptography, OpenSSL medians: the key exchange on each
+    side with X25519 and with the deployed hybrid X25519MLKEM768 (X25519's operations plus
+    ML-KEM-768's), and the CertificateVerify signature (server) and its check (client) with
+    ECDSA-P256 and ML-DSA-44."""
+    if not store.has_table("primitive_samples"):
+        return None
+    med = {
+        (r["algorithm"], r["operation"]): r["m"] / 1e6
+        for r in store.query(
+            "SELECT algorithm, operation, median(ns) AS m FROM primitive_samples "
+            "WHERE backend = 'openssl' AND NOT dropped GROUP BY ALL"
+        )
+    }
+    x25519 = (("X25519", "keygen"), ("X25519", "shared_secret"))
+    pairs = (
+        ("key exchange, client", "X25519", x25519, "X25519MLKEM768",
+         (*x25519, ("ML-KEM-768", "keygen"), ("ML-KEM-768", "decaps"))),
+        ("key exchange, server", "X25519", x25519, "X25519MLKEM768",
+         (*x25519, ("ML-KEM-768", "encaps"))),
+        ("CertificateVerify, server", "ECDSA-P256", (("ECDSA-P256", "sign"),), "ML-DSA-44",
+         (("ML-DSA-44", "sign"),)),
+        ("CertificateVerify, client", "ECDSA-P256", (("ECDSA-P256", "verify"),), "ML-DSA-44",
+         (("ML-DSA-44", "verify"),)),
+    )  # fmt: skip
+    rows, parts = [], []
+    for what, a, aops, b, bops in pairs:
+        if not all(k in med for k in (*aops, *bops)):
+            continue
+        base, cand = sum(med[k] for k in aops), sum(med[k] for k in bops)
+        ops = " + ".join(f"{alg} {op}" for alg, op in bops)
+        rows.append(
+            row(
+                "cryptography per handshake", f"{a} -> {b} ({ops}; OpenSSL)", what, "ms", base, cand
+            )
+        )
+        parts.append(
+            f"{html.escape(what)}: {html.escape(a)} {base * 1e3:.0f} us &rarr; "
+            f"{html.escape(b)} {cand * 1e3:.0f} us"
+        )
+    if not parts:
+        return None
+    return Summary(
+        rows,
+        [template("summary_primitives", details="; ".join(parts))],
+        template("summary_note_primitives"),
+    )

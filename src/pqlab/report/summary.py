@@ -1,36 +1,23 @@
 """The summary that opens report.html: what the move to post-quantum cryptography costs, in
 the numbers a migration plan needs, computed from whatever experiments the run holds.
 
-- handshake: X25519MLKEM768 (or the run's post-quantum group) against X25519 with the same
-  chain; an ML-DSA-44 chain against a classical one with the same group; both together
-  against the classical pair. Per comparison: handshake time (median, with a bootstrap
-  95 % confidence interval of the relative change), bytes on the wire each way, TCP segments
-  of the server flight and of the ClientHello, extra round trips (congestion-window stalls),
-  and the server's CPU per handshake;
-- ttlb: the time-to-last-byte increase at the largest response size, per link profile;
-- primitives: the per-handshake cost of the operations in the TLS library (OpenSSL).
-
-Each comparison is one row of `tables/summary.csv` and one sentence (report/templates/
-summary_*.html); the report says what was compared with what.
+Each experiment offers its part through the protocol's `summarize(store)` hook (handshake:
+the group swap, the chain swap and both against the classical pair; ttlb: the time-to-last-
+byte increase at the largest response size per link profile; primitives: the per-handshake
+cost of the TLS library's cryptography). A part is rows of `tables/summary.csv`, one
+sentence per comparison and a note on how the numbers were compared; the report says what
+was compared with what. This module collects the parts in registry order and holds the
+helpers the parts share.
 """
 
 from __future__ import annotations
 
-import html
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-import numpy as np
-
-from pqlab import catalog, stats
-from pqlab.errors import UserError
-from pqlab.experiments.ttlb.analyse import baseline, increases, summarize
+from pqlab.experiment import registry
 from pqlab.report.section import template
 from pqlab.store import RunStore
 
-PREFERRED_PQ_GROUPS = ("X25519MLKEM768", "SecP256r1MLKEM768", "ML-KEM-768")
-PREFERRED_CLASSICAL_GROUPS = ("X25519", "ECDH-P256")
-PREFERRED_PQ_SIGS = ("ML-DSA-44", "ML-DSA-65")
-PREFERRED_CLASSICAL_SIGS = ("ECDSA-P256", "RSA-2048", "RSA-3072")
 SUMMARY_COLUMNS = [
     "topic",
     "comparison",
@@ -45,121 +32,18 @@ SUMMARY_COLUMNS = [
 ]
 
 
-def _is_pq(name: str, kind: str) -> bool:
-    try:
-        return catalog.resolve(name, kind).nist_level is not None
-    except UserError:
-        return False
+@dataclass
+class Summary:
+    """One experiment's part of the summary."""
+
+    rows: list[dict] = field(default_factory=list)  # tables/summary.csv rows (SUMMARY_COLUMNS)
+    items: list[str] = field(default_factory=list)  # HTML: one sentence per comparison
+    note: str = ""  # HTML: how these numbers were compared
 
 
-@dataclass(frozen=True)
-class Cell:
-    group: str
-    server_sig: str
-    ca_sig: str
-
-    def label(self) -> str:
-        return f"{self.group} + {self.server_sig} (CA {self.ca_sig})"
-
-
-def _pick(names: list[str], preferred: tuple[str, ...], pq: bool, kind: str) -> list[str]:
-    """The run's names of one kind (post-quantum or classical), preferred ones first."""
-    mine = [n for n in names if _is_pq(n, kind) == pq]
-    return sorted(mine, key=lambda n: (preferred.index(n) if n in preferred else 99, n))
-
-
-class HandshakeData:
-    """The handshake cells of a run and their raw per-handshake values."""
-
-    COLUMNS = (
-        "handshake_ns",
-        "client_bytes",
-        "server_bytes",
-        "server_flight_segments",
-        "client_hello_segments",
-        "cwnd_stalls",
-    )
-
-    def __init__(self, store: RunStore):
-        self.store = store
-        have = store.columns("handshake_raw")
-        self.cols = [c for c in self.COLUMNS if c in have]
-        rows = store.query(
-            'SELECT DISTINCT "group", server_sig, ca_sig FROM handshake_raw ORDER BY 1, 2, 3'
-        )
-        self.cells = {Cell(r["group"], r["server_sig"], r["ca_sig"]) for r in rows}
-        self.load = {}
-        if store.has_table("handshake_load"):
-            for r in store.query(
-                'SELECT "group", server_sig, ca_sig, (cpu_user_s + cpu_sys_s) * 1e3 / '
-                "handshakes AS ms FROM handshake_load WHERE side = 'server'"
-            ):
-                self.load[Cell(r["group"], r["server_sig"], r["ca_sig"])] = r["ms"]
-
-    def values(self, cell: Cell) -> dict[str, np.ndarray]:
-        cols = ", ".join(self.cols)
-        data = self.store.numpy(
-            f'SELECT {cols} FROM handshake_raw WHERE "group" = ? AND server_sig = ? AND ca_sig = ?',
-            [cell.group, cell.server_sig, cell.ca_sig],
-        )
-        return {k: np.asarray(v, dtype=float) for k, v in data.items()}
-
-    def names(self, axis: str) -> list[str]:
-        return sorted({getattr(c, axis) for c in self.cells})
-
-
-def _pairs(h: HandshakeData) -> list[tuple[str, Cell, Cell]]:
-    """(comparison, baseline cell, candidate cell): the group swap, the chain swap and both
-    together, each with the most common classical choices the run has."""
-    groups, sigs, cas = h.names("group"), h.names("server_sig"), h.names("ca_sig")
-    cl_groups = _pick(groups, PREFERRED_CLASSICAL_GROUPS, False, "kem")
-    pq_groups = _pick(groups, PREFERRED_PQ_GROUPS, True, "kem")
-    cl_sigs = _pick(sigs, PREFERRED_CLASSICAL_SIGS, False, "sig")
-    pq_sigs = _pick(sigs, PREFERRED_PQ_SIGS, True, "sig")
-    out = []
-    group_pair = _first(
-        (Cell(g, s, c), Cell(p, s, c))
-        for g in cl_groups
-        for p in pq_groups
-        for s in cl_sigs + pq_sigs
-        for c in _ca_order(cas, s)
-        if {Cell(g, s, c), Cell(p, s, c)} <= h.cells
-    )
-    if group_pair:
-        out.append(("key exchange", *group_pair))
-    chain_pair = _first(
-        (Cell(g, s, ca_cl), Cell(g, p, ca_pq))
-        for g in cl_groups + pq_groups
-        for s in cl_sigs
-        for p in pq_sigs
-        for ca_cl, ca_pq in ((s, p), *((c, c) for c in cas))
-        if {Cell(g, s, ca_cl), Cell(g, p, ca_pq)} <= h.cells
-    )
-    if chain_pair:
-        out.append(("certificate chain", *chain_pair))
-    both = _first(
-        (Cell(g, s, ca_cl), Cell(p, q, ca_pq))
-        for g in cl_groups
-        for p in pq_groups
-        for s in cl_sigs
-        for q in pq_sigs
-        for ca_cl, ca_pq in ((s, q), *((c, c) for c in cas))
-        if {Cell(g, s, ca_cl), Cell(p, q, ca_pq)} <= h.cells
-    )
-    if both:
-        out.append(("both", *both))
-    return out
-
-
-def _ca_order(cas: list[str], sig: str) -> list[str]:
-    return sorted(cas, key=lambda c: (c != sig, c))
-
-
-def _first(it):
-    return next(iter(it), None)
-
-
-def _row(topic, comparison, metric, unit, base, cand, ci=None) -> dict:
+def row(topic, comparison, metric, unit, base, cand, ci=None) -> dict:
+    """One row of tables/summary.csv: a metric of a baseline and a candidate, the change and
+    (optionally) the confidence interval of the relative change, in percent."""
     change = None if base is None or cand is None else cand - base
     pct = None if change is None or not base else change / base * 100
     return {
@@ -176,39 +60,7 @@ def _row(topic, comparison, metric, unit, base, cand, ci=None) -> dict:
     }
 
 
-def _handshake_rows(h: HandshakeData, what: str, base: Cell, cand: Cell) -> list[dict]:
-    a, b = h.values(base), h.values(cand)
-    comparison = f"{base.label()} -> {cand.label()}"
-    _, lo, hi = stats.bootstrap_ci(a["handshake_ns"], b["handshake_ns"], n_boot=1000)
-    rows = [
-        _row(
-            what,
-            comparison,
-            "handshake time (median)",
-            "ms",
-            float(np.median(a["handshake_ns"])) / 1e6,
-            float(np.median(b["handshake_ns"])) / 1e6,
-            (lo * 100, hi * 100),
-        )
-    ]
-    for col, metric, unit in (
-        ("client_bytes", "bytes client -> server (IP, median)", "bytes"),
-        ("server_bytes", "bytes server -> client (IP, median)", "bytes"),
-        ("server_flight_segments", "TCP segments of the server flight (median)", "segments"),
-        ("client_hello_segments", "TCP segments of the ClientHello (median)", "segments"),
-        ("cwnd_stalls", "extra round trips: congestion-window stalls (mean)", "round trips"),
-    ):
-        if col in a:
-            fn = np.mean if col == "cwnd_stalls" else np.median
-            rows.append(_row(what, comparison, metric, unit, float(fn(a[col])), float(fn(b[col]))))
-    if base in h.load and cand in h.load:
-        rows.append(
-            _row(what, comparison, "server CPU per handshake", "ms", h.load[base], h.load[cand])
-        )
-    return rows
-
-
-def _fmt(v: float | None, unit: str) -> str:
+def fmt(v: float | None, unit: str) -> str:
     if v is None:
         return "?"
     if unit == "ms":
@@ -218,221 +70,27 @@ def _fmt(v: float | None, unit: str) -> str:
     return f"{v:.3g}"
 
 
-def _signed(v: float | None, unit: str) -> str:
+def signed(v: float | None, unit: str) -> str:
     if v is None:
         return "?"
-    return ("+" if v >= 0 else "-") + _fmt(abs(v), unit)
-
-
-def describe(base: Cell, cand: Cell) -> str:
-    """What changes between two cells ("a -> b") and what they share ("with ...")."""
-    changed, same = [], []
-    for axis, label in (("group", "group"), ("server_sig", "server"), ("ca_sig", "CA")):
-        a, b = getattr(base, axis), getattr(cand, axis)
-        if a == b:
-            same.append(f"{label} {a}")
-        else:
-            changed.append((a, b))
-    left = " + ".join(a for a, _ in changed)
-    right = " + ".join(b for _, b in changed)
-    return f"{left} &rarr; {right} ({html.escape(', '.join(same))})"
-
-
-def _round_trips(r: dict | None) -> str:
-    if r is None:
-        return ""
-    if not r["baseline"] and not r["candidate"]:
-        return "no extra round trip (no congestion-window stall)"
-    return (
-        f"congestion-window stalls {r['baseline']:.2g} &rarr; {r['candidate']:.2g} per "
-        "handshake (each waits one round trip)"
-    )
-
-
-def _sentence(rows: list[dict], base: Cell, cand: Cell) -> str:
-    by = {r["metric"]: r for r in rows}
-    t = by["handshake time (median)"]
-    facts = []
-    c2s, s2c = (
-        by.get("bytes client -> server (IP, median)"),
-        by.get("bytes server -> client (IP, median)"),
-    )
-    if c2s and s2c:
-        facts.append(
-            f"{_signed(c2s['change'], 'bytes')} client&rarr;server, "
-            f"{_signed(s2c['change'], 'bytes')} server&rarr;client"
-        )
-    segs = [
-        f"{name} {r['baseline']:.0f} &rarr; {r['candidate']:.0f} segments"
-        for name, r in (
-            ("server flight", by.get("TCP segments of the server flight (median)")),
-            ("ClientHello", by.get("TCP segments of the ClientHello (median)")),
-        )
-        if r is not None
-    ]
-    facts += [", ".join(segs)] if segs else []
-    rt = _round_trips(by.get("extra round trips: congestion-window stalls (mean)"))
-    facts += [rt] if rt else []
-    cpu = by.get("server CPU per handshake")
-    if cpu:
-        facts.append(
-            f"server CPU {_fmt(cpu['baseline'], 'ms')} &rarr; {_fmt(cpu['candidate'], 'ms')} "
-            "per handshake"
-        )
-    return template(
-        "summary_handshake",
-        what=html.escape(t["topic"]),
-        change=describe(base, cand),
-        base_ms=_fmt(t["baseline"], "ms"),
-        cand_ms=_fmt(t["candidate"], "ms"),
-        pct=f"{t['change_pct']:+.1f} %",
-        lo=f"{t['ci_low_pct']:+.1f}",
-        hi=f"{t['ci_high_pct']:+.1f}",
-        details="; ".join(facts),
-    )
-
-
-def handshake(store: RunStore) -> tuple[list[dict], list[str]]:
-    if not store.has_table("handshake_raw"):
-        return [], []
-    h = HandshakeData(store)
-    rows, items = [], []
-    for what, base, cand in _pairs(h):
-        r = _handshake_rows(h, what, base, cand)
-        rows += r
-        items.append(_sentence(r, base, cand))
-    return rows, items
-
-
-MAX_TTLB_LINES = 6
-
-
-def ttlb(store: RunStore) -> tuple[list[dict], list[str]]:
-    if not store.has_table("ttlb_raw"):
-        return [], []
-
-    summary = summarize(store)
-    base = baseline(store)
-    if not summary or not base:
-        return [], []
-    inc = increases(summary, *base)
-    n: dict[tuple, int] = {}
-    for r in summary:  # the fewest connections of any cell of the combination
-        key = (r["group"], r["chain"])
-        n[key] = min(n.get(key, r["n"]), r["n"])
-    rows, items = [], []
-    for profile in sorted({r["profile"] for r in inc}):
-        mine = [r for r in inc if r["profile"] == profile]
-        largest = max(r["data_bytes"] for r in mine)
-        smallest = min(r["data_bytes"] for r in mine)
-        for combo in sorted({(r["group"], r["chain"]) for r in mine}):
-            at = {
-                (r["data_bytes"], r["percentile"]): r
-                for r in mine
-                if (r["group"], r["chain"]) == combo
-            }
-            if (largest, 50) not in at:
-                continue
-            p50, p90 = at[(largest, 50)], at.get((largest, 90))
-            first = at.get((smallest, 50))
-            comparison = f"{base[0]} + {base[1]} -> {combo[0]} + {combo[1]} ({profile})"
-            rows.append(
-                _row(
-                    "time to last byte",
-                    comparison,
-                    f"TTLB p50 at {largest} bytes",
-                    "ms",
-                    p50["ttlb_baseline_ms"],
-                    p50["ttlb_ms"],
-                )
-            )
-            if len(items) < MAX_TTLB_LINES:
-                items.append(_ttlb_sentence(profile, base, combo, p50, p90, first, n[combo]))
-    return rows, items
-
-
-def _ttlb_sentence(profile, base, combo, p50, p90, first, n) -> str:
-    """One TTLB line; whether the increase shrank with the response size (document 003's
-    finding) is computed, not assumed."""
-    shrinks = first is not None and abs(p50["ttlb_increase_pct"]) < abs(first["ttlb_increase_pct"])
-    return template(
-        "summary_ttlb",
-        profile=html.escape(profile),
-        baseline=html.escape(f"{base[0]} + {base[1]}"),
-        candidate=html.escape(f"{combo[0]} + {combo[1]}"),
-        size=f"{p50['data_bytes']:,}",
-        p50=f"{p50['ttlb_increase_pct']:+.1f} %",
-        p90=f"{p90['ttlb_increase_pct']:+.1f} %" if p90 else "?",
-        small=f"{first['data_bytes']:,}" if first else "?",
-        small_p50=f"{first['ttlb_increase_pct']:+.1f} %" if first else "?",
-        trend=template("summary_ttlb_shrinks" if shrinks else "summary_ttlb_not_shrinks"),
-        n=str(n),
-    )
-
-
-def primitives(store: RunStore) -> tuple[list[dict], list[str]]:
-    """The TLS library's per-handshake cryptography, OpenSSL medians: the key exchange on each
-    side with X25519 and with the deployed hybrid X25519MLKEM768 (X25519's operations plus
-    ML-KEM-768's), and the CertificateVerify signature (server) and its check (client) with
-    ECDSA-P256 and ML-DSA-44."""
-    if not store.has_table("primitive_samples"):
-        return [], []
-    med = {
-        (r["algorithm"], r["operation"]): r["m"] / 1e6
-        for r in store.query(
-            "SELECT algorithm, operation, median(ns) AS m FROM primitive_samples "
-            "WHERE backend = 'openssl' AND NOT dropped GROUP BY ALL"
-        )
-    }
-    x25519 = (("X25519", "keygen"), ("X25519", "shared_secret"))
-    pairs = (
-        ("key exchange, client", "X25519", x25519, "X25519MLKEM768",
-         (*x25519, ("ML-KEM-768", "keygen"), ("ML-KEM-768", "decaps"))),
-        ("key exchange, server", "X25519", x25519, "X25519MLKEM768",
-         (*x25519, ("ML-KEM-768", "encaps"))),
-        ("CertificateVerify, server", "ECDSA-P256", (("ECDSA-P256", "sign"),), "ML-DSA-44",
-         (("ML-DSA-44", "sign"),)),
-        ("CertificateVerify, client", "ECDSA-P256", (("ECDSA-P256", "verify"),), "ML-DSA-44",
-         (("ML-DSA-44", "verify"),)),
-    )  # fmt: skip
-    rows, parts = [], []
-    for what, a, aops, b, bops in pairs:
-        if not all(k in med for k in (*aops, *bops)):
-            continue
-        base, cand = sum(med[k] for k in aops), sum(med[k] for k in bops)
-        ops = " + ".join(f"{alg} {op}" for alg, op in bops)
-        rows.append(
-            _row(
-                "cryptography per handshake", f"{a} -> {b} ({ops}; OpenSSL)", what, "ms", base, cand
-            )
-        )
-        parts.append(
-            f"{html.escape(what)}: {html.escape(a)} {base * 1e3:.0f} us &rarr; "
-            f"{html.escape(b)} {cand * 1e3:.0f} us"
-        )
-    if not parts:
-        return [], []
-    return rows, [template("summary_primitives", details="; ".join(parts))]
+    return ("+" if v >= 0 else "-") + fmt(abs(v), unit)
 
 
 def build(store: RunStore) -> tuple[str, list[dict]]:
-    """The summary's HTML and its rows (for tables/summary.csv)."""
-    rows, items = [], []
-    for part in (handshake, ttlb, primitives):
-        r, i = part(store)
-        rows += r
-        items += i
+    """The summary's HTML and its rows (for tables/summary.csv), from every experiment the
+    run holds that offers a summary."""
+    rows, items, notes = [], [], []
+    present = set(store.experiments())
+    for exp in registry():
+        if exp.name not in present:
+            continue
+        part = exp.summarize(store)
+        if part is None or not part.items:
+            continue
+        rows += part.rows
+        items += part.items
+        notes.append(part.note)
     if not items:
         return template("summary_empty"), []
-    topics = {r["topic"] for r in rows}
-    notes = "".join(
-        template(f"summary_note_{name}")
-        for name, present in (
-            ("handshake", topics & {"key exchange", "certificate chain", "both"}),
-            ("ttlb", "time to last byte" in topics),
-            ("primitives", "cryptography per handshake" in topics),
-        )
-        if present
-    )
     items_html = "".join(f"<li>{i}</li>" for i in items)
-    return template("summary", items=items_html, notes=notes), rows
+    return template("summary", items=items_html, notes="".join(notes)), rows

@@ -16,33 +16,16 @@ from collections import Counter
 from pqlab import catalog, stats
 from pqlab.errors import UserError
 from pqlab.report.section import template
+from pqlab.stats import Cause
 from pqlab.store import RunStore
 
-# Cause titles, in the order the report lists them (most actionable first).
-CAUSES = {
-    "linktest-failed": "The emulated link did not behave as its profile says",
-    "capture-drops": "Packets missing from a capture",
-    "retransmissions": "Retransmissions on a lossless link",
-    "off-model": "Time to last byte far from the link's model",
-    "cpu-contended": "The CPU was shared during timing",
-    "env-mask-ignored": "OPENSSL_ia32cap from the environment ignored",
-    "no-aesni": "No AES-NI on this CPU",
-    "budget": "Time budget reached before all samples",
-    "not-measured": "Algorithms not measured",
-    "frequency-scaling": "CPU frequency scaling",
-    "turbo": "CPU turbo / boost",
-    "noisy": "Measurement noise: robust CV above 10 %",
-    "outliers": "Outliers pull the mean up",
-    "few-samples": "Few samples",
-    "inherent-variance": "Variance by design, not noise",
-}
 _SUBJECT = re.compile(r"^(?P<alg>.+) \((?P<backend>[\w-]+)\) (?P<op>\w+)$")
 
 
 def reclassify(w: dict) -> dict:
     """A stored primitives warning about spread, re-read as inherent variance where the
     operation varies by design (stats.INHERENT_VARIANCE)."""
-    if w["experiment"] != "primitives" or w["code"] not in ("noisy", "outliers"):
+    if w["experiment"] != "primitives" or w["code"] not in (Cause.NOISY.code, Cause.OUTLIERS.code):
         return w
     m = _SUBJECT.match(w["subject"])
     if not m:
@@ -54,7 +37,12 @@ def reclassify(w: dict) -> dict:
     why = stats.inherent_variance(family, m["op"])
     if why is None:
         return w
-    return {**w, "code": "inherent-variance", "message": why, "advice": stats.INHERENT_ADVICE}
+    return {
+        **w,
+        "code": Cause.INHERENT_VARIANCE.code,
+        "message": why,
+        "advice": stats.INHERENT_ADVICE,
+    }
 
 
 def grouped(store: RunStore) -> dict[str, list[dict]]:
@@ -72,7 +60,7 @@ def grouped(store: RunStore) -> dict[str, list[dict]]:
             continue
         seen.add(key)
         out.setdefault(w["code"], []).append(w)
-    order = list(CAUSES)  # a cause pqlab has no title for yet goes first: nobody knows it
+    order = [c.code for c in Cause]  # a code this pqlab does not know goes first
     return dict(sorted(out.items(), key=lambda kv: order.index(kv[0]) if kv[0] in order else -1))
 
 
@@ -85,8 +73,9 @@ def _cause_html(code: str, items: list[dict]) -> str:
         lines.append(
             f"<li><b>{html.escape(w['subject'])}</b>: {html.escape(w['message'])}{extra}</li>"
         )
-    title = CAUSES.get(code, code)
-    cls = "cause inherent" if code == "inherent-variance" else "cause"
+    cause = Cause.of(code)
+    title = cause.title if cause is not None else code
+    cls = "cause inherent" if cause is Cause.INHERENT_VARIANCE else "cause"
     return (
         f"<details class='{cls}' data-code='{html.escape(code)}'><summary><b>"
         f"{html.escape(title)}</b> ({len(items)} {'series' if len(items) != 1 else 'item'}; "

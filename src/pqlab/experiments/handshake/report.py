@@ -12,6 +12,7 @@ from pqlab import catalog, figures
 from pqlab.errors import UserError
 from pqlab.experiments.handshake import clocks
 from pqlab.experiments.handshake import phases as hp
+from pqlab.experiments.handshake import summary as summary_part
 from pqlab.experiments.handshake.analyse import SIZE_COLUMNS
 from pqlab.experiments.handshake.plan import DEFAULT_GROUPS, DEFAULT_SIGS
 from pqlab.report.section import Section, template
@@ -518,3 +519,8 @@ def _size_time_figures(store) -> list[tuple[Path, str]]:
                 ax.set_ylim(0, limit)
         out.append((figures.save(fig, store, name), caption))
     return out
+
+
+def summarize(store):
+    """The experiment's part of the report's summary (see its `summary` module)."""
+    return summary_part.summarize(store)

@@ -275,7 +275,7 @@ def _commit(
                 cid,
                 [
                     stats.Warning_(
-                        "capture-drops",
+                        stats.Cause.CAPTURE_DROPS,
                         cid,
                         f"the kernel dropped {drops} captured packets",
                         "rerun the cell with fewer parallel jobs on the machine",

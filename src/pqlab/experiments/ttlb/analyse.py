@@ -11,7 +11,7 @@ import numpy as np
 from pqlab.errors import CheckError, EngineError
 from pqlab.experiments.ttlb import model as ttlb_model
 from pqlab.net.profiles import Direction, LinkProfile
-from pqlab.stats import Warning_
+from pqlab.stats import Cause, Warning_
 from pqlab.tls import negotiation
 
 PERCENTILES = (50, 75, 90)
@@ -125,7 +125,7 @@ def cell_warnings(profile: LinkProfile, group: str, chain: str, size: int, cols:
     if n < 10:
         out.append(
             Warning_(
-                "few-samples",
+                Cause.FEW_SAMPLES,
                 subject,
                 f"percentiles from only {n} connections",
                 "use -n 20 or more (the document used 100s) for stable p75/p90",
@@ -153,7 +153,7 @@ def cell_warnings(profile: LinkProfile, group: str, chain: str, size: int, cols:
         if model_ttlb > 0.005 and abs(error) > 0.10:
             out.append(
                 Warning_(
-                    "off-model",
+                    Cause.OFF_MODEL,
                     subject,
                     f"median TTLB {measured * 1e3:.1f} ms is {error:+.0%} from the serialisation "
                     f"model ({model_ttlb * 1e3:.1f} ms) on a link without loss or jitter",
@@ -164,7 +164,7 @@ def cell_warnings(profile: LinkProfile, group: str, chain: str, size: int, cols:
     if sum(cols["retransmits"]) and lossless:
         out.append(
             Warning_(
-                "retransmissions",
+                Cause.RETRANSMISSIONS,
                 subject,
                 f"{sum(cols['retransmits'])} TCP retransmissions on a link without configured loss",
                 "the queue limit overflowed or the emulator fell behind; raise limit= or check "
@@ -178,7 +178,7 @@ def _pct(values, p) -> float:
     return float(np.percentile(np.asarray(values, dtype=float), p))
 
 
-def summarize(store) -> list[dict]:
+def cell_summaries(store) -> list[dict]:
     """One row per (profile, group, chain, size): percentiles, retransmissions, bytes, model."""
     raw = store.query("SELECT * FROM ttlb_raw ORDER BY profile, grp, chain, data_bytes, idx")
     profiles = {

@@ -6,7 +6,8 @@ from __future__ import annotations
 import numpy as np
 
 from pqlab import figures
-from pqlab.experiments.ttlb.analyse import PERCENTILES, baseline, increases, summarize
+from pqlab.experiments.ttlb import summary as summary_part
+from pqlab.experiments.ttlb.analyse import PERCENTILES, baseline, cell_summaries, increases
 from pqlab.report.section import Section, template
 
 
@@ -14,7 +15,7 @@ def export(store):
 
     if not store.has_table("ttlb_raw"):
         return None
-    summary = summarize(store)
+    summary = cell_summaries(store)
     if not summary:
         return None
     section = Section(
@@ -174,3 +175,8 @@ def _cdf_figures(store, section, figures, profiles, combos) -> None:
             f"CDF of TTLB at {largest / 1024:g} KiB ({' + '.join(combo)}); "
             "cf. the document's figure 6",
         )
+
+
+def summarize(store):
+    """The experiment's part of the report's summary (see its `summary` module)."""
+    return summary_part.summarize(store)

@@ -11,6 +11,7 @@ from pqlab.experiments.ttlb import analyse, schema
 from pqlab.experiments.ttlb.plan import CELLS, Plan
 from pqlab.net.shaping import build_hosts
 from pqlab.progress import CellProgress
+from pqlab.stats import Cause
 from pqlab.tls import runner, stacks
 from pqlab.tls.chains import Chain, make_chain
 from pqlab.tls.negotiation import Expected
@@ -137,7 +138,7 @@ def _run_sizes(
                 params["host_pair"] = pair.label
             warnings = analyse.cell_warnings(profile, group.name, chain_alg.name, size, cols)
             if pair is not None:  # no link model for a real network
-                warnings = [w for w in warnings if w.code != "off-model"]
+                warnings = [w for w in warnings if w.cause is not Cause.OFF_MODEL]
             n_rows = len(cols["idx"])
             with store.cell(EXPERIMENT, cid, params):
                 store.insert(
