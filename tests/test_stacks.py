@@ -9,6 +9,7 @@ import copy
 
 import pytest
 
+from conftest import run_pqlab
 from pqlab import catalog, engine
 from pqlab.errors import UserError
 from pqlab.tls import runner, stacks
@@ -95,3 +96,29 @@ def test_a_fake_second_stack_needs_no_change_in_the_lab(fake_stack):
 def test_unknown_stack_is_one_line():
     with pytest.raises(UserError, match="--stack 'nope' is not a TLS stack.*openssl"):
         stacks.get("nope")
+
+
+def test_algorithms_tls_lists_each_stacks_roles_with_code_points(fake_stack):
+    from pqlab.commands import algorithms
+
+    rows = algorithms.tls_rows([stacks.get("openssl"), fake_stack], catalog.all_algorithms())
+    got = {(r["stack"], r["role"], r["algorithm"]): r for r in rows}
+    assert got["openssl", "server", "ML-DSA-44"]["code"] == 0x0904
+    assert got["openssl", "group", "X25519MLKEM768"]["stack_name"] == "X25519MLKEM768"
+    assert ("openssl", "ca", "SLH-DSA-SHA2-128s") in got  # signs certificates only
+    assert ("openssl", "server", "SLH-DSA-SHA2-128s") not in got
+    assert ("openssl", "server", "MAYO-1") not in got
+    assert got["fake-openssl", "server", "MAYO-1"]["stack_name"] == "mayo1"
+    # The same answer every command validates with.
+    for (st, role, name), _ in got.items():
+        if name != "(not catalogued)":
+            alg = catalog.resolve(name, "kem" if role == "group" else "sig")
+            assert stacks.get(st).usable(alg, role)
+
+
+def test_algorithms_tls_command_line():
+    out = run_pqlab("algorithms", "--tls", "--stack", "openssl")
+    assert out.returncode == 0, out.stderr
+    assert "ML-DSA-44" in out.stdout and "0x0904" in out.stdout
+    bad = run_pqlab("algorithms", "--tls", "--stack", "gnutls")
+    assert bad.returncode == 2 and "gnutls" in bad.stderr and "openssl" in bad.stderr

@@ -49,3 +49,44 @@ def test_out_must_be_a_directory(tmp_path):
     f.write_text("x")
     with pytest.raises(UserError, match="not a directory"):
         RunStore.create(f, "demo")
+
+
+def test_no_lock_file_is_left_once_nobody_uses_the_run(tmp_path):
+    run = tmp_path / "run"
+    writer = RunStore.create(run, "demo")
+    assert (run / ".lock").exists()
+    with pytest.raises(UserError, match="in use by PID"):
+        RunStore.create(run, "demo", resume=True)
+    writer.close()
+    assert not (run / ".lock").exists()
+    # Readers share the lock and keep a writer out; the last one to leave removes the file.
+    r1, r2 = RunStore.open(run), RunStore.open(run)
+    with pytest.raises(UserError, match="in use"):
+        RunStore.create(run, "demo", resume=True)
+    r1.close()
+    assert (run / ".lock").exists()
+    r2.close()
+    assert not (run / ".lock").exists()
+    RunStore.create(run, "demo", resume=True).close()
+    assert not (run / ".lock").exists()
+
+
+def test_a_lock_taken_on_a_removed_file_is_taken_again(tmp_path, monkeypatch):
+    from pqlab import store as store_mod
+
+    run = tmp_path / "run"
+    RunStore.create(run, "demo").close()
+    real = store_mod._Lock._try_once
+    calls = []
+
+    def racing(self):  # the previous holder removes the file just after we locked it
+        ok = real(self)
+        if not calls:
+            calls.append(1)
+            self.path.unlink()
+        return ok
+
+    monkeypatch.setattr(store_mod._Lock, "_try_once", racing)
+    s = RunStore.create(run, "demo", resume=True)
+    assert (run / ".lock").exists() and len(calls) == 1
+    s.close()

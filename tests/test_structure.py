@@ -145,6 +145,35 @@ def test_own_imports_sit_at_the_top_unless_a_comment_says_why():
     )
 
 
+def unreachable(tree: ast.AST) -> list[int]:
+    """Lines of statements that follow a return, raise, continue or break in the same block
+    (code that never runs: how arguments were once dropped on the way to the engine)."""
+    out = []
+    for node in ast.walk(tree):
+        for name in ("body", "orelse", "finalbody", "handlers"):
+            block = getattr(node, name, None)
+            if not isinstance(block, list):
+                continue
+            for a, b in zip(block, block[1:], strict=False):
+                if isinstance(a, ast.Return | ast.Raise | ast.Continue | ast.Break):
+                    out.append(b.lineno)
+    return out
+
+
+def test_no_unreachable_code():
+    root = SRC.parent
+    found = []
+    for base in ("src", "tests", "benchmarks"):
+        for path in sorted((root / base).rglob("*.py")):
+            found += [f"{path}:{n}" for n in unreachable(ast.parse(path.read_text()))]
+    assert not found, "statements that never run:\n" + "\n".join(found)
+
+
+def test_the_unreachable_check_can_fail():
+    code = "def f(x):\n    out = [x]\n    return out\n    out.append(1)\n"
+    assert unreachable(ast.parse(code)) == [4]
+
+
 def test_the_circle_check_can_fail():
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     assert _cycles({"a": {"b"}, "b": set()}) == []

@@ -41,7 +41,7 @@ def test_specs_become_engine_arguments(chain):
     assert args[args.index("--groups") + 1] == "x25519"
     assert args[args.index("--sigalgs") + 1] == "ecdsa_secp256r1_sha256"
     assert args[args.index("--max-connections") + 1] == "3"
-    assert "--stack" not in args  # the default stack needs no flag
+    assert args[args.index("--stack") + 1] == "openssl"  # the stack is always named
     cargs = client_spec(chain, 4433, n=7, warmup=2, request_bytes=100).args()
     assert cargs[cargs.index("-n") + 1] == "7" and cargs[cargs.index("--warmup") + 1] == "2"
     assert cargs[cargs.index("--expect-group") + 1] == "x25519"
@@ -56,6 +56,104 @@ def test_many_connections_do_not_stall_the_server(chain):
     assert len(recs) == 150
     assert len([r for r in server_recs if r["type"] == "connection"]) == 150
     assert srv.cpu_seconds() is not None and srv.cpu_seconds() > 0
+
+
+# Every field of every spec, set to a value other than its default; (spec class, fields that
+# only name things for other fields: the stack a nested spec's algorithms are named by).
+NAMING_ONLY = {runner.ClientAuth: {"stack"}, runner.Identity: {"stack"}}
+# Fields whose rows are properties derived from them.
+DERIVED = {
+    runner.ServerSpec: {"chain": ("cert_chain", "key")},
+    runner.ClientSpec: {"expected": ("expect_group", "expect_sigalg")},
+    runner.Identity: {"sigalg": ("expect_sigalg",)},
+}
+
+
+def every_field_set(chain, tmp_path):
+    """One instance of each spec with every field set (nested specs included)."""
+    stack = "openssl"
+    tls = runner.Tls(
+        stack=stack,
+        groups=(alg("X25519", "kem"), alg("X25519MLKEM768", "kem")),
+        sigalgs=(alg("ECDSA-P256"),),
+        version="1.2",
+        ciphers="ECDHE-ECDSA-AES128-GCM-SHA256",
+        ciphersuites="TLS_AES_256_GCM_SHA384",
+        security_level=1,
+        events=False,
+        keylog=tmp_path / "keys.log",
+        io_timeout=7,
+    )
+    auth = runner.ClientAuth(stack, ca=chain.root, sigalgs=(alg("ML-DSA-44"),))
+    ident = runner.Identity(stack, chain.chain, chain.key, sigalg=alg("ML-DSA-44"))
+    server = runner.ServerSpec(
+        tls=tls,
+        chain=chain,
+        listen="127.0.0.1:0",
+        max_connections=5,
+        response_mode="none",
+        dh_bits=2048,
+        concurrent=True,
+        max_concurrent=9,
+        threads=3,
+        max_response_bytes=12345,
+        client_auth=auth,
+    )
+    client = runner.ClientSpec(
+        tls=tls,
+        connect="127.0.0.1:4433",
+        ca=chain.root,
+        servername="localhost",
+        n=11,
+        warmup=2,
+        request_bytes=99,
+        gap_ms=4,
+        time_limit=77,
+        expected=Expected(group=alg("X25519", "kem"), sigalg=alg("ECDSA-P256")),
+        identity=ident,
+    )
+    load = runner.LoadSpec(client, mode="open", clients=6, duration_ms=1500, rate=321.5)
+    bulk = runner.BulkSpec(client, push_bytes=1 << 20, pull_bytes=1 << 21)
+    return [tls, auth, ident, server, client, load, bulk]
+
+
+def test_every_field_of_every_spec_reaches_the_engines_argv(chain, tmp_path):
+    import dataclasses
+
+    specs = every_field_set(chain, tmp_path)
+    assert {type(s) for s in specs} >= {
+        c for c in vars(runner).values() if isinstance(c, type) and issubclass(c, runner.Spec)
+    } - {runner.Spec}, "a spec class is missing from this test"
+    for spec in specs:
+        cls = type(spec)
+        rows = {a.field: a for a in cls.ARGS}
+        for f in dataclasses.fields(spec):
+            if f.name in NAMING_ONLY.get(cls, ()):
+                continue
+            names = DERIVED.get(cls, {}).get(f.name, (f.name,))
+            for name in names:
+                assert name in rows, f"{cls.__name__}.{f.name} has no row in ARGS"
+                row = rows[name]
+                argv = spec.args()
+                if row.kind == "spec":
+                    nested = getattr(spec, name)
+                    assert nested.options() and all(str(a) in argv for a in nested.options()), (
+                        f"{cls.__name__}.{name}"
+                    )
+                    continue
+                assert row.flag in argv, f"{cls.__name__}.{name}: {row.flag} not in {argv}"
+                # the flag's value is the field's, not a default
+                if row.kind == "value" and not isinstance(getattr(spec, name), bool):
+                    got = argv[argv.index(row.flag) + 1]
+                    want = getattr(spec, name)
+                    want = f"{want:.6g}" if isinstance(want, float) else str(want)
+                    assert got == want, f"{cls.__name__}.{name}: {got} != {want}"
+
+
+def test_the_table_walk_would_have_caught_dropped_flags(chain):
+    args = server_spec(chain, threads=4, max_response_bytes=1 << 33).args()
+    assert args[args.index("--threads") + 1] == "4"
+    assert args[args.index("--max-response-bytes") + 1] == str(1 << 33)
 
 
 def test_client_check_failures_raise_the_engines_error(chain):

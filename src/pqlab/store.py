@@ -77,20 +77,46 @@ def _dig(d: dict, path: tuple[str, ...]):
 
 class _Lock:
     """`RUN/.lock`: flock(2) exclusive for a writer (PID written inside), shared for readers.
-    Released when the process exits, however it exits."""
+    Released when the process exits, however it exits. The last holder removes the file
+    when it lets go (while still holding the lock: a writer always, a reader when it can take
+    the lock exclusively, so no one else holds it), so a run directory nobody is using holds
+    no lock file; a process that took the lock on a file since removed (it lost that race)
+    sees that the path no longer names its file and tries again. A reader that cannot create
+    the file (a read-only run directory) reads without a lock, as it can only read."""
+
+    ATTEMPTS = 20  # each retry follows a writer that removed the file: bounded
 
     def __init__(self, path: Path, exclusive: bool):
         self.path = path
         self.fd = -1
-        flags = os.O_RDWR | os.O_CREAT if exclusive else os.O_RDONLY
+        self.exclusive = exclusive
+        for _ in range(self.ATTEMPTS):
+            if not self._try_once():
+                return  # no lock file and none wanted (a reader of an unlocked run)
+            if self._still_ours():
+                break
+            os.close(self.fd)
+            self.fd = -1
+        else:
+            raise UserError(f"cannot lock {path}: it keeps being replaced")
+        if exclusive:
+            os.ftruncate(self.fd, 0)
+            os.write(self.fd, f"{os.getpid()}\n".encode())
+
+    def _try_once(self) -> bool:
         try:
-            self.fd = os.open(path, flags | os.O_CLOEXEC, 0o644)
-        except FileNotFoundError:
-            return  # a reader of a run made before locks existed: nothing to share
+            self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         except OSError as e:
-            raise UserError(f"cannot open {path}: {e.strerror}") from None
+            if self.exclusive:
+                raise UserError(f"cannot open {self.path}: {e.strerror}") from None
+            try:  # a reader without write access to the run directory
+                self.fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
+            except OSError:
+                return False  # no lock file and no right to make one: read unlocked
         try:
-            fcntl.flock(self.fd, (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | fcntl.LOCK_NB)
+            fcntl.flock(
+                self.fd, (fcntl.LOCK_EX if self.exclusive else fcntl.LOCK_SH) | fcntl.LOCK_NB
+            )
         except OSError as e:
             holder = self.holder()
             os.close(self.fd)
@@ -98,13 +124,19 @@ class _Lock:
             if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
                 who = f"PID {holder}" if holder else "another process"
                 raise UserError(
-                    f"run directory {str(path.parent)!r} is in use by {who}; wait for it to "
-                    "finish (or stop it and use --resume), or choose another --out"
+                    f"run directory {str(self.path.parent)!r} is in use by {who}; wait for it "
+                    "to finish (or stop it and use --resume), or choose another --out"
                 ) from None
-            raise UserError(f"cannot lock {path}: {e.strerror}") from None
-        if exclusive:
-            os.ftruncate(self.fd, 0)
-            os.write(self.fd, f"{os.getpid()}\n".encode())
+            raise UserError(f"cannot lock {self.path}: {e.strerror}") from None
+        return True
+
+    def _still_ours(self) -> bool:
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            return False
+        mine = os.fstat(self.fd)
+        return (st.st_dev, st.st_ino) == (mine.st_dev, mine.st_ino)
 
     def holder(self) -> int | None:
         try:
@@ -115,6 +147,13 @@ class _Lock:
 
     def release(self) -> None:
         if self.fd >= 0:
+            try:
+                last = self.exclusive or not fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                last = False  # another reader still holds it: the last one removes it
+            if last and self._still_ours():
+                with contextlib.suppress(OSError):
+                    os.unlink(self.path)
             with contextlib.suppress(OSError):
                 os.close(self.fd)
             self.fd = -1

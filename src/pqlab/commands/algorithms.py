@@ -120,6 +120,18 @@ def register(sub) -> None:
         "code point, certificate OID where it differs, as document 004 lists them), the "
         "python harness's cryptography class, and the certificate OID",
     )
+    p.add_argument(
+        "--tls",
+        action="store_true",
+        help="list, per TLS stack of this engine build, every group, server signer, client "
+        "signer and CA algorithm it can use, with code points and the stack's own names "
+        "(with NAME or other filters: only those algorithms)",
+    )
+    p.add_argument(
+        "--stack",
+        metavar="NAME",
+        help="with --tls: only this stack (comma separated for several)",
+    )
     p.add_argument("--json", action="store_true", help="print JSON (every catalogue field)")
     p.set_defaults(func=run)
 
@@ -324,7 +336,101 @@ def format_table(table: list[list[str]], header: list[str] | None = None) -> str
     return "\n".join(lines)
 
 
+TLS_ROLES = ("group", "server", "client", "ca")
+TLS_HEADER = ["stack", "role", "algorithm", "code", "registry", "stack's name"]
+
+
+def tls_rows(chosen: list[stacks.Stack], algs: list[catalog.Algorithm]) -> list[dict]:
+    """Every (stack, role, algorithm) this build can run, catalogue order, and the stack's
+    code points that name no catalogue entry (so nothing the stack can do is hidden)."""
+    out = []
+    known_groups = {a.tls_group for a in catalog.all_algorithms("kem") if a.tls_group}
+    known_sigs = {a.tls_sigscheme for a in catalog.all_algorithms("sig") if a.tls_sigscheme}
+    for st in chosen:
+        for role in TLS_ROLES:
+            for a in algs:
+                if (role == "group") != (a.kind != "sig") or not st.usable(a, role):
+                    continue
+                code = a.tls_group if role == "group" else a.tls_sigscheme
+                out.append(
+                    {
+                        "stack": st.name,
+                        "role": role,
+                        "algorithm": a.name,
+                        "code": None if role == "ca" and code is None else code,
+                        "registry": a.tls_registry or "-",
+                        "stack_name": (
+                            st.groups.get(code) if role == "group" else st.sigalgs.get(code)
+                        )
+                        or "-",
+                    }
+                )
+        for table, known, role in (
+            (st.groups, known_groups, "group"),
+            (st.sigalgs, known_sigs, "server"),
+        ):
+            for code, name in sorted(table.items()):
+                if code not in known:
+                    out.append(
+                        {
+                            "stack": st.name,
+                            "role": role,
+                            "algorithm": "(not catalogued)",
+                            "code": code,
+                            "registry": "-",
+                            "stack_name": name,
+                        }
+                    )
+    return out
+
+
+def run_tls(args, algs: list[catalog.Algorithm]) -> None:
+    names = args.stack.split(",") if args.stack else sorted(stacks.all_stacks())
+    chosen = [stacks.get(n.strip()) for n in names if n.strip()]
+    if not chosen:
+        raise UserError(f"--stack {args.stack!r} names no stack")
+    rows = tls_rows(chosen, algs)
+    if args.json:
+        out = [
+            {
+                "name": st.name,
+                "implementation": st.implementation,
+                "message_events": st.message_events,
+                "limits": st.limits,
+                "algorithms": [r for r in rows if r["stack"] == st.name],
+            }
+            for st in chosen
+        ]
+        print(json.dumps(out, indent=2))
+        return
+    for st in chosen:
+        print(f"{st.name}: {st.implementation}")
+    table = [
+        [
+            r["stack"],
+            r["role"],
+            r["algorithm"],
+            "-" if r["code"] is None else f"0x{r['code']:04x}",
+            r["registry"],
+            r["stack_name"],
+        ]
+        for r in rows
+    ]
+    print(format_table(table, TLS_HEADER) if table else "no algorithm matches these filters")
+    print(
+        f"\n{len(rows)} (stack, role, algorithm) rows. role: group = key exchange; server / "
+        "client = certificate key and CertificateVerify signer; ca = signs certificates "
+        "(no code point needed). registry: iana, or oqs-provider's private-use code point. "
+        "Validation of every command uses this same answer."
+    )
+
+
 def run(args) -> int:
+    if args.stack and not args.tls:
+        raise UserError("--stack NAME goes with --tls (the stacks' algorithms)")
+    if args.tls:
+        run_tls(args, select(args, None))
+        return 0
     have: dict[str, set[str] | None] | None
     warning = ""
     try:

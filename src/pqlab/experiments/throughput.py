@@ -99,10 +99,6 @@ def from_values(values) -> Plan:
     )
 
 
-def _bulk_args(client: runner.ClientSpec, nbytes: int) -> list[str]:
-    return ["tls", "bulk", *client.args()[2:], "--push-bytes", nbytes, "--pull-bytes", nbytes]
-
-
 def run_cell(store, hosts, plan: Plan, group, suite: str, chain, cpus) -> None:
     stack = stacks.get(plan.stack)
     tls = runner.Tls(
@@ -134,7 +130,7 @@ def run_cell(store, hosts, plan: Plan, group, suite: str, chain, cpus) -> None:
             expected=expected,
         )
         proc = process.EngineProcess(
-            _bulk_args(client, plan.nbytes),
+            runner.BulkSpec(client, push_bytes=plan.nbytes, pull_bytes=plan.nbytes).argv(),
             "TLS bulk client",
             topo=hosts,
             side="client",

@@ -25,10 +25,70 @@ from pqlab.tls.chains import Chain
 from pqlab.tls.negotiation import Expected
 
 # --- typed specs ---------------------------------------------------------------------------------
+#
+# Each spec turns into engine arguments through one table (`ARGS`): a row per field, saying
+# which flag carries it and how. `argv()` walks the table, so a field cannot be forgotten on
+# the way to the engine; tests/test_tls_runner.py sets every field of every spec and finds
+# each flag in the argv and in the engine's own record of what it ran with.
 
 
 @dataclass(frozen=True)
-class Tls:
+class Arg:
+    """One row of a spec's argument table: the spec field, the engine flag and how the value
+    is written (`kind`): "value" (the value; None leaves the flag out), "switch" (the flag
+    alone when true), "in" / "secret-out" (a file the engine reads / a 0600 file it writes,
+    marked for the host that runs it), "groups" / "sigalgs" (catalogue algorithms by the
+    stack's own names, joined with ':'), "spec" (a nested spec's own arguments)."""
+
+    field: str
+    flag: str = ""
+    kind: str = "value"
+
+
+def _render(spec, arg: Arg) -> list:
+    value = getattr(spec, arg.field)
+    if arg.kind == "spec":
+        return value.options() if value is not None else []
+    if value is None or value == () or (arg.kind == "switch" and not value):
+        return []
+    if arg.kind == "switch":
+        return [arg.flag]
+    if arg.kind == "in":
+        return [arg.flag, InFile(Path(value))]
+    if arg.kind == "secret-out":
+        return [arg.flag, OutFile(Path(value), "secret")]
+    if arg.kind in ("groups", "sigalgs"):
+        st = stacks.get(spec.stack)
+        name = st.group_name if arg.kind == "groups" else st.sigalg_name
+        return [arg.flag, ":".join(name(a) for a in value)]
+    if isinstance(value, bool):
+        return [arg.flag, "on" if value else "off"]
+    if isinstance(value, float):
+        return [arg.flag, f"{value:.6g}"]
+    return [arg.flag, str(value)]
+
+
+class Spec:
+    """What every spec shares: `options()` (the table's arguments), `argv()` (the engine
+    command and its options, files marked), `args()` (the same as plain strings)."""
+
+    COMMAND: tuple[str, ...] = ()
+    ARGS: tuple[Arg, ...] = ()
+
+    def options(self) -> list:
+        return [a for row in self.ARGS for a in _render(self, row)]
+
+    def argv(self) -> list:
+        """The engine arguments, files marked for the host that runs them
+        (`pqlab.process`)."""
+        return [*self.COMMAND, *self.options()]
+
+    def args(self) -> list[str]:
+        return [str(a) for a in self.argv()]
+
+
+@dataclass(frozen=True)
+class Tls(Spec):
     """What both ends are configured with."""
 
     stack: str = stacks.DEFAULT_STACK
@@ -40,35 +100,57 @@ class Tls:
     security_level: int | None = None
     events: bool = True
     keylog: Path | None = None
+    io_timeout: int | None = None  # seconds; None: the engine's default (30)
 
-    def args(self) -> list[str]:
-        return [str(a) for a in self.argv()]
-
-    def argv(self) -> list:
-        """The arguments, files marked for the host that runs them (`pqlab.process`)."""
-        st = stacks.get(self.stack)
-        out: list = []
-        if self.stack != stacks.DEFAULT_STACK:
-            out += ["--stack", self.stack]
-        if self.groups:
-            out += ["--groups", ":".join(st.group_name(g) for g in self.groups)]
-        if self.sigalgs:
-            out += ["--sigalgs", ":".join(st.sigalg_name(s) for s in self.sigalgs)]
-        out += ["--tls-version", self.version]
-        if self.ciphers:
-            out += ["--ciphers", self.ciphers]
-        if self.ciphersuites:
-            out += ["--ciphersuites", self.ciphersuites]
-        if self.security_level is not None:
-            out += ["--security-level", str(self.security_level)]
-        out += ["--events", "on" if self.events else "off"]
-        if self.keylog is not None:
-            out += ["--keylog", OutFile(Path(self.keylog), "secret")]
-        return out
+    ARGS = (
+        Arg("stack", "--stack"),
+        Arg("groups", "--groups", "groups"),
+        Arg("sigalgs", "--sigalgs", "sigalgs"),
+        Arg("version", "--tls-version"),
+        Arg("ciphers", "--ciphers"),
+        Arg("ciphersuites", "--ciphersuites"),
+        Arg("security_level", "--security-level"),
+        Arg("events", "--events"),
+        Arg("keylog", "--keylog", "secret-out"),
+        Arg("io_timeout", "--io-timeout"),
+    )
 
 
 @dataclass(frozen=True)
-class ServerSpec:
+class ClientAuth(Spec):
+    """Mutual TLS on the server: the roots a client chain must validate against and the
+    schemes accepted for its CertificateVerify."""
+
+    stack: str
+    ca: Path
+    sigalgs: tuple[Algorithm, ...] = ()
+
+    ARGS = (Arg("ca", "--client-ca", "in"), Arg("sigalgs", "--client-sigalgs", "sigalgs"))
+
+
+@dataclass(frozen=True)
+class Identity(Spec):
+    """Mutual TLS on the client: its certificate chain and key, and the scheme its
+    CertificateVerify must use."""
+
+    stack: str
+    cert_chain: Path
+    key: Path
+    sigalg: Algorithm | None = None
+
+    ARGS = (
+        Arg("cert_chain", "--cert-chain", "in"),
+        Arg("key", "--key", "in"),
+        Arg("expect_sigalg", "--expect-client-sigalg", "sigalgs"),
+    )
+
+    @property
+    def expect_sigalg(self) -> tuple[Algorithm, ...]:
+        return (self.sigalg,) if self.sigalg is not None else ()
+
+
+@dataclass(frozen=True)
+class ServerSpec(Spec):
     tls: Tls
     chain: Chain
     listen: str  # "IP:PORT" (port 0: any free port; see the listening record)
@@ -79,34 +161,39 @@ class ServerSpec:
     max_concurrent: int | None = None  # the worker pool's size when concurrent
     threads: int | None = None  # a fixed pool of accepting threads (capacity)
     max_response_bytes: int | None = None  # largest GET/PULL/PUSH size accepted
+    client_auth: ClientAuth | None = None  # mutual TLS
 
-    def args(self) -> list[str]:
-        return [str(a) for a in self.argv()]
+    COMMAND = ("tls", "server")
+    ARGS = (
+        Arg("listen", "--listen"),
+        Arg("cert_chain", "--cert-chain", "in"),
+        Arg("key", "--key", "in"),
+        Arg("tls", kind="spec"),
+        Arg("max_connections", "--max-connections"),
+        Arg("response_mode", "--response-mode"),
+        Arg("dh_bits", "--dh-bits"),
+        Arg("concurrent", "--concurrent", "switch"),
+        Arg("max_concurrent", "--max-concurrent"),
+        Arg("threads", "--threads"),
+        Arg("max_response_bytes", "--max-response-bytes"),
+        Arg("client_auth", kind="spec"),
+    )
 
-    def argv(self) -> list:
-        out: list = ["tls", "server", "--listen", self.listen]
-        out += ["--cert-chain", InFile(Path(self.chain.chain))]
-        out += ["--key", InFile(Path(self.chain.key))]
-        out += self.tls.argv()
-        if self.max_connections is not None:
-            out += ["--max-connections", str(self.max_connections)]
-        out += ["--response-mode", self.response_mode]
-        if self.dh_bits is not None:
-            out += ["--dh-bits", str(self.dh_bits)]
-        if self.concurrent:
-            out.append("--concurrent")
-            if self.max_concurrent is not None:
-                out += ["--max-concurrent", str(self.max_concurrent)]
-        return out
-        if self.threads is not None:
-            out += ["--threads", str(self.threads)]
-        if self.max_response_bytes is not None:
-            out += ["--max-response-bytes", str(self.max_response_bytes)]
-        return out
+    @property
+    def cert_chain(self) -> Path:
+        return self.chain.chain
+
+    @property
+    def key(self) -> Path:
+        return self.chain.key
+
+    def __post_init__(self) -> None:
+        if self.max_concurrent is not None and not self.concurrent:
+            raise ValueError("max_concurrent sizes the pool of a concurrent server")
 
 
 @dataclass(frozen=True)
-class ClientSpec:
+class ClientSpec(Spec):
     tls: Tls
     connect: str  # "HOST:PORT"
     ca: Path
@@ -117,32 +204,39 @@ class ClientSpec:
     gap_ms: int = 0
     time_limit: int = 3600
     expected: Expected = field(default_factory=Expected)
+    identity: Identity | None = None  # mutual TLS
 
-    def args(self) -> list[str]:
-        return [str(a) for a in self.argv()]
+    COMMAND = ("tls", "client")
+    ARGS = (
+        Arg("connect", "--connect"),
+        Arg("ca", "--ca", "in"),
+        Arg("servername", "--servername"),
+        Arg("tls", kind="spec"),
+        Arg("n", "-n"),
+        Arg("warmup", "--warmup"),
+        Arg("request_bytes", "--request-bytes"),
+        Arg("gap_ms", "--gap-ms"),
+        Arg("time_limit", "--time-limit"),
+        Arg("expect_group", "--expect-group", "groups"),
+        Arg("expect_sigalg", "--expect-sigalg", "sigalgs"),
+        Arg("identity", kind="spec"),
+    )
 
-    def argv(self) -> list:
-        st = stacks.get(self.tls.stack)
-        out: list = ["tls", "client", "--connect", self.connect]
-        out += ["--ca", InFile(Path(self.ca))]
-        if self.servername:
-            out += ["--servername", self.servername]
-        out += self.tls.argv()
-        out += ["-n", str(self.n), "--warmup", str(self.warmup)]
-        if self.request_bytes is not None:
-            out += ["--request-bytes", str(self.request_bytes)]
-        if self.gap_ms:
-            out += ["--gap-ms", str(self.gap_ms)]
-        out += ["--time-limit", str(self.time_limit)]
-        if self.expected.group is not None:
-            out += ["--expect-group", st.group_name(self.expected.group)]
-        if self.expected.sigalg is not None:
-            out += ["--expect-sigalg", st.sigalg_name(self.expected.sigalg)]
-        return out
+    @property
+    def stack(self) -> str:
+        return self.tls.stack
+
+    @property
+    def expect_group(self) -> tuple[Algorithm, ...]:
+        return (self.expected.group,) if self.expected.group is not None else ()
+
+    @property
+    def expect_sigalg(self) -> tuple[Algorithm, ...]:
+        return (self.expected.sigalg,) if self.expected.sigalg is not None else ()
 
 
 @dataclass(frozen=True)
-class LoadSpec:
+class LoadSpec(Spec):
     """`tls load`: the client's options (`client.n` is the most measured handshakes, its
     `warmup` per worker, its `time_limit` the bound on everything) and the load shape."""
 
@@ -152,18 +246,36 @@ class LoadSpec:
     duration_ms: int
     rate: float | None = None  # open loop: arrivals per second
 
-    def args(self) -> list[str]:
-        out = ["tls", "load", *self.client.args()[2:]]
-        out += ["--mode", self.mode, "--clients", str(self.clients)]
-        out += ["--duration-ms", str(self.duration_ms)]
-        if self.rate is not None:
-            out += ["--rate", f"{self.rate:.6g}"]
-        return out
+    COMMAND = ("tls", "load")
+    ARGS = (
+        Arg("client", kind="spec"),
+        Arg("mode", "--mode"),
+        Arg("clients", "--clients"),
+        Arg("duration_ms", "--duration-ms"),
+        Arg("rate", "--rate"),
+    )
+
+
+@dataclass(frozen=True)
+class BulkSpec(Spec):
+    """`tls bulk`: one handshake, then `push_bytes` to the server and `pull_bytes` back, per
+    connection of the client's options."""
+
+    client: ClientSpec
+    push_bytes: int
+    pull_bytes: int
+
+    COMMAND = ("tls", "bulk")
+    ARGS = (
+        Arg("client", kind="spec"),
+        Arg("push_bytes", "--push-bytes"),
+        Arg("pull_bytes", "--pull-bytes"),
+    )
 
 
 def run_load(spec: LoadSpec, topo=None, cpu=None, timeout: float = 3600) -> dict:
     """Run the load generator to completion; its `load_result` record."""
-    proc = EngineProcess(spec.args(), "TLS load generator", topo=topo, side="client", cpu=cpu)
+    proc = EngineProcess(spec.argv(), "TLS load generator", topo=topo, side="client", cpu=cpu)
     try:
         records = proc.finish(timeout)
     finally:
