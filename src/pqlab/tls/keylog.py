@@ -55,7 +55,7 @@ TAG_LEN = 16  # every TLS 1.3 AEAD this module supports has a 16-byte tag
 TLS13 = 0x0304
 
 # Handshake message names exactly as the callback path produces them: the engine names
-# each type (engine/src/tls/common.rs handshake_type_name) and the lab turns the ones it
+# each type (engine/src/tls/record.rs handshake_type_name) and the lab turns the ones it
 # analyses into message names (pqlab.tls.records.MESSAGE_NAMES); any other type
 # keeps the engine's lower-case name. A test checks this table against MESSAGE_NAMES.
 HANDSHAKE_NAMES = {
