@@ -327,3 +327,32 @@ def test_lost_handshake_ack_completes_with_the_client_hello(tmp_path):
     server = dict(h.phases["server"])
     assert server["ACK sending"] == 110_000 and server["ACK rcv -> Client Hello rcv"] == 0
     assert sum(ns for _, ns in h.phases["server"]) == h.total_ns
+
+
+def _ordered_points(**moved) -> dict[str, int]:
+    """Points of a well-ordered handshake (one per microsecond, in flow order), some moved."""
+    flow = ["1", "A", "B", "2", "3", "C", "4", "D", "E", "F", "G", "H", "5", "6", "7", "8", "9"]
+    p = {k: i * 1000 for i, k in enumerate(flow)}
+    p.update(moved)
+    return p
+
+
+def test_cross_host_orderings_within_the_clock_uncertainty_are_recorded_not_fatal():
+    # 3 -> C crosses the hosts: C seen 51 ns before 3, as on a LAN whose offset is known
+    # to +-20 us, is a disagreement to record.
+    p = _ordered_points(C=_ordered_points()["3"] - 51)
+    assert hp.order_disagreements(p, clock_tolerance_ns=20_000) == [("3", "C", 51)]
+    # One clock (tolerance 0): the same order is an analysis error, as before.
+    with pytest.raises(hp.AnalysisError, match="point C .* precedes point 3"):
+        hp.order_disagreements(p, clock_tolerance_ns=0)
+    # Beyond the uncertainty: an error that says so.
+    far = _ordered_points(C=_ordered_points()["3"] - 50_000)
+    with pytest.raises(hp.AnalysisError, match="uncertainty"):
+        hp.order_disagreements(far, clock_tolerance_ns=20_000)
+
+
+def test_one_capture_out_of_order_is_an_error_whatever_the_clocks():
+    p = _ordered_points(E=_ordered_points()["D"] - 10)  # D -> E: both on the server
+    with pytest.raises(hp.AnalysisError, match="point E .* precedes point D"):
+        hp.order_disagreements(p, clock_tolerance_ns=1e9)
+    assert hp.order_disagreements(_ordered_points(), 0) == []

@@ -39,7 +39,7 @@ pytestmark = [
     ),
 ]
 
-CLIENT_IP, SERVER_IP = "198.18.0.1", "198.18.0.2"
+CLIENT_IP, SERVER_IP, LOOP = "198.18.0.1", "198.18.0.2", "127.0.0.1"
 SMALL = ["--groups", "X25519,ML-KEM-768", "--server-sig", "RSA-2048", "--ca-sig", "RSA-2048"]
 
 
@@ -107,18 +107,18 @@ def _wait_ssh(lab: Lab, ip: str, port: int = 22) -> None:
         time.sleep(0.2)
 
 
-@pytest.fixture(scope="module")
-def lab(tmp_path_factory):
+def _ssh_lab(d: Path, profile, shaper: str):
+    """Two namespaces joined by `profile`'s link (None: a plain veth pair), each running
+    sshd, plus one listening on the client namespace's loopback."""
     from pqlab.net.profiles import parse_profile
     from pqlab.net.shaping import build_hosts
 
-    d = tmp_path_factory.mktemp("sshlab")
     host_pub = _keygen(d / "host_key").split()
     (d / "authorized_keys").write_text(_keygen(d / "client_key"))
     (d / "authorized_keys").chmod(0o600)
     _keygen(d / "other_key")  # a key the hosts do not accept
     (d / "known_hosts").write_text(
-        "".join(f"{ip} {host_pub[0]} {host_pub[1]}\n" for ip in (CLIENT_IP, SERVER_IP))
+        "".join(f"{ip} {host_pub[0]} {host_pub[1]}\n" for ip in (CLIENT_IP, SERVER_IP, LOOP))
         + "".join(f"[{ip}]:2222 {host_pub[0]} {host_pub[1]}\n" for ip in (SERVER_IP,))
     )
     cfg = d / "ssh_config"
@@ -127,7 +127,7 @@ def lab(tmp_path_factory):
         f"  UserKnownHostsFile {d}/known_hosts\n"
     )
     Path("/run/sshd").mkdir(exist_ok=True)  # sshd's privilege separation directory
-    topo = build_hosts(parse_profile("rtt=2ms"), "userspace")
+    topo = build_hosts(parse_profile(profile) if profile else None, shaper)
     topo.start()
     sshds = []
     try:
@@ -137,13 +137,15 @@ def lab(tmp_path_factory):
             ("server", "server", SERVER_IP, 22, ""),
             # A host without /usr/sbin in the sessions' PATH: no ethtool there.
             ("bare", "server", SERVER_IP, 2222, "SetEnv PATH=/usr/bin:/bin"),
+            # The client machine itself, reached over its loopback.
+            ("loop", "client", LOOP, 22, ""),
         ):
             conf = d / f"sshd-{name}.conf"
             conf.write_text(SSHD_CONFIG.format(port=port, ip=ip, dir=d, name=name, extra=extra))
             sshds.append(
                 subprocess.Popen(topo.exec_argv(side, [SSHD, "-D", "-e", "-f", str(conf)]))
             )
-        for ip in (CLIENT_IP, SERVER_IP):
+        for ip in (CLIENT_IP, SERVER_IP, LOOP):
             _wait_ssh(lab, ip)
         yield lab
     finally:
@@ -152,6 +154,19 @@ def lab(tmp_path_factory):
         for p in sshds:
             p.wait(timeout=10)
         topo.stop()
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory):
+    """The hosts joined by a delayed link (1 ms each way)."""
+    yield from _ssh_lab(tmp_path_factory.mktemp("sshlab"), "rtt=2ms", "userspace")
+
+
+@pytest.fixture(scope="module")
+def lan(tmp_path_factory):
+    """The hosts joined by a plain veth pair: tens of microseconds apart, like a LAN or two
+    hosts in one rack (and one clock, which pqlab does not know across SSH)."""
+    yield from _ssh_lab(tmp_path_factory.mktemp("sshlan"), None, "auto")
 
 
 def pqlab_in(lab: Lab, *args, env: dict | None = None, timeout: float = 300):
@@ -324,6 +339,74 @@ def test_same_tables_and_the_injected_offset_is_recovered(lab, clean, tmp_path):
     assert server["clock"]["clocksource"] and server["machine"]["cpu"]["count"]
     assert meta["topologies"][pair]["sides"]["client"]["kind"] == "local"
     assert "cross-host phases are uncertain" in (far / "report.html").read_text()
+
+
+def test_a_fast_lan_completes_with_the_same_tables(lan, tmp_path):
+    """Two hosts microseconds apart: orderings across the captures that disagree by less
+    than the clock offset's uncertainty are recorded and marked, never fatal."""
+    one, far = tmp_path / "one-machine", tmp_path / "remote"
+    cell = [
+        "--groups",
+        "X25519,X25519MLKEM768",
+        "--server-sig",
+        "ECDSA-P256,ML-DSA-44",
+        "--ca-sig",
+        "ML-DSA-44",
+        "-n",
+        "30",
+    ]
+    r = subprocess.run(
+        [sys.executable, "-m", "pqlab", "handshake", *cell, "--out", one],
+        capture_output=True,
+        text=True,
+        env=pqlab_env(),
+        timeout=600,
+    )
+    assert r.returncode == 0, r.stderr
+    shutil.copytree(one / "certs", far / "certs")
+    r = pqlab_in(
+        lan,
+        "handshake",
+        *cell,
+        "--server-host",
+        f"root@{SERVER_IP}",
+        *ssh_opts(lan),
+        "--out",
+        far,
+        timeout=600,
+    )
+    assert r.returncode == 0, r.stderr
+    names = sorted(p.name for p in (one / "tables").glob("*.csv"))
+    assert names == sorted(p.name for p in (far / "tables").glob("*.csv"))
+    for name in names:
+        a, b = rows(one / "tables" / name), rows(far / "tables" / name)
+        assert len(a) == len(b) and list(a[0]) == list(b[0]), name
+        if name in COMPARE_EXACT:  # ECDSA signatures vary in length: ML-DSA rows only
+            exact = [
+                (x, y) for x, y in zip(a, b, strict=True) if x.get("server_sig") != "ECDSA-P256"
+            ]
+            assert exact and all(x == y for x, y in exact), name
+    con = duckdb.connect(str(far / "results.duckdb"), read_only=True)
+    try:
+        n, disagreed = con.execute(
+            "SELECT count(*), sum(order_disagreements) FROM handshake_raw"
+        ).fetchone()
+        u = con.execute("SELECT max(uncertainty_ns) FROM handshake_clock").fetchone()[0]
+    finally:
+        con.close()
+    print(f"{n} handshakes across a plain veth, {disagreed} orderings within +-{u:.0f} ns")
+    assert n == 4 * 30
+
+
+def test_a_host_over_this_machines_loopback_is_refused_before_anything(lab, clean, tmp_path):
+    out = tmp_path / "loop"
+    r = pqlab_in(
+        lab, "handshake", *SMALL, "--server-host", f"root@{LOOP}", *ssh_opts(lab), "--out", out
+    )
+    assert r.returncode == 2, r.stderr
+    line = r.stderr.strip().splitlines()[-1]
+    assert "loopback" in line and "twice" in line, r.stderr
+    assert not out.exists()
 
 
 def _engines(lab: Lab, side: str, what: str) -> list[str]:

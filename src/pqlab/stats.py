@@ -91,6 +91,13 @@ class Cause(enum.Enum):
         "check the link with 'pqlab linktest --profile ...'; a busy machine or a wrong "
         "profile moves TTLB away from the model",
     )
+    CLOCK_ORDER = (
+        "clock-order",
+        "Events across hosts closer than their clocks can tell apart",
+        "the hosts are closer than the clock offset is known (a LAN): phases across hosts "
+        "are marked below_clock_uncertainty; read the one-host phases, or synchronise the "
+        "clocks better (PTP) for the cross-host ones",
+    )
     CPU_CONTENDED = (
         "cpu-contended",
         "The CPU was shared during timing",

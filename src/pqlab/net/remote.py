@@ -338,10 +338,41 @@ def plan(values, needs_capture: bool, what: str) -> RemotePlan | None:
 def _check_host(result: RemotePlan, spec: HostSpec, side: str, needs_capture: bool, what):
     host = remote_host(spec, result.config)
     host.check(needs_capture)
+    if needs_capture:
+        _refuse_loopback(host.conn.peer_ip, spec, side, what)
     host.test_offset_ns = result.test_offsets.get(side, 0)
     result.hosts[spec.name] = {**host.metadata(), "clock": host.clock()}
     for d in host.stale_removed:
         print(f"{what}: removed {d} left on {spec.name} by an earlier run", file=sys.stderr)
+
+
+def via_loopback(address: str | None) -> bool:
+    """Whether this machine reaches `address` over its loopback interface (127.0.0.0/8,
+    ::1, or one of its own addresses, which Linux routes through `lo`)."""
+    if not address:
+        return False
+    try:
+        if ipaddress.ip_address(address).is_loopback:
+            return True
+    except ValueError:
+        return False
+    try:
+        route = subprocess.run(
+            ["ip", "-o", "route", "get", address], capture_output=True, text=True, timeout=10
+        ).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return re.search(r"\bdev lo\b", route) is not None
+
+
+def _refuse_loopback(peer: str | None, spec: HostSpec, side: str, what: str) -> None:
+    if via_loopback(peer):
+        raise UserError(
+            f"{what}: {spec.name} is reached over this machine's loopback ({peer}): a capture "
+            "on 'lo' records every packet twice, leaving and arriving, so neither side's "
+            f"timing can be read; drop --{side}-host to run both sides in the lab's own "
+            "namespaces, or name a host on a real interface"
+        )
 
 
 def _check_test_offsets(p: RemotePlan) -> None:

@@ -13,6 +13,7 @@ from pqlab.experiment import CompareSpec, Experiment
 from pqlab.experiments.handshake import plan as _plan
 from pqlab.experiments.handshake import report as _report
 from pqlab.experiments.handshake import run as _run
+from pqlab.experiments.handshake import schema as _schema
 
 
 class Handshake(Experiment):
@@ -22,6 +23,7 @@ class Handshake(Experiment):
     needs_net = True
     options = _plan.OPTIONS
     cells = _plan.CELLS
+    migrations = _schema.MIGRATIONS
     plan_module, run_module, report_module = _plan, _run, _report
     compare = (
         CompareSpec(

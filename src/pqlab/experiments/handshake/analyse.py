@@ -106,6 +106,7 @@ def handshake_row(idx: int, cport: int, h: hp.Handshake, crec: dict, srec: dict)
         "server_total_retrans": info.get("total_retrans"),
         "server_snd_mss": info.get("snd_mss"),
         "points": json.dumps({k: v - p["1"] for k, v in p.items()}),
+        "order_disagreements": f["order_disagreements"],
     }
     for side, name, col in SIZE_COLUMNS:
         row[col] = sizes.get(f"{side} {name}")
@@ -184,9 +185,11 @@ def analyse_cell(
     stack=None,
     expect_cc: str | None = None,
     records_of=callback_records,
+    clock_tolerance_ns: float = 0,
 ):
     """Per-handshake rows and phase rows for one cell (without the cell's labels).
-    `records_of(client_record, server_record)` gives the TLS records both sides wrote."""
+    `records_of(client_record, server_record)` gives the TLS records both sides wrote;
+    `clock_tolerance_ns` how far the two captures' clocks may disagree (0: one clock)."""
     c_by_port = _by_client_port(client_pcap, port)
     s_by_port = _by_client_port(server_pcap, port)
     rows, phases = [], []
@@ -202,7 +205,14 @@ def analyse_cell(
         cconn, sconn = cl.pop(0), sl.pop(0)
         mss = int((srec.get("tcp_info") or {}).get("snd_mss") or 1448)
         try:
-            h = hp.analyse(cconn, sconn, records_of(crec, srec), mss=mss, initcwnd=initcwnd)
+            h = hp.analyse(
+                cconn,
+                sconn,
+                records_of(crec, srec),
+                mss=mss,
+                initcwnd=initcwnd,
+                clock_tolerance_ns=clock_tolerance_ns,
+            )
         except hp.AnalysisError as e:
             raise EngineError(f"handshake {idx} (client port {cport}): {e}") from None
         rows.append(handshake_row(idx, cport, h, crec, srec))

@@ -29,18 +29,6 @@ CREATE TABLE IF NOT EXISTS handshake_clock (
     phase_uncertainty_ns DOUBLE, method TEXT, chrony_bound_ns DOUBLE,
     clock_client JSON, clock_server JSON, test_injected_ns BIGINT)
 """
-# Columns the cross-host runs add to the experiment's own tables (schema.py), so that a
-# one-machine run and a remote run have the same tables.
-EXTRA_COLUMNS = {
-    "handshake_raw": [("host_pair", "TEXT")],
-    "handshake_capture": [("host_pair", "TEXT")],
-    "handshake_phase": [
-        ("host_pair", "TEXT"),
-        ("cross_host", "BOOLEAN"),
-        ("clock_uncertainty_ns", "DOUBLE"),
-        ("below_clock_uncertainty", "BOOLEAN"),
-    ],
-}
 CROSS_HOST = {
     view: {name for name, a, b, _ in table if a.isdigit() != b.isdigit()}
     for view, table in hp.VIEWS.items()
@@ -49,9 +37,6 @@ CROSS_HOST = {
 
 def ensure(store) -> None:
     store.ensure_table(CLOCK_DDL)
-    for table, cols in EXTRA_COLUMNS.items():
-        for name, kind in cols:
-            store.con.execute(f"ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {name} {kind}")
 
 
 @dataclass

@@ -336,39 +336,69 @@ def wire_bytes(conn: Connection, until_ns: int) -> tuple[int, int]:
     return client, server
 
 
+# Every pair of points whose order the flow fixes: a cause and what follows from it.
+ORDER = (
+    ("1", "A"),
+    ("A", "B"),
+    ("B", "2"),
+    ("2", "3"),
+    ("3", "C"),
+    ("3", "4"),
+    ("4", "D"),
+    ("D", "E"),
+    ("E", "F"),
+    ("F", "G"),
+    ("G", "H"),
+    ("E", "5"),
+    ("5", "6"),
+    ("6", "7"),
+    ("7", "8"),
+    ("H", "8"),
+    ("8", "9"),
+)
+
+
+def order_disagreements(p: dict[str, int], clock_tolerance_ns: float = 0) -> list[tuple]:
+    """Pairs of points in the wrong order, as (a, b, how far b precedes a in ns). A pair
+    whose two points come from one capture must never be out of order, nor a pair across
+    the two captures by more than `clock_tolerance_ns` (the uncertainty of the offset
+    between their clocks; 0 when they share one): either raises AnalysisError. Pairs across
+    captures out of order by less are returned: what two clocks known only that well can
+    show when the hosts are close (a LAN, or two namespaces of one machine seen as hosts)."""
+    out = []
+    for a, b in ORDER:
+        if p[b] >= p[a]:
+            continue
+        cross = a.isdigit() != b.isdigit()
+        gap = p[a] - p[b]
+        if not cross or gap > clock_tolerance_ns:
+            why = (
+                f"by more than the clock offset's uncertainty ({clock_tolerance_ns:.0f} ns)"
+                if cross and clock_tolerance_ns
+                else ""
+            )
+            raise AnalysisError(
+                f"point {b} ({p[b]}) precedes point {a} ({p[a]}): the two captures "
+                f"disagree about the order of events{' ' + why if why else ''}"
+            )
+        out.append((a, b, gap))
+    return out
+
+
 def analyse(
     client_conn: Connection,
     server_conn: Connection,
     records: list[TlsRecord],
     mss: int = 1448,
     initcwnd: int = 10,
+    clock_tolerance_ns: float = 0,
 ) -> Handshake:
+    """One handshake taken apart. `clock_tolerance_ns`: how far the two captures' clocks may
+    disagree (see `order_disagreements`)."""
     p = points(client_conn, server_conn, records)
-    for a, b in (
-        ("1", "A"),
-        ("A", "B"),
-        ("B", "2"),
-        ("2", "3"),
-        ("3", "C"),
-        ("3", "4"),
-        ("4", "D"),
-        ("D", "E"),
-        ("E", "F"),
-        ("F", "G"),
-        ("G", "H"),
-        ("E", "5"),
-        ("5", "6"),
-        ("6", "7"),
-        ("7", "8"),
-        ("H", "8"),
-        ("8", "9"),
-    ):
-        if p[b] < p[a]:
-            raise AnalysisError(
-                f"point {b} ({p[b]}) precedes point {a} ({p[a]}): the two "
-                "captures disagree about the order of events"
-            )
+    disagreements = order_disagreements(p, clock_tolerance_ns)
     flight = server_flight(client_conn, server_conn, records, mss, initcwnd)
+    flight["order_disagreements"] = len(disagreements)
     flight["client_wire_bytes"], flight["server_wire_bytes"] = wire_bytes(client_conn, p["9"])
     flight["client_hello_segments"], flight["server_hello_segments"] = hello_segments(
         client_conn, server_conn, records

@@ -157,6 +157,7 @@ def run_cell(
             stacks.get(plan.stack),
             hosts.tcp.congestion_control,
             records_of=_records_source(plan, cell_clock.server_pcap, keylog),
+            clock_tolerance_ns=cell_clock.phase_uncertainty_ns,
         )
         label = pair.label if pair is not None else None
         _commit(
@@ -268,6 +269,21 @@ def _commit(
                 f"handshake {cid}", stats.summarize([r["handshake_ns"] for r in rows])
             ),
         )
+        disagreed = sum(1 for r in rows if r.get("order_disagreements"))
+        if disagreed:
+            store.add_warnings(
+                EXPERIMENT,
+                cid,
+                [
+                    stats.Warning_(
+                        stats.Cause.CLOCK_ORDER,
+                        cid,
+                        f"{disagreed} of {len(rows)} handshakes had events on the two hosts "
+                        "in an order the two capture clocks cannot resolve (within "
+                        f"{clock_row['uncertainty_ns'] / 1e3:.1f} us)",
+                    )
+                ],
+            )
         drops = sum(s["kernel_drops"] for s in summaries.values())
         if drops:
             store.add_warnings(

@@ -19,20 +19,20 @@ CREATE TABLE IF NOT EXISTS handshake_raw (
     negotiated_group TEXT, negotiated_sigalg TEXT, congestion_control TEXT, chain_sent TEXT,
     server_snd_cwnd INTEGER, server_total_retrans INTEGER, server_snd_mss INTEGER,
     points JSON, stack TEXT, message_source TEXT,
-    client_hello_segments INTEGER, server_hello_segments INTEGER)
+    client_hello_segments INTEGER, server_hello_segments INTEGER, host_pair TEXT,
+    order_disagreements INTEGER)
 """
-# Columns added after the first release: added to an older run's table when it is resumed.
-RAW_ADDED = {"client_hello_segments": "INTEGER", "server_hello_segments": "INTEGER"}
 PHASE_DDL = """
 CREATE TABLE IF NOT EXISTS handshake_phase (
     cell_id TEXT, "group" TEXT, server_sig TEXT, ca_sig TEXT, idx INTEGER,
-    view TEXT, phase_order INTEGER, phase TEXT, family TEXT, ns BIGINT)
+    view TEXT, phase_order INTEGER, phase TEXT, family TEXT, ns BIGINT, host_pair TEXT,
+    cross_host BOOLEAN, clock_uncertainty_ns DOUBLE, below_clock_uncertainty BOOLEAN)
 """
 CAPTURE_DDL = """
 CREATE TABLE IF NOT EXISTS handshake_capture (
     cell_id TEXT, side TEXT, packets BIGINT, kernel_packets BIGINT, kernel_drops BIGINT,
     userspace_timestamps BIGINT, pcap TEXT, seconds DOUBLE, handshakes INTEGER,
-    topology JSON)
+    topology JSON, host_pair TEXT)
 """
 
 # What the server and the client processes cost (document 000 says the load is negligible):
@@ -45,10 +45,30 @@ CREATE TABLE IF NOT EXISTS handshake_load (
 """
 
 
+# Columns added after a table's first release, in the order the tables above end with them:
+# the store adds them to an older run's tables when it opens the run.
+ADDED = {
+    "handshake_raw": [
+        ("client_hello_segments", "INTEGER"),
+        ("server_hello_segments", "INTEGER"),
+        ("host_pair", "TEXT"),
+        ("order_disagreements", "INTEGER"),
+    ],
+    "handshake_capture": [("host_pair", "TEXT")],
+    "handshake_phase": [
+        ("host_pair", "TEXT"),
+        ("cross_host", "BOOLEAN"),
+        ("clock_uncertainty_ns", "DOUBLE"),
+        ("below_clock_uncertainty", "BOOLEAN"),
+    ],
+}
+MIGRATIONS = tuple(
+    f"ALTER TABLE IF EXISTS {table} ADD COLUMN IF NOT EXISTS {name} {kind}"
+    for table, cols in ADDED.items()
+    for name, kind in cols
+)
+
+
 def ensure(store) -> None:
     for ddl in (RAW_DDL, PHASE_DDL, CAPTURE_DDL, LOAD_DDL):
         store.ensure_table(ddl)
-    have = store.columns("handshake_raw")
-    for col, kind in RAW_ADDED.items():
-        if col not in have:
-            store.con.execute(f"ALTER TABLE handshake_raw ADD COLUMN {col} {kind}")
