@@ -72,6 +72,19 @@ def test_issue_matrix_produces_every_cell(tmp_path):
         assert int(r["aad_bytes"]) == 13
     assert (out / "tables" / "aead_aes_128_gcm_vs_chacha.csv").exists()
     assert (out / "figures" / "aead_fair_encrypt.png").exists()
+    # Document 001's section 5.4.2: what AES-NI is worth, per cipher and record size.
+    ratios = _rows(out / "tables" / "aead_aesni_ratio.csv")
+    assert {(r["cipher"], r["record_bytes"], r["direction"]) for r in ratios} == {
+        (c, s, d) for c, _, s, d in want
+    }
+    by = {(r["cipher"], r["record_bytes"], r["direction"]): r for r in ratios}
+    for r in ratios:
+        on, off = float(r["aesni_on_cpu_mb_per_s"]), float(r["aesni_off_cpu_mb_per_s"])
+        assert float(r["on_over_off"]) == pytest.approx(on / off, rel=0.01)
+    # Software AES-GCM (the documents' mask also removes the vector units) is several
+    # times slower on any x86 CPU with AES-NI.
+    assert float(by[("aes-128-gcm", "16384", "encrypt")]["on_over_off"]) > 2
+    assert (out / "figures" / "aead_aesni_ratio.png").exists()
     html = (out / "report.html").read_text()
     assert "CCM" in html and "~0x200000200000000" in html
     # The report is rebuilt from the database alone.
@@ -114,7 +127,11 @@ def test_speed_compatible_mode_and_baselines(tmp_path):
     assert by[("aes-128-gcm", "speed-compatible")]["aad_bytes"] == "0"
     assert "stream" in by[("chacha20-poly1305", "speed-compatible")]["nonce"]
     assert by[("aes-128-ecb", "fair")]["aad_bytes"] == "0"
-    assert _rows(out / "tables" / "aead_poly1305_overhead.csv")
+    poly = _rows(out / "tables" / "aead_poly1305_overhead.csv")
+    assert poly
+    for r in poly:  # the document's ratio and the extra time read the same measurement
+        ratio, pct = float(r["chacha20_poly1305_over_chacha20"]), float(r["poly1305_overhead_pct"])
+        assert ratio == pytest.approx(1 / (1 + pct / 100), rel=0.01)
     assert _rows(out / "tables" / "aead_modes.csv")
 
 
