@@ -258,3 +258,36 @@ def test_the_measuring_process_reports_its_own_peak_memory():
     # the engine is a 17 MB static binary linking OpenSSL and liboqs: megabytes, not the
     # few hundred KiB of a fresh exec
     assert 2048 < sizes[0]["vm_hwm_kib"] < 200_000, sizes[0]
+
+
+def test_fixed_time_mode_gives_the_liboqs_speed_table_from_raw_samples(tmp_path):
+    """Document 004's liboqs table: `--seconds S`, as many runs as fit; every column
+    recomputed here from the raw samples."""
+    out = tmp_path / "speed"
+    r = run_pqlab(
+        "primitives", "--kem", "ML-KEM-512", "--backend", "liboqs", "--seconds", "0.2",
+        "--warmup", "5", "--out", out,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    with open(out / "tables" / "primitives_speed.csv", newline="") as f:
+        rows = {row["operation"]: row for row in csv.DictReader(f)}
+    assert set(rows) == {"keygen", "encaps", "decaps"}
+    con = duckdb.connect(str(out / "results.duckdb"), read_only=True)
+    try:
+        for op, row in rows.items():
+            ns = np.array(
+                con.execute(
+                    "SELECT ns FROM primitive_samples WHERE operation = ? AND NOT dropped", [op]
+                ).fetchall(),
+                dtype=float,
+            ).ravel()
+            assert int(row["iterations"]) == len(ns) > 100
+            assert float(row["total_time_s"]) == pytest.approx(ns.sum() / 1e9, abs=1e-3)
+            assert float(row["total_time_s"]) >= 0.2  # each operation got its seconds
+            assert float(row["mean_us"]) == pytest.approx(ns.mean() / 1e3, rel=1e-3)
+            assert float(row["pop_stdev_us"]) == pytest.approx(ns.std(ddof=0) / 1e3, rel=1e-3)
+            assert float(row["seconds_per_op"]) == 0.2
+    finally:
+        con.close()
+    bad = run_pqlab("primitives", "--kem", "X25519", "--backend", "python", "--seconds", "1")
+    assert bad.returncode == 2 and "fixed-time" in bad.stderr

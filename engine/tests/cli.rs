@@ -182,3 +182,59 @@ fn failures_carry_their_kind_and_exit_code() {
     assert_eq!(out.status.code(), Some(6), "{recs:?}");
     assert_eq!(recs.last().unwrap()["kind"], "io");
 }
+
+#[test]
+fn fixed_time_mode_runs_each_operation_for_its_seconds_and_keeps_every_sample() {
+    // liboqs's speed_kem style: as many operations as fit, each checked.
+    let (out, recs) = run(&[
+        "kem",
+        "--backend",
+        "openssl",
+        "--alg",
+        "X25519",
+        "--seconds",
+        "0.05",
+        "--iterations",
+        "10000000",
+        "--warmup",
+        "0",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{recs:?}");
+    let done: Vec<_> = recs.iter().filter(|r| r["type"] == "op_done").collect();
+    assert_eq!(done.len(), 3, "{done:?}"); // keygen, public_key, shared_secret
+    for d in &done {
+        let own = d["own_seconds"].as_f64().unwrap();
+        assert!(own >= 0.05, "{d}");
+        assert_eq!(d["budget_exhausted"], false, "{d}");
+        let op = d["op"].as_str().unwrap();
+        let kept = recs
+            .iter()
+            .filter(|r| r["type"] == "sample" && r["op"] == op && r["dropped"] == false)
+            .count();
+        assert_eq!(kept as u64, d["kept"].as_u64().unwrap(), "{op}");
+        assert!(kept > 10, "{op}: only {kept} runs in 50 ms");
+        let sum: u64 = recs
+            .iter()
+            .filter(|r| r["type"] == "sample" && r["op"] == op && r["dropped"] == false)
+            .map(|r| r["ns"].as_u64().unwrap())
+            .sum();
+        assert!(
+            (sum as f64 / 1e9 - own).abs() < 1e-6,
+            "{op}: {sum} ns vs {own} s"
+        );
+    }
+    let (out, recs) = run(&[
+        "kem",
+        "--backend",
+        "openssl",
+        "--alg",
+        "X25519",
+        "--seconds",
+        "0",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(recs.last().unwrap()["message"]
+        .as_str()
+        .unwrap()
+        .contains("--seconds"));
+}

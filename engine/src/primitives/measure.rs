@@ -36,6 +36,10 @@ pub struct Plan {
     pub warmup: usize,
     /// Time budget per phase, seconds (None: none).
     pub max_seconds: Option<f64>,
+    /// Fixed-time mode (liboqs `speed_kem` / `speed_sig` style): instead of `iterations`,
+    /// a phase runs until each of its operations has spent at least this many seconds in
+    /// its own timed runs (`iterations` is then only the cap).
+    pub seconds_per_op: Option<f64>,
     /// Emit one record per timed run.
     pub emit_samples: bool,
 }
@@ -168,6 +172,8 @@ fn run_phase(
     let total = plan.iterations + 1;
     let start = monotonic_ns();
     let deadline = plan.max_seconds.map(|s| start + (s * 1e9) as u64);
+    let own_target_ns = plan.seconds_per_op.map(|s| (s * 1e9) as u64);
+    let mut own_ns = vec![0u64; ops.len()]; // each operation's own timed nanoseconds
     let mut done = 0usize;
     let mut budget_exhausted = false;
     while done < total {
@@ -175,11 +181,19 @@ fn run_phase(
             budget_exhausted = true;
             break;
         }
+        if done >= 2 && own_target_ns.is_some_and(|t| own_ns.iter().all(|&n| n >= t)) {
+            break;
+        }
         let n = (total - done).min(BATCH);
         let min = 2usize.saturating_sub(done).min(n);
         let got = batch(n, min, deadline)?;
         let k = got[0].len();
         debug_assert!(got.iter().all(|s| s.len() == k));
+        for (acc, samples) in own_ns.iter_mut().zip(&got) {
+            // The dropped first run does not count towards the fixed time either.
+            let skip = usize::from(done == 0);
+            *acc += samples.iter().skip(skip).map(|s| s.ns).sum::<u64>();
+        }
         if plan.emit_samples {
             for (op, samples) in ops.iter().zip(&got) {
                 for (j, s) in samples.iter().enumerate() {
@@ -194,11 +208,12 @@ fn run_phase(
         done += k;
     }
     let elapsed = (monotonic_ns() - start) as f64 / 1e9;
-    for op in ops {
+    for (op, own) in ops.iter().zip(&own_ns) {
         emit(&json!({
             "type": "op_done", "op": op, "timed_runs": done, "kept": done - 1,
             "requested": plan.iterations, "warmup_runs": warmed,
             "budget_exhausted": budget_exhausted, "phase_seconds": elapsed,
+            "own_seconds": *own as f64 / 1e9, "seconds_per_op": plan.seconds_per_op,
         }));
     }
     Ok(())
@@ -488,7 +503,7 @@ pub fn start_record(
     json!({
         "type": "start", "kind": kind, "backend": backend, "algorithm": alg, "params": params,
         "operations": ops, "iterations": plan.iterations, "warmup": plan.warmup,
-        "max_seconds": plan.max_seconds, "batch": BATCH, "message_bytes": MESSAGE_LEN,
+        "max_seconds": plan.max_seconds, "seconds_per_op": plan.seconds_per_op, "batch": BATCH, "message_bytes": MESSAGE_LEN,
         "clock": "CLOCK_MONOTONIC", "cycles": if super::timer::cycles().is_some() { "rdtsc" } else { "none" },
         "dropped": "index 0 of each operation (one extra timed run)",
     })

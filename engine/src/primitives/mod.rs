@@ -75,6 +75,12 @@ pub struct Common {
     /// always made.
     #[arg(long)]
     max_seconds: Option<f64>,
+    /// Fixed-time mode, like liboqs's speed_kem / speed_sig: each operation runs until it
+    /// has spent at least this many seconds in its own timed runs (above 0, at most 86400);
+    /// --iterations is then only the cap. Operations paired in one phase (encaps and
+    /// decaps, sign and verify) run equally often: each output of one is the other's input.
+    #[arg(long)]
+    seconds: Option<f64>,
     /// Do not emit sample records (sizes only).
     #[arg(long)]
     no_samples: bool,
@@ -118,10 +124,19 @@ fn plan(c: &Common) -> Result<Plan> {
             );
         }
     }
+    if let Some(s) = c.seconds {
+        if !(s.is_finite() && s > 0.0 && s <= MAX_PHASE_SECONDS) {
+            crate::bail!(
+                Usage,
+                "--seconds {s} must be above 0 and at most {MAX_PHASE_SECONDS} seconds"
+            );
+        }
+    }
     Ok(Plan {
         iterations: c.iterations as usize,
         warmup: c.warmup as usize,
         max_seconds: c.max_seconds,
+        seconds_per_op: c.seconds,
         emit_samples: !c.no_samples,
     })
 }

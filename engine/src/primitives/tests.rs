@@ -11,6 +11,7 @@ fn plan() -> Plan {
         iterations: 3,
         warmup: 1,
         max_seconds: None,
+        seconds_per_op: None,
         emit_samples: false,
     }
 }

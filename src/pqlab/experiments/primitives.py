@@ -47,8 +47,12 @@ CREATE TABLE IF NOT EXISTS primitive_runs (
     algorithm TEXT, backend TEXT, kind TEXT, operation TEXT, engine_args JSON,
     iterations INTEGER, warmup INTEGER, max_seconds DOUBLE, timed_runs INTEGER,
     kept INTEGER, warmup_runs INTEGER, budget_exhausted BOOLEAN, phase_seconds DOUBLE,
-    checks_passed BIGINT, negative_checks JSON)
+    checks_passed BIGINT, negative_checks JSON, seconds_per_op DOUBLE)
 """
+# Runs made before the fixed-time mode.
+MIGRATIONS = (
+    "ALTER TABLE IF EXISTS primitive_runs ADD COLUMN IF NOT EXISTS seconds_per_op DOUBLE",
+)
 # What each cell's measuring process cost the machine (document 000 says the load is
 # negligible): wall and CPU time (getrusage of the finished process), its peak resident set,
 # and for the python harness its own per-sample floor and library versions.
@@ -144,6 +148,7 @@ def run_cells(
     warmup: int,
     max_seconds: float | None,
     skipped_warning: list[Warning_] = (),
+    seconds: float | None = None,
 ) -> None:
     store.ensure_table(SAMPLES_DDL)
     store.ensure_table(RUNS_DDL)
@@ -159,7 +164,7 @@ def run_cells(
         progress.advance(len(cells) - len(todo))
         for cell in todo:
             progress.start(f"{cell.algorithm.name} ({cell.backend})")
-            measure_cell(store, cell, iterations, warmup, max_seconds)
+            measure_cell(store, cell, iterations, warmup, max_seconds, seconds)
             progress.advance()
 
 
@@ -189,7 +194,7 @@ def _usage(proc, wall_s: float, peak_kib: int | None, samples: int, start_rec: d
     }
 
 
-def _read_cell(cell: Cell, args: list[str], max_seconds: float | None):
+def _read_cell(cell: Cell, args: list[str], max_seconds: float | None, seconds: float | None):
     """The measuring process's records for one cell: samples (columns), op_done records, the
     checks and sizes records, and what the process cost; EngineError naming the cell if
     anything is missing or a check failed."""
@@ -197,8 +202,10 @@ def _read_cell(cell: Cell, args: list[str], max_seconds: float | None):
 
     samples: dict[str, list] = {k: [] for k in ("operation", "i", "ns", "cycles", "dropped")}
     op_done, found = [], {}
-    # Three timed phases, each bounded by --max-seconds (or a day without one), plus start-up.
-    timeout = 3 * (max_seconds or 86_400) + 600
+    # Three timed phases, each bounded by --max-seconds (or a day without one; in fixed-time
+    # mode by twice --seconds per operation, and one operation's run beyond it), plus start-up.
+    bound = max_seconds or (4 * seconds + 60 if seconds else 86_400)
+    timeout = 3 * bound + 600
     started = time.monotonic()
     try:
         proc = _process(cell, args)
@@ -267,12 +274,19 @@ def _cell_warnings(cell: Cell, samples: dict, op_done: list[dict]) -> list[Warni
 
 
 def measure_cell(
-    store: RunStore, cell: Cell, iterations: int, warmup: int, max_seconds: float | None
+    store: RunStore,
+    cell: Cell,
+    iterations: int,
+    warmup: int,
+    max_seconds: float | None,
+    seconds: float | None = None,
 ) -> None:
     args = cell.engine_args() + ["--iterations", str(iterations), "--warmup", str(warmup)]
     if max_seconds:
         args += ["--max-seconds", f"{max_seconds:g}"]
-    samples, op_done, checks, size_rec, usage = _read_cell(cell, args, max_seconds)
+    if seconds:
+        args += ["--seconds", f"{seconds:g}"]
+    samples, op_done, checks, size_rec, usage = _read_cell(cell, args, max_seconds, seconds)
     n = len(samples["i"])
     name, backend = cell.algorithm.name, cell.backend
     warnings = _cell_warnings(cell, samples, op_done)
@@ -299,6 +313,7 @@ def measure_cell(
                     "phase_seconds": r["phase_seconds"],
                     "checks_passed": checks["passed"],
                     "negative_checks": json.dumps(checks["negative"]),
+                    "seconds_per_op": r.get("seconds_per_op"),
                 }
                 for r in op_done
             ],
@@ -444,6 +459,12 @@ def export(store: RunStore) -> Section | None:
         ),
     )
     section.table(csv_path, "Summary per algorithm, backend and operation (microseconds)")
+    section.table(
+        store.export_table("primitives_speed", SPEED_SQL),
+        "As liboqs's speed_kem / speed_sig print it (document 004's table): iterations, "
+        "total time of the operation's own runs, mean and population standard deviation of "
+        "time and CPU cycles; seconds_per_op is set for a fixed-time run (--seconds)",
+    )
     if ratios:
         items = "".join(
             f"<li>{html.escape(r['algorithm'])} {html.escape(r['operation'])}: OpenSSL "
@@ -474,6 +495,31 @@ def summarize(store: RunStore):
     return primitives_report.summarize(store)
 
 
+# Document 004's liboqs benchmark table (speed_kem / speed_sig output), derived from the
+# kept raw samples: iterations, total time, mean and population standard deviation of the
+# time and of the CPU cycles; pqlab's median and robust CV beside them.
+SPEED_SQL = """
+WITH runs AS (
+    SELECT algorithm, backend, operation, any_value(seconds_per_op) AS seconds_per_op
+    FROM primitive_runs GROUP BY ALL)
+SELECT s.algorithm, s.backend, s.operation,
+       count(*) AS iterations,
+       round(sum(s.ns) / 1e9, 3) AS total_time_s,
+       round(avg(s.ns) / 1e3, 3) AS mean_us,
+       round(stddev_pop(s.ns) / 1e3, 3) AS pop_stdev_us,
+       round(avg(s.cycles)) AS mean_cycles,
+       round(stddev_pop(s.cycles)) AS pop_stdev_cycles,
+       round(median(s.ns) / 1e3, 3) AS median_us,
+       round((quantile_cont(s.ns, 0.75) - quantile_cont(s.ns, 0.25)) / median(s.ns), 4)
+           AS robust_cv,
+       any_value(r.seconds_per_op) AS seconds_per_op
+FROM primitive_samples s LEFT JOIN runs r USING (algorithm, backend, operation)
+WHERE NOT s.dropped
+GROUP BY s.algorithm, s.backend, s.operation
+ORDER BY min(s.rowid)
+"""
+
+
 def _ratio_text(r: float) -> str:
     if r >= 1:
         return f"OpenSSL {r:.1f}x slower"
@@ -482,6 +528,7 @@ def _ratio_text(r: float) -> str:
 
 # --- the experiment ---------------------------------------------------------------------------
 
+DEFAULT_ITERATIONS = 1000
 MAX_ITERATIONS = 1_000_000  # samples are kept in memory by the engine (16 bytes each)
 MAX_WARMUP = 100_000
 MAX_SECONDS = 86_400.0
@@ -495,10 +542,17 @@ class Plan:
     iterations: int
     warmup: int
     max_seconds: float | None
+    seconds: float | None = None  # fixed-time mode: own seconds per operation
 
 
 def from_values(values) -> Plan:
-    iterations = units.parse_positive_int(values.iterations, "--iterations")
+    seconds = None
+    if getattr(values, "seconds", None) is not None:
+        seconds = units.parse_duration(values.seconds, "--seconds")
+        if not 0 < seconds <= MAX_SECONDS:
+            raise UserError(f"--seconds {values.seconds!r}: above 0 and at most 86400")
+    default = MAX_ITERATIONS if seconds else DEFAULT_ITERATIONS
+    iterations = units.parse_positive_int(values.iterations or str(default), "--iterations")
     if iterations > MAX_ITERATIONS:
         raise UserError(f"--iterations {values.iterations!r}: at most {MAX_ITERATIONS}")
     warmup = units.parse_positive_int(values.warmup, "--warmup", minimum=0)
@@ -508,7 +562,12 @@ def from_values(values) -> Plan:
     if max_seconds > MAX_SECONDS:
         raise UserError(f"--max-seconds {values.max_seconds!r}: at most 86400 (one day)")
     cells, skipped = selection(values, python_ok=True)
-    return Plan(cells, skipped, values.backend, iterations, warmup, max_seconds or None)
+    if seconds and any(c.backend == "python" for c in cells):
+        raise UserError(
+            "--seconds: the python harness has no fixed-time mode; use --iterations with "
+            "--backend python, or --seconds with openssl and liboqs"
+        )
+    return Plan(cells, skipped, values.backend, iterations, warmup, max_seconds or None, seconds)
 
 
 def measure(plan: Plan, store) -> None:
@@ -519,6 +578,7 @@ def measure(plan: Plan, store) -> None:
         plan.warmup,
         plan.max_seconds,
         skipped_warnings(plan.skipped, plan.backend),
+        plan.seconds,
     )
 
 
@@ -527,15 +587,23 @@ class Primitives(Experiment):
     help = "time KEM and signature operations (keygen, encaps/decaps, sign/verify)"
     description = __doc__.split("\n\n")[0]
     cells = CELLS
+    migrations = MIGRATIONS
     options = (
         *SELECTION_OPTIONS,
         Option(
             "iterations",
             f"kept timed runs per operation (one more is made first and dropped; at most "
-            f"{MAX_ITERATIONS})",
-            default="1000",
+            f"{MAX_ITERATIONS}; default {DEFAULT_ITERATIONS}, or with --seconds the most "
+            "runs allowed)",
             metavar="N",
             short="-n",
+        ),
+        Option(
+            "seconds",
+            "fixed-time mode, like liboqs's speed_kem / speed_sig (document 004's table): each "
+            "operation runs until it has spent at least S seconds in its own timed runs, as "
+            "many runs as fit; tables/primitives_speed.csv has that table's columns",
+            metavar="S",
         ),
         Option(
             "warmup",
@@ -563,7 +631,7 @@ class Primitives(Experiment):
     )
 
     def resume_key(self, plan: Plan) -> dict:
-        key = {"iterations": plan.iterations, "warmup": plan.warmup}
+        key = {"iterations": plan.iterations, "warmup": plan.warmup, "seconds": plan.seconds}
         if any(c.backend == "python" for c in plan.cells):
             # The python harness's library is not the engine's: a resume must use the same.
             harness = _python_versions()
