@@ -8,6 +8,7 @@ import pytest
 from pqlab import pcap
 from pqlab.experiments.handshake import phases as hp
 from pqlab.pcap import ACK, PSH, SYN
+from pqlab.tls import flight
 
 CLIENT, SERVER, PORT = "198.18.0.1", "198.18.0.2", 4433
 ONE_WAY = 50_000  # ns between the two capture points
@@ -188,7 +189,7 @@ def test_large_flight_split_by_buffer_and_stalled_by_cwnd(tmp_path):
     w.send(80_000, False, SYN, 0, ack=0)
     w.send(140_000, True, 0, 0, ack=0)
     w.send(200_000, True, PSH, 0, 300, ack=0)
-    writes = hp.simulate_write_buffer(
+    writes = flight.OPENSSL.writes(
         [
             r.end - p
             for r, p in zip(
@@ -240,7 +241,7 @@ def test_large_flight_split_by_buffer_and_stalled_by_cwnd(tmp_path):
     ],
 )
 def test_write_buffer_model(sizes, expected):
-    assert hp.simulate_write_buffer(sizes) == expected
+    assert flight.OPENSSL.writes(sizes) == expected
 
 
 def test_missing_segment_is_an_error(tmp_path):

@@ -23,6 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from pqlab.pcap import ACK, SYN, Connection, Segment
+from pqlab.tls.flight import OPENSSL, WriteModel
 from pqlab.tls.records import TlsRecord
 
 # Phase name (as in the document's legend), from point, to point, colour family.
@@ -65,8 +66,6 @@ MESSAGE_POINTS = [
     ("server", "Finished", "H", "8"),
     ("client", "Finished", "9", "I"),
 ]
-
-WRITE_BUFFER = 4096  # OpenSSL's buffering BIO during the handshake (bf_buff.c default)
 
 
 class AnalysisError(Exception):
@@ -195,34 +194,6 @@ def phases_from_points(p: dict[str, int]) -> dict[str, list[tuple[str, int]]]:
     return out
 
 
-def simulate_write_buffer(record_sizes: list[int], size: int = WRITE_BUFFER) -> list[int]:
-    """Stream offsets at which OpenSSL's buffering BIO hands data to the socket, for records
-    written in this order and a flush after the last one (bf_buff.c `buffer_write`: data
-    that fits is kept; otherwise the buffer is topped up and written, data of at least the
-    buffer size goes straight through, and a smaller rest is kept)."""
-    writes, held, offset = [], 0, 0
-    for n in record_sizes:
-        if size - held >= n:
-            held += n
-            offset += n
-            continue
-        if held:
-            take = size - held
-            offset += take
-            n -= take
-            writes.append(offset)
-            held = 0
-        if n >= size:
-            offset += n
-            writes.append(offset)
-            n = 0
-        held = n
-        offset += n
-    if held:
-        writes.append(offset)
-    return writes
-
-
 class _FlightReplay:
     """The server capture replayed up to the segment carrying the end of Finished: flight
     segments, retransmissions, and stalls on the congestion window.
@@ -289,9 +260,11 @@ def server_flight(
     records: list[TlsRecord],
     mss: int,
     initcwnd: int,
+    write_model: WriteModel = OPENSSL,
 ) -> dict:
     """What the server sent from ServerHello to Finished, as seen in the server's capture:
-    segments, bytes, where OpenSSL's write buffer split it, whether it waited for an ACK."""
+    segments, bytes, where the stack's writes split it (its write model, `pqlab.tls.flight`),
+    whether it waited for an ACK."""
     fin_end = message_end(records, "server", "Finished")
     cert_end = message_end(records, "server", "Certificate")
     server_records = sorted(
@@ -301,7 +274,7 @@ def server_flight(
     for r in server_records:
         sizes.append(r.end - prev)
         prev = r.end
-    predicted = simulate_write_buffer(sizes)
+    predicted = write_model.writes(sizes)
 
     last = covering(server_conn, False, fin_end)
     replay = _FlightReplay(predicted, initcwnd)
@@ -392,12 +365,13 @@ def analyse(
     mss: int = 1448,
     initcwnd: int = 10,
     clock_tolerance_ns: float = 0,
+    write_model: WriteModel = OPENSSL,
 ) -> Handshake:
     """One handshake taken apart. `clock_tolerance_ns`: how far the two captures' clocks may
     disagree (see `order_disagreements`)."""
     p = points(client_conn, server_conn, records)
     disagreements = order_disagreements(p, clock_tolerance_ns)
-    flight = server_flight(client_conn, server_conn, records, mss, initcwnd)
+    flight = server_flight(client_conn, server_conn, records, mss, initcwnd, write_model)
     flight["order_disagreements"] = len(disagreements)
     flight["client_wire_bytes"], flight["server_wire_bytes"] = wire_bytes(client_conn, p["9"])
     flight["client_hello_segments"], flight["server_hello_segments"] = hello_segments(

@@ -16,11 +16,16 @@ from pqlab.experiments.handshake import summary as summary_part
 from pqlab.experiments.handshake.analyse import SIZE_COLUMNS
 from pqlab.experiments.handshake.plan import DEFAULT_GROUPS, DEFAULT_SIGS
 from pqlab.report.section import Section, template
+from pqlab.tls import flight
 
+_T = flight.thresholds()
+# Document 000's thresholds (section 4-3-2), from OpenSSL's write model (pqlab.tls.flight).
 THRESHOLDS = [
-    (4096, "4096 B: write buffer"),
-    (8192, "8192 B: two buffers"),
-    (14232, "14232 B: 4096 + 7 x 1448 (10 segments)"),
+    (_T["buffer"], f"{_T['buffer']} B: write buffer"),
+    (_T["two_buffers"], f"{_T['two_buffers']} B: two buffers"),
+    (_T["nine_segments"], f"{_T['nine_segments']} B: 4096 + 6 x 1448 (9 segments)"),
+    (_T["cwnd_after_two_buffers"], f"{_T['cwnd_after_two_buffers']} B: 8192 + 4 x 1448"),
+    (_T["cwnd_after_one_buffer"], f"{_T['cwnd_after_one_buffer']} B: 4096 + 7 x 1448"),
 ]
 FAMILY_COLOURS = {
     "transmission": ["#00441b", "#1b7837", "#41ab5d", "#74c476", "#a1d99b", "#c7e9c0"],
