@@ -405,7 +405,7 @@ def test_a_host_over_this_machines_loopback_is_refused_before_anything(lab, clea
     )
     assert r.returncode == 2, r.stderr
     line = r.stderr.strip().splitlines()[-1]
-    assert "loopback" in line and "twice" in line, r.stderr
+    assert "loopback" in line and "twice" in line and "this machine" in line, r.stderr
     assert not out.exists()
 
 
@@ -662,7 +662,10 @@ def test_an_inventory_with_two_pairs(lab, clean, tmp_path):
     ).fetchall()
     assert pairs == [("local->s", 5), ("s->c", 5)]
     cells = sorted(c for (c,) in db.execute("SELECT cell_id FROM cells").fetchall())
-    assert cells == ["X25519|ECDSA-P256|ECDSA-P256@local->s", "X25519|ECDSA-P256|ECDSA-P256@s->c"]
+    assert cells == [
+        "X25519|ECDSA-P256|ECDSA-P256|openssl@local->s",
+        "X25519|ECDSA-P256|ECDSA-P256|openssl@s->c",
+    ]
     # Each server's certificate names the address its clients connect to.
     assert (out / "certs" / "ECDSA-P256__ECDSA-P256__198.18.0.1" / "chain.pem").exists()
     assert {r["host_pair"] for r in rows(out / "tables" / "handshake_pairs.csv")} == {

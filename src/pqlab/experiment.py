@@ -170,17 +170,23 @@ class CellId:
     pair: str | None = None
 
     def __post_init__(self) -> None:
-        for part in (*self.axes, *(self.options), self.stack or "", self.pair or ""):
-            if "|" in part or "@" in part:
-                raise UserError(f"{part!r} cannot name a cell: it contains '|' or '@'")
+        for part in (*self.axes, *self.options, self.stack or ""):
+            if "|" in part:
+                raise UserError(f"{part!r} cannot name a cell: it contains '|'")
         for part in (*self.axes, self.stack or ""):
             if part.startswith("+"):
                 raise UserError(f"{part!r} cannot name a cell: it starts with '+'")
+        # '@' starts the host pair in the last part; axes before it may hold one
+        # (a link profile named after a host pair, "local->root@host").
+        if "@" in self._parts()[-1]:
+            raise UserError(f"{self._parts()[-1]!r} cannot end a cell id: it contains '@'")
+
+    def _parts(self) -> list[str]:
+        parts = [*self.axes, *([self.stack] if self.stack is not None else [])]
+        return parts + [f"+{o}" for o in self.options]
 
     def __str__(self) -> str:
-        parts = [*self.axes, *([self.stack] if self.stack is not None else [])]
-        parts += [f"+{o}" for o in self.options]
-        text = "|".join(parts)
+        text = "|".join(self._parts())
         return f"{text}@{self.pair}" if self.pair else text
 
     def label(self) -> str:
@@ -225,8 +231,9 @@ class Cells:
     def parse(self, text: str) -> CellId:
         """A stored cell id read back (this pqlab's form and the forms older runs stored:
         no stack means the default stack)."""
-        head, _, pair = text.partition("@")
-        parts = head.split("|")
+        parts = text.split("|")
+        last, _, pair = parts[-1].partition("@")  # the host pair follows the last part
+        parts[-1] = last
         if parts[0] in self.aux:
             return CellId(tuple(parts), None, (), pair or None)
         options = tuple(p[1:] for p in parts if p.startswith("+"))

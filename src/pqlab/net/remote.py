@@ -326,6 +326,8 @@ def plan(values, needs_capture: bool, what: str) -> RemotePlan | None:
             spec = pair.side(side)
             if spec is not None and not spec.local and spec.name not in result.hosts:
                 _check_host(result, spec, side, needs_capture, what)
+        if needs_capture:
+            _refuse_one_machine(pair, result.config, what)
     if offsets:
         print(
             f"warning: {clock.TEST_OFFSET_ENV}={os.environ[clock.TEST_OFFSET_ENV]}: TEST ONLY, "
@@ -338,8 +340,6 @@ def plan(values, needs_capture: bool, what: str) -> RemotePlan | None:
 def _check_host(result: RemotePlan, spec: HostSpec, side: str, needs_capture: bool, what):
     host = remote_host(spec, result.config)
     host.check(needs_capture)
-    if needs_capture:
-        _refuse_loopback(host.conn.peer_ip, spec, side, what)
     host.test_offset_ns = result.test_offsets.get(side, 0)
     result.hosts[spec.name] = {**host.metadata(), "clock": host.clock()}
     for d in host.stale_removed:
@@ -365,13 +365,27 @@ def via_loopback(address: str | None) -> bool:
     return re.search(r"\bdev lo\b", route) is not None
 
 
-def _refuse_loopback(peer: str | None, spec: HostSpec, side: str, what: str) -> None:
-    if via_loopback(peer):
+def _where(spec: HostSpec | None, config: tuple[str, ...]) -> str:
+    """Which machine runs a side: "here" for this one (no host, or a host this machine
+    reaches over its own loopback), else the address the SSH connection reached."""
+    if spec is None or spec.local:
+        return "here"
+    peer = remote_host(spec, config).conn.peer_ip
+    return "here" if via_loopback(peer) else str(peer)
+
+
+def _refuse_one_machine(pair: HostPair, config: tuple[str, ...], what: str) -> None:
+    """Both sides of a pair on one machine talk over its loopback, where a capture records
+    every packet twice (leaving and arriving) and neither side's timing can be read."""
+    client, server = _where(pair.client, config), _where(pair.server, config)
+    if client == server:
+        host = pair.server or pair.client
         raise UserError(
-            f"{what}: {spec.name} is reached over this machine's loopback ({peer}): a capture "
-            "on 'lo' records every packet twice, leaving and arriving, so neither side's "
-            f"timing can be read; drop --{side}-host to run both sides in the lab's own "
-            "namespaces, or name a host on a real interface"
+            f"{what}: {pair.label}: both sides run on {'this machine' if client == 'here' else client}"
+            f" ({host.name if host else 'local'}), so they would talk over its loopback, where "
+            "a capture records every packet twice (leaving and arriving) and neither side's "
+            "timing can be read; drop the host options to run both sides in the lab's own "
+            "namespaces, or name hosts on a real interface"
         )
 
 
