@@ -220,3 +220,50 @@ def test_pqlab_connect_refuses_other_group(tmp_path):
     assert res.returncode == 7, res.stderr
     assert len(res.stderr.strip().splitlines()) == 1
     assert "handshake failure" in res.stderr
+
+
+def test_mutual_tls_between_serve_connect_and_s_client(tmp_path):
+    """`serve --client-sig` asks for a client certificate; `pqlab connect` presenting the one
+    serve wrote completes with the client's scheme checked on both ends, openssl s_client
+    with it too, and a client without one is refused."""
+    srv = Serve(
+        "--group", "X25519MLKEM768", "--sig", "ML-DSA-44", "--ca", "ML-DSA-44",
+        "--client-sig", "ECDSA-P256", "--client-ca-sig", "ML-DSA-44",
+        "--cert-dir", str(tmp_path / "certs"),
+    )  # fmt: skip
+    try:
+        text = "".join(srv.lines)
+        m = re.search(r"--client-cert (\S+) --client-key (\S+)", text)
+        assert m, text
+        cert, key = m.groups()
+        assert os.stat(key).st_mode & 0o777 == 0o600
+        ok = run_pqlab(
+            "connect", f"127.0.0.1:{srv.port}", "--ca", srv.root, "--servername", "localhost",
+            "--group", "X25519MLKEM768", "--sig", "ML-DSA-44", "-n", "3",
+            "--client-sig", "ECDSA-P256", "--client-cert", cert, "--client-key", key,
+        )  # fmt: skip
+        assert ok.returncode == 0, ok.stderr
+        assert ok.stdout.count("client signature ecdsa_secp256r1_sha256") == 3, ok.stdout
+        s_client = subprocess.run(
+            [
+                openssl_bin(), "s_client", "-connect", f"127.0.0.1:{srv.port}",
+                "-CAfile", srv.root, "-cert", cert, "-key", key, "-groups", "X25519MLKEM768",
+                "-servername", "localhost", "-verify_return_error", "-brief",
+            ],
+            input="", capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert s_client.returncode == 0, s_client.stdout + s_client.stderr
+        # TLS 1.3: a client without a certificate finishes its side of the handshake before
+        # the server answers with an alert, so it sees the refusal when it reads.
+        refused = run_pqlab(
+            "connect", f"127.0.0.1:{srv.port}", "--ca", srv.root, "--servername", "localhost",
+            "--group", "X25519MLKEM768", "--request-bytes", "10",
+        )  # fmt: skip
+        assert refused.returncode == 7, refused.stdout + refused.stderr
+        half = run_pqlab(
+            "connect", f"127.0.0.1:{srv.port}", "--ca", srv.root, "--client-sig", "ECDSA-P256"
+        )
+        assert half.returncode == 2 and "--client-cert" in half.stderr
+    finally:
+        out, _ = srv.stop()
+    assert "connection 0" in out and "failed" in out

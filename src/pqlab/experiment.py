@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
 
+from pqlab import catalog, units
 from pqlab.errors import UserError
 from pqlab.tls import stacks
 
@@ -154,6 +155,48 @@ def parse_stack(values: argparse.Namespace) -> stacks.Stack:
 def parse_stacks(values: argparse.Namespace) -> list[stacks.Stack]:
     """The stacks of `--stack A,B` (each checked against this engine build)."""
     return stacks.parse_stacks(getattr(values, "stack", None))
+
+
+NO_CLIENT = "none"  # --client-sig value: no client certificate
+
+
+def client_auth_options() -> tuple[Option, Option]:
+    """`--client-sig` and `--client-ca-sig`: mutual TLS on a TLS experiment."""
+    return (
+        Option(
+            "client-sig",
+            "mutual TLS: client certificate / CertificateVerify algorithms, comma separated; "
+            f"'{NO_CLIENT}' for no client certificate (default: {NO_CLIENT})",
+            metavar="LIST",
+        ),
+        Option(
+            "client-ca-sig",
+            "mutual TLS: algorithm of the CA that signs the client certificates (default: "
+            "the server chain's CA algorithm)",
+            metavar="ALG",
+        ),
+    )
+
+
+def parse_client_auth(values: argparse.Namespace, stack) -> tuple[list, object]:
+    """(client signers, client CA or None) of `--client-sig` / `--client-ca-sig`, each checked
+    against the stack; a signer is None for "no client certificate"."""
+    text = getattr(values, "client_sig", None) or NO_CLIENT
+    sigs: list = []
+    for name in units.parse_list(text, "--client-sig", example=f"{NO_CLIENT},ML-DSA-44"):
+        if name.lower() == NO_CLIENT:
+            sigs.append(None)
+            continue
+        alg = catalog.resolve(name, "sig")
+        stacks.require([alg], stack, "client", "--client-sig")
+        sigs.append(alg)
+    ca = None
+    if getattr(values, "client_ca_sig", None):
+        if all(s is None for s in sigs):
+            raise UserError("--client-ca-sig signs client certificates: give --client-sig too")
+        ca = catalog.resolve(values.client_ca_sig, "sig")
+        stacks.require([ca], stack, "ca", "--client-ca-sig")
+    return list(dict.fromkeys(sigs)), ca
 
 
 @dataclass(frozen=True)

@@ -46,6 +46,15 @@ def register(sub) -> None:
     p.add_argument(
         "--keylog", metavar="FILE", help="write an SSLKEYLOGFILE for Wireshark (created 0600)"
     )
+    p.add_argument(
+        "--client-sig",
+        metavar="ALG",
+        help="mutual TLS: present the client certificate --client-cert (key --client-key) and "
+        "sign the CertificateVerify with this algorithm (`pqlab serve --client-sig` writes "
+        "such a certificate into its --cert-dir)",
+    )
+    p.add_argument("--client-cert", metavar="PEM", help="mutual TLS: the client certificate chain")
+    p.add_argument("--client-key", metavar="PEM", help="mutual TLS: its private key")
     p.add_argument("--json", action="store_true", help="print the engine's records as JSON")
     p.set_defaults(func=run)
 
@@ -78,10 +87,11 @@ def _spec(args) -> runner.ClientSpec:
     if args.keylog:
         keylog = check_keylog(args.keylog)
         secret_file(keylog)
+    identity, client_sig = _identity(args, stack)
     tls = runner.Tls(
         stack=stack.name,
         groups=(group,) if group else (),
-        sigalgs=(sig,) if sig else (),
+        sigalgs=tuple(a for a in (sig, client_sig) if a) if sig else (),
         version=args.tls_version,
         events=bool(args.json),  # --json shows the message events too
         keylog=keylog,
@@ -94,8 +104,31 @@ def _spec(args) -> runner.ClientSpec:
         n=n,
         warmup=warmup,
         request_bytes=request,
-        expected=Expected(args.tls_version, group=group, sigalg=sig),
+        expected=Expected(args.tls_version, group=group, sigalg=sig, client_sigalg=client_sig),
+        identity=identity,
     )
+
+
+def _identity(args, stack) -> tuple[runner.Identity | None, catalog.Algorithm | None]:
+    """The client certificate of --client-sig / --client-cert / --client-key, checked."""
+    given = [a for a in ("client_sig", "client_cert", "client_key") if getattr(args, a)]
+    if not given:
+        return None, None
+    if len(given) != 3:
+        raise UserError(
+            "mutual TLS needs --client-sig, --client-cert and --client-key together (given: "
+            + ", ".join("--" + g.replace("_", "-") for g in given)
+            + ")"
+        )
+    client_sig = catalog.resolve(args.client_sig, "sig")
+    stacks.require([client_sig], stack, "client", "--client-sig")
+    for flag, path in (("--client-cert", args.client_cert), ("--client-key", args.client_key)):
+        if not os.path.isfile(path):
+            raise UserError(f"{flag} {path!r} is not a file")
+    ident = runner.Identity(
+        stack.name, Path(args.client_cert), Path(args.client_key), sigalg=client_sig
+    )
+    return ident, client_sig
 
 
 def run(args) -> int:
@@ -127,7 +160,8 @@ def _line(rec: dict) -> str:
     tag = "warm-up" if rec["warmup"] else f"#{rec['index']}"
     line = (
         f"{tag}: {neg['version']} group {neg['group']} signature {neg['sigalg']} "
-        f"cipher {neg['cipher']} verified; TCP connect {d['tcp_connect_ns'] / 1e6:.3f} ms,"
+        + (f"client signature {neg['client_sigalg']} " if neg.get("client_sigalg") else "")
+        + f"cipher {neg['cipher']} verified; TCP connect {d['tcp_connect_ns'] / 1e6:.3f} ms,"
         f" handshake {d['handshake_ns'] / 1e6:.3f} ms; bytes sent "
         f"{rec['bytes_sent']}, received {rec['bytes_received']}"
     )

@@ -73,6 +73,18 @@ def register(sub) -> None:
         help="connections served at the same time (a bounded worker pool); more are refused "
         "(default %(default)s)",
     )
+    p.add_argument(
+        "--client-sig",
+        metavar="ALG",
+        help="mutual TLS: require a client certificate of this algorithm, signed by a client "
+        "CA the server trusts; the client certificate and key are written next to the "
+        "server's (keep them with --cert-dir)",
+    )
+    p.add_argument(
+        "--client-ca-sig",
+        metavar="ALG",
+        help="mutual TLS: the client CA's algorithm (default: the same as --ca)",
+    )
     p.add_argument("--json", action="store_true", help="print the engine's records as JSON")
     p.set_defaults(func=run)
 
@@ -154,6 +166,14 @@ def _plan(args):
     stacks.require([group], stack, "group", "--group")
     stacks.require([sig], stack, "server", "--sig")
     stacks.require([ca], stack, "ca", "--ca")
+    client_sig = client_ca = None
+    if args.client_sig:
+        client_sig = catalog.resolve(args.client_sig, "sig")
+        stacks.require([client_sig], stack, "client", "--client-sig")
+        client_ca = catalog.resolve(args.client_ca_sig, "sig") if args.client_ca_sig else ca
+        stacks.require([client_ca], stack, "ca", "--client-ca-sig")
+    elif args.client_ca_sig:
+        raise UserError("--client-ca-sig signs client certificates: give --client-sig too")
     port = check_listen(args.listen, args.port)
     max_conn = None
     if args.max_connections is not None:
@@ -163,11 +183,13 @@ def _plan(args):
         raise UserError(f"--max-concurrent {args.max_concurrent!r}: at most 4096")
     cert_dir = check_cert_dir(args.cert_dir) if args.cert_dir else None
     keylog = check_keylog(args.keylog) if args.keylog else None
-    return stack, group, sig, ca, port, max_conn, max_concurrent, cert_dir, keylog
+    client = (client_sig, client_ca)
+    return stack, group, sig, ca, port, max_conn, max_concurrent, cert_dir, keylog, client
 
 
 def run(args) -> int:
-    stack, group, sig, ca, port, max_conn, max_concurrent, cert_dir, keylog = _plan(args)
+    plan = _plan(args)
+    stack, group, sig, ca, port, max_conn, max_concurrent, cert_dir, keylog, client = plan
     remove_stale_temp_dirs()
     tmp = None
     if cert_dir is None:
@@ -178,6 +200,11 @@ def run(args) -> int:
         if keylog is not None:
             secret_file(keylog)
         chain = make_chain(cert_dir, ca, sig, stack.name)
+        client_sig, client_ca = client
+        client_chain = auth = None
+        if client_sig is not None:
+            client_chain = make_chain(cert_dir, client_ca, client_sig, stack.name, purpose="client")
+            auth, _ = runner.mutual(client_chain, client_sig)
         spec = runner.ServerSpec(
             tls=runner.Tls(
                 stack=stack.name,
@@ -192,8 +219,9 @@ def run(args) -> int:
             max_connections=max_conn,
             concurrent=True,
             max_concurrent=max_concurrent,
+            client_auth=auth,
         )
-        return _serve(spec, args, group, sig, ca, chain)
+        return _serve(spec, args, group, sig, ca, chain, client_chain)
     except KeyboardInterrupt:
         print("stopped", file=sys.stderr)
         return 0
@@ -202,7 +230,7 @@ def run(args) -> int:
             shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _serve(spec, args, group, sig, ca, chain) -> int:
+def _serve(spec, args, group, sig, ca, chain, client_chain=None) -> int:
     # Ctrl-C / SIGTERM stop the engine and let the read loop below end by itself: no
     # exception can land in the middle of the cleanup.
     state = {"stopped": False}
@@ -219,7 +247,7 @@ def _serve(spec, args, group, sig, ca, chain) -> int:
         if args.json:
             print(_json(server.listening), flush=True)
         else:
-            _banner(server.listening, args, group, sig, ca, chain)
+            _banner(server.listening, args, group, sig, ca, chain, client_chain)
         for rec in server.iter_records():
             _show(rec, args)
         if not state["stopped"]:
@@ -239,7 +267,7 @@ def _json(rec: dict) -> str:
     return json.dumps(rec)
 
 
-def _banner(listening: dict, args, group, sig, ca, chain) -> None:
+def _banner(listening: dict, args, group, sig, ca, chain, client_chain=None) -> None:
     host = args.listen if args.listen not in ("0.0.0.0", "::") else "localhost"
     print(
         f"listening on {listening['address']} ({sig.name} certificate signed by a "
@@ -251,6 +279,15 @@ def _banner(listening: dict, args, group, sig, ca, chain) -> None:
         f"-CAfile {chain.root} -groups {group.tls_name or group.name} -servername localhost"
     )
     print(f"     curl --cacert {chain.root} https://localhost:{listening['port']}/")
+    if client_chain is not None:
+        print(
+            f"mutual TLS: a client must present a {client_chain.server.name} certificate "
+            f"signed by the {client_chain.ca.name} client CA; one is at {client_chain.chain} "
+            f"(key {client_chain.key}): add -cert {client_chain.chain} -key {client_chain.key} "
+            "to openssl s_client, or to pqlab connect: --client-sig "
+            f"{client_chain.server.name} --client-cert {client_chain.chain} --client-key "
+            f"{client_chain.key}"
+        )
     print("Ctrl-C stops the server", flush=True)
 
 

@@ -23,6 +23,9 @@ class Expected:
     sigalg: Algorithm | None = None  # the server's CertificateVerify scheme
     cipher: str | None = None  # OpenSSL / IANA cipher name, when it is fixed
     verified: bool = True  # the client validated the chain (client records only)
+    # Mutual TLS: the scheme of the client's CertificateVerify; the server must also have
+    # validated the client's chain.
+    client_sigalg: Algorithm | None = None
 
 
 def _code(neg: dict, kind: str, stack) -> int | None:
@@ -35,6 +38,21 @@ def _code(neg: dict, kind: str, stack) -> int | None:
     return stack.code_of_group(name) if kind == "group" else stack.code_of_sigalg(name)
 
 
+def _require(neg: dict, kind: str, want: Algorithm | None, stack, what: str, verb: str) -> None:
+    """CheckError unless the record's `kind` (group, sigalg, client_sigalg) is `want`'s code
+    point (nothing to check when `want` is None or has none)."""
+    code = None if want is None else (want.tls_group if kind == "group" else want.tls_sigscheme)
+    if code is None:
+        return
+    got = _code(neg, kind, stack)
+    if got != code:
+        raise CheckError(
+            f"{what} {verb} {neg.get(kind)!r}"
+            + (f" ({got:#06x})" if got is not None else "")
+            + f", asked for {want.name} ({code:#06x})"
+        )
+
+
 def check(record: dict, expected: Expected, stack=None, what: str = "handshake") -> None:
     """Raise CheckError unless `record` (an engine connection record, client or server)
     negotiated what `expected` asks for."""
@@ -42,22 +60,8 @@ def check(record: dict, expected: Expected, stack=None, what: str = "handshake")
     want = VERSIONS[expected.version]
     if neg.get("version") != want:
         raise CheckError(f"{what} negotiated {neg.get('version')}, asked for {want}")
-    if expected.group is not None and expected.group.tls_group is not None:
-        got = _code(neg, "group", stack)
-        if got != expected.group.tls_group:
-            raise CheckError(
-                f"{what} negotiated group {neg.get('group')!r}"
-                + (f" ({got:#06x})" if got is not None else "")
-                + f", asked for {expected.group.name} ({expected.group.tls_group:#06x})"
-            )
-    if expected.sigalg is not None and expected.sigalg.tls_sigscheme is not None:
-        got = _code(neg, "sigalg", stack)
-        if got != expected.sigalg.tls_sigscheme:
-            raise CheckError(
-                f"{what} used signature scheme {neg.get('sigalg')!r}"
-                + (f" ({got:#06x})" if got is not None else "")
-                + f", asked for {expected.sigalg.name} ({expected.sigalg.tls_sigscheme:#06x})"
-            )
+    _require(neg, "group", expected.group, stack, what, "negotiated group")
+    _require(neg, "sigalg", expected.sigalg, stack, what, "used signature scheme")
     if expected.cipher is not None:
         names = {neg.get("cipher"), neg.get("cipher_standard_name")}
         if expected.cipher not in names:
@@ -66,3 +70,7 @@ def check(record: dict, expected: Expected, stack=None, what: str = "handshake")
             )
     if expected.verified and record.get("role") == "client" and not record.get("verified"):
         raise CheckError(f"{what}: the client did not verify the server's chain")
+    if expected.client_sigalg is not None:
+        _require(neg, "client_sigalg", expected.client_sigalg, stack, what, "client signed with")
+        if record.get("role") == "server" and not record.get("client_verified"):
+            raise CheckError(f"{what}: the server did not verify the client's chain")

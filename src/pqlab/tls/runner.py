@@ -149,6 +149,18 @@ class Identity(Spec):
         return (self.sigalg,) if self.sigalg is not None else ()
 
 
+def mutual(client_chain: Chain, client_sig: Algorithm) -> tuple[ClientAuth, Identity]:
+    """Mutual TLS with a client certificate of `client_chain` (made with purpose "client"):
+    what the server asks for (its roots, the scheme) and what the client presents. The
+    client must also offer `client_sig` in its own `Tls.sigalgs`: stacks sign only with
+    schemes of their own list."""
+    stack = client_chain.stack
+    return (
+        ClientAuth(stack, ca=client_chain.root, sigalgs=(client_sig,)),
+        Identity(stack, client_chain.chain, client_chain.key, sigalg=client_sig),
+    )
+
+
 @dataclass(frozen=True)
 class ServerSpec(Spec):
     tls: Tls
