@@ -92,6 +92,55 @@ def test_tls12_small_run_has_every_row_and_verified_negotiation(tmp_path):
     assert len(rows) == 36
 
 
+def test_dh_sources_make_a_cell_each():
+    plan = experiment.Plan(
+        versions=["1.2"],
+        kexes=["dhe-2048"],
+        certs=["RSA-2048"],
+        n=1,
+        warmup=0,
+        server_cpu=None,
+        profile=None,
+        shaper="auto",
+        dh_sources=["rfc", "generated"],
+    )
+    cells = {c.kex.label: c for c in plan.cells()}
+    assert set(cells) == {"DHE-2048", "DHE-2048-generated"}
+    _, _, _, rfc_bits = experiment.tls_config(cells["DHE-2048"])
+    _, _, _, gen_bits = experiment.tls_config(cells["DHE-2048-generated"])
+    assert rfc_bits == 2048 and gen_bits is None  # generated parameters come from a file
+
+
+@needs_net
+def test_generated_dh_parameters_have_full_exponents_and_cost_more(tmp_path):
+    """Document 002's DHE: generated parameters (full-length private exponents) against the
+    RFC primes, which OpenSSL treats as named groups with short exponents from 2048 bits."""
+    out = tmp_path / "dh"
+    rc = cli.main(
+        [
+            "tls12", "--versions", "1.2", "--kex", "RSA,DHE-1024,DHE-2048", "--certs",
+            "RSA-2048", "--dh-params", "rfc,generated", "-n", "30", "--out", str(out),
+        ]
+    )  # fmt: skip
+    assert rc == 0
+    got = {r["kex"]: r for r in _rows(out / "tables" / "tls12.csv")}
+    for bits in (1024, 2048):
+        rfc, gen = got[f"DHE-{bits}"], got[f"DHE-{bits}-generated"]
+        assert (rfc["dh_params"], gen["dh_params"]) == ("rfc", "generated")
+        assert int(gen["dh_private_bits"]) >= bits - 8  # as long as the prime
+        assert gen["document_ratio_vs_rsa"] == rfc["document_ratio_vs_rsa"] != ""
+        print(
+            f"DHE-{bits}: rfc {rfc['median_ms']} ms ({rfc['dh_private_bits']}-bit exponents), "
+            f"generated {gen['median_ms']} ms ({gen['dh_private_bits']}-bit)"
+        )
+    # From 2048 bits OpenSSL draws short exponents for the RFC prime: generated costs more
+    # (here about 4x: a 2047-bit exponent against 225 bits).
+    assert int(got["DHE-2048"]["dh_private_bits"]) < 400
+    assert float(got["DHE-2048-generated"]["median_ms"]) > 1.5 * float(got["DHE-2048"]["median_ms"])
+    # The RFC 2409 1024-bit prime is no named group: full exponents either way.
+    assert int(got["DHE-1024"]["dh_private_bits"]) >= 1016
+
+
 @needs_net
 def test_server_cpu_quota_is_recorded_and_removed(tmp_path):
     out = tmp_path / "run"

@@ -93,6 +93,7 @@ def every_field_set(chain, tmp_path):
         max_connections=5,
         response_mode="none",
         dh_bits=2048,
+        dh_params=tmp_path / "dh.pem",
         concurrent=True,
         max_concurrent=9,
         threads=3,

@@ -3,6 +3,7 @@
 
 mod aead;
 mod capture;
+mod dhparams;
 mod heap;
 mod info;
 mod lifecycle;
@@ -43,6 +44,8 @@ enum Command {
     Linkem(linkem::Args),
     /// AEAD / cipher throughput.
     Aead(aead::Args),
+    /// TLS 1.2 DHE parameters (named or newly generated) and their private exponent length.
+    Dhparams(dhparams::Args),
 }
 
 /// The signal the engine gets when its parent dies. Capture and the link emulator clean up
@@ -74,6 +77,7 @@ fn main() {
         Command::Capture(a) => capture::run(a),
         Command::Linkem(a) => linkem::run(a),
         Command::Aead(a) => aead::run(a),
+        Command::Dhparams(a) => dhparams::run(a),
     };
     if let Err(e) = result {
         out::fail(&e);

@@ -387,6 +387,7 @@ pub fn run(a: Args) -> Result<()> {
         cert_chain: a.cert_chain.clone(),
         key: a.key.clone(),
         dh_bits: None,
+        dh_params: None,
         client_auth,
     })?;
     let listener = TcpListener::bind("127.0.0.1:0")

@@ -35,6 +35,10 @@ pub struct Args {
     /// automatic choice matched to the certificate.
     #[arg(long)]
     pub dh_bits: Option<u32>,
+    /// TLS 1.2 DHE parameters from this PEM file (`pqlab-engine dhparams --source generated`
+    /// makes one); the `listening` record gives their size and private exponent length.
+    #[arg(long, conflicts_with = "dh_bits")]
+    pub dh_params: Option<PathBuf>,
     /// Exit after this many connections (default: run until killed).
     #[arg(long)]
     pub max_connections: Option<u64>,
@@ -143,6 +147,7 @@ pub fn prepare(a: &Args) -> Result<(&'static dyn Stack, Arc<dyn ServerContext>)>
         cert_chain: a.cert_chain.clone(),
         key: a.key.clone(),
         dh_bits: a.dh_bits,
+        dh_params: a.dh_params.clone(),
         client_auth,
     })?;
     Ok((stack, ctx))
@@ -158,7 +163,7 @@ pub fn run(a: Args) -> Result<()> {
         "type": "listening", "address": local.to_string(), "port": local.port(),
         "pid": std::process::id(), "stack": stack.name(), "tls_version": a.tls.tls_version,
         "groups": a.tls.groups, "sigalgs": a.tls.sigalgs, "ciphers": a.tls.ciphers,
-        "ciphersuites": a.tls.ciphersuites, "dh_bits": a.dh_bits,
+        "ciphersuites": a.tls.ciphersuites, "dh_bits": a.dh_bits, "dh_params": a.dh_params,
         "security_level": ctx.security_level(), "cert_chain": a.cert_chain,
         "response_mode": a.response_mode, "t": record::realtime_ns(),
     }));

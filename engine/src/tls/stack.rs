@@ -66,6 +66,9 @@ pub struct ServerSetup {
     pub key: PathBuf,
     /// TLS 1.2 DHE group size (1024, 2048, 3072, 4096); None: the stack's choice.
     pub dh_bits: Option<u32>,
+    /// TLS 1.2 DHE parameters from this PEM file instead (e.g. newly generated ones, whose
+    /// private exponents are as long as the prime); takes precedence over `dh_bits`.
+    pub dh_params: Option<PathBuf>,
     /// Mutual TLS: request a client certificate and require it to chain to these roots.
     pub client_auth: Option<ClientAuth>,
 }

@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import contextlib
 import html
-from dataclasses import dataclass
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
 
-from pqlab import catalog, figures, stats, units
+from pqlab import catalog, engine, figures, stats, units
 from pqlab.cpuquota import CpuQuota, parse_fraction
 from pqlab.errors import CheckError, EngineError, UserError
 from pqlab.experiment import CellId, Cells, CompareSpec, Experiment, Option
@@ -35,6 +37,10 @@ CELLS = Cells(NAME, ("version", "kex", "cert"), tls=True)
 MIGRATIONS = tuple(
     f"ALTER TABLE IF EXISTS {t} ADD COLUMN IF NOT EXISTS host_pair TEXT"
     for t in ("tls12_handshakes", "tls12_cells")
+) + (
+    # Runs made before DHE parameter sources.
+    "ALTER TABLE IF EXISTS tls12_cells ADD COLUMN IF NOT EXISTS dh_params TEXT",
+    "ALTER TABLE IF EXISTS tls12_cells ADD COLUMN IF NOT EXISTS dh_private_bits INTEGER",
 )
 SUITE12 = "AES128-GCM-SHA256"  # the bulk cipher fixed by the document
 SUITE13 = "TLS_AES_128_GCM_SHA256"
@@ -47,11 +53,18 @@ class Kex:
     family: str  # rsa | dhe | ecdhe | ffdhe
     group: str | None = None  # OpenSSL group name (what the client must negotiate)
     dh_bits: int | None = None
+    dh_source: str | None = None  # DHE: "rfc" (named primes) or "generated" (a new prime)
+
+    def with_source(self, source: str) -> Kex:
+        """This DHE key exchange with the parameters of `source` (its label says which,
+        except for the RFC primes, the label documents and earlier runs used)."""
+        label = self.label if source == "rfc" else f"{self.label}-{source}"
+        return Kex(label, self.family, self.group, self.dh_bits, source)
 
 
 KEX12 = [
     Kex("RSA", "rsa"),
-    *[Kex(f"DHE-{b}", "dhe", dh_bits=b) for b in (1024, 2048, 3072, 4096)],
+    *[Kex(f"DHE-{b}", "dhe", dh_bits=b, dh_source="rfc") for b in (1024, 2048, 3072, 4096)],
     Kex("ECDHE-P-256", "ecdhe", "secp256r1"),
     Kex("ECDHE-P-384", "ecdhe", "secp384r1"),
     Kex("ECDHE-P-521", "ecdhe", "secp521r1"),
@@ -65,6 +78,27 @@ KEX13 = [Kex(f"FFDHE-{b}", "ffdhe", f"ffdhe{b}", b) for b in (2048, 3072, 4096)]
 # Certificate label (as in the tables) -> catalogue algorithm of root and server key.
 CERTS = {"RSA-2048": "RSA-2048", "ECDSA-P-256": "ECDSA-P256"}
 KEX_NAMES = {k.label.lower(): k for k in KEX12 + KEX13}
+DH_SOURCES = ("rfc", "generated")
+# Document 002's handshake time / RSA key exchange's, RSA-2048 and ECDSA P-256 certificates
+# (OpenSSL 1.1.1 in nginx on a Raspberry Pi 2; its DHE used parameters the server
+# generated, so full-length private exponents).
+DOCUMENT_RATIOS = {
+    ("RSA", "RSA-2048"): 1.0,
+    ("DHE-1024", "RSA-2048"): 1.51,
+    ("DHE-2048", "RSA-2048"): 4.75,
+    ("DHE-3072", "RSA-2048"): 10.85,
+    ("DHE-4096", "RSA-2048"): 22.16,
+    ("ECDHE-P-256", "RSA-2048"): 0.96,
+    ("ECDHE-P-384", "RSA-2048"): 2.44,
+    ("ECDHE-P-521", "RSA-2048"): 4.24,
+    ("ECDHE-X25519", "RSA-2048"): 0.95,
+    ("ECDHE-X448", "RSA-2048"): 1.33,
+    ("ECDHE-P-256", "ECDSA-P-256"): 0.40,
+    ("ECDHE-P-384", "ECDSA-P-256"): 1.93,
+    ("ECDHE-P-521", "ECDSA-P-256"): 3.89,
+    ("ECDHE-X25519", "ECDSA-P-256"): 0.44,
+    ("ECDHE-X448", "ECDSA-P-256"): 0.71,
+}
 
 
 @dataclass(frozen=True)
@@ -124,6 +158,7 @@ class Plan:
     profile: object | None  # pqlab.net.profiles.LinkProfile
     shaper: str
     remote: object | None = None  # pqlab.net.remote.RemotePlan: the host pairs
+    dh_sources: list[str] = field(default_factory=lambda: ["rfc"])
 
     @property
     def pairs(self) -> list:
@@ -138,16 +173,19 @@ class Plan:
         out = []
         for version in self.versions:
             table = KEX12 if version == "1.2" else KEX13
-            for kex in table:
-                if kex.label.lower() not in self.kexes:
+            for base in table:
+                if base.label.lower() not in self.kexes:
                     continue
-                for cert in self.certs:
-                    out.append(cell_spec(version, kex, cert))
+                variants = [base.with_source(s) for s in self.dh_sources]
+                for kex in variants if base.family == "dhe" else [base]:
+                    for cert in self.certs:
+                        out.append(cell_spec(version, kex, cert))
         return out
 
 
 def tls_config(spec: CellSpec) -> tuple[runner.Tls, runner.Tls, Expected, int | None]:
-    """(server TLS, client TLS, what must be negotiated, DH bits) for a defined cell."""
+    """(server TLS, client TLS, what must be negotiated, DH bits of the RFC primes) for a
+    defined cell (generated DHE parameters come from a file: `dh_params_file`)."""
     common = {"version": spec.version, "events": False}
     if spec.version == "1.3":
         group = catalog.resolve(spec.kex.group, "kem")
@@ -159,7 +197,8 @@ def tls_config(spec: CellSpec) -> tuple[runner.Tls, runner.Tls, Expected, int | 
         level = 1 if spec.kex.dh_bits < 2048 else None
         server = runner.Tls(ciphers=spec.suite, **common)
         client = runner.Tls(ciphers=spec.suite, security_level=level, **common)
-        return server, client, expected, spec.kex.dh_bits
+        rfc = spec.kex.dh_source == "rfc"
+        return server, client, expected, spec.kex.dh_bits if rfc else None
     if spec.kex.family == "ecdhe":
         group = catalog.resolve(spec.kex.group, "kem")
         groups = (group,)
@@ -185,7 +224,7 @@ DDL = [
         cell_id TEXT, version TEXT, kex TEXT, cert TEXT, suite TEXT, grp TEXT,
         dh_bits INTEGER, n INTEGER, note TEXT, server_cpu DOUBLE, cpu_mechanism TEXT,
         server_cpu_ms DOUBLE, connections INTEGER, profile TEXT, link TEXT, client_security_level INTEGER,
-        host_pair TEXT)""",
+        host_pair TEXT, dh_params TEXT, dh_private_bits INTEGER)""",
 ]
 
 
@@ -193,6 +232,46 @@ def _chains(store, plan: Plan) -> dict[str, Chain]:
     """One root CA + server certificate per certificate type (the CA of the same
     algorithm), made into the run directory and kept for --resume."""
     return {cert: make_chain(store.path / "certs", CERTS[cert], CERTS[cert]) for cert in plan.certs}
+
+
+def dh_cache_dir() -> Path:
+    """Where generated DHE parameters are kept between runs ($XDG_CACHE_HOME/pqlab/dhparams):
+    a new safe prime takes about a minute for 2048 bits on 2 cores and several for 4096, and
+    is public, so one per size and machine serves every run."""
+    cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(cache) / "pqlab" / "dhparams"
+
+
+def dh_params(plan: Plan, progress) -> dict[tuple[int, str], dict]:
+    """For every DHE size and source of the plan: the parameters file (generated ones: made
+    once and cached) and what the engine's OpenSSL does with them (`dhparams` record:
+    prime size, private exponent length)."""
+    out = {}
+    for spec in plan.cells():
+        kex = spec.kex
+        if kex.family != "dhe" or spec.suite is None or (kex.dh_bits, kex.dh_source) in out:
+            continue
+        if kex.dh_source == "rfc":
+            args, path = ["--source", "rfc", "--bits", str(kex.dh_bits)], None
+        else:
+            path = dh_cache_dir() / f"dh{kex.dh_bits}.pem"
+            if not path.exists():
+                path.parent.mkdir(parents=True, exist_ok=True)
+                progress.log(
+                    f"generating {kex.dh_bits}-bit DHE parameters (once; kept in {path.parent})"
+                )
+                engine.run(
+                    ["dhparams", "--source", "generated", "--bits", kex.dh_bits, "--out", path],
+                    timeout=6 * 3600,
+                )
+            args = ["--in", str(path)]
+        rec = next(
+            r for r in engine.run(["dhparams", *args], timeout=60) if r["type"] == "dhparams"
+        )
+        if rec["prime_bits"] != kex.dh_bits:
+            raise CheckError(f"{path}: a {rec['prime_bits']}-bit prime, not {kex.dh_bits}")
+        out[(kex.dh_bits, kex.dh_source)] = {**rec, "path": path}
+    return out
 
 
 def _hosts(plan: Plan, pair):
@@ -218,13 +297,15 @@ def measure(plan: Plan, store) -> None:
     if plan.server_cpu is not None:
         quota_cm = CpuQuota(plan.server_cpu)
     with quota_cm as quota, CellProgress("tls12", len(todo)) as progress:
+        dh = dh_params(plan, progress)
         for pair in plan.pairs:
             cells = [c for p, c in todo if p is pair]
             if cells:
-                _measure_pair(store, plan, pair, cells, chains, quota, progress)
+                _measure_pair(store, plan, pair, cells, (chains, dh), quota, progress)
 
 
-def _measure_pair(store, plan: Plan, pair, cells, chains, quota, progress) -> None:
+def _measure_pair(store, plan: Plan, pair, cells, inputs, quota, progress) -> None:
+    chains, dh = inputs
     profile_name = getattr(plan.profile, "name", None) or "none"
     label = pair.label if pair is not None else None
     if pair is not None:
@@ -242,7 +323,10 @@ def _measure_pair(store, plan: Plan, pair, cells, chains, quota, progress) -> No
                     store.insert_rows("tls12_cells", [{**row, "cell_id": cid, "host_pair": label}])
                 progress.advance()
                 continue
-            rows, used_ms, level = _run_cell(hosts, spec, plan, chains[spec.cert], quota)
+            dh_rec = (
+                dh.get((spec.kex.dh_bits, spec.kex.dh_source)) if spec.kex.family == "dhe" else None
+            )
+            rows, used_ms, level = _run_cell(hosts, spec, plan, (chains[spec.cert], dh_rec), quota)
             params = {"version": spec.version, "kex": spec.kex.label, "cert": spec.cert}
             if label is not None:
                 params["host_pair"] = label
@@ -253,6 +337,11 @@ def _measure_pair(store, plan: Plan, pair, cells, chains, quota, progress) -> No
                 row = _cell_row(
                     spec, plan, len(rows), quota, used_ms, profile_name, link_desc, level
                 )
+                if dh_rec is not None:
+                    row |= {
+                        "dh_params": spec.kex.dh_source,
+                        "dh_private_bits": dh_rec["private_bits"],
+                    }
                 store.insert_rows("tls12_cells", [{**row, "cell_id": cid, "host_pair": label}])
                 summary = stats.summarize([r["connect_to_handshake_ns"] for r in rows])
                 store.add_warnings(
@@ -286,7 +375,8 @@ def _cell_row(spec, plan, n, quota, used_ms, profile_name, link_desc, level) -> 
     }
 
 
-def _run_cell(hosts, spec: CellSpec, plan: Plan, chain: Chain, quota):
+def _run_cell(hosts, spec: CellSpec, plan: Plan, inputs, quota):
+    chain, dh_rec = inputs  # the server chain; DHE: the parameters' record (dh_params)
     server_tls, client_tls, expected, dh_bits = tls_config(spec)
     total = plan.warmup + plan.n
     server_spec = runner.ServerSpec(
@@ -295,6 +385,7 @@ def _run_cell(hosts, spec: CellSpec, plan: Plan, chain: Chain, quota):
         listen=f"{hosts.server_ip}:0",
         max_connections=total,
         dh_bits=dh_bits,
+        dh_params=(dh_rec or {}).get("path"),
     )
     preexec = quota.join if quota is not None else None
     limit = 600 + plan.n * 30
@@ -405,6 +496,7 @@ def _summary_rows(store) -> list[dict]:
         if c["version"] == "1.2" and c["kex"] == "RSA" and c["cert"] == "RSA-2048" and c["n"]:
             bases[c.get("host_pair")] = stats.summarize([s["ns"] for s in samples[c["cell_id"]]])
     order = {("1.2", k.label): i for i, k in enumerate(KEX12)}
+    order.update({("1.2", k.with_source("generated").label): i + 0.5 for i, k in enumerate(KEX12)})
     order.update({("1.3", k.label): 100 + i for i, k in enumerate(KEX13)})
     rows = []
     for c in sorted(
@@ -412,6 +504,12 @@ def _summary_rows(store) -> list[dict]:
         key=lambda c: (order.get((c["version"], c["kex"]), 999), list(CERTS).index(c["cert"])),
     ):
         row = {"version": c["version"], "kex": c["kex"], "cert": c["cert"], "n": c["n"]}
+        row["dh_params"] = c.get("dh_params")
+        row["dh_private_bits"] = c.get("dh_private_bits")
+        base_kex = c["kex"].removesuffix("-generated")
+        row["document_ratio_vs_rsa"] = (
+            DOCUMENT_RATIOS.get((base_kex, c["cert"])) if c["version"] == "1.2" else None
+        )
         base = bases.get(c.get("host_pair"))
         s = samples.get(c["cell_id"])
         if s:
@@ -455,6 +553,9 @@ COLUMNS = [
     "p90_ms",
     "ratio_vs_rsa",
     "median_ratio_vs_rsa",
+    "document_ratio_vs_rsa",
+    "dh_params",
+    "dh_private_bits",
     "sd_ms",
     "robust_cv",
     "server_median_ms",
@@ -566,6 +667,15 @@ OPTIONS = (
         metavar="LIST",
     ),
     Option(
+        "dh-params",
+        "TLS 1.2 DHE parameters: rfc (the RFC primes; OpenSSL draws short private exponents "
+        "for the named 2048-4096-bit groups), generated (a safe prime the server makes, "
+        "full-length exponents, as document 002's nginx had; made once per size and cached), "
+        "or rfc,generated for both",
+        default="rfc",
+        metavar="LIST",
+    ),
+    Option(
         "certs",
         "server certificates: " + ", ".join(CERTS),
         default=",".join(CERTS),
@@ -591,6 +701,13 @@ OPTIONS = (
     ),
     *remote_hosts.OPTIONS,
 )
+
+
+def _dh_sources(text: str | None) -> list[str]:
+    sources = units.parse_list(text or "rfc", "--dh-params", example="rfc,generated")
+    if not sources or any(x not in DH_SOURCES for x in sources):
+        raise UserError(f"--dh-params {text!r}: use rfc, generated or rfc,generated")
+    return list(dict.fromkeys(sources))
 
 
 def from_values(values) -> Plan:
@@ -626,6 +743,7 @@ def from_values(values) -> Plan:
             )
         profile = loaded[0]
     plan = Plan(
+        dh_sources=_dh_sources(values.dh_params),
         versions=list(dict.fromkeys(versions)),
         kexes=kexes,
         certs=list(dict.fromkeys(certs)),
@@ -682,6 +800,7 @@ class Tls12(Experiment):
             "server_cpu": plan.server_cpu,
             "profile": getattr(plan.profile, "spec", None) or None,
             "host_pairs": plan.remote.labels() if plan.remote is not None else None,
+            "dh_params": plan.dh_sources,
         }
 
     def metadata(self, plan: Plan) -> dict:

@@ -168,7 +168,8 @@ class ServerSpec(Spec):
     listen: str  # "IP:PORT" (port 0: any free port; see the listening record)
     max_connections: int | None = None
     response_mode: str = "echo-size"  # or "none": wait for the client to close
-    dh_bits: int | None = None
+    dh_bits: int | None = None  # TLS 1.2 DHE with the RFC prime of this size
+    dh_params: Path | None = None  # TLS 1.2 DHE with these parameters (PEM) instead
     concurrent: bool = False  # serve connections in parallel (outside clients)
     max_concurrent: int | None = None  # the worker pool's size when concurrent
     threads: int | None = None  # a fixed pool of accepting threads (capacity)
@@ -184,6 +185,7 @@ class ServerSpec(Spec):
         Arg("max_connections", "--max-connections"),
         Arg("response_mode", "--response-mode"),
         Arg("dh_bits", "--dh-bits"),
+        Arg("dh_params", "--dh-params", "in"),
         Arg("concurrent", "--concurrent", "switch"),
         Arg("max_concurrent", "--max-concurrent"),
         Arg("threads", "--threads"),

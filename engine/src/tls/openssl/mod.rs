@@ -173,24 +173,6 @@ fn apply(p: &Protocol, b: &mut SslContextBuilder, min_level: Option<u32>) -> Res
     Ok(())
 }
 
-/// TLS 1.2 DHE parameters of the requested size: the RFC 3526 MODP groups for 2048-4096,
-/// RFC 2409 Oakley group 2 for 1024 (the classic 1024-bit MODP group); generator 2.
-pub fn dh_params(bits: u32) -> Result<openssl::dh::Dh<openssl::pkey::Params>> {
-    use openssl::bn::BigNum;
-    let p = match bits {
-        1024 => BigNum::get_rfc2409_prime_1024()?,
-        2048 => BigNum::get_rfc3526_prime_2048()?,
-        3072 => BigNum::get_rfc3526_prime_3072()?,
-        4096 => BigNum::get_rfc3526_prime_4096()?,
-        _ => crate::bail!(
-            Usage,
-            "--dh-bits {bits} is not supported; use 1024, 2048, 3072 or 4096"
-        ),
-    };
-    let g = BigNum::from_u32(2)?;
-    Ok(openssl::dh::Dh::from_pqg(p, None, g)?)
-}
-
 fn server_context(s: &ServerSetup) -> Result<SslContext> {
     let mut b = SslContextBuilder::new(SslMethod::tls_server())?;
     // Full handshakes only: no tickets, no session cache, no resumption of any kind.
@@ -214,7 +196,11 @@ fn server_context(s: &ServerSetup) -> Result<SslContext> {
     })?;
     // OpenSSL's default level 2 refuses DH groups under 2048 bits: lower it to 1 for
     // --dh-bits 1024 unless --security-level says otherwise (recorded per connection).
-    let min_level = match s.dh_bits {
+    let dh_bits = match &s.dh_params {
+        Some(path) => Some(crate::dhparams::load(path)?.prime_p().num_bits() as u32),
+        None => s.dh_bits,
+    };
+    let min_level = match dh_bits {
         Some(bits) if bits < 2048 => Some(1),
         _ => None,
     };
@@ -236,12 +222,17 @@ fn server_context(s: &ServerSetup) -> Result<SslContext> {
             }
         }
     }
-    if let Some(bits) = s.dh_bits {
-        let dh = dh_params(bits)?;
+    let dh = match (&s.dh_params, s.dh_bits) {
+        (Some(path), _) => Some(crate::dhparams::load(path)?),
+        (None, Some(bits)) => Some(crate::dhparams::rfc(bits)?),
+        (None, None) => None,
+    };
+    if let Some(dh) = dh {
+        let bits = dh.prime_p().num_bits();
         b.set_tmp_dh(&dh).map_err(|e| {
             crate::err!(
                 Usage,
-                "--dh-bits {bits} refused at the security level in force: {e}"
+                "{bits}-bit DH parameters refused at the security level in force: {e}"
             )
         })?;
     }
@@ -562,7 +553,8 @@ mod tests {
 
     #[test]
     fn dh_sizes() {
-        assert!(dh_params(1024).is_ok() && dh_params(4096).is_ok());
-        assert!(matches!(dh_params(1536), Err(Error::Usage(_))));
+        use crate::dhparams::rfc;
+        assert!(rfc(1024).is_ok() && rfc(4096).is_ok());
+        assert!(matches!(rfc(1536), Err(Error::Usage(_))));
     }
 }
