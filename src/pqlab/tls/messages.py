@@ -1,0 +1,140 @@
+"""The sizes of a TLS 1.3 handshake's messages and records, from the algorithms' own sizes
+(the catalogue) and the certificates' DER sizes (the certificate builder), without running
+a handshake.
+
+Every size here is a byte count on the wire, by RFC 8446's encoding:
+
+- ServerHello: 4 (handshake header) + 2 (legacy_version) + 32 (random) + 1 + 32 (the
+  legacy_session_id echoed: OpenSSL's clients send 32 bytes for middlebox compatibility) +
+  2 (cipher suite) + 1 (compression) + 2 (extensions length) + 6 (supported_versions) +
+  8 + the key share (key_share: type, length, group, share length, share);
+- EncryptedExtensions: 4 + 2 + its extensions (none from pqlab's servers: 6 bytes);
+- Certificate: 4 + 1 (request context) + 3 (list length) + per certificate 3 (length) + its
+  DER + 2 (its extensions, empty);
+- CertificateVerify: 4 + 2 (scheme) + 2 (length) + the signature;
+- Finished: 4 + the suite's hash length (32 for SHA-256, 48 for SHA-384).
+
+Records (TLS 1.3): the ServerHello goes in a plaintext record (5-byte header); a
+ChangeCipherSpec record (6 bytes) follows when the client sent a session id (middlebox
+compatibility, what OpenSSL does); every encrypted message is its own record(s) of at most
+16384 bytes of plaintext, each adding 5 (header) + 1 (inner content type) + 16 (AEAD tag).
+`tests/test_messages.py` checks all of this against the sizes `pqlab handshake` measured.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pqlab.catalog import Algorithm
+from pqlab.tls.flight import Flight
+
+HANDSHAKE_HEADER = 4
+RECORD_HEADER = 5
+AEAD_OVERHEAD = 1 + 16  # inner content type + tag
+MAX_FRAGMENT = 1 << 14
+CHANGE_CIPHER_SPEC_RECORD = 6
+HASH_LEN = {"TLS_AES_128_GCM_SHA256": 32, "TLS_AES_256_GCM_SHA384": 48}
+HASH_LEN["TLS_CHACHA20_POLY1305_SHA256"] = 32
+DEFAULT_SUITE = "TLS_AES_256_GCM_SHA384"  # what OpenSSL's server picks by default
+
+
+def server_share_bytes(group: Algorithm) -> int:
+    """The server's key share: a KEM's ciphertext, a key agreement's public key; hybrids
+    concatenate their parts (the catalogue lists their combined sizes)."""
+    sizes = group.sizes or {}
+    if group.kind == "kem":
+        return int(sizes["ciphertext"])
+    return int(sizes["public_key"])
+
+
+def client_share_bytes(group: Algorithm) -> int:
+    """The client's key share: the public key (encapsulation key for a KEM)."""
+    return int((group.sizes or {})["public_key"])
+
+
+def signature_bytes(sig: Algorithm) -> tuple[int, int]:
+    """(smallest usual, largest) size of a CertificateVerify signature as TLS carries it:
+    ECDSA as a DER SEQUENCE of two INTEGERs (the catalogue's r||s size n gives 2n/2 + 6 to
+    2n/2 + 8: an INTEGER grows by a zero byte when its top bit is set, and shrinks, rarely,
+    when it has leading zero bytes), every other algorithm raw (fixed size, or at most the
+    catalogue's size for variable-length ones such as Falcon's)."""
+    raw = int((sig.sizes or {})["signature"])
+    if sig.family == "ECDSA":
+        return raw + 6, raw + 8
+    if sig.family == "Falcon" and "padded" not in sig.name.lower():
+        return raw - 64, raw  # compressed signatures vary below their maximum
+    return raw, raw
+
+
+def server_hello(group: Algorithm, session_id: int = 32) -> int:
+    return (
+        HANDSHAKE_HEADER + 2 + 32 + 1 + session_id + 2 + 1 + 2 + 6 + 8 + server_share_bytes(group)
+    )
+
+
+def encrypted_extensions(extensions: int = 0) -> int:
+    return HANDSHAKE_HEADER + 2 + extensions
+
+
+def certificate(der_sizes: list[int]) -> int:
+    """The Certificate message carrying these certificates, leaf first."""
+    return HANDSHAKE_HEADER + 1 + 3 + sum(3 + d + 2 for d in der_sizes)
+
+
+def certificate_verify(signature: int) -> int:
+    return HANDSHAKE_HEADER + 2 + 2 + signature
+
+
+def finished(suite: str = DEFAULT_SUITE) -> int:
+    return HANDSHAKE_HEADER + HASH_LEN[suite]
+
+
+def encrypted_record_bytes(message: int) -> int:
+    """Wire bytes of one encrypted handshake message in its own record(s)."""
+    records = max(1, -(-message // MAX_FRAGMENT))
+    return message + records * (RECORD_HEADER + AEAD_OVERHEAD)
+
+
+@dataclass(frozen=True)
+class ServerFlight:
+    """The server's first flight, message by message (handshake message bytes) and as
+    stream bytes on the wire."""
+
+    server_hello: int
+    encrypted_extensions: int
+    certificate: int
+    certificate_verify: int
+    finished: int
+    change_cipher_spec: bool = True
+
+    def flight(self) -> Flight:
+        """Stream offsets at the end of ServerHello (with the ChangeCipherSpec record),
+        Certificate, CertificateVerify and Finished."""
+        sh = RECORD_HEADER + self.server_hello
+        sh += CHANGE_CIPHER_SPEC_RECORD if self.change_cipher_spec else 0
+        cert = sh + encrypted_record_bytes(self.encrypted_extensions)
+        cert += encrypted_record_bytes(self.certificate)
+        cv = cert + encrypted_record_bytes(self.certificate_verify)
+        fin = cv + encrypted_record_bytes(self.finished)
+        return Flight(sh, cert, cv, fin)
+
+    @property
+    def bytes(self) -> int:
+        return self.flight().through_finished
+
+
+def server_flight(
+    group: Algorithm,
+    chain_der: list[int],
+    signature: int,
+    suite: str = DEFAULT_SUITE,
+) -> ServerFlight:
+    """The flight of a server with this key exchange, sending these certificates (leaf
+    first) and signing its CertificateVerify with a signature of this many bytes."""
+    return ServerFlight(
+        server_hello(group),
+        encrypted_extensions(),
+        certificate(chain_der),
+        certificate_verify(signature),
+        finished(suite),
+    )
