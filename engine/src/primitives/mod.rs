@@ -4,10 +4,10 @@
 //!
 //! Backends sit behind the traits in `backend.rs`; `measure.rs` holds the one measuring loop.
 
-mod backend;
-mod der;
+pub mod backend;
+pub mod der;
 mod measure;
-mod oqs;
+pub mod oqs;
 mod ossl;
 mod timer;
 

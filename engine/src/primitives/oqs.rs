@@ -17,7 +17,7 @@ fn init() {
     ONCE.call_once(|| unsafe { oqs_sys::common::OQS_init() });
 }
 
-fn liboqs_version() -> String {
+pub fn liboqs_version() -> String {
     // SAFETY: OQS_version returns a static NUL-terminated string.
     unsafe { std::ffi::CStr::from_ptr(oqs_sys::common::OQS_version()) }
         .to_string_lossy()
@@ -103,6 +103,15 @@ impl OqsKem {
     fn r(&self) -> &kem::OQS_KEM {
         // SAFETY: non-null, owned, immutable after creation.
         unsafe { &*self.ptr }
+    }
+
+    /// The encapsulation key's length in bytes.
+    pub fn public_key_len(&self) -> usize {
+        self.r().length_public_key
+    }
+
+    pub fn ciphertext_len(&self) -> usize {
+        self.r().length_ciphertext
     }
 }
 
@@ -267,6 +276,10 @@ impl OqsSig {
     fn r(&self) -> &sig::OQS_SIG {
         // SAFETY: non-null, owned.
         unsafe { &*self.ptr }
+    }
+
+    pub fn public_key_len(&self) -> usize {
+        self.r().length_public_key
     }
 }
 

@@ -14,6 +14,7 @@ pub mod openssl;
 mod options;
 pub mod record;
 mod request;
+pub mod rustls;
 mod server;
 pub mod stack;
 #[cfg(test)]

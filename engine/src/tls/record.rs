@@ -402,6 +402,19 @@ impl Write for Wire {
         }
         Ok(n)
     }
+    /// Several buffers in one system call, as a socket takes them: what a stack that queues a
+    /// whole flight (rustls) hands over at once reaches TCP at once.
+    fn write_vectored(&mut self, bufs: &[std::io::IoSlice<'_>]) -> std::io::Result<usize> {
+        let t0 = realtime_ns();
+        let n = (&*self.tcp)
+            .write_vectored(bufs)
+            .map_err(|e| self.timed_out(e, false))?;
+        if let Ok(mut r) = self.rec.try_borrow_mut() {
+            r.on_io(Dir::Sent, t0, n);
+        }
+        Ok(n)
+    }
+
     fn flush(&mut self) -> std::io::Result<()> {
         (&*self.tcp).flush()
     }

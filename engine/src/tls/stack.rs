@@ -225,7 +225,11 @@ pub struct StackInfo {
 /// Every TLS stack the engine can run: the one place a stack is added.
 pub fn registered() -> Vec<&'static dyn Stack> {
     #[allow(unused_mut)] // only test builds add more
-    let mut stacks: Vec<&'static dyn Stack> = vec![&super::openssl::OpenSsl];
+    let mut stacks: Vec<&'static dyn Stack> = vec![
+        &super::openssl::OpenSsl,
+        &super::rustls::RUSTLS,
+        &super::rustls::RUSTLS_AWS_LC_RS,
+    ];
     #[cfg(test)]
     stacks.extend(super::fake::STACKS);
     stacks

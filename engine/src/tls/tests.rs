@@ -748,3 +748,87 @@ fn threads_and_concurrent_exclude_each_other() {
     .a;
     assert!(matches!(server::prepare(&sa), Err(Error::Usage(m)) if m.contains("--threads")));
 }
+
+/// The stacks a contract test runs for: every registered stack but the test-only fakes.
+fn real_stacks() -> Vec<&'static dyn stack::Stack> {
+    let fakes: Vec<&str> = super::fake::STACKS.iter().map(|s| s.name()).collect();
+    stack::registered()
+        .into_iter()
+        .filter(|s| !fakes.contains(&s.name()))
+        .collect()
+}
+
+#[test]
+fn every_group_of_every_stack_completes_a_verified_handshake() {
+    let dir = TempDir::new("groups");
+    make_certs(dir.path(), "EC:P-256", "EC:P-256");
+    for st in real_stacks() {
+        let info = st.describe().unwrap();
+        for g in &info.groups {
+            if !g.versions.contains(&"1.3") {
+                continue;
+            }
+            let args = [
+                "--stack",
+                st.name(),
+                "--groups",
+                g.name.as_str(),
+                "--events",
+                "off",
+            ];
+            let r = loopback(dir.path(), &args, &args, 1);
+            r.client
+                .unwrap_or_else(|e| panic!("{} group {}: {e}", st.name(), g.name));
+            let neg = &r.client_records[0]["negotiated"];
+            assert_eq!(
+                neg["group_code"].as_u64(),
+                Some(g.code as u64),
+                "{} {}",
+                st.name(),
+                g.name
+            );
+            assert_eq!(r.client_records[0]["verified"], true);
+            let srv = &r.server_records[0]["negotiated"];
+            assert_eq!(srv["group_code"], neg["group_code"], "{}", st.name());
+        }
+    }
+}
+
+/// The stacks' groups and signature schemes in common, by code point: each pair of stacks
+/// completes verified handshakes both ways with them.
+#[test]
+fn stacks_interoperate_on_every_group_they_share() {
+    let dir = TempDir::new("interop");
+    make_certs(dir.path(), "ML-DSA-44", "ML-DSA-44");
+    let stacks = real_stacks();
+    for server in &stacks {
+        for client in &stacks {
+            if server.name() == client.name() {
+                continue;
+            }
+            let si = server.describe().unwrap();
+            let ci = client.describe().unwrap();
+            for g in &si.groups {
+                let Some(cg) = ci.groups.iter().find(|c| c.code == g.code) else {
+                    continue;
+                };
+                if !g.versions.contains(&"1.3") {
+                    continue;
+                }
+                let sa = ["--stack", server.name(), "--groups", g.name.as_str()];
+                let ca = ["--stack", client.name(), "--groups", cg.name.as_str()];
+                let r = loopback(dir.path(), &sa, &ca, 1);
+                let what = format!(
+                    "{} <- {} group {:#06x}",
+                    server.name(),
+                    client.name(),
+                    g.code
+                );
+                r.client.unwrap_or_else(|e| panic!("{what}: {e}"));
+                let neg = &r.client_records[0]["negotiated"];
+                assert_eq!(neg["group_code"].as_u64(), Some(g.code as u64), "{what}");
+                assert_eq!(neg["sigalg_code"].as_u64(), Some(0x0904), "{what}");
+            }
+        }
+    }
+}

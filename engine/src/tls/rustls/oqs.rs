@@ -1,0 +1,540 @@
+//! liboqs inside rustls: key-exchange groups (KEMs, and hybrids of a KEM with an elliptic
+//! curve), signing keys and webpki signature verification algorithms, on the code points
+//! and OIDs oqs-provider 0.10 uses (the lab's catalogue holds the same values, and
+//! tests/test_catalog_engine.py checks that they agree).
+//!
+//! Everything goes through the engine's liboqs backend (`primitives::oqs`), the same code
+//! `pqlab primitives --backend liboqs` times.
+
+use crate::primitives::der;
+use crate::primitives::oqs::{KeyPair, OqsKem, OqsSig};
+use crate::primitives::{backend::Kem as _, backend::Signature as _, Params};
+use rustls::crypto::{ActiveKeyExchange, CompletedKeyExchange, SharedSecret, SupportedKxGroup};
+use rustls::pki_types::{AlgorithmIdentifier, InvalidSignature, SignatureVerificationAlgorithm};
+use rustls::sign::{Signer, SigningKey};
+use rustls::{Error, NamedGroup, SignatureAlgorithm, SignatureScheme};
+use std::sync::{Arc, OnceLock};
+
+/// A liboqs signature algorithm as TLS names it.
+#[derive(Clone, Copy, Debug)]
+pub struct SigAlg {
+    /// The name the stack lists and `--sigalgs` takes (oqs-provider's TLS name).
+    pub name: &'static str,
+    /// liboqs's method name (also the key spec of `tls certs`).
+    pub liboqs: &'static str,
+    pub code: u16,
+    /// The OID of the key and of the signature (oqs-provider uses one for both).
+    pub oid: &'static str,
+}
+
+/// A liboqs KEM as a TLS group.
+#[derive(Clone, Copy, Debug)]
+pub struct KemAlg {
+    pub name: &'static str,
+    pub liboqs: &'static str,
+    pub code: u16,
+}
+
+macro_rules! sigs {
+    ($($name:literal, $liboqs:literal, $code:literal, $oid:literal;)*) => {
+        &[$(SigAlg { name: $name, liboqs: $liboqs, code: $code, oid: $oid }),*]
+    };
+}
+
+/// Every liboqs signature the stack carries: ML-DSA on its IANA code points, the
+/// candidates on oqs-provider 0.10.0's (ALGORITHMS.md of that release).
+pub const SIGS: &[SigAlg] = sigs![
+    "mldsa44", "ML-DSA-44", 0x0904, "2.16.840.1.101.3.4.3.17";
+    "mldsa65", "ML-DSA-65", 0x0905, "2.16.840.1.101.3.4.3.18";
+    "mldsa87", "ML-DSA-87", 0x0906, "2.16.840.1.101.3.4.3.19";
+    "falcon512", "Falcon-512", 0xfed7, "1.3.9999.3.11";
+    "falcon1024", "Falcon-1024", 0xfeda, "1.3.9999.3.14";
+    "falconpadded512", "Falcon-padded-512", 0xfedc, "1.3.9999.3.16";
+    "falconpadded1024", "Falcon-padded-1024", 0xfedf, "1.3.9999.3.19";
+    "sphincssha2128fsimple", "SPHINCS+-SHA2-128f-simple", 0xfeb3, "1.3.9999.6.4.13";
+    "sphincssha2128ssimple", "SPHINCS+-SHA2-128s-simple", 0xfeb6, "1.3.9999.6.4.16";
+    "sphincssha2192fsimple", "SPHINCS+-SHA2-192f-simple", 0xfeb9, "1.3.9999.6.5.10";
+    "sphincssha2192ssimple", "SPHINCS+-SHA2-192s-simple", 0xfebb, "1.3.9999.6.5.12";
+    "sphincssha2256fsimple", "SPHINCS+-SHA2-256f-simple", 0xfebd, "1.3.9999.6.6.10";
+    "sphincssha2256ssimple", "SPHINCS+-SHA2-256s-simple", 0xfec0, "1.3.9999.6.6.12";
+    "sphincsshake128fsimple", "SPHINCS+-SHAKE-128f-simple", 0xfec2, "1.3.9999.6.7.13";
+    "sphincsshake128ssimple", "SPHINCS+-SHAKE-128s-simple", 0xfec5, "1.3.9999.6.7.16";
+    "sphincsshake192fsimple", "SPHINCS+-SHAKE-192f-simple", 0xfec8, "1.3.9999.6.8.10";
+    "sphincsshake192ssimple", "SPHINCS+-SHAKE-192s-simple", 0xfeca, "1.3.9999.6.8.12";
+    "sphincsshake256fsimple", "SPHINCS+-SHAKE-256f-simple", 0xfecc, "1.3.9999.6.9.10";
+    "sphincsshake256ssimple", "SPHINCS+-SHAKE-256s-simple", 0xfece, "1.3.9999.6.9.12";
+    "mayo1", "MAYO-1", 0xff32, "1.3.9999.8.1.3";
+    "mayo2", "MAYO-2", 0xff33, "1.3.9999.8.2.3";
+    "mayo3", "MAYO-3", 0xff34, "1.3.9999.8.3.3";
+    "mayo5", "MAYO-5", 0xff35, "1.3.9999.8.5.3";
+    "CROSSrsdp128balanced", "cross-rsdp-128-balanced", 0xff22, "1.3.6.1.4.1.62245.2.1.1.2";
+    "CROSSrsdp128fast", "cross-rsdp-128-fast", 0xff23, "1.3.6.1.4.1.62245.2.1.2.2";
+    "CROSSrsdp128small", "cross-rsdp-128-small", 0xff24, "1.3.6.1.4.1.62245.2.1.3.2";
+    "CROSSrsdp192balanced", "cross-rsdp-192-balanced", 0xff25, "1.3.6.1.4.1.62245.2.1.4.2";
+    "CROSSrsdp192fast", "cross-rsdp-192-fast", 0xff26, "1.3.6.1.4.1.62245.2.1.5.2";
+    "CROSSrsdp192small", "cross-rsdp-192-small", 0xff27, "1.3.6.1.4.1.62245.2.1.6.2";
+    "CROSSrsdp256small", "cross-rsdp-256-small", 0xff28, "1.3.6.1.4.1.62245.2.1.9.2";
+    "CROSSrsdpg128balanced", "cross-rsdpg-128-balanced", 0xff29, "1.3.6.1.4.1.62245.2.1.10.2";
+    "CROSSrsdpg128fast", "cross-rsdpg-128-fast", 0xff2a, "1.3.6.1.4.1.62245.2.1.11.2";
+    "CROSSrsdpg128small", "cross-rsdpg-128-small", 0xff2b, "1.3.6.1.4.1.62245.2.1.12.2";
+    "CROSSrsdpg192balanced", "cross-rsdpg-192-balanced", 0xff2c, "1.3.6.1.4.1.62245.2.1.13.2";
+    "CROSSrsdpg192fast", "cross-rsdpg-192-fast", 0xff2d, "1.3.6.1.4.1.62245.2.1.14.2";
+    "CROSSrsdpg192small", "cross-rsdpg-192-small", 0xff2e, "1.3.6.1.4.1.62245.2.1.15.2";
+    "CROSSrsdpg256balanced", "cross-rsdpg-256-balanced", 0xff2f, "1.3.6.1.4.1.62245.2.1.16.2";
+    "CROSSrsdpg256fast", "cross-rsdpg-256-fast", 0xff30, "1.3.6.1.4.1.62245.2.1.17.2";
+    "CROSSrsdpg256small", "cross-rsdpg-256-small", 0xff31, "1.3.6.1.4.1.62245.2.1.18.2";
+    "OV_Is", "OV-Is", 0xff0a, "1.3.9999.9.1.1";
+    "OV_Ip", "OV-Ip", 0xff0b, "1.3.9999.9.2.1";
+    "OV_III", "OV-III", 0xff0c, "1.3.9999.9.3.1";
+    "OV_V", "OV-V", 0xff0d, "1.3.9999.9.4.1";
+    "OV_Is_pkc", "OV-Is-pkc", 0xff0e, "1.3.9999.9.5.1";
+    "OV_Ip_pkc", "OV-Ip-pkc", 0xff0f, "1.3.9999.9.6.1";
+    "OV_III_pkc", "OV-III-pkc", 0xff10, "1.3.9999.9.7.1";
+    "OV_V_pkc", "OV-V-pkc", 0xff11, "1.3.9999.9.8.1";
+    "OV_Is_pkc_skc", "OV-Is-pkc-skc", 0xff12, "1.3.9999.9.9.1";
+    "OV_Ip_pkc_skc", "OV-Ip-pkc-skc", 0xff13, "1.3.9999.9.10.1";
+    "OV_III_pkc_skc", "OV-III-pkc-skc", 0xff14, "1.3.9999.9.11.1";
+    "OV_V_pkc_skc", "OV-V-pkc-skc", 0xff15, "1.3.9999.9.12.1";
+];
+
+/// Every liboqs KEM the stack carries as a group on its own: ML-KEM on the IANA code
+/// points, BIKE and FrodoKEM on oqs-provider's. (Classic McEliece keys of 261 KB and more
+/// do not fit a TLS key share, whose length field is 16 bits; HQC is not enabled in the
+/// vendored liboqs 0.13 build.)
+pub const KEMS: &[KemAlg] = &[
+    KemAlg {
+        name: "MLKEM512",
+        liboqs: "ML-KEM-512",
+        code: 0x0200,
+    },
+    KemAlg {
+        name: "MLKEM768",
+        liboqs: "ML-KEM-768",
+        code: 0x0201,
+    },
+    KemAlg {
+        name: "MLKEM1024",
+        liboqs: "ML-KEM-1024",
+        code: 0x0202,
+    },
+    KemAlg {
+        name: "bikel1",
+        liboqs: "BIKE-L1",
+        code: 0xfe10,
+    },
+    KemAlg {
+        name: "bikel3",
+        liboqs: "BIKE-L3",
+        code: 0xfe13,
+    },
+    KemAlg {
+        name: "bikel5",
+        liboqs: "BIKE-L5",
+        code: 0xfe16,
+    },
+    KemAlg {
+        name: "frodo640aes",
+        liboqs: "FrodoKEM-640-AES",
+        code: 0xfe00,
+    },
+    KemAlg {
+        name: "frodo640shake",
+        liboqs: "FrodoKEM-640-SHAKE",
+        code: 0xfe03,
+    },
+    KemAlg {
+        name: "frodo976aes",
+        liboqs: "FrodoKEM-976-AES",
+        code: 0xfe06,
+    },
+    KemAlg {
+        name: "frodo976shake",
+        liboqs: "FrodoKEM-976-SHAKE",
+        code: 0xfe09,
+    },
+    KemAlg {
+        name: "frodo1344aes",
+        liboqs: "FrodoKEM-1344-AES",
+        code: 0xfe0c,
+    },
+    KemAlg {
+        name: "frodo1344shake",
+        liboqs: "FrodoKEM-1344-SHAKE",
+        code: 0xfe0f,
+    },
+];
+
+/// The IANA hybrids built here from liboqs's ML-KEM and aws-lc-rs's elliptic curve (the
+/// curve's share first, as draft-kwiatkowski-tls-ecdhe-mlkem specifies for the NIST
+/// curves). X25519MLKEM768 comes whole from aws-lc-rs.
+pub struct HybridAlg {
+    pub name: &'static str,
+    pub code: u16,
+    pub kem: &'static str,
+    pub curve: &'static dyn SupportedKxGroup,
+}
+
+pub fn hybrids() -> [HybridAlg; 2] {
+    use rustls::crypto::aws_lc_rs::kx_group::{SECP256R1, SECP384R1};
+    [
+        HybridAlg {
+            name: "SecP256r1MLKEM768",
+            code: 0x11eb,
+            kem: "ML-KEM-768",
+            curve: SECP256R1,
+        },
+        HybridAlg {
+            name: "SecP384r1MLKEM1024",
+            code: 0x11ed,
+            kem: "ML-KEM-1024",
+            curve: SECP384R1,
+        },
+    ]
+}
+
+fn no_params() -> Params {
+    Params::new()
+}
+
+// --- KEM groups ------------------------------------------------------------------------------
+
+/// liboqs objects hold only function pointers and sizes once made; using one from several
+/// threads is what liboqs's own tests do.
+struct SharedKem(OqsKem);
+// SAFETY: see above; the pointer is never mutated after OQS_KEM_new.
+unsafe impl Send for SharedKem {}
+unsafe impl Sync for SharedKem {}
+
+struct SharedSig(OqsSig);
+// SAFETY: as for SharedKem.
+unsafe impl Send for SharedSig {}
+unsafe impl Sync for SharedSig {}
+
+fn kem(name: &'static str) -> &'static SharedKem {
+    static CACHE: OnceLock<std::sync::Mutex<Vec<(&'static str, &'static SharedKem)>>> =
+        OnceLock::new();
+    let cache = CACHE.get_or_init(Default::default);
+    let mut c = cache.lock().expect("kem cache");
+    if let Some((_, k)) = c.iter().find(|(n, _)| *n == name) {
+        return k;
+    }
+    let k: &'static SharedKem = Box::leak(Box::new(SharedKem(
+        OqsKem::new(name, &no_params(), None).expect("a KEM of this build's table"),
+    )));
+    c.push((name, k));
+    k
+}
+
+fn sig(name: &'static str) -> &'static SharedSig {
+    static CACHE: OnceLock<std::sync::Mutex<Vec<(&'static str, &'static SharedSig)>>> =
+        OnceLock::new();
+    let cache = CACHE.get_or_init(Default::default);
+    let mut c = cache.lock().expect("sig cache");
+    if let Some((_, s)) = c.iter().find(|(n, _)| *n == name) {
+        return s;
+    }
+    let s: &'static SharedSig = Box::leak(Box::new(SharedSig(
+        OqsSig::new(name, &no_params(), None).expect("a signature of this build's table"),
+    )));
+    c.push((name, s));
+    s
+}
+
+fn lib_err(e: crate::out::Error) -> Error {
+    Error::General(format!("liboqs: {e}"))
+}
+
+/// A liboqs KEM as a rustls group: the client sends an encapsulation key, the server
+/// answers with a ciphertext (`start_and_complete`), the client decapsulates.
+#[derive(Debug)]
+pub struct KemGroup {
+    alg: KemAlg,
+}
+
+impl KemGroup {
+    pub fn new(alg: KemAlg) -> &'static KemGroup {
+        Box::leak(Box::new(KemGroup { alg }))
+    }
+}
+
+impl SupportedKxGroup for KemGroup {
+    fn start(&self) -> Result<Box<dyn ActiveKeyExchange>, Error> {
+        let k = kem(self.alg.liboqs);
+        let key = k.0.keygen().map_err(lib_err)?;
+        Ok(Box::new(KemKeyExchange {
+            code: self.alg.code,
+            kem: k,
+            key,
+        }))
+    }
+
+    fn start_and_complete(&self, peer_pub_key: &[u8]) -> Result<CompletedKeyExchange, Error> {
+        let k = kem(self.alg.liboqs);
+        let key = KeyPair {
+            public: peer_pub_key.to_vec(),
+            secret: Vec::new(),
+        };
+        if peer_pub_key.len() != k.0.public_key_len() {
+            return Err(Error::PeerMisbehaved(
+                rustls::PeerMisbehaved::InvalidKeyShare,
+            ));
+        }
+        let (ct, ss) = k.0.encaps(&key).map_err(lib_err)?;
+        Ok(CompletedKeyExchange {
+            group: self.name(),
+            pub_key: ct,
+            secret: SharedSecret::from(&ss[..]),
+        })
+    }
+
+    fn name(&self) -> NamedGroup {
+        NamedGroup::from(self.alg.code)
+    }
+}
+
+struct KemKeyExchange {
+    code: u16,
+    kem: &'static SharedKem,
+    key: KeyPair,
+}
+
+impl ActiveKeyExchange for KemKeyExchange {
+    fn complete(self: Box<Self>, peer_pub_key: &[u8]) -> Result<SharedSecret, Error> {
+        let ss = self
+            .kem
+            .0
+            .decaps(&self.key, peer_pub_key)
+            .map_err(|_| Error::PeerMisbehaved(rustls::PeerMisbehaved::InvalidKeyShare))?;
+        Ok(SharedSecret::from(&ss[..]))
+    }
+
+    fn pub_key(&self) -> &[u8] {
+        &self.key.public
+    }
+
+    fn group(&self) -> NamedGroup {
+        NamedGroup::from(self.code)
+    }
+}
+
+/// An elliptic curve (aws-lc-rs) and a liboqs ML-KEM in one share: the curve's part first.
+#[derive(Debug)]
+pub struct HybridGroup {
+    code: u16,
+    kem: &'static str,
+    curve: &'static dyn SupportedKxGroup,
+}
+
+impl HybridGroup {
+    pub fn new(alg: &HybridAlg) -> &'static HybridGroup {
+        Box::leak(Box::new(HybridGroup {
+            code: alg.code,
+            kem: alg.kem,
+            curve: alg.curve,
+        }))
+    }
+}
+
+impl SupportedKxGroup for HybridGroup {
+    fn start(&self) -> Result<Box<dyn ActiveKeyExchange>, Error> {
+        let curve = self.curve.start()?;
+        let k = kem(self.kem);
+        let key = k.0.keygen().map_err(lib_err)?;
+        let mut share = curve.pub_key().to_vec();
+        share.extend_from_slice(&key.public);
+        Ok(Box::new(HybridKeyExchange {
+            code: self.code,
+            curve,
+            kem: k,
+            key,
+            share,
+        }))
+    }
+
+    fn start_and_complete(&self, peer: &[u8]) -> Result<CompletedKeyExchange, Error> {
+        let k = kem(self.kem);
+        let split = peer
+            .len()
+            .checked_sub(k.0.public_key_len())
+            .ok_or(Error::PeerMisbehaved(
+                rustls::PeerMisbehaved::InvalidKeyShare,
+            ))?;
+        let (ec_peer, kem_peer) = peer.split_at(split);
+        let ec = self.curve.start_and_complete(ec_peer)?;
+        let key = KeyPair {
+            public: kem_peer.to_vec(),
+            secret: Vec::new(),
+        };
+        let (ct, kem_ss) = k.0.encaps(&key).map_err(lib_err)?;
+        let mut pub_key = ec.pub_key;
+        pub_key.extend_from_slice(&ct);
+        let mut secret = ec.secret.secret_bytes().to_vec();
+        secret.extend_from_slice(&kem_ss);
+        Ok(CompletedKeyExchange {
+            group: self.name(),
+            pub_key,
+            secret: SharedSecret::from(&secret[..]),
+        })
+    }
+
+    fn name(&self) -> NamedGroup {
+        NamedGroup::from(self.code)
+    }
+}
+
+struct HybridKeyExchange {
+    code: u16,
+    curve: Box<dyn ActiveKeyExchange>,
+    kem: &'static SharedKem,
+    key: KeyPair,
+    share: Vec<u8>,
+}
+
+impl ActiveKeyExchange for HybridKeyExchange {
+    fn complete(self: Box<Self>, peer: &[u8]) -> Result<SharedSecret, Error> {
+        let ct_len = self.kem.0.ciphertext_len();
+        let split = peer.len().checked_sub(ct_len).ok_or(Error::PeerMisbehaved(
+            rustls::PeerMisbehaved::InvalidKeyShare,
+        ))?;
+        let (ec_peer, ct) = peer.split_at(split);
+        let ec = self.curve.complete(ec_peer)?;
+        let kem_ss = self
+            .kem
+            .0
+            .decaps(&self.key, ct)
+            .map_err(|_| Error::PeerMisbehaved(rustls::PeerMisbehaved::InvalidKeyShare))?;
+        let mut secret = ec.secret_bytes().to_vec();
+        secret.extend_from_slice(&kem_ss);
+        Ok(SharedSecret::from(&secret[..]))
+    }
+
+    fn pub_key(&self) -> &[u8] {
+        &self.share
+    }
+
+    fn group(&self) -> NamedGroup {
+        NamedGroup::from(self.code)
+    }
+}
+
+// --- signatures ---------------------------------------------------------------------------------
+
+/// A liboqs private key usable by rustls: signs with its one scheme.
+pub struct OqsSigningKey {
+    alg: SigAlg,
+    key: Arc<KeyPair>,
+    spki: Vec<u8>,
+}
+
+impl OqsSigningKey {
+    pub fn new(alg: SigAlg, secret: Vec<u8>, public: Vec<u8>) -> crate::out::Result<Self> {
+        let oid = der::oid(alg.oid)?;
+        let spki = der::spki(&oid, &public);
+        Ok(OqsSigningKey {
+            alg,
+            key: Arc::new(KeyPair { public, secret }),
+            spki,
+        })
+    }
+}
+
+impl SigningKey for OqsSigningKey {
+    fn choose_scheme(&self, offered: &[SignatureScheme]) -> Option<Box<dyn Signer>> {
+        let scheme = SignatureScheme::from(self.alg.code);
+        offered.contains(&scheme).then(|| {
+            Box::new(OqsSigner {
+                alg: self.alg,
+                key: self.key.clone(),
+            }) as Box<dyn Signer>
+        })
+    }
+
+    fn public_key(&self) -> Option<rustls::pki_types::SubjectPublicKeyInfoDer<'_>> {
+        // A key written without its public half (OpenSSL's ML-DSA PKCS#8) cannot say.
+        (!self.key.public.is_empty())
+            .then(|| rustls::pki_types::SubjectPublicKeyInfoDer::from(&self.spki[..]))
+    }
+
+    fn algorithm(&self) -> SignatureAlgorithm {
+        SignatureAlgorithm::Unknown(0)
+    }
+}
+
+struct OqsSigner {
+    alg: SigAlg,
+    key: Arc<KeyPair>,
+}
+
+impl std::fmt::Debug for OqsSigningKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "OqsSigningKey({})", self.alg.liboqs)
+    }
+}
+
+impl std::fmt::Debug for OqsSigner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "OqsSigner({})", self.alg.liboqs)
+    }
+}
+
+impl Signer for OqsSigner {
+    fn sign(&self, message: &[u8]) -> Result<Vec<u8>, Error> {
+        sig(self.alg.liboqs)
+            .0
+            .sign(&self.key, message)
+            .map_err(lib_err)
+    }
+
+    fn scheme(&self) -> SignatureScheme {
+        SignatureScheme::from(self.alg.code)
+    }
+}
+
+/// webpki's view of a liboqs signature: the public key's AlgorithmIdentifier and the
+/// signature's are the same (oqs-provider's OID, absent parameters).
+#[derive(Debug)]
+pub struct OqsVerify {
+    alg: SigAlg,
+    id: &'static [u8],
+}
+
+impl OqsVerify {
+    pub fn new(alg: SigAlg) -> &'static OqsVerify {
+        let id: &'static [u8] = Box::leak(
+            der::oid(alg.oid)
+                .expect("an OID of this build's table")
+                .into_boxed_slice(),
+        );
+        Box::leak(Box::new(OqsVerify { alg, id }))
+    }
+}
+
+impl SignatureVerificationAlgorithm for OqsVerify {
+    fn verify_signature(
+        &self,
+        public_key: &[u8],
+        message: &[u8],
+        signature: &[u8],
+    ) -> Result<(), InvalidSignature> {
+        let key = KeyPair {
+            public: public_key.to_vec(),
+            secret: Vec::new(),
+        };
+        let s = &sig(self.alg.liboqs).0;
+        if public_key.len() != s.public_key_len() {
+            return Err(InvalidSignature);
+        }
+        match s.verify(&key, message, signature) {
+            Ok(true) => Ok(()),
+            _ => Err(InvalidSignature),
+        }
+    }
+
+    fn public_key_alg_id(&self) -> AlgorithmIdentifier {
+        AlgorithmIdentifier::from_slice(self.id)
+    }
+
+    fn signature_alg_id(&self) -> AlgorithmIdentifier {
+        AlgorithmIdentifier::from_slice(self.id)
+    }
+}
