@@ -8,6 +8,7 @@ mod certs;
 mod client;
 #[cfg(test)]
 mod fake;
+pub mod ids;
 mod load;
 mod memory;
 pub mod openssl;
