@@ -3,6 +3,7 @@
 
 mod aead;
 mod capture;
+mod cputime;
 mod heap;
 mod info;
 mod lifecycle;

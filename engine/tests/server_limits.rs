@@ -121,9 +121,9 @@ fn concurrent_connections_are_capped_and_the_excess_refused() {
         }
     }
     assert_eq!(closed, 5);
-    // One thread per connection in flight, plus the accept loop.
+    // One thread per connection in flight, plus the accept loop and the record writer.
     let threads = srv.status("Threads");
-    assert!(threads <= 4, "{threads} threads for 3 connections");
+    assert!(threads <= 5, "{threads} threads for 3 connections");
     // The served ones time out (--io-timeout 3).
     for _ in 0..3 {
         let e = srv

@@ -143,7 +143,9 @@ pub(super) struct Checks {
 
 pub fn run(a: Args) -> Result<()> {
     let stack = a.tls.stack()?;
-    run_with(stack, &a, &record::Stdout)
+    // The sink writes what it holds when dropped, before any error record of main.
+    let sink = record::Stdout::start();
+    run_with(stack, &a, &sink)
 }
 
 /// A configured client context, its target and the checks every connection must pass.

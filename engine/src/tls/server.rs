@@ -153,7 +153,8 @@ pub fn run(a: Args) -> Result<()> {
     let listener = TcpListener::bind(a.listen)
         .map_err(|e| crate::err!(Io, "cannot listen on {}: {e}", a.listen))?;
     let local = listener.local_addr()?;
-    let sink: Arc<dyn Sink> = Arc::new(record::Stdout);
+    let output = Arc::new(record::Stdout::start());
+    let sink: Arc<dyn Sink> = output.clone();
     sink.record(&json!({
         "type": "listening", "address": local.to_string(), "port": local.port(),
         "pid": std::process::id(), "stack": stack.name(), "tls_version": a.tls.tls_version,
@@ -162,7 +163,10 @@ pub fn run(a: Args) -> Result<()> {
         "security_level": ctx.security_level(), "cert_chain": a.cert_chain,
         "response_mode": a.response_mode, "t": record::realtime_ns(),
     }));
-    serve(stack, ctx, listener, Arc::new(a), sink)
+    let served = serve(stack, ctx, listener, Arc::new(a), sink);
+    // Every connection's record is out before the command ends (or its error record).
+    output.finish();
+    served
 }
 
 /// Decrements the count of connections in flight when a worker ends (even by a panic).
@@ -418,6 +422,8 @@ fn serve_one(
         }
         Err(_) => None,
     };
+    out["output_blocked_ns"] = json!(sink.blocked_ns());
+    out["process_cpu_ns"] = json!(crate::cputime::process_cpu_ns());
     if let Err(e) = result {
         out["type"] = json!("connection_error");
         out["kind"] = json!(e.kind());
