@@ -21,12 +21,14 @@ use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Barrier, Mutex};
 use std::time::Duration;
 
-#[derive(clap::Args, Clone)]
+#[derive(clap::Args, Clone, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
 pub struct Args {
     /// The client's options; here `-n` is the most measured handshakes in all, `--warmup`
     /// the unmeasured handshakes each worker makes before the clock starts, and
     /// `--time-limit` bounds the whole run (arrivals not started by then are abandoned).
     #[command(flatten)]
+    #[serde(flatten)]
     pub client: client::Args,
     /// closed (each worker back to back) or open (a fixed arrival rate).
     #[arg(long)]
@@ -130,7 +132,14 @@ pub fn run_with(a: &Args) -> Result<Value> {
     }
     let stack = a.client.tls.stack()?;
     // Fail on bad options once, before any thread starts.
-    client::setup(stack, &a.client)?;
+    let (_, target, checks) = client::setup(stack, &a.client)?;
+    let mut options = record::options(&a);
+    let client = client::effective_options(&a.client, &target, &checks);
+    for key in ["servername", "expect-group", "expect-sigalg"] {
+        options[key] = client[key].clone();
+    }
+    options["cpus"] = json!(cputime::allowed_cpus());
+    crate::out::emit(&record::config("tls load", options));
     let duration_ns = a.duration_ms as i64 * 1_000_000;
     let shared = Shared {
         a: &a,

@@ -493,6 +493,19 @@ pub fn congestion_control(tcp: &TcpStream) -> Option<String> {
     Some(String::from_utf8_lossy(&buf[..end]).into_owned())
 }
 
+/// Every option a TLS command runs with, by flag name without the dashes (`max-concurrent`,
+/// `io-timeout`, `count` for `-n`), defaults and values derived from others filled in: the
+/// `options` of each command's first record, so a caller can check that what it asked for
+/// reached the engine (docs/engine-protocol.md).
+pub fn options(args: &impl serde::Serialize) -> Value {
+    serde_json::to_value(args).unwrap_or(Value::Null)
+}
+
+/// The first record of a command that has no other one to carry its options.
+pub fn config(command: &str, options: Value) -> Value {
+    json!({"type": "config", "command": command, "options": options, "t": realtime_ns()})
+}
+
 /// Where the server and client loops put their records: stdout for real runs, memory in
 /// tests.
 pub trait Sink: Send + Sync {
