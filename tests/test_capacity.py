@@ -88,6 +88,12 @@ def test_limits_are_named_by_who_was_busy():
     assert blocked == analyse.OUTPUT
     kept_up = {**closed, "mode": "open", "rate": 497.0, "offered": 500.0}
     assert analyse.limited_by(server_util=0.5, loadgen_util=0.5, **kept_up) == analyse.OFFERED
+    # Kept up, but with arrivals waiting for a worker longer than a handshake: a queue.
+    got = analyse.limited_by(server_util=0.5, loadgen_util=0.5, queued=True, **kept_up)
+    assert got == analyse.STALL
+    # Kept up with a side saturated: at its limit, more would not be served.
+    got = analyse.limited_by(server_util=0.5, loadgen_util=0.97, **kept_up)
+    assert got == analyse.LOADGEN_CPU
     behind = {**kept_up, "rate": 400.0}
     assert analyse.limited_by(server_util=0.99, loadgen_util=0.5, **behind) == analyse.SERVER_CPU
 
@@ -106,6 +112,16 @@ def test_server_cpu_over_the_window_starts_after_the_warmups():
     assert analyse.utilisation(w["cpu_s"], w["span_ns"], 1) == pytest.approx(0.0025)
     assert analyse.utilisation(1.5, 1_000_000_000, 2) == pytest.approx(0.75)
     assert analyse.server_window(recs[:2], warmups=2, t_start_ns=t0)["cpu_s"] is None
+
+
+def test_open_loop_wait_for_a_worker_and_handshake_time():
+    scheduled = [0, 10, 20, 30]
+    start = [0, 20, 40, 60]  # each arrival waited longer for a worker: a queue
+    done = [8, 28, 48, 68]
+    st = analyse.point_stats(scheduled, done, done, start_ns=start)
+    assert st["wait_p50_ms"] == pytest.approx(15 / 1e6)
+    assert st["service_p50_ms"] == pytest.approx(8 / 1e6)
+    assert st["latency_mean_ms"] == pytest.approx(23 / 1e6)
 
 
 def test_little_ratio_of_a_closed_loop():

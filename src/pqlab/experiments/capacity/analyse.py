@@ -19,11 +19,12 @@ def latencies_ns(scheduled_ns, done_ns) -> np.ndarray:
     return done - sched
 
 
-def point_stats(scheduled_ns, done_ns, end_ns, window_ns: int | None = None) -> dict:
+def point_stats(scheduled_ns, done_ns, end_ns, window_ns: int | None = None, start_ns=None) -> dict:
     """Handshakes per second and latency percentiles of one load point. The rate is
     completed handshakes over the time from the start of the window to the last completion
     (for a closed loop bounded by count, or an open loop draining its backlog, that is not
-    the configured window)."""
+    the configured window). With `start_ns`, also the median wait for a worker (start -
+    scheduled: an open loop's queue) and the median handshake itself (done - start)."""
     lat = latencies_ns(scheduled_ns, done_ns)
     n = int(lat.size)
     if n == 0:
@@ -33,15 +34,24 @@ def point_stats(scheduled_ns, done_ns, end_ns, window_ns: int | None = None) -> 
             "latency_p50_ms": None,
             "latency_p99_ms": None,
             "latency_mean_ms": None,
+            "wait_p50_ms": None,
+            "service_p50_ms": None,
         }
     span = int(window_ns) if window_ns else int(np.max(np.asarray(end_ns)))
     p50, p99 = np.percentile(lat, [50, 99])
+    wait = service = None
+    if start_ns is not None:
+        start = np.asarray(start_ns, dtype=np.int64)
+        wait = float(np.median(start - np.asarray(scheduled_ns, dtype=np.int64))) / 1e6
+        service = float(np.median(np.asarray(done_ns, dtype=np.int64) - start)) / 1e6
     return {
         "completed": n,
         "handshakes_per_s": n / (span / 1e9) if span > 0 else None,
         "latency_p50_ms": float(p50) / 1e6,
         "latency_p99_ms": float(p99) / 1e6,
         "latency_mean_ms": float(np.mean(lat)) / 1e6,
+        "wait_p50_ms": wait,
+        "service_p50_ms": service,
     }
 
 
@@ -134,21 +144,27 @@ def limited_by(
     loadgen_cpus_busy: float | None,
     output_blocked_share: float | None = None,
     cpu_work_share: float | None = None,
+    queued: bool = False,
 ) -> str:
-    """What limited a load point's rate. An open loop that kept up with its arrivals was
-    limited by the offered rate. Otherwise the first side whose own CPU time filled
-    `SATURATED` of its CPUs; then CPUs kept busy by something else (other processes,
-    interrupts, a hypervisor). With every CPU idle enough, a closed loop whose clients
-    spent their time on the two sides' CPU work (`cpu_work_share`, see `work_share`) had too
-    few clients to fill a CPU; anything else went to waiting: the network or the protocol
-    (round trips, timers, a server waiting on its output)."""
-    if mode == "open" and rate and offered and rate >= KEPT_UP * offered:
-        return OFFERED
+    """What limited a load point's rate. A server or load generator waiting for its own
+    output first; then an open loop that kept up with its arrivals (at least `KEPT_UP` of
+    the offered rate, arrivals not `queued` for a worker longer than a handshake takes, and
+    neither side saturated) was limited by the offered rate. Otherwise the first side whose
+    own CPU time filled `SATURATED` of its CPUs; then CPUs kept busy by something else
+    (other processes, interrupts, a hypervisor). With every CPU idle enough, a closed loop
+    whose clients spent their time on the two sides' CPU work (`cpu_work_share`, see
+    `work_share`) had too few clients to fill a CPU; anything else went to waiting: the
+    network or the protocol (round trips, timers, a blocked write)."""
     if output_blocked_share is not None and output_blocked_share > 0.01:
         return OUTPUT
-    if server_util is not None and server_util >= SATURATED:
+    server_full = server_util is not None and server_util >= SATURATED
+    loadgen_full = loadgen_util is not None and loadgen_util >= SATURATED
+    kept_up = bool(rate and offered and rate >= KEPT_UP * offered and not queued)
+    if mode == "open" and kept_up and not (server_full or loadgen_full):
+        return OFFERED
+    if server_full:
         return SERVER_CPU
-    if loadgen_util is not None and loadgen_util >= SATURATED:
+    if loadgen_full:
         return LOADGEN_CPU
     if any(b is not None and b >= SATURATED for b in (server_cpus_busy, loadgen_cpus_busy)):
         return OTHER_LOAD

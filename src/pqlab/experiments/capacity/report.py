@@ -61,7 +61,9 @@ def _cpus(text) -> list[int] | None:
 def point_row(p: dict, raw: dict) -> dict:
     """One load point's table row from its `capacity_points` row and raw samples: rates,
     latencies, each side's CPU utilisation and what limited the rate."""
-    st = analyse.point_stats(raw["scheduled_ns"], raw["done_ns"], raw["end_ns"])
+    st = analyse.point_stats(
+        raw["scheduled_ns"], raw["done_ns"], raw["end_ns"], start_ns=raw.get("start_ns")
+    )
     cpu = p["server_cpu_s"]
     conns = p["server_connections"]
     machine = json.loads(p["machine_cpu"]) if p.get("machine_cpu") else None
@@ -86,6 +88,9 @@ def point_row(p: dict, raw: dict) -> dict:
         cpu_work_share=analyse.work_share(
             server_util, len(server_cpus), loadgen_util, len(client_cpus), p["clients"] or 0
         ),
+        queued=st["wait_p50_ms"] is not None
+        and st["service_p50_ms"] is not None
+        and st["wait_p50_ms"] > st["service_p50_ms"],
     )
     row = {k: p[k] for k in ("stack_impl", "group", "server_sig", "ca_sig")}
     row.update(
@@ -131,7 +136,7 @@ def rows(store, cell_id: str | None = None) -> list[dict]:
     out = []
     for p in points:
         raw = store.numpy(
-            "SELECT scheduled_ns, done_ns, end_ns FROM capacity_raw "
+            "SELECT scheduled_ns, start_ns, done_ns, end_ns FROM capacity_raw "
             "WHERE cell_id = ? AND point = ?",
             [p["cell_id"], p["point"]],
         )
