@@ -122,7 +122,7 @@ pub const DEFAULT_MAX_CONCURRENT: u64 = 64;
 
 /// How long a full server waits for evicted connections to unwind before it refuses a new
 /// one (a burst of connections can outrun the victims' threads).
-const VICTIMS_UNWIND: Duration = Duration::from_millis(100);
+const VICTIMS_UNWIND: Duration = Duration::from_secs(1);
 
 /// Check the arguments and configure the stack, before anything listens.
 pub fn prepare(a: &Args) -> Result<(&'static dyn Stack, Arc<dyn ServerContext>)> {
@@ -203,8 +203,9 @@ impl Drop for InFlight {
     }
 }
 
-/// A connection handed to a worker, with its slot in the --max-concurrent count.
-type Job = (TcpStream, Conn, InFlight);
+/// A connection handed to a worker, with its slot in the --max-concurrent count and its
+/// deadline.
+type Job = (TcpStream, Conn, InFlight, std::io::Result<Watch>);
 
 /// The accept loop: one connection at a time, or with --concurrent each on a worker thread,
 /// at most --max-concurrent at once; until --max-connections. Workers are kept and reused:
@@ -248,7 +249,8 @@ pub fn serve(
         };
         if !a.concurrent {
             index += 1;
-            serve_one(stack, &*ctx, &a, tcp, c, &*sink, &admission);
+            let watch = admission.watch(&tcp);
+            serve_one(stack, &*ctx, &a, tcp, c, &*sink, watch);
             continue;
         }
         if in_flight.load(Ordering::SeqCst) >= cap {
@@ -274,7 +276,10 @@ pub fn serve(
             }
         }
         in_flight.fetch_add(1, Ordering::SeqCst);
-        let job = (tcp, c, InFlight(in_flight.clone()));
+        // Watched from now on (not only once a worker runs it), so a burst of connections
+        // always has its oldest unfinished one to evict.
+        let watch = admission.watch(&tcp);
+        let job = (tcp, c, InFlight(in_flight.clone()), watch);
         // An idle worker takes it; else a new worker starts with it (at most twice `cap`
         // exist, since every worker beyond the idle ones holds a connection in flight).
         let claimed = idle
@@ -287,13 +292,12 @@ pub fn serve(
             continue;
         }
         threads.retain(|t: &std::thread::JoinHandle<()>| !t.is_finished());
-        let (ctx2, a2, sink2, idle2, rx2, adm2) = (
+        let (ctx2, a2, sink2, idle2, rx2) = (
             ctx.clone(),
             a.clone(),
             sink.clone(),
             idle.clone(),
             rx.clone(),
-            admission.clone(),
         );
         let worker = std::thread::Builder::new()
             .name("conn-worker".into())
@@ -303,7 +307,6 @@ pub fn serve(
                     ctx: &*ctx2,
                     a: &a2,
                     sink: &*sink2,
-                    admission: &adm2,
                 };
                 worker_loop(&shared, job, &idle2, &rx2)
             });
@@ -335,8 +338,8 @@ fn worker_loop(
 ) {
     let mut job = first;
     loop {
-        let (tcp, c, guard) = job;
-        serve_one(sh.stack, sh.ctx, sh.a, tcp, c, sh.sink, sh.admission);
+        let (tcp, c, guard, watch) = job;
+        serve_one(sh.stack, sh.ctx, sh.a, tcp, c, sh.sink, watch);
         drop(guard);
         idle.fetch_add(1, Ordering::SeqCst);
         let next = match rx.lock() {
@@ -356,7 +359,6 @@ struct Shared<'a> {
     ctx: &'a dyn ServerContext,
     a: &'a Args,
     sink: &'a dyn Sink,
-    admission: &'a Arc<Admission>,
 }
 
 /// --threads N: N threads share the listening socket, each accepting and serving one
@@ -416,7 +418,8 @@ fn serve_pool(
                             peer,
                             t_accept,
                         };
-                        serve_one(stack, ctx, a, tcp, c, sink, admission);
+                        let watch = admission.watch(&tcp);
+                        serve_one(stack, ctx, a, tcp, c, sink, watch);
                     }
                     Ok(())
                 })
@@ -464,7 +467,7 @@ fn serve_one(
     tcp: TcpStream,
     c: Conn,
     sink: &dyn Sink,
-    admission: &Arc<Admission>,
+    watch: std::io::Result<Watch>,
 ) {
     let events_on = a.tls.events_on().unwrap_or(true);
     let rec: SharedRecorder = Rc::new(RefCell::new(Recorder::new(events_on)));
@@ -473,7 +476,7 @@ fn serve_one(
         "peer": c.peer.to_string(),
         "t_accept": c.t_accept.real, "security_level": ctx.security_level(),
     });
-    let result = match admission.watch(&tcp) {
+    let result = match watch {
         Ok(watch) => handshake_and_respond(ctx, a, tcp, &rec, &c, &mut out, sink, &watch)
             .map_err(|e| why_it_ended(e, watch.ending(), a)),
         Err(e) => Err(crate::err!(

@@ -22,6 +22,7 @@ CAUSES = {
     "linktest-failed": "The emulated link did not behave as its profile says",
     "capture-drops": "Packets missing from a capture",
     "retransmissions": "Retransmissions on a lossless link",
+    "capacity-not-saturated": "A capacity maximum that did not saturate the server",
     "off-model": "Time to last byte far from the link's model",
     "cpu-contended": "The CPU was shared during timing",
     "env-mask-ignored": "OPENSSL_ia32cap from the environment ignored",
