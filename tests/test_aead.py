@@ -225,3 +225,37 @@ def test_bad_input_is_one_clear_line(tmp_path, capsys, argv, needle):
     assert err.startswith("error:") and needle in err
     assert len(err.splitlines()) == 1
     assert not (tmp_path / "run").exists()  # validated before anything was created
+
+
+def _benchmark():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "aead_vs_openssl_speed.py"
+    spec = importlib.util.spec_from_file_location("aead_vs_openssl_speed", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_benchmark_compares_like_with_like_and_fails_beyond_five_percent():
+    bench = _benchmark()
+    gcm = {"streamed": False, "fair_wall": 95.0, "speed_wall": 100.0}
+    gcm.update(fair_cpu=96.0, speed_cpu=100.0)
+    assert [w for w, *_ in bench.checks(gcm)] == ["fair / speed"]
+    assert bench.within(0.951) and not bench.within(0.94) and not bench.within(1.06)
+    # ChaCha20-Poly1305: speed streams it, so fair is held to the per-record reference,
+    # which must itself match speed's stream.
+    chacha = {"streamed": True, "fair_wall": 92.0, "speed_wall": 100.0, "fair_cpu": 92.0}
+    chacha.update(speed_cpu=100.0, ref_stream_wall=99.0, ref_stream_cpu=99.0)
+    chacha.update(ref_records_wall=93.0, ref_records_cpu=93.0)
+    got = {w: wall for w, wall, _ in bench.checks(chacha)}
+    assert got == {
+        "reference stream / speed": pytest.approx(0.99),
+        "fair / reference records": pytest.approx(92 / 93),
+    }
+    chacha["fair_wall"] = 85.0
+    assert not bench.within(
+        dict((w, x) for w, x, _ in bench.checks(chacha))["fair / reference records"]
+    )
+    assert bench.SPEED_PER_RECORD == {c for c in experiment.AEADS if "chacha" not in c}

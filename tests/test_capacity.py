@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import json
 import signal
 import subprocess
 import sys
@@ -55,21 +56,133 @@ def test_point_stats_of_nothing_and_mismatched_columns():
         analyse.latencies_ns([1, 2], [3])
 
 
-def test_proc_cpu_of_this_process_grows():
-    import os
-
-    a = analyse.proc_cpu_seconds(os.getpid())
-    sum(i * i for i in range(2_000_000))
-    b = analyse.proc_cpu_seconds(os.getpid())
-    assert a is not None and b is not None and b >= a
-    assert analyse.proc_cpu_seconds(2**31 - 1) is None
-
-
 def test_cpus_are_split_between_server_and_clients():
     server, clients = cap_plan.pick_cpus(1)
     assert server and clients
     if len(set(server) | set(clients)) > 1:
         assert not set(server) & set(clients)
+
+
+def test_limits_are_named_by_who_was_busy():
+    common = {"server_cpus_busy": 0.3, "loadgen_cpus_busy": 0.3, "offered": None}
+    closed = {"mode": "closed", "rate": 1000.0, **common}
+    assert analyse.limited_by(server_util=0.95, loadgen_util=0.5, **closed) == analyse.SERVER_CPU
+    assert analyse.limited_by(server_util=0.5, loadgen_util=0.9, **closed) == analyse.LOADGEN_CPU
+    # Both below saturation, CPUs otherwise idle: clients waited on something without CPU.
+    assert analyse.limited_by(server_util=0.3, loadgen_util=0.4, **closed) == analyse.STALL
+    # ... unless their time was the two sides' work one after the other (one client).
+    share = analyse.work_share(0.45, 1, 0.6, 1, clients=1)
+    assert share == pytest.approx(1.05)
+    got = analyse.limited_by(server_util=0.45, loadgen_util=0.6, cpu_work_share=share, **closed)
+    assert got == analyse.CLIENTS
+    # The pipe stall this experiment once had: each client waited 1.5 ms per handshake for
+    # 0.45 + 0.5 ms of work.
+    share = analyse.work_share(0.28, 1, 0.33, 1, clients=1)
+    got = analyse.limited_by(server_util=0.28, loadgen_util=0.33, cpu_work_share=share, **closed)
+    assert got == analyse.STALL
+    busy = {**closed, "server_cpus_busy": 0.97}
+    assert analyse.limited_by(server_util=0.3, loadgen_util=0.4, **busy) == analyse.OTHER_LOAD
+    blocked = analyse.limited_by(
+        server_util=0.3, loadgen_util=0.4, output_blocked_share=0.2, **closed
+    )
+    assert blocked == analyse.OUTPUT
+    kept_up = {**closed, "mode": "open", "rate": 497.0, "offered": 500.0}
+    assert analyse.limited_by(server_util=0.5, loadgen_util=0.5, **kept_up) == analyse.OFFERED
+    # Kept up, but with arrivals waiting for a worker longer than a handshake: a queue.
+    got = analyse.limited_by(server_util=0.5, loadgen_util=0.5, queued=True, **kept_up)
+    assert got == analyse.STALL
+    # Kept up with a side saturated: at its limit, more would not be served.
+    got = analyse.limited_by(server_util=0.5, loadgen_util=0.97, **kept_up)
+    assert got == analyse.LOADGEN_CPU
+    behind = {**kept_up, "rate": 400.0}
+    assert analyse.limited_by(server_util=0.99, loadgen_util=0.5, **behind) == analyse.SERVER_CPU
+
+
+def test_server_cpu_over_the_window_starts_after_the_warmups():
+    t0 = 1_000_000_000
+    recs = [
+        {"process_cpu_ns": 5_000_000, "t_closed": t0 - 900},  # warm-ups
+        {"process_cpu_ns": 6_000_000, "t_closed": t0 - 500},
+        {"process_cpu_ns": 7_000_000, "t_closed": t0 + 400_000_000},
+        {"process_cpu_ns": 8_500_000, "t_closed": t0 + 1_000_000_000},
+    ]
+    w = analyse.server_window(recs, warmups=2, t_start_ns=t0)
+    assert w["cpu_s"] == pytest.approx(0.0025)
+    assert w["span_ns"] == 1_000_000_000 and w["connections"] == 2
+    assert analyse.utilisation(w["cpu_s"], w["span_ns"], 1) == pytest.approx(0.0025)
+    assert analyse.utilisation(1.5, 1_000_000_000, 2) == pytest.approx(0.75)
+    assert analyse.server_window(recs[:2], warmups=2, t_start_ns=t0)["cpu_s"] is None
+
+
+def test_open_loop_wait_for_a_worker_and_handshake_time():
+    scheduled = [0, 10, 20, 30]
+    start = [0, 20, 40, 60]  # each arrival waited longer for a worker: a queue
+    done = [8, 28, 48, 68]
+    st = analyse.point_stats(scheduled, done, done, start_ns=start)
+    assert st["wait_p50_ms"] == pytest.approx(15 / 1e6)
+    assert st["service_p50_ms"] == pytest.approx(8 / 1e6)
+    assert st["latency_mean_ms"] == pytest.approx(23 / 1e6)
+
+
+def test_little_ratio_of_a_closed_loop():
+    # 4 clients, 1000 handshakes/s, 3.6 ms each: 90 % of their time in handshakes.
+    assert analyse.little_ratio(1000.0, 3.6, 4) == pytest.approx(0.9)
+    assert analyse.little_ratio(None, 3.6, 4) is None
+
+
+def test_the_machine_split_into_who_was_busy():
+    machine = {
+        "cpu": [0, 1],
+        "tasks_s": [0.9, 0.5],
+        "interrupts_s": [0.05, 0.05],
+        "steal_s": [0.0, 0.0],
+        "total_s": [1.0, 1.0],
+    }
+    assert analyse.machine_busy(machine, [0]) == pytest.approx(0.95)
+    assert analyse.machine_busy(machine) == pytest.approx(0.75)
+    assert analyse.other_utilisation(machine, 0.5, 0.9) == pytest.approx(0.05)
+    assert analyse.machine_busy(None) is None
+
+
+# --- the server never waits for the reader of its records ------------------------------------
+
+
+def test_server_keeps_serving_while_nobody_reads_its_records(tmp_path):
+    """A pipe holds 64 KiB, about 30 connection records. A server that wrote them itself
+    stopped at the 31st connection until its reader came back (the lab reads a busy
+    server's output every 50 ms), and every such wait landed inside a client's handshake:
+    capacity read 640 handshakes/s with the server 25 % busy. Here nobody reads the
+    server's output until 400 connections are done; each must still be served at once."""
+    from tls_helpers import Server, client, make_chain
+
+    make_chain(tmp_path, "EC:P-256", "EC:P-256")
+    n = 400
+    with Server(tmp_path, "--groups", "X25519", "--max-connections", str(n)) as server:
+        started = time.monotonic()
+        proc = client(
+            server.port,
+            tmp_path / "root.crt.pem",
+            "--groups",
+            "X25519",
+            "-n",
+            str(n),
+            "--io-timeout",
+            "5",
+            "--events",
+            "off",
+            check=False,
+        )
+        elapsed = time.monotonic() - started
+        assert proc.returncode == 0, proc.stdout[-300:] + proc.stderr[-300:]
+        recs = server.finish(timeout=30)
+    conns = [r for r in recs if r["type"] == "connection"]
+    assert len(conns) == n
+    size = sum(len(json.dumps(r)) for r in conns)
+    assert size > 4 * 65536, f"the records ({size} bytes) would have fit in one pipe"
+    assert all(r["output_blocked_ns"] == 0 for r in conns)
+    cpu = [r["process_cpu_ns"] for r in conns]
+    assert cpu == sorted(cpu) and cpu[-1] > cpu[0]
+    print(f"{n} connections in {elapsed:.2f} s with the server's output unread")
 
 
 # --- refusals -------------------------------------------------------------------------------
@@ -173,6 +286,91 @@ def test_one_client_rate_matches_the_handshake_time(tmp_path, no_leaks):
     assert float(rows[3]["latency_p99_ms"]) > float(rows[2]["latency_p99_ms"])
     assert (out / "figures" / "capacity_latency_vs_load.png").exists()
     assert "Capacity" in (out / "report.html").read_text()
+
+
+@needs_root
+def test_capacity_says_what_limited_every_point(tmp_path, no_leaks):
+    """The X25519 cell with an ECDSA-P256 and an ML-DSA-44 server: every point names what
+    limited it with both sides' CPU utilisation; at each closed-loop maximum the server's
+    CPUs are at least 80 % busy or the table names another limit (and the run warns); one
+    client's rate is 1 / the mean time it waits per handshake within 10 %; no rate exceeds
+    what the server's CPU time per handshake allows; the server that costs more CPU per
+    handshake reads the lower capacity when both maxima are the server's."""
+    out = tmp_path / "run"
+    proc = run_pqlab(
+        "capacity",
+        "--groups",
+        "X25519",
+        "--server-sig",
+        "ECDSA-P256,ML-DSA-44",
+        "--ca-sig",
+        "ECDSA-P256",
+        "--clients",
+        "1,2,4",
+        "--rates",
+        "50%,150%",
+        "--duration",
+        "2s",
+        "--out",
+        out,
+        check=True,
+        timeout=600,
+    )
+    rows = read_csv(out / "tables" / "capacity.csv")
+    for r in rows:
+        print(
+            r["server_sig"],
+            r["mode"],
+            r["clients_or_rate"],
+            r["handshakes_per_s"],
+            r["limited_by"],
+            "server",
+            r["server_cpu_utilisation"],
+            "loadgen",
+            r["loadgen_cpu_utilisation"],
+            "other",
+            r["other_cpu_utilisation"],
+            "x mean",
+            r["rate_x_latency_mean"],
+        )
+    names = {
+        analyse.SERVER_CPU,
+        analyse.LOADGEN_CPU,
+        analyse.OTHER_LOAD,
+        analyse.STALL,
+        analyse.CLIENTS,
+        analyse.OFFERED,
+        analyse.OUTPUT,
+    }
+    for r in rows:
+        assert r["limited_by"] in names, r
+        assert 0 < float(r["server_cpu_utilisation"]) <= 1.05, r
+        assert 0 < float(r["loadgen_cpu_utilisation"]) <= 1.05, r
+        # Physics: a server cannot complete handshakes faster than its CPUs pay for them.
+        cpus = len(r["server_cpus"].split(","))
+        ceiling = cpus / (float(r["server_cpu_us_per_handshake"]) / 1e6)
+        assert float(r["handshakes_per_s"]) <= 1.1 * ceiling, r
+    maxima = {}
+    for r in rows:
+        if r["mode"] == "closed":
+            best = maxima.get(r["server_sig"])
+            if best is None or float(r["handshakes_per_s"]) > float(best["handshakes_per_s"]):
+                maxima[r["server_sig"]] = r
+    for sig, m in maxima.items():
+        saturated = float(m["server_cpu_utilisation"]) >= 0.8
+        assert saturated or m["limited_by"] != analyse.SERVER_CPU, m
+        # A closed loop of several clients is never waiting on nothing.
+        assert m["limited_by"] != analyse.STALL, m
+        if not saturated:
+            assert f"warning: capacity X25519 / {sig}" in proc.stderr, proc.stderr
+    for r in rows:
+        if r["mode"] == "closed" and r["clients_or_rate"] == "1":
+            assert 0.9 <= float(r["rate_x_latency_mean"]) <= 1.1, r
+            assert r["limited_by"] != analyse.STALL, r
+    ec, ml = maxima["ECDSA-P256"], maxima["ML-DSA-44"]
+    if float(ml["server_cpu_us_per_handshake"]) > float(ec["server_cpu_us_per_handshake"]):
+        if ml["limited_by"] == analyse.SERVER_CPU:
+            assert float(ml["handshakes_per_s"]) < float(ec["handshakes_per_s"]), (ml, ec)
 
 
 @needs_root

@@ -97,7 +97,8 @@ def test_tls_across_the_link(tmp_path):
             timeout=60,
         )
         assert res.returncode == 0, res.stdout + res.stderr
-        conns = [json.loads(line) for line in res.stdout.splitlines()]
+        recs = [json.loads(line) for line in res.stdout.splitlines()]
+        conns = [r for r in recs if r["type"] == "connection"]
         srv.wait(timeout=10)
     assert len(conns) == 2
     for c in conns:

@@ -3,6 +3,7 @@
 
 mod aead;
 mod capture;
+mod cputime;
 mod dhparams;
 mod heap;
 mod info;

@@ -1,6 +1,7 @@
 //! The TLS server under clients that ask for much or hold on: memory stays bounded while
-//! a large HTTP response is served, concurrent connections are capped, and a request that
-//! trickles in is cut off.
+//! a large HTTP response is served, a full server evicts its oldest stalled handshake for a
+//! new client (and refuses one only when every connection is being served), and a
+//! handshake or request that trickles in is cut off at its deadline.
 
 mod common;
 use common::{make_certs, tls_connect, Running, TempDir};
@@ -73,8 +74,11 @@ fn a_large_http_response_is_streamed_in_bounded_memory() {
     );
 }
 
+/// A record header promising a 512-byte ClientHello, then nothing.
+const STALLED: &[u8] = &[0x16, 0x03, 0x01, 0x02, 0x00];
+
 #[test]
-fn concurrent_connections_are_capped_and_the_excess_refused() {
+fn a_full_server_evicts_the_oldest_stalled_handshake_for_a_good_client() {
     let dir = TempDir::new("cap");
     make_certs(dir.path(), "EC:P-256", "EC:P-256");
     let (mut srv, port) = server(
@@ -83,80 +87,142 @@ fn concurrent_connections_are_capped_and_the_excess_refused() {
             "--concurrent",
             "--max-concurrent",
             "3",
-            "--io-timeout",
-            "3",
             "--max-connections",
-            "4",
+            "9",
         ],
     );
-    // Eight clients connect and say nothing.
-    let mut idle: Vec<std::net::TcpStream> = (0..8)
-        .map(|_| std::net::TcpStream::connect(("127.0.0.1", port)).unwrap())
-        .collect();
-    let mut refused = Vec::new();
+    // Eight clients send the start of a record and stall; the pool holds three.
+    let mut stalled = Vec::new();
+    for _ in 0..8 {
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+        s.write_all(STALLED).unwrap();
+        stalled.push(s);
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let mut evicted = Vec::new();
     for _ in 0..5 {
-        refused.push(
-            srv.wait_for("connection_refused", 10.0)
-                .expect("a connection_refused record"),
+        evicted.push(
+            srv.wait_for("connection_error", 10.0)
+                .expect("an eviction record"),
         );
     }
-    for r in &refused {
-        assert_eq!(r["max_concurrent"], 3);
-        assert!(
-            r["message"]
-                .as_str()
-                .unwrap()
-                .contains("--max-concurrent 3"),
-            "{r}"
-        );
+    for e in &evicted {
+        assert!(e["message"].as_str().unwrap().starts_with("evicted"), "{e}");
     }
-    // The refused ones were closed at once; the served ones are still open.
-    let mut closed = 0;
-    for s in &mut idle {
-        s.set_read_timeout(Some(std::time::Duration::from_millis(500)))
-            .unwrap();
-        let mut b = [0u8; 1];
-        if matches!(s.read(&mut b), Ok(0)) {
-            closed += 1;
-        }
-    }
-    assert_eq!(closed, 5);
-    // One thread per connection in flight, plus the accept loop.
+    // The oldest went first: the first five connections.
+    let mut indexes: Vec<u64> = evicted
+        .iter()
+        .map(|e| e["index"].as_u64().unwrap())
+        .collect();
+    indexes.sort();
+    assert_eq!(indexes, [0, 1, 2, 3, 4]);
+    // At most twice the cap of workers (victims unwind, then wait idle for the next
+    // connection), the accept loop, the record writer, the deadline watcher: the eight
+    // stalled sockets got no thread of their own.
     let threads = srv.status("Threads");
-    assert!(threads <= 4, "{threads} threads for 3 connections");
-    // The served ones time out (--io-timeout 3).
-    for _ in 0..3 {
-        let e = srv
-            .wait_for("connection_error", 15.0)
-            .expect("connection_error");
-        assert_eq!(e["kind"], "io", "{e}");
-        assert!(
-            e["message"]
-                .as_str()
-                .unwrap()
-                .contains("no data from the client for 3 s"),
-            "{e}"
-        );
-    }
-    // Room again: a fourth client is served, and the server ends after it.
+    assert!(threads <= 2 * 3 + 3, "{threads} threads for 3 connections");
+    // A good client still gets its handshake (evicting the oldest stalled one, index 5).
     let mut tls = tls_connect(port);
     let _ = tls.shutdown();
     let done = srv
         .wait_for("connection", 15.0)
-        .expect("a served connection");
-    assert_eq!(done["index"], 3);
-    let status = srv.child.wait().unwrap();
-    assert!(status.success());
+        .expect("the good client is served");
+    assert_eq!(done["index"], 8);
+    drop(stalled);
+}
+
+#[test]
+fn a_full_server_with_nothing_to_evict_refuses() {
+    let dir = TempDir::new("full");
+    make_certs(dir.path(), "EC:P-256", "EC:P-256");
+    let (mut srv, port) = server(&dir, &["--concurrent", "--max-concurrent", "1"]);
+    // One client past its handshake and request, its response held back by not reading it:
+    // being served, not stalled, so never evicted.
+    let mut tls = tls_connect(port);
+    tls.write_all(b"GET 100000000\n").unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let mut late = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let r = srv
+        .wait_for("connection_refused", 10.0)
+        .expect("a connection_refused record");
+    assert!(
+        r["message"]
+            .as_str()
+            .unwrap()
+            .contains("none of them in its handshake"),
+        "{r}"
+    );
+    late.set_read_timeout(Some(std::time::Duration::from_secs(5)))
+        .unwrap();
+    let mut b = [0u8; 1];
+    assert!(
+        matches!(late.read(&mut b), Ok(0) | Err(_)),
+        "closed at once"
+    );
+    drop(tls);
+}
+
+#[test]
+fn a_handshake_that_trickles_in_is_cut_off_at_its_deadline() {
+    let dir = TempDir::new("trickle-hs");
+    make_certs(dir.path(), "EC:P-256", "EC:P-256");
+    let (mut srv, port) = server(
+        &dir,
+        &[
+            "--handshake-timeout",
+            "2",
+            "--io-timeout",
+            "5",
+            "--max-connections",
+            "1",
+        ],
+    );
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let start = std::time::Instant::now();
+    // One byte every 0.3 s: each read is well within --io-timeout, the handshake never ends.
+    let writer = std::thread::spawn(move || {
+        for b in STALLED.iter().chain([0u8; 60].iter()) {
+            if s.write_all(&[*b]).is_err() {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(300));
+        }
+    });
+    let e = srv
+        .wait_for("connection_error", 10.0)
+        .expect("connection_error");
+    let waited = start.elapsed().as_secs_f64();
+    assert_eq!(e["kind"], "peer", "{e}");
+    assert!(
+        e["message"]
+            .as_str()
+            .unwrap()
+            .contains("--handshake-timeout"),
+        "{e}"
+    );
+    assert!((1.8..4.0).contains(&waited), "cut off after {waited:.2} s");
+    let _ = writer.join();
 }
 
 #[test]
 fn a_request_that_trickles_in_is_cut_off() {
     let dir = TempDir::new("trickle");
     make_certs(dir.path(), "EC:P-256", "EC:P-256");
-    let (mut srv, port) = server(&dir, &["--io-timeout", "1", "--max-connections", "1"]);
+    let (mut srv, port) = server(
+        &dir,
+        &[
+            "--handshake-timeout",
+            "1",
+            "--io-timeout",
+            "5",
+            "--max-connections",
+            "1",
+        ],
+    );
     let mut tls = tls_connect(port);
     let start = std::time::Instant::now();
-    // One byte every 0.4 s: each read is within --io-timeout, the request never ends.
+    // One byte every 0.4 s: each read is within --io-timeout, the request never ends; the
+    // handshake and the request head share one deadline.
     let writer = std::thread::spawn(move || {
         for b in b"GET 1".iter().cycle().take(40) {
             if tls.write_all(&[*b]).is_err() {
@@ -170,7 +236,10 @@ fn a_request_that_trickles_in_is_cut_off() {
         .expect("connection_error");
     assert_eq!(e["kind"], "peer", "{e}");
     assert!(
-        e["message"].as_str().unwrap().contains("--io-timeout"),
+        e["message"]
+            .as_str()
+            .unwrap()
+            .contains("--handshake-timeout"),
         "{e}"
     );
     assert!(start.elapsed().as_secs_f64() < 4.0, "{:?}", start.elapsed());

@@ -85,6 +85,12 @@ class Cause(enum.Enum):
         "the queue limit overflowed or the emulator fell behind; raise limit= or check with "
         "'pqlab linktest'",
     )
+    CAPACITY_NOT_SATURATED = (
+        "capacity-not-saturated",
+        "A capacity maximum that did not saturate the server",
+        "this rate is a lower bound on the server's capacity: give the load generator more "
+        "CPUs (or its own host), add clients, or run on a quieter machine",
+    )
     OFF_MODEL = (
         "off-model",
         "Time to last byte far from the link's model",

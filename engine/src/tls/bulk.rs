@@ -18,11 +18,13 @@ use std::time::Duration;
 /// Bytes per application-data write: one full TLS record.
 const CHUNK: usize = 16384;
 
-#[derive(clap::Args, Clone)]
+#[derive(clap::Args, Clone, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
 pub struct Args {
     /// The client's options: `-n` connections (each one handshake and both transfers),
     /// `--warmup` unrecorded ones first, `--time-limit` for the whole run.
     #[command(flatten)]
+    #[serde(flatten)]
     pub client: client::Args,
     /// Bytes sent to the server per connection (1 to 17179869184).
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..=(1u64 << 34)))]
@@ -41,6 +43,12 @@ pub fn run(a: Args) -> Result<()> {
     }
     let stack = a.client.tls.stack()?;
     let (ctx, target, checks) = client::setup(stack, &a.client)?;
+    let mut options = record::options(&a);
+    let client = client::effective_options(&a.client, &target, &checks);
+    for key in ["servername", "expect-group", "expect-sigalg"] {
+        options[key] = client[key].clone();
+    }
+    crate::out::emit(&record::config("tls bulk", options));
     let deadline = std::time::Instant::now() + Duration::from_secs(a.client.time_limit);
     let total = a.client.warmup.saturating_add(a.client.count);
     for i in 0..total {

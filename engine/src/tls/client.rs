@@ -16,7 +16,8 @@ use std::path::PathBuf;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
-#[derive(clap::Args, Clone)]
+#[derive(clap::Args, Clone, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
 pub struct Args {
     /// Server address, HOST:PORT.
     #[arg(long)]
@@ -29,6 +30,7 @@ pub struct Args {
     #[arg(long)]
     pub servername: Option<String>,
     #[command(flatten)]
+    #[serde(flatten)]
     pub tls: TlsOpts,
     /// Measured connections.
     #[arg(short = 'n', long = "count", default_value_t = 1)]
@@ -143,7 +145,9 @@ pub(super) struct Checks {
 
 pub fn run(a: Args) -> Result<()> {
     let stack = a.tls.stack()?;
-    run_with(stack, &a, &record::Stdout)
+    // The sink writes what it holds when dropped, before any error record of main.
+    let sink = record::Stdout::start();
+    run_with(stack, &a, &sink)
 }
 
 /// A configured client context, its target and the checks every connection must pass.
@@ -192,6 +196,10 @@ pub(super) fn setup(
 pub fn run_with(stack: &dyn Stack, a: &Args, sink: &dyn Sink) -> Result<()> {
     let events_on = a.tls.events_on()?;
     let (ctx, target, checks) = setup(stack, a)?;
+    sink.record(&record::config(
+        "tls client",
+        effective_options(a, &target, &checks),
+    ));
     let deadline = Instant::now() + Duration::from_secs(a.time_limit);
     let total = a.warmup.saturating_add(a.count);
     for i in 0..total {
@@ -229,6 +237,16 @@ pub fn run_with(stack: &dyn Stack, a: &Args, sink: &dyn Sink) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// The client's options as it runs with them: the name it sends and checks, and the group
+/// and scheme every handshake must settle on (given, or implied by --groups / --sigalgs).
+pub(super) fn effective_options(a: &Args, target: &Target, checks: &Checks) -> Value {
+    let mut o = record::options(a);
+    o["servername"] = json!(target.name);
+    o["expect-group"] = json!(checks.group.as_ref().map(|g| &g.name));
+    o["expect-sigalg"] = json!(checks.sigalg.as_ref().map(|s| &s.name));
+    o
 }
 
 /// Every handshake is checked: a different negotiation is an error, not a sample.

@@ -12,6 +12,7 @@
 
 use super::client;
 use super::record::{self, Recorder, SharedRecorder, Stamp};
+use crate::cputime;
 use crate::out::{Error, Result};
 use serde_json::{json, Value};
 use std::cell::RefCell;
@@ -20,12 +21,14 @@ use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Barrier, Mutex};
 use std::time::Duration;
 
-#[derive(clap::Args, Clone)]
+#[derive(clap::Args, Clone, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
 pub struct Args {
     /// The client's options; here `-n` is the most measured handshakes in all, `--warmup`
     /// the unmeasured handshakes each worker makes before the clock starts, and
     /// `--time-limit` bounds the whole run (arrivals not started by then are abandoned).
     #[command(flatten)]
+    #[serde(flatten)]
     pub client: client::Args,
     /// closed (each worker back to back) or open (a fixed arrival rate).
     #[arg(long)]
@@ -129,7 +132,14 @@ pub fn run_with(a: &Args) -> Result<Value> {
     }
     let stack = a.client.tls.stack()?;
     // Fail on bad options once, before any thread starts.
-    client::setup(stack, &a.client)?;
+    let (_, target, checks) = client::setup(stack, &a.client)?;
+    let mut options = record::options(&a);
+    let client = client::effective_options(&a.client, &target, &checks);
+    for key in ["servername", "expect-group", "expect-sigalg"] {
+        options[key] = client[key].clone();
+    }
+    options["cpus"] = json!(cputime::allowed_cpus());
+    crate::out::emit(&record::config("tls load", options));
     let duration_ns = a.duration_ms as i64 * 1_000_000;
     let shared = Shared {
         a: &a,
@@ -145,7 +155,7 @@ pub fn run_with(a: &Args) -> Result<Value> {
         first_negotiated: Mutex::new(None),
         barrier: Barrier::new(a.clients as usize + 1),
     };
-    let (results, t0) = std::thread::scope(|s| {
+    let (results, t0, cpu) = std::thread::scope(|s| {
         let handles: Vec<_> = (0..a.clients as u32)
             .map(|w| {
                 let sh = &shared;
@@ -154,6 +164,7 @@ pub fn run_with(a: &Args) -> Result<Value> {
             .collect();
         // Every worker has made its warm-up handshakes (or failed): start the clock.
         shared.barrier.wait();
+        let cpu0 = CpuSnapshot::now();
         let t0 = Stamp::now();
         shared.t0_mono.store(t0.mono, Ordering::SeqCst);
         shared.barrier.wait();
@@ -164,14 +175,46 @@ pub fn run_with(a: &Args) -> Result<Value> {
                     .unwrap_or_else(|_| Err(crate::err!(Io, "a load worker panicked")))
             })
             .collect();
-        (results, t0)
+        (results, t0, cpu0.since())
     });
     let mut samples = Vec::new();
     for r in results {
         samples.extend(r?);
     }
     samples.sort_by_key(|s| (s.scheduled, s.worker));
-    Ok(result_record(&shared, &samples, t0))
+    let mut record = result_record(&shared, &samples, t0);
+    record["cpu"] = cpu;
+    Ok(record)
+}
+
+/// The load generator's own CPU time and the machine's CPUs at the start of the window.
+struct CpuSnapshot {
+    mono: i64,
+    process: i64,
+    machine: Vec<(usize, cputime::CpuTicks)>,
+}
+
+impl CpuSnapshot {
+    fn now() -> CpuSnapshot {
+        CpuSnapshot {
+            machine: cputime::machine(),
+            process: cputime::process_cpu_ns(),
+            mono: record::monotonic_ns(),
+        }
+    }
+
+    /// Who was busy from this snapshot to now: this process (all its workers) over
+    /// `span_ns`, the CPUs it may use, and every CPU of the machine (/proc/stat).
+    fn since(&self) -> Value {
+        let process = cputime::process_cpu_ns() - self.process;
+        let span = record::monotonic_ns() - self.mono;
+        json!({
+            "span_ns": span,
+            "process_cpu_ns": process,
+            "cpus_allowed": cputime::allowed_cpus(),
+            "machine": cputime::machine_delta(&self.machine, &cputime::machine()),
+        })
+    }
 }
 
 fn result_record(sh: &Shared, samples: &[Sample], t0: Stamp) -> Value {

@@ -26,7 +26,8 @@ use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::Duration;
 
-#[derive(clap::Args, Clone)]
+#[derive(clap::Args, Clone, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
 pub struct Args {
     /// Server certificate chain (PEM) to send.
     #[arg(long)]
@@ -41,6 +42,7 @@ pub struct Args {
     #[arg(long, default_value = "localhost")]
     pub servername: String,
     #[command(flatten)]
+    #[serde(flatten)]
     pub tls: TlsOpts,
     /// Mutual TLS: the client certificate chain (PEM) to present.
     #[arg(long, requires_all = ["client_key", "client_ca"])]
@@ -399,6 +401,7 @@ pub fn run(a: Args) -> Result<()> {
         "hooks": "CRYPTO_set_mem_functions", "groups": a.tls.groups, "sigalgs": a.tls.sigalgs,
         "client_sigalg": a.client_sigalg, "mutual": a.client_cert_chain.is_some(),
         "security_level": server_ctx.security_level(), "fixed_random": a.fixed_random,
+        "options": super::record::options(&a),
     }));
     let (tx, rx) = mpsc::channel::<Value>();
     let job = |tx: mpsc::Sender<Value>| Job {
@@ -433,7 +436,8 @@ pub fn run(a: Args) -> Result<()> {
     c.and(s)
 }
 
-#[derive(clap::Args, Clone)]
+#[derive(clap::Args, Clone, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
 pub struct HoldArgs {
     /// Server address, HOST:PORT.
     #[arg(long)]
@@ -445,6 +449,7 @@ pub struct HoldArgs {
     #[arg(long, default_value = "localhost")]
     pub servername: String,
     #[command(flatten)]
+    #[serde(flatten)]
     pub tls: TlsOpts,
     /// Mutual TLS: client certificate chain (PEM).
     #[arg(long, requires = "key")]
@@ -479,6 +484,10 @@ pub fn hold(a: HoldArgs) -> Result<()> {
         client_sigalg: None,
         mutual: a.cert_chain.is_some(),
     };
+    crate::out::emit(&super::record::config(
+        "tls hold",
+        super::record::options(&a),
+    ));
     let name = ServerName::parse(&a.servername);
     let mut open: Vec<Box<dyn Session>> = Vec::new();
     for i in 0..a.count {

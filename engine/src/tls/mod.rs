@@ -3,6 +3,7 @@
 //! are written once against the stack traits in `stack.rs`; each TLS library is one module
 //! (`openssl/`) registered in `stack::registered()`.
 
+mod admission;
 mod bulk;
 mod certs;
 mod client;

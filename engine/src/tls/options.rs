@@ -6,7 +6,8 @@ use crate::out::Result;
 use std::path::PathBuf;
 
 /// Protocol options, the same flags on client and server.
-#[derive(clap::Args, Clone)]
+#[derive(clap::Args, Clone, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
 pub struct TlsOpts {
     /// TLS stack that runs the connections (the names `info` lists in tls_stacks).
     #[arg(long, default_value = "openssl")]

@@ -9,6 +9,8 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::os::fd::AsRawFd;
 use std::rc::Rc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
 
 pub fn realtime_ns() -> i64 {
     clock_ns(libc::CLOCK_REALTIME)
@@ -504,54 +506,180 @@ pub fn congestion_control(tcp: &TcpStream) -> Option<String> {
     Some(String::from_utf8_lossy(&buf[..end]).into_owned())
 }
 
+/// Every option a TLS command runs with, by flag name without the dashes (`max-concurrent`,
+/// `io-timeout`, `count` for `-n`), defaults and values derived from others filled in: the
+/// `options` of each command's first record, so a caller can check that what it asked for
+/// reached the engine (docs/engine-protocol.md).
+pub fn options(args: &impl serde::Serialize) -> Value {
+    serde_json::to_value(args).unwrap_or(Value::Null)
+}
+
+/// The first record of a command that has no other one to carry its options.
+pub fn config(command: &str, options: Value) -> Value {
+    json!({"type": "config", "command": command, "options": options, "t": realtime_ns()})
+}
+
 /// Where the server and client loops put their records: stdout for real runs, memory in
 /// tests.
 pub trait Sink: Send + Sync {
     fn record(&self, record: &Value);
     /// A connection record, with its events appended as an `events` array when given.
     fn connection(&self, record: &Value, events: Option<&[Event]>);
-}
-
-/// JSON lines on stdout.
-pub struct Stdout;
-
-impl Sink for Stdout {
-    fn record(&self, record: &Value) {
-        crate::out::emit(record);
-    }
-    fn connection(&self, record: &Value, events: Option<&[Event]>) {
-        emit_with_events(record, events);
+    /// Total time the emitting threads have waited for room in the output so far (ns).
+    fn blocked_ns(&self) -> u64 {
+        0
     }
 }
 
-/// Emit a connection record with its events appended as an `events` array, serialized
-/// straight from the event structs (no intermediate JSON values).
-pub fn emit_with_events(record: &Value, events: Option<&[Event]>) {
-    let Some(events) = events else {
-        crate::out::emit(record);
-        return;
-    };
-    let Ok(mut text) = serde_json::to_vec(record) else {
-        return crate::out::emit(record);
-    };
-    if text.last() == Some(&b'}') {
-        text.pop();
-        if text.len() > 1 {
-            text.push(b',');
+/// JSON lines on stdout, written by a thread of their own. A thread serving connections
+/// only hands its record over and goes on: written directly, a record waits whenever the
+/// reader of stdout is behind (a pipe holds 64 KiB, some 30 connection records, and the lab
+/// reads a busy server's output in batches), and a server stalled on its own output
+/// measures its reader instead of its handshakes. The queue holds at most
+/// `MAX_QUEUED_BYTES`; beyond that a thread waits, and the time it waited is counted
+/// (`blocked_ns`). `finish` writes what is queued and ends the writer; call it before the
+/// command ends (an error record must come after the records before it).
+pub struct Stdout {
+    queue: Arc<Queue>,
+    writer: Mutex<Option<std::thread::JoinHandle<()>>>,
+}
+
+/// Most bytes of records waiting for the writer before a thread must wait.
+pub const MAX_QUEUED_BYTES: usize = 64 << 20;
+
+#[derive(Default)]
+struct Queue {
+    state: Mutex<QueueState>,
+    /// Signalled when lines arrive or the queue closes.
+    ready: Condvar,
+    /// Signalled when the writer has taken lines out.
+    space: Condvar,
+    blocked_ns: AtomicU64,
+}
+
+#[derive(Default)]
+struct QueueState {
+    lines: Vec<u8>,
+    closed: bool,
+}
+
+impl Stdout {
+    /// Start the writer thread.
+    pub fn start() -> Stdout {
+        let queue = Arc::new(Queue::default());
+        let q = queue.clone();
+        let writer = std::thread::Builder::new()
+            .name("record-writer".into())
+            .spawn(move || write_queue(&q))
+            .ok();
+        // Without a writer thread, records are written directly.
+        queue.state.lock().unwrap_or_else(|p| p.into_inner()).closed = writer.is_none();
+        Stdout {
+            queue,
+            writer: Mutex::new(writer),
         }
-        text.extend_from_slice(b"\"events\":");
-        if serde_json::to_writer(&mut text, events).is_err() {
-            return crate::out::emit(record);
-        }
-        text.push(b'}');
     }
-    text.push(b'\n');
+
+    fn push(&self, line: Vec<u8>) {
+        let mut st = self.queue.state.lock().unwrap_or_else(|p| p.into_inner());
+        if st.closed {
+            drop(st);
+            return write_stdout(&line);
+        }
+        if st.lines.len() + line.len() > MAX_QUEUED_BYTES && !st.lines.is_empty() {
+            let t0 = monotonic_ns();
+            while st.lines.len() + line.len() > MAX_QUEUED_BYTES && !st.lines.is_empty() {
+                st = self.queue.space.wait(st).unwrap_or_else(|p| p.into_inner());
+            }
+            let waited = (monotonic_ns() - t0).max(0) as u64;
+            self.queue.blocked_ns.fetch_add(waited, Ordering::Relaxed);
+        }
+        st.lines.extend_from_slice(&line);
+        self.queue.ready.notify_one();
+    }
+
+    /// Write everything queued and stop the writer (later records are written directly).
+    pub fn finish(&self) {
+        {
+            let mut st = self.queue.state.lock().unwrap_or_else(|p| p.into_inner());
+            st.closed = true;
+            self.queue.ready.notify_one();
+        }
+        let handle = self.writer.lock().ok().and_then(|mut w| w.take());
+        if let Some(h) = handle {
+            let _ = h.join();
+        }
+    }
+}
+
+impl Drop for Stdout {
+    fn drop(&mut self) {
+        self.finish();
+    }
+}
+
+/// The writer thread: take whatever is queued, write it in one go, until closed and empty.
+fn write_queue(q: &Queue) {
+    loop {
+        let batch = {
+            let mut st = q.state.lock().unwrap_or_else(|p| p.into_inner());
+            while st.lines.is_empty() && !st.closed {
+                st = q.ready.wait(st).unwrap_or_else(|p| p.into_inner());
+            }
+            if st.lines.is_empty() {
+                return;
+            }
+            std::mem::take(&mut st.lines)
+        };
+        q.space.notify_all();
+        write_stdout(&batch);
+    }
+}
+
+/// Whole lines to stdout; a closed pipe means the reader is gone, nothing useful is left.
+fn write_stdout(text: &[u8]) {
     let stdout = std::io::stdout();
     let mut lock = stdout.lock();
-    if lock.write_all(&text).is_err() {
+    if lock.write_all(text).is_err() {
         std::process::exit(141);
     }
     let _ = lock.flush();
+}
+
+impl Sink for Stdout {
+    fn record(&self, record: &Value) {
+        if let Ok(mut text) = serde_json::to_vec(record) {
+            text.push(b'\n');
+            self.push(text);
+        }
+    }
+    fn connection(&self, record: &Value, events: Option<&[Event]>) {
+        if let Some(text) = line_with_events(record, events) {
+            self.push(text);
+        }
+    }
+    fn blocked_ns(&self) -> u64 {
+        self.queue.blocked_ns.load(Ordering::Relaxed)
+    }
+}
+
+/// A connection record as one JSON line, with its events appended as an `events` array
+/// when given, serialized straight from the event structs (no intermediate JSON values).
+pub fn line_with_events(record: &Value, events: Option<&[Event]>) -> Option<Vec<u8>> {
+    let mut text = serde_json::to_vec(record).ok()?;
+    if let Some(events) = events {
+        if text.last() == Some(&b'}') {
+            text.pop();
+            if text.len() > 1 {
+                text.push(b',');
+            }
+            text.extend_from_slice(b"\"events\":");
+            serde_json::to_writer(&mut text, events).ok()?;
+            text.push(b'}');
+        }
+    }
+    text.push(b'\n');
+    Some(text)
 }
 
 #[cfg(test)]

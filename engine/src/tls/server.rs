@@ -2,6 +2,7 @@
 //! answered (`GET <n>` or HTTP), one JSON record per connection with the negotiated
 //! parameters, message events and TCP_INFO.
 
+use super::admission::{Admission, Ending, Watch};
 use super::options::TlsOpts;
 use super::record::{self, Recorder, SharedRecorder, Sink, Stamp, Wire};
 use super::request::{Request, RequestParser};
@@ -18,7 +19,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-#[derive(clap::Args, Clone)]
+#[derive(clap::Args, Clone, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
 pub struct Args {
     /// Address to listen on, IP:PORT (port 0 picks a free port; see the listening record).
     #[arg(long)]
@@ -30,6 +32,7 @@ pub struct Args {
     #[arg(long)]
     pub key: PathBuf,
     #[command(flatten)]
+    #[serde(flatten)]
     pub tls: TlsOpts,
     /// TLS 1.2 DHE group size in bits (1024, 2048, 3072, 4096); default: the stack's
     /// automatic choice matched to the certificate.
@@ -60,6 +63,12 @@ pub struct Args {
     /// has CPUs). Not with --concurrent.
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..=256))]
     pub threads: Option<u64>,
+    /// Seconds a connection may take for its handshake and its request head together,
+    /// 1-86400: a peer that stalls or sends a byte at a time is cut off then, however each
+    /// single read is timed (--io-timeout). With --concurrent, a full server also makes
+    /// room for a new connection by evicting the oldest one still in that phase.
+    #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    pub handshake_timeout: u64,
     /// Largest n accepted in `GET <n>` and HTTP `GET /<n>` (bytes). Responses are streamed
     /// in 16 KiB records, so the server's memory does not grow with n.
     #[arg(long, default_value_t = 1 << 30)]
@@ -115,6 +124,10 @@ const CHUNK: usize = 16384;
 /// enough that idle sockets cannot exhaust threads.
 pub const DEFAULT_MAX_CONCURRENT: u64 = 64;
 
+/// How long a full server waits for evicted connections to unwind before it refuses a new
+/// one (a burst of connections can outrun the victims' threads).
+const VICTIMS_UNWIND: Duration = Duration::from_secs(1);
+
 /// Check the arguments and configure the stack, before anything listens.
 pub fn prepare(a: &Args) -> Result<(&'static dyn Stack, Arc<dyn ServerContext>)> {
     a.tls.events_on()?;
@@ -158,16 +171,32 @@ pub fn run(a: Args) -> Result<()> {
     let listener = TcpListener::bind(a.listen)
         .map_err(|e| crate::err!(Io, "cannot listen on {}: {e}", a.listen))?;
     let local = listener.local_addr()?;
-    let sink: Arc<dyn Sink> = Arc::new(record::Stdout);
+    let output = Arc::new(record::Stdout::start());
+    let sink: Arc<dyn Sink> = output.clone();
     sink.record(&json!({
         "type": "listening", "address": local.to_string(), "port": local.port(),
         "pid": std::process::id(), "stack": stack.name(), "tls_version": a.tls.tls_version,
         "groups": a.tls.groups, "sigalgs": a.tls.sigalgs, "ciphers": a.tls.ciphers,
         "ciphersuites": a.tls.ciphersuites, "dh_bits": a.dh_bits, "dh_params": a.dh_params,
         "security_level": ctx.security_level(), "cert_chain": a.cert_chain,
-        "response_mode": a.response_mode, "t": record::realtime_ns(),
+        "response_mode": a.response_mode, "options": effective_options(&a),
+        "t": record::realtime_ns(),
     }));
-    serve(stack, ctx, listener, Arc::new(a), sink)
+    let served = serve(stack, ctx, listener, Arc::new(a), sink);
+    // Every connection's record is out before the command ends (or its error record).
+    output.finish();
+    served
+}
+
+/// The server's options as it runs with them: --max-concurrent's default when
+/// --concurrent, and the CPUs it may run on.
+fn effective_options(a: &Args) -> Value {
+    let mut o = record::options(a);
+    if a.concurrent {
+        o["max-concurrent"] = json!(a.max_concurrent.unwrap_or(DEFAULT_MAX_CONCURRENT));
+    }
+    o["cpus"] = json!(crate::cputime::allowed_cpus());
+    o
 }
 
 /// Decrements the count of connections in flight when a worker ends (even by a panic).
@@ -179,8 +208,9 @@ impl Drop for InFlight {
     }
 }
 
-/// A connection handed to a worker, with its slot in the --max-concurrent count.
-type Job = (TcpStream, Conn, InFlight);
+/// A connection handed to a worker, with its slot in the --max-concurrent count and its
+/// deadline.
+type Job = (TcpStream, Conn, InFlight, std::io::Result<Watch>);
 
 /// The accept loop: one connection at a time, or with --concurrent each on a worker thread,
 /// at most --max-concurrent at once; until --max-connections. Workers are kept and reused:
@@ -193,8 +223,9 @@ pub fn serve(
     a: Arc<Args>,
     sink: Arc<dyn Sink>,
 ) -> Result<()> {
+    let admission = Admission::start(Duration::from_secs(a.handshake_timeout));
     if let Some(n) = a.threads {
-        return serve_pool(stack, ctx, listener, a, sink, n);
+        return serve_pool(stack, ctx, listener, a, sink, &admission, n);
     }
     let cap = a.max_concurrent.unwrap_or(DEFAULT_MAX_CONCURRENT);
     let in_flight = Arc::new(AtomicU64::new(0));
@@ -223,20 +254,39 @@ pub fn serve(
         };
         if !a.concurrent {
             index += 1;
-            serve_one(stack, &*ctx, &a, tcp, c, &*sink);
+            let watch = admission.watch(&tcp);
+            serve_one(stack, &*ctx, &a, tcp, c, &*sink, watch);
             continue;
         }
         if in_flight.load(Ordering::SeqCst) >= cap {
-            drop(tcp);
-            let why =
-                format!("{cap} connections are already being served (--max-concurrent {cap})");
-            refuse(&*sink, peer, cap, &why);
-            continue;
+            // Full: make room by evicting the connection that has been in its handshake
+            // (or request head) the longest; its worker ends at once. Silent or trickling
+            // peers therefore cannot lock good clients out. Connections being served are
+            // never evicted, and victims still unwinding count: never more than twice the
+            // cap in flight.
+            let unwound = std::time::Instant::now() + VICTIMS_UNWIND;
+            while in_flight.load(Ordering::SeqCst) >= 2 * cap && std::time::Instant::now() < unwound
+            {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            let evicted = in_flight.load(Ordering::SeqCst) < 2 * cap && admission.evict_oldest();
+            if !evicted {
+                drop(tcp);
+                let why = format!(
+                    "{cap} connections are already being served, none of them in its \
+                     handshake (--max-concurrent {cap})"
+                );
+                refuse(&*sink, peer, cap, &why);
+                continue;
+            }
         }
         in_flight.fetch_add(1, Ordering::SeqCst);
-        let job = (tcp, c, InFlight(in_flight.clone()));
-        // An idle worker takes it; else a new worker starts with it (at most `cap` exist,
-        // since every worker beyond the idle ones holds a connection in flight).
+        // Watched from now on (not only once a worker runs it), so a burst of connections
+        // always has its oldest unfinished one to evict.
+        let watch = admission.watch(&tcp);
+        let job = (tcp, c, InFlight(in_flight.clone()), watch);
+        // An idle worker takes it; else a new worker starts with it (at most twice `cap`
+        // exist, since every worker beyond the idle ones holds a connection in flight).
         let claimed = idle
             .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
             .is_ok();
@@ -256,7 +306,15 @@ pub fn serve(
         );
         let worker = std::thread::Builder::new()
             .name("conn-worker".into())
-            .spawn(move || worker_loop(stack, &*ctx2, &a2, &*sink2, job, &idle2, &rx2));
+            .spawn(move || {
+                let shared = Shared {
+                    stack,
+                    ctx: &*ctx2,
+                    a: &a2,
+                    sink: &*sink2,
+                };
+                worker_loop(&shared, job, &idle2, &rx2)
+            });
         match worker {
             Ok(t) => {
                 threads.push(t);
@@ -278,18 +336,15 @@ pub fn serve(
 /// A --concurrent worker: serve its first connection, then wait for more until the accept
 /// loop closes the queue.
 fn worker_loop(
-    stack: &dyn Stack,
-    ctx: &dyn ServerContext,
-    a: &Args,
-    sink: &dyn Sink,
+    sh: &Shared,
     first: Job,
     idle: &AtomicU64,
     rx: &std::sync::Mutex<std::sync::mpsc::Receiver<Job>>,
 ) {
     let mut job = first;
     loop {
-        let (tcp, c, guard) = job;
-        serve_one(stack, ctx, a, tcp, c, sink);
+        let (tcp, c, guard, watch) = job;
+        serve_one(sh.stack, sh.ctx, sh.a, tcp, c, sh.sink, watch);
         drop(guard);
         idle.fetch_add(1, Ordering::SeqCst);
         let next = match rx.lock() {
@@ -303,6 +358,14 @@ fn worker_loop(
     }
 }
 
+/// What a --concurrent worker serves with.
+struct Shared<'a> {
+    stack: &'static dyn Stack,
+    ctx: &'a dyn ServerContext,
+    a: &'a Args,
+    sink: &'a dyn Sink,
+}
+
 /// --threads N: N threads share the listening socket, each accepting and serving one
 /// connection at a time, until --max-connections (counted across the pool).
 fn serve_pool(
@@ -311,6 +374,7 @@ fn serve_pool(
     listener: TcpListener,
     a: Arc<Args>,
     sink: Arc<dyn Sink>,
+    admission: &Arc<Admission>,
     threads: u64,
 ) -> Result<()> {
     // Non-blocking accept with a short poll, so every thread sees the end of the run.
@@ -359,7 +423,8 @@ fn serve_pool(
                             peer,
                             t_accept,
                         };
-                        serve_one(stack, ctx, a, tcp, c, sink);
+                        let watch = admission.watch(&tcp);
+                        serve_one(stack, ctx, a, tcp, c, sink, watch);
                     }
                     Ok(())
                 })
@@ -407,6 +472,7 @@ fn serve_one(
     tcp: TcpStream,
     c: Conn,
     sink: &dyn Sink,
+    watch: std::io::Result<Watch>,
 ) {
     let events_on = a.tls.events_on().unwrap_or(true);
     let rec: SharedRecorder = Rc::new(RefCell::new(Recorder::new(events_on)));
@@ -415,7 +481,14 @@ fn serve_one(
         "peer": c.peer.to_string(),
         "t_accept": c.t_accept.real, "security_level": ctx.security_level(),
     });
-    let result = handshake_and_respond(ctx, a, tcp, &rec, &c, &mut out, sink);
+    let result = match watch {
+        Ok(watch) => handshake_and_respond(ctx, a, tcp, &rec, &c, &mut out, sink, &watch)
+            .map_err(|e| why_it_ended(e, watch.ending(), a)),
+        Err(e) => Err(crate::err!(
+            Io,
+            "cannot watch the connection's deadline: {e}"
+        )),
+    };
     let events = match rec.try_borrow_mut() {
         Ok(mut r) => {
             r.add_counters(&mut out, stack.reports_messages());
@@ -423,6 +496,8 @@ fn serve_one(
         }
         Err(_) => None,
     };
+    out["output_blocked_ns"] = json!(sink.blocked_ns());
+    out["process_cpu_ns"] = json!(crate::cputime::process_cpu_ns());
     if let Err(e) = result {
         out["type"] = json!("connection_error");
         out["kind"] = json!(e.kind());
@@ -431,6 +506,27 @@ fn serve_one(
     sink.connection(&out, events.as_deref());
 }
 
+/// A connection's error, told as the deadline or the eviction when one of them cut it off
+/// (the stack only saw its socket close).
+fn why_it_ended(e: crate::out::Error, ending: Option<Ending>, a: &Args) -> crate::out::Error {
+    match ending {
+        None => e,
+        Some(Ending::TimedOut) => crate::err!(
+            Peer,
+            "the handshake and request were not complete after {} s (--handshake-timeout): {}",
+            a.handshake_timeout,
+            e.message()
+        ),
+        Some(Ending::Evicted) => crate::err!(
+            Peer,
+            "evicted: the server was full (--max-concurrent) and this was the oldest \
+             connection still in its handshake: {}",
+            e.message()
+        ),
+    }
+}
+
+#[allow(clippy::too_many_arguments)] // one connection's state, passed down once
 fn handshake_and_respond(
     ctx: &dyn ServerContext,
     a: &Args,
@@ -439,6 +535,7 @@ fn handshake_and_respond(
     c: &Conn,
     out: &mut Value,
     sink: &dyn Sink,
+    watch: &Watch,
 ) -> Result<()> {
     let timeout = Some(Duration::from_secs(a.tls.io_timeout.max(1)));
     tcp.set_nodelay(true)?;
@@ -480,8 +577,9 @@ fn handshake_and_respond(
     }
 
     let (request, sent_app) = if a.response_mode == "echo-size" {
-        respond(&mut *session, a, out)?
+        respond(&mut *session, a, out, watch)?
     } else {
+        watch.opened();
         wait_for_close(&mut *session)?;
         (None, 0)
     };
@@ -496,15 +594,22 @@ fn handshake_and_respond(
 }
 
 /// Read one request and answer it: (n asked for, application bytes sent).
-fn respond(session: &mut dyn Session, a: &Args, out: &mut Value) -> Result<(Option<u64>, u64)> {
-    let Some(request) = read_request(session, a.max_response_bytes, a.tls.io_timeout)? else {
+fn respond(
+    session: &mut dyn Session,
+    a: &Args,
+    out: &mut Value,
+    watch: &Watch,
+) -> Result<(Option<u64>, u64)> {
+    let request = read_request(session, a.max_response_bytes)?;
+    watch.opened();
+    let Some(request) = request else {
         return Ok((None, 0));
     };
     out["t_request_received"] = json!(record::realtime_ns());
     let chunk = [b'x'; CHUNK];
     let (request_bytes, sent) = match request {
         Request::Push(n) | Request::Pull(n) => {
-            return bulk(session, a, out, request, n);
+            return bulk(session, a, out, request, n, watch);
         }
         Request::Size(n) => {
             send_filler(session, &chunk, n)?;
@@ -553,6 +658,7 @@ fn bulk(
     out: &mut Value,
     first: Request,
     n: u64,
+    watch: &Watch,
 ) -> Result<(Option<u64>, u64)> {
     let mut request = first;
     let mut sent = 0;
@@ -562,7 +668,11 @@ fn bulk(
         out["push_recv_ns"] = json!(t_last - t_first);
         session.write_all(format!("OK {n} {}\n", t_last - t_first).as_bytes())?;
         session.flush()?;
-        request = match read_request(session, a.max_response_bytes, a.tls.io_timeout)? {
+        // The PULL line is another request head, with a deadline of its own.
+        watch.reopen();
+        let next = read_request(session, a.max_response_bytes)?;
+        watch.opened();
+        request = match next {
             Some(r) => r,
             None => return Ok((Some(n), 0)),
         };
@@ -631,14 +741,12 @@ fn send_filler(session: &mut dyn Session, chunk: &[u8], n: u64) -> Result<()> {
 }
 
 /// Read `GET <n>\n` or an HTTP GET request head; None when the client closed without one
-/// (handshake-only runs). The whole head must arrive within `timeout_s` (--io-timeout):
-/// each read is bounded by the socket timeout, and a client trickling a byte at a time
-/// is cut off after the total (so it cannot hold a sequential server).
-fn read_request(session: &mut dyn Session, max: u64, timeout_s: u64) -> Result<Option<Request>> {
+/// (handshake-only runs). Each read is bounded by the socket timeout (--io-timeout) and the
+/// whole head by the connection's deadline (--handshake-timeout, `admission.rs`), so a
+/// client trickling a byte at a time cannot hold the server.
+fn read_request(session: &mut dyn Session, max: u64) -> Result<Option<Request>> {
     let mut parser = RequestParser::new(max);
     let mut buf = [0u8; 1024];
-    let start = std::time::Instant::now();
-    let limit = Duration::from_secs(timeout_s);
     loop {
         let got = session
             .read(&mut buf)
@@ -654,12 +762,6 @@ fn read_request(session: &mut dyn Session, max: u64, timeout_s: u64) -> Result<O
                         );
                     }
                     return Ok(Some(r));
-                }
-                if start.elapsed() > limit {
-                    crate::bail!(
-                        Peer,
-                        "the request was not complete after {timeout_s} s (--io-timeout)"
-                    );
                 }
             }
             ReadOutcome::Closed => return Ok(None),

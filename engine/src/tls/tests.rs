@@ -144,9 +144,22 @@ pub fn loopback(
         }
     }
     srv.join().unwrap().unwrap();
+    // The client's first record is its options (checked in tests/options_echo.rs).
+    let mut client_records = client_sink.records();
+    if client_records
+        .first()
+        .is_some_and(|r| r["type"] == "config")
+    {
+        client_records.remove(0);
+    } else {
+        assert!(
+            client.is_err(),
+            "no config record first: {client_records:?}"
+        );
+    }
     Loopback {
         client,
-        client_records: client_sink.records(),
+        client_records,
         server_records: server_sink.records(),
     }
 }

@@ -67,6 +67,11 @@ class Capacity(Experiment):
             }
         }
 
+    def verdict(self, plan: _plan.Plan, store) -> None:
+        """Each cell's closed-loop maximum and what limited it; a warning when it did not
+        saturate the server (the run itself succeeded)."""
+        _report.print_maxima(store)
+
     def summary(self, plan) -> str | None:
         return "capacity: tables/capacity.csv, figures/capacity_latency_vs_load.png"
 

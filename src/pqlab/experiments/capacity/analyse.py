@@ -1,9 +1,8 @@
 """Pure logic of the capacity experiment: latencies from the engine's sample columns, one
-load point's statistics, the server's CPU time from /proc. No I/O besides /proc."""
+load point's statistics, each side's CPU utilisation and what limited a point's rate. No
+I/O."""
 
 from __future__ import annotations
-
-import os
 
 import numpy as np
 
@@ -20,11 +19,12 @@ def latencies_ns(scheduled_ns, done_ns) -> np.ndarray:
     return done - sched
 
 
-def point_stats(scheduled_ns, done_ns, end_ns, window_ns: int | None = None) -> dict:
+def point_stats(scheduled_ns, done_ns, end_ns, window_ns: int | None = None, start_ns=None) -> dict:
     """Handshakes per second and latency percentiles of one load point. The rate is
     completed handshakes over the time from the start of the window to the last completion
     (for a closed loop bounded by count, or an open loop draining its backlog, that is not
-    the configured window)."""
+    the configured window). With `start_ns`, also the median wait for a worker (start -
+    scheduled: an open loop's queue) and the median handshake itself (done - start)."""
     lat = latencies_ns(scheduled_ns, done_ns)
     n = int(lat.size)
     if n == 0:
@@ -33,25 +33,166 @@ def point_stats(scheduled_ns, done_ns, end_ns, window_ns: int | None = None) -> 
             "handshakes_per_s": 0.0,
             "latency_p50_ms": None,
             "latency_p99_ms": None,
+            "latency_mean_ms": None,
+            "wait_p50_ms": None,
+            "service_p50_ms": None,
         }
     span = int(window_ns) if window_ns else int(np.max(np.asarray(end_ns)))
     p50, p99 = np.percentile(lat, [50, 99])
+    wait = service = None
+    if start_ns is not None:
+        start = np.asarray(start_ns, dtype=np.int64)
+        wait = float(np.median(start - np.asarray(scheduled_ns, dtype=np.int64))) / 1e6
+        service = float(np.median(np.asarray(done_ns, dtype=np.int64) - start)) / 1e6
     return {
         "completed": n,
         "handshakes_per_s": n / (span / 1e9) if span > 0 else None,
         "latency_p50_ms": float(p50) / 1e6,
         "latency_p99_ms": float(p99) / 1e6,
+        "latency_mean_ms": float(np.mean(lat)) / 1e6,
+        "wait_p50_ms": wait,
+        "service_p50_ms": service,
     }
 
 
-def proc_cpu_seconds(pid: int) -> float | None:
-    """User + system CPU time of a running process, all its threads (from /proc)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            text = f.read()
-    except OSError:
+# --- who was busy: the server, the load generator, something else, or nobody --------------
+
+# A side whose CPUs were busy at least this fraction of the time was the bottleneck.
+SATURATED = 0.8
+# An open-loop point that completed at least this fraction of its offered rate kept up.
+KEPT_UP = 0.95
+
+SERVER_CPU = "server CPU"
+LOADGEN_CPU = "load generator CPU"
+OTHER_LOAD = "other load on the CPUs"
+STALL = "network / protocol stall"
+CLIENTS = "clients (too few to keep a CPU busy)"
+OFFERED = "offered rate (below capacity)"
+OUTPUT = "server output (the reader of its records)"
+
+
+def server_window(records: list[dict], warmups: int, t_start_ns: int) -> dict:
+    """The server's CPU time over a load point's measuring window, from its own connection
+    records (each carries the process's CPU time when it was written): from the last
+    warm-up connection's record (the server is idle until the window opens) to the last
+    record of the point. The span runs from the window's start to that last record's close.
+    Without warm-ups the first measured connection is the baseline and is not counted."""
+    cpu = [r.get("process_cpu_ns") for r in records]
+    if len(records) <= warmups or any(c is None for c in cpu):
+        return {"cpu_s": None, "span_ns": None, "connections": max(0, len(records) - warmups)}
+    first = max(warmups, 1)
+    base = max(cpu[:first])
+    measured = records[first:]
+    if not measured:
+        return {"cpu_s": None, "span_ns": None, "connections": 0}
+    end = max(cpu)
+    closed = [r.get("t_closed") or r.get("t_accept") for r in measured]
+    span = max(c for c in closed if c is not None) - int(t_start_ns)
+    blocked = [r.get("output_blocked_ns") or 0 for r in records]
+    return {
+        "cpu_s": (end - base) / 1e9,
+        "span_ns": span if span > 0 else None,
+        "connections": len(measured),
+        "output_blocked_ns": max(blocked) - (max(blocked[:first]) if first else 0),
+    }
+
+
+def utilisation(cpu_s, span_ns, cpus: int) -> float | None:
+    """CPU seconds per wall second per CPU available: 1.0 = every CPU busy all the time."""
+    if cpu_s is None or not span_ns or cpus < 1:
         return None
-    # Fields after the command name (which may hold spaces) start at state (field 3).
-    fields = text.rsplit(")", 1)[1].split()
-    utime, stime = int(fields[11]), int(fields[12])
-    return (utime + stime) / os.sysconf("SC_CLK_TCK")
+    return cpu_s / (span_ns / 1e9) / cpus
+
+
+def machine_busy(machine: dict | None, cpus: list[int] | None = None) -> float | None:
+    """Fraction of the time the given CPUs (all without a list) did anything, from the load
+    generator's /proc/stat columns: tasks, interrupts and a hypervisor's steal over total."""
+    if not machine or not machine.get("cpu"):
+        return None
+    busy = total = 0.0
+    for i, cpu in enumerate(machine["cpu"]):
+        if cpus is not None and cpu not in cpus:
+            continue
+        busy += machine["tasks_s"][i] + machine["interrupts_s"][i] + machine["steal_s"][i]
+        total += machine["total_s"][i]
+    return busy / total if total > 0 else None
+
+
+def other_utilisation(machine: dict | None, *own_cpu_s: float | None) -> float | None:
+    """The machine's busy time not spent by the server or the load generator, per CPU of
+    the machine (0.0 = nothing else ran)."""
+    if not machine or not machine.get("cpu") or any(c is None for c in own_cpu_s):
+        return None
+    total = sum(machine["total_s"])
+    busy = sum(
+        t + i + s
+        for t, i, s in zip(
+            machine["tasks_s"], machine["interrupts_s"], machine["steal_s"], strict=True
+        )
+    )
+    return max(0.0, busy - sum(own_cpu_s)) / total if total > 0 else None
+
+
+def limited_by(
+    *,
+    mode: str,
+    rate: float | None,
+    offered: float | None,
+    server_util: float | None,
+    loadgen_util: float | None,
+    server_cpus_busy: float | None,
+    loadgen_cpus_busy: float | None,
+    output_blocked_share: float | None = None,
+    cpu_work_share: float | None = None,
+    queued: bool = False,
+) -> str:
+    """What limited a load point's rate. A server or load generator waiting for its own
+    output first; then an open loop that kept up with its arrivals (at least `KEPT_UP` of
+    the offered rate, arrivals not `queued` for a worker longer than a handshake takes, and
+    neither side saturated) was limited by the offered rate. Otherwise the first side whose
+    own CPU time filled `SATURATED` of its CPUs; then CPUs kept busy by something else
+    (other processes, interrupts, a hypervisor). With every CPU idle enough, a closed loop
+    whose clients spent their time on the two sides' CPU work (`cpu_work_share`, see
+    `work_share`) had too few clients to fill a CPU; anything else went to waiting: the
+    network or the protocol (round trips, timers, a blocked write)."""
+    if output_blocked_share is not None and output_blocked_share > 0.01:
+        return OUTPUT
+    server_full = server_util is not None and server_util >= SATURATED
+    loadgen_full = loadgen_util is not None and loadgen_util >= SATURATED
+    kept_up = bool(rate and offered and rate >= KEPT_UP * offered and not queued)
+    if mode == "open" and kept_up and not (server_full or loadgen_full):
+        return OFFERED
+    if server_full:
+        return SERVER_CPU
+    if loadgen_full:
+        return LOADGEN_CPU
+    if any(b is not None and b >= SATURATED for b in (server_cpus_busy, loadgen_cpus_busy)):
+        return OTHER_LOAD
+    if mode == "closed" and cpu_work_share is not None and cpu_work_share >= SATURATED:
+        return CLIENTS
+    return STALL
+
+
+def work_share(
+    server_util: float | None,
+    server_cpus: int,
+    loadgen_util: float | None,
+    loadgen_cpus: int,
+    clients: int,
+) -> float | None:
+    """Closed loop: the CPU time both sides spent per handshake over the time each client
+    took per handshake (clients / rate); about 1 when a client's time is the two sides'
+    work one after the other, well below 1 when it also waited for something that used no
+    CPU (a timer, a blocked write, the network)."""
+    if server_util is None or loadgen_util is None or clients < 1:
+        return None
+    return (server_util * server_cpus + loadgen_util * loadgen_cpus) / clients
+
+
+def little_ratio(rate: float | None, latency_mean_ms: float | None, clients: int) -> float | None:
+    """Closed loop: rate x mean latency / clients (Little's law). 1.0 when the clients spend
+    all their time waiting for handshakes; the rest is connection teardown and the load
+    generator's own time between handshakes."""
+    if not rate or not latency_mean_ms or clients < 1:
+        return None
+    return rate * latency_mean_ms / 1e3 / clients

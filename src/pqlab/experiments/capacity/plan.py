@@ -68,7 +68,8 @@ OPTIONS = (
     ),
     Option(
         "server-threads",
-        f"server threads (each accepts and serves one connection at a time), 1-{MAX_THREADS}",
+        "CPUs the server runs on (at most half the machine's; every connection in flight "
+        f"gets a thread of its own), 1-{MAX_THREADS}",
         default="1",
         metavar="LIST",
     ),

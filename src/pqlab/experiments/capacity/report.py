@@ -4,8 +4,11 @@ derived from the raw samples alone."""
 from __future__ import annotations
 
 import html
+import json
+import os
+import sys
 
-from pqlab import figures
+from pqlab import figures, stats
 from pqlab.experiments.capacity import analyse
 from pqlab.report.section import Section, template
 
@@ -21,8 +24,13 @@ COLUMNS = [
     "handshakes_per_s",
     "latency_p50_ms",
     "latency_p99_ms",
+    "latency_mean_ms",
+    "limited_by",
     "server_cpu_us_per_handshake",
     "server_cpu_utilisation",
+    "loadgen_cpu_utilisation",
+    "other_cpu_utilisation",
+    "rate_x_latency_mean",
     "completed",
     "errors",
     "abandoned",
@@ -46,46 +54,159 @@ def _handshake_medians(store) -> dict:
     return {(r["g"], r["server_sig"], r["ca_sig"]): (r["m"], r["t"]) for r in rows}
 
 
-def rows(store) -> list[dict]:
-    points = store.query("SELECT * FROM capacity_points ORDER BY cell_id, point")
+def _cpus(text) -> list[int] | None:
+    return [int(c) for c in str(text).split(",") if c.strip()] if text else None
+
+
+def point_row(p: dict, raw: dict) -> dict:
+    """One load point's table row from its `capacity_points` row and raw samples: rates,
+    latencies, each side's CPU utilisation and what limited the rate."""
+    st = analyse.point_stats(
+        raw["scheduled_ns"], raw["done_ns"], raw["end_ns"], start_ns=raw.get("start_ns")
+    )
+    cpu = p["server_cpu_s"]
+    conns = p["server_connections"]
+    machine = json.loads(p["machine_cpu"]) if p.get("machine_cpu") else None
+    everything = list(machine["cpu"]) if machine else list(range(os.cpu_count() or 1))
+    server_cpus = _cpus(p["server_cpus"]) or everything
+    client_cpus = _cpus(p["client_cpus"]) or everything
+    server_util = analyse.utilisation(cpu, p.get("server_span_ns"), len(server_cpus))
+    loadgen_util = analyse.utilisation(
+        p.get("loadgen_cpu_s"), p.get("loadgen_span_ns"), len(client_cpus)
+    )
+    blocked = p.get("server_output_blocked_ns")
+    span = p.get("server_span_ns")
+    limit = analyse.limited_by(
+        mode=p["mode"],
+        rate=st["handshakes_per_s"],
+        offered=p["rate"],
+        server_util=server_util,
+        loadgen_util=loadgen_util,
+        server_cpus_busy=analyse.machine_busy(machine, server_cpus),
+        loadgen_cpus_busy=analyse.machine_busy(machine, client_cpus),
+        output_blocked_share=blocked / span if blocked is not None and span else None,
+        cpu_work_share=analyse.work_share(
+            server_util, len(server_cpus), loadgen_util, len(client_cpus), p["clients"] or 0
+        ),
+        queued=st["wait_p50_ms"] is not None
+        and st["service_p50_ms"] is not None
+        and st["wait_p50_ms"] > st["service_p50_ms"],
+    )
+    row = {k: p[k] for k in ("stack_impl", "group", "server_sig", "ca_sig")}
+    row.update(
+        {
+            "server_threads": p["server_threads"],
+            "mode": p["mode"],
+            "clients_or_rate": p["clients_or_rate"],
+            "offered_per_s": round(p["rate"], 1) if p["rate"] else None,
+            "handshakes_per_s": _r(st["handshakes_per_s"], 1),
+            "latency_p50_ms": _r(st["latency_p50_ms"], 3),
+            "latency_p99_ms": _r(st["latency_p99_ms"], 3),
+            "latency_mean_ms": _r(st["latency_mean_ms"], 3),
+            "limited_by": limit,
+            "server_cpu_us_per_handshake": _r(cpu / conns * 1e6, 1) if cpu and conns else None,
+            "server_cpu_utilisation": _r(server_util, 3),
+            "loadgen_cpu_utilisation": _r(loadgen_util, 3),
+            "other_cpu_utilisation": _r(
+                analyse.other_utilisation(machine, cpu, p.get("loadgen_cpu_s")), 3
+            ),
+            "rate_x_latency_mean": _r(
+                analyse.little_ratio(
+                    st["handshakes_per_s"], st["latency_mean_ms"], p["clients"] or 0
+                ),
+                3,
+            )
+            if p["mode"] == "closed"
+            else None,
+            "completed": st["completed"],
+            "errors": p["errors"],
+            "abandoned": p["abandoned"],
+            "server_cpus": p["server_cpus"],
+            "client_cpus": p["client_cpus"],
+            "duration_ms": p["duration_ms"],
+        }
+    )
+    return row
+
+
+def rows(store, cell_id: str | None = None) -> list[dict]:
+    where, params = ("WHERE cell_id = ?", [cell_id]) if cell_id else ("", [])
+    points = store.query(f"SELECT * FROM capacity_points {where} ORDER BY cell_id, point", params)
     medians = _handshake_medians(store)
     out = []
     for p in points:
         raw = store.numpy(
-            "SELECT scheduled_ns, done_ns, end_ns FROM capacity_raw "
+            "SELECT scheduled_ns, start_ns, done_ns, end_ns FROM capacity_raw "
             "WHERE cell_id = ? AND point = ?",
             [p["cell_id"], p["point"]],
         )
-        st = analyse.point_stats(raw["scheduled_ns"], raw["done_ns"], raw["end_ns"])
-        cpu = p["server_cpu_s"]
-        conns = p["server_connections"]
-        span_s = (p["window_ns"] or 0) / 1e9
-        row = {k: p[k] for k in ("stack_impl", "group", "server_sig", "ca_sig")}
-        row.update(
-            {
-                "server_threads": p["server_threads"],
-                "mode": p["mode"],
-                "clients_or_rate": p["clients_or_rate"],
-                "offered_per_s": round(p["rate"], 1) if p["rate"] else None,
-                "handshakes_per_s": _r(st["handshakes_per_s"], 1),
-                "latency_p50_ms": _r(st["latency_p50_ms"], 3),
-                "latency_p99_ms": _r(st["latency_p99_ms"], 3),
-                "server_cpu_us_per_handshake": _r(cpu / conns * 1e6, 1) if cpu and conns else None,
-                "server_cpu_utilisation": _r(cpu / span_s, 3) if cpu and span_s else None,
-                "completed": st["completed"],
-                "errors": p["errors"],
-                "abandoned": p["abandoned"],
-                "server_cpus": p["server_cpus"],
-                "client_cpus": p["client_cpus"],
-                "duration_ms": p["duration_ms"],
-            }
-        )
+        row = point_row(p, raw)
         med = medians.get((p["group"], p["server_sig"], p["ca_sig"]))
-        if med and p["mode"] == "closed" and p["clients"] == 1 and st["handshakes_per_s"]:
-            row["rate_x_handshake_median"] = round(st["handshakes_per_s"] * med[0] / 1e9, 3)
-            row["rate_x_handshake_total_median"] = round(st["handshakes_per_s"] * med[1] / 1e9, 3)
+        rate = row["handshakes_per_s"]
+        if med and p["mode"] == "closed" and p["clients"] == 1 and rate:
+            row["rate_x_handshake_median"] = round(rate * med[0] / 1e9, 3)
+            row["rate_x_handshake_total_median"] = round(rate * med[1] / 1e9, 3)
         out.append(row)
     return out
+
+
+def maxima(table: list[dict]) -> list[dict]:
+    """Each cell's closed-loop maximum: its row with the highest rate."""
+    best: dict[tuple, dict] = {}
+    for r in table:
+        if r["mode"] != "closed" or not r["handshakes_per_s"]:
+            continue
+        key = (r["stack_impl"], r["group"], r["server_sig"], r["ca_sig"], r["server_threads"])
+        if key not in best or r["handshakes_per_s"] > best[key]["handshakes_per_s"]:
+            best[key] = r
+    return list(best.values())
+
+
+def describe_maximum(r: dict) -> str:
+    ca = f" / CA {r['ca_sig']}" if r["ca_sig"] != r["server_sig"] else ""
+    util = r["server_cpu_utilisation"]
+    load = r["loadgen_cpu_utilisation"]
+    return (
+        f"{r['group']} / {r['server_sig']}{ca}: {r['handshakes_per_s']:g} handshakes/s with "
+        f"{r['clients_or_rate']} client(s); server CPUs "
+        + (f"{util:.0%}" if util is not None else "?")
+        + " busy, load generator CPUs "
+        + (f"{load:.0%}" if load is not None else "?")
+        + f" busy; limited by {r['limited_by']}"
+    )
+
+
+def not_saturated(table: list[dict]) -> list[stats.Warning_]:
+    """A warning for every cell whose closed-loop maximum did not saturate the server: that
+    rate is not the server's capacity."""
+    out = []
+    for r in maxima(table):
+        if r["limited_by"] == analyse.SERVER_CPU:
+            continue
+        out.append(
+            stats.Warning_(
+                stats.Cause.CAPACITY_NOT_SATURATED,
+                f"capacity {r['group']} / {r['server_sig']} / CA {r['ca_sig']}",
+                f"the closed-loop maximum did not saturate the server: {describe_maximum(r)}",
+            )
+        )
+    return out
+
+
+def print_maxima(store) -> None:
+    """One line per cell on stderr: its closed-loop maximum and what limited it, with a
+    warning when that was not the server's CPU."""
+    if not store.has_table("capacity_points"):
+        return
+    for r in maxima(rows(store)):
+        if r["limited_by"] == analyse.SERVER_CPU:
+            print(f"capacity {describe_maximum(r)}", file=sys.stderr)
+        else:
+            print(
+                f"warning: capacity {describe_maximum(r)}: not the server's capacity "
+                "(see docs/capacity.md, 'What limited the rate')",
+                file=sys.stderr,
+            )
 
 
 def _r(x, nd):

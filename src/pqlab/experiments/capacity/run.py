@@ -1,6 +1,8 @@
-"""Running the capacity cells: per cell one server (pinned to its CPUs, --threads), then
-every load point from the load generator pinned to the other CPUs; the server's own CPU
-time read from /proc around each point; everything committed with the cell."""
+"""Running the capacity cells: per cell one server pinned to its CPUs, serving every
+connection in flight on a thread of its own, then every load point from the load generator
+pinned to the other CPUs. Who was busy during each point comes from the engine: the server's
+CPU time from its connection records, the load generator's own and the machine's CPUs from
+its result. Everything is committed with the cell."""
 
 from __future__ import annotations
 
@@ -8,7 +10,7 @@ import json
 import time
 
 from pqlab.errors import CheckError, EngineError
-from pqlab.experiments.capacity import analyse, schema
+from pqlab.experiments.capacity import analyse, report, schema
 from pqlab.experiments.capacity.plan import CELLS, Plan, cpu_list, pick_cpus
 from pqlab.net.shaping import build_hosts
 from pqlab.progress import CellProgress
@@ -16,6 +18,7 @@ from pqlab.tls import negotiation, runner, stacks
 from pqlab.tls.chains import make_chain
 
 EXPERIMENT = "capacity"
+SERVER_CONNECTIONS = 4096  # the most the engine's --max-concurrent takes
 
 
 class Point:
@@ -62,7 +65,6 @@ def run_point(plan: Plan, hosts, server, cell: dict, point: Point, cpus) -> tupl
     spec = _load_spec(plan, hosts, server, tls, chain, expected, point)
     stack = stacks.get(plan.stack)
     before = len(server.take("connection", "connection_error"))
-    cpu0 = analyse.proc_cpu_seconds(server.pid)
     result = runner.run_load(
         spec,
         hosts,
@@ -70,12 +72,14 @@ def run_point(plan: Plan, hosts, server, cell: dict, point: Point, cpus) -> tupl
         timeout=plan.point_budget_s() + 30,
     )
     negotiation.check(result, expected, stack, what=f"{cell['id']} {point.label}")
-    served = plan.warmup * point.clients + result["completed"] + result["errors"]
+    warmups = plan.warmup * point.clients
+    served = warmups + result["completed"] + result["errors"]
     srv = _server_records(server, before, served, 30)
     for r in srv:
         if r["type"] == "connection":
             negotiation.check(r, expected, stack, what=f"{cell['id']} server connection")
-    cpu1 = analyse.proc_cpu_seconds(server.pid)
+    window = analyse.server_window(srv, warmups, result["t_start"])
+    loadgen = result.get("cpu") or {}
     s = result["samples"]
     if len(s["scheduled_ns"]) != result["completed"]:
         raise EngineError("the load generator's sample columns do not match its count")
@@ -92,9 +96,14 @@ def run_point(plan: Plan, hosts, server, cell: dict, point: Point, cpus) -> tupl
         "error_messages": json.dumps(result["error_messages"]),
         "arrivals": result["arrivals"],
         "abandoned": result["abandoned"],
-        "server_cpu_s": (cpu1 - cpu0) if cpu0 is not None and cpu1 is not None else None,
-        "server_connections": len(srv),
+        "server_cpu_s": window["cpu_s"],
+        "server_span_ns": window["span_ns"],
+        "server_connections": window["connections"],
         "server_connection_errors": sum(r["type"] != "connection" for r in srv),
+        "server_output_blocked_ns": window.get("output_blocked_ns"),
+        "loadgen_cpu_s": loadgen["process_cpu_ns"] / 1e9 if "process_cpu_ns" in loadgen else None,
+        "loadgen_span_ns": loadgen.get("span_ns"),
+        "machine_cpu": json.dumps(loadgen.get("machine")) if loadgen.get("machine") else None,
         "t_start": result["t_start"],
     }
     raw = {
@@ -132,12 +141,20 @@ def run_cell(store, hosts, plan: Plan, algs, threads: int, chain) -> None:
     tls = runner.Tls(stack=plan.stack, groups=(group,), sigalgs=(ssig,), events=False)
     expected = negotiation.Expected(group=group, sigalg=ssig)
     cell = {"id": cid, "tls": tls, "chain": chain, "expected": expected}
+    # A server that serves one connection at a time idles while that connection waits
+    # for its client (the client's half of the handshake, its close): its rate is then one
+    # connection's latency, not its CPUs' capacity. Like a thread-per-connection server,
+    # every connection in flight gets a thread. A client counts a connection done when it
+    # has sent its Finished and close_notify, so under load the server holds more
+    # connections than the load generator (their last records still to read): no cap
+    # below the engine's own.
     server_spec = runner.ServerSpec(
         tls=tls,
         chain=chain,
         listen=f"{hosts.server_ip}:{plan.port}",
         response_mode="none",
-        threads=threads,
+        concurrent=True,
+        max_concurrent=SERVER_CONNECTIONS,
     )
     rows, raws = [], []
     started = time.monotonic()
@@ -182,6 +199,7 @@ def run_cell(store, hosts, plan: Plan, algs, threads: int, chain) -> None:
                 }
             )
             store.insert("capacity_raw", {**cols, **raw})
+        store.add_warnings(EXPERIMENT, cid, report.not_saturated(report.rows(store, cid)))
 
 
 def measure(plan: Plan, store) -> None:
@@ -194,7 +212,7 @@ def measure(plan: Plan, store) -> None:
     cert_dir = store.path / "certs"
     with build_hosts(None) as hosts, CellProgress("capacity", len(todo)) as progress:
         for group, ssig, csig, threads in todo:
-            progress.start(f"{group.name} / {ssig.name} / CA {csig.name} / {threads} thread(s)")
+            progress.start(f"{group.name} / {ssig.name} / CA {csig.name} / {threads} server CPU(s)")
             chain = make_chain(cert_dir, csig, ssig, plan.stack)
             run_cell(store, hosts, plan, (group, ssig, csig), threads, chain)
             progress.advance()

@@ -12,8 +12,10 @@ DDL = [
         rate DOUBLE, rate_label TEXT, clients_or_rate TEXT, open_workers INTEGER,
         warmup_per_worker INTEGER, duration_ms BIGINT, window_ns BIGINT, completed BIGINT,
         errors BIGINT, error_messages TEXT, arrivals BIGINT, abandoned BIGINT,
-        server_cpu_s DOUBLE, server_connections BIGINT, server_connection_errors BIGINT,
-        server_cpus TEXT, client_cpus TEXT, seconds DOUBLE, t_start BIGINT)""",
+        server_cpu_s DOUBLE, server_span_ns BIGINT, server_connections BIGINT,
+        server_connection_errors BIGINT, server_output_blocked_ns BIGINT, loadgen_cpu_s DOUBLE,
+        loadgen_span_ns BIGINT, machine_cpu TEXT, server_cpus TEXT, client_cpus TEXT,
+        seconds DOUBLE, t_start BIGINT)""",
 ]
 
 
