@@ -220,6 +220,25 @@ pub struct StackInfo {
     /// but have no TLS signature scheme (e.g. SLH-DSA in OpenSSL 3.5).
     pub ca_key_types: Vec<String>,
     pub limits: serde_json::Map<String, serde_json::Value>,
+    /// How the stack hands a handshake flight to the socket and frames its messages.
+    pub write_model: WriteModel,
+    /// Whether its server answers a client's server_name with an empty server_name
+    /// extension in EncryptedExtensions (4 bytes of the flight).
+    pub server_name_ack: bool,
+}
+
+/// How a stack writes a handshake flight: what the lab's flight model (pqlab.tls.flight)
+/// needs to predict writes, records and TCP segments.
+#[derive(serde::Serialize, Clone, Debug, PartialEq)]
+pub struct WriteModel {
+    /// "buffer": records collect in a buffer of `buffer_bytes`, written when it fills and
+    /// at the end of the flight; "flight": the whole flight in one write; "record": every
+    /// record written as it is made.
+    pub kind: &'static str,
+    pub buffer_bytes: Option<usize>,
+    /// "message": each encrypted handshake message in records of its own; "flight": a
+    /// flight's encrypted messages joined and cut into records of up to 16 KiB.
+    pub records: &'static str,
 }
 
 /// Every TLS stack the engine can run: the one place a stack is added.

@@ -38,23 +38,34 @@ class WriteModel:
     goes straight through, and a smaller rest is kept (OpenSSL's bf_buff.c
     `buffer_write`); the buffer is written at the end of the flight.
     kind "flight": the whole flight is written at once, after its last record.
-    kind "record": every record is written as soon as it is made."""
+    kind "record": every record is written as soon as it is made.
+
+    `records` is how the stack frames a flight's encrypted messages: "message" (each in
+    records of its own, OpenSSL) or "flight" (the messages joined and cut into records of up
+    to 16 KiB, rustls)."""
 
     kind: str
     buffer_bytes: int | None = None
+    records: str = "message"
 
     def __post_init__(self) -> None:
         if self.kind not in ("buffer", "flight", "record"):
             raise ValueError(f"unknown write model {self.kind!r}")
+        if self.records not in ("message", "flight"):
+            raise ValueError(f"unknown record framing {self.records!r}")
         if self.kind == "buffer" and not (self.buffer_bytes and self.buffer_bytes > 0):
             raise ValueError("a buffer write model needs its buffer size")
 
     def describe(self) -> str:
         if self.kind == "buffer":
-            return f"{self.buffer_bytes}-byte write buffer, flushed when full and at the end"
-        if self.kind == "flight":
-            return "the whole flight in one write"
-        return "one write per record"
+            how = f"{self.buffer_bytes}-byte write buffer, flushed when full and at the end"
+        elif self.kind == "flight":
+            how = "the whole flight in one write"
+        else:
+            how = "one write per record"
+        if self.records == "flight":
+            return how + "; encrypted messages joined into shared records"
+        return how + "; a record per message"
 
     def writes(self, record_sizes: list[int]) -> list[int]:
         """Stream offsets (from the flight's start) at which data is handed to the socket,

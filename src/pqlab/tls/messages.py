@@ -33,6 +33,7 @@ RECORD_HEADER = 5
 AEAD_OVERHEAD = 1 + 16  # inner content type + tag
 MAX_FRAGMENT = 1 << 14
 CHANGE_CIPHER_SPEC_RECORD = 6
+SERVER_NAME_ACK = 4  # an empty server_name extension in EncryptedExtensions
 HASH_LEN = {"TLS_AES_128_GCM_SHA256": 32, "TLS_AES_256_GCM_SHA384": 48}
 HASH_LEN["TLS_CHACHA20_POLY1305_SHA256"] = 32
 DEFAULT_SUITE = "TLS_AES_256_GCM_SHA384"  # what OpenSSL's server picks by default
@@ -106,21 +107,44 @@ class ServerFlight:
     certificate_verify: int
     finished: int
     change_cipher_spec: bool = True
+    records: str = "message"  # the stack's framing (flight.WriteModel.records)
 
     def flight(self) -> Flight:
-        """Stream offsets at the end of ServerHello (with the ChangeCipherSpec record),
-        Certificate, CertificateVerify and Finished."""
+        """Stream offsets at the end of ServerHello (with the ChangeCipherSpec record) and
+        of the records that complete Certificate, CertificateVerify and Finished, for a
+        stack that frames encrypted messages in records of their own (`records`
+        "message") or joins them into shared records of up to 16 KiB ("flight")."""
         sh = RECORD_HEADER + self.server_hello
         sh += CHANGE_CIPHER_SPEC_RECORD if self.change_cipher_spec else 0
-        cert = sh + encrypted_record_bytes(self.encrypted_extensions)
-        cert += encrypted_record_bytes(self.certificate)
-        cv = cert + encrypted_record_bytes(self.certificate_verify)
-        fin = cv + encrypted_record_bytes(self.finished)
-        return Flight(sh, cert, cv, fin)
+        messages = [
+            self.encrypted_extensions,
+            self.certificate,
+            self.certificate_verify,
+            self.finished,
+        ]
+        if self.records == "flight":
+            ends = _joined_record_ends(messages)
+        else:
+            ends, offset = [], 0
+            for m in messages:
+                offset += encrypted_record_bytes(m)
+                ends.append(offset)
+        return Flight(sh, sh + ends[1], sh + ends[2], sh + ends[3])
 
     @property
     def bytes(self) -> int:
         return self.flight().through_finished
+
+
+def _joined_record_ends(messages: list[int]) -> list[int]:
+    """For messages joined into one plaintext and cut into records of MAX_FRAGMENT bytes:
+    the wire offset at the end of the record in which each message ends."""
+    total, ends, plain = sum(messages), [], 0
+    for m in messages:
+        plain += m
+        records = -(-plain // MAX_FRAGMENT)
+        ends.append(min(records * MAX_FRAGMENT, total) + records * (RECORD_HEADER + AEAD_OVERHEAD))
+    return ends
 
 
 def server_flight(
@@ -128,13 +152,19 @@ def server_flight(
     chain_der: list[int],
     signature: int,
     suite: str = DEFAULT_SUITE,
+    *,
+    records: str = "message",
+    server_name_ack: bool = False,
 ) -> ServerFlight:
     """The flight of a server with this key exchange, sending these certificates (leaf
-    first) and signing its CertificateVerify with a signature of this many bytes."""
+    first) and signing its CertificateVerify with a signature of this many bytes, on a stack
+    that frames its messages as `records` says (flight.WriteModel.records) and does or does
+    not acknowledge the client's server_name."""
     return ServerFlight(
         server_hello(group),
-        encrypted_extensions(),
+        encrypted_extensions(SERVER_NAME_ACK if server_name_ack else 0),
         certificate(chain_der),
         certificate_verify(signature),
         finished(suite),
+        records=records,
     )

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pqlab import catalog, engine
 from pqlab.catalog import Algorithm
 from pqlab.errors import UserError
+from pqlab.tls import flight
 from pqlab.units import split_list
 
 DEFAULT_STACK = "openssl"
@@ -34,6 +35,10 @@ class Stack:
     versions: dict[tuple[str, int], tuple[str, ...]] = field(default_factory=dict)
     group_codes: dict[str, int] = field(default_factory=dict)  # lower-case name -> code
     sigalg_codes: dict[str, int] = field(default_factory=dict)
+    # how it writes a handshake flight and frames its encrypted messages (pqlab.tls.flight)
+    write_model: flight.WriteModel = flight.OPENSSL
+    # its server acknowledges server_name in EncryptedExtensions (4 bytes more)
+    server_name_ack: bool = False
 
     def group_name(self, alg) -> str:
         return self.groups[alg.tls_group]
@@ -140,6 +145,16 @@ def _versions(kind: str, entries: list[dict]) -> dict[tuple[str, int], tuple[str
     return out
 
 
+def _write_model(entry: dict | None) -> flight.WriteModel:
+    """The stack's write model as the engine reports it; an engine that does not report one
+    is OpenSSL's (the only stack before the report existed)."""
+    if not entry:
+        return flight.OPENSSL
+    return flight.WriteModel(
+        entry["kind"], entry.get("buffer_bytes"), entry.get("records", "message")
+    )
+
+
 def parse(info: dict) -> dict[str, Stack]:
     """The stacks of an engine `info` record."""
     out = {}
@@ -158,6 +173,8 @@ def parse(info: dict) -> dict[str, Stack]:
             group_codes=_lower_map(groups),
             sigalg_codes=_lower_map(sigalgs),
             versions={**_versions("group", groups), **_versions("sigalg", sigalgs)},
+            write_model=_write_model(s.get("write_model")),
+            server_name_ack=bool(s.get("server_name_ack", False)),
         )
     return out
 

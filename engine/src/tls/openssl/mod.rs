@@ -92,6 +92,14 @@ impl Stack for OpenSsl {
             cert_key_types,
             ca_key_types,
             limits,
+            // OpenSSL's handshake write BIO (bf_buff.c default size); one record per
+            // handshake message.
+            write_model: super::stack::WriteModel {
+                kind: "buffer",
+                buffer_bytes: Some(4096),
+                records: "message",
+            },
+            server_name_ack: false,
         })
     }
 }

@@ -766,6 +766,14 @@ impl Stack for Rustls {
             cert_key_types: t.key_types.clone(),
             ca_key_types: t.key_types.clone(),
             limits,
+            // rustls joins a TLS 1.3 flight's encrypted messages (HandshakeFlight) and the
+            // connection loop writes everything queued in one vectored write.
+            write_model: crate::tls::stack::WriteModel {
+                kind: "flight",
+                buffer_bytes: None,
+                records: "flight",
+            },
+            server_name_ack: true,
         })
     }
 }
