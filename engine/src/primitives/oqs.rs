@@ -245,6 +245,33 @@ pub struct OqsSig {
     oid: Option<Vec<u8>>,
 }
 
+/// One liboqs signature object per algorithm for the whole process, shared by threads
+/// (certificate signing, TLS signers and verifiers).
+struct SharedSig(OqsSig);
+// SAFETY: a liboqs OQS_SIG holds only function pointers and sizes once made and is never
+// mutated after OQS_SIG_new; using one from several threads is what liboqs's own tests do.
+unsafe impl Send for SharedSig {}
+unsafe impl Sync for SharedSig {}
+
+/// The process's shared liboqs signature object for `name` (a name of this build's tables;
+/// panics on a name liboqs does not have, which the tables rule out).
+pub fn shared_sig(name: &'static str) -> &'static OqsSig {
+    use std::sync::{Mutex, OnceLock};
+    static CACHE: OnceLock<Mutex<Vec<(&'static str, &'static SharedSig)>>> = OnceLock::new();
+    let mut c = CACHE
+        .get_or_init(Default::default)
+        .lock()
+        .expect("signature cache");
+    if let Some((_, s)) = c.iter().find(|(n, _)| *n == name) {
+        return &s.0;
+    }
+    let s: &'static SharedSig = Box::leak(Box::new(SharedSig(
+        OqsSig::new(name, &Params::new(), None).expect("a signature of this build's table"),
+    )));
+    c.push((name, s));
+    &s.0
+}
+
 impl Drop for OqsSig {
     fn drop(&mut self) {
         // SAFETY: we own the object.

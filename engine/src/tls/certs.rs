@@ -1,28 +1,20 @@
 //! `tls certs`: a root CA and a server certificate signed by it, with realistic content,
-//! generated with OpenSSL's X509 API, and the DER sizes of what a handshake carries.
+//! made by the stack-neutral builder (`tls::x509`) with keys of OpenSSL or liboqs
+//! (`tls::certkey`), and the DER sizes of what a handshake carries.
 
 use crate::out::{emit, Result};
-use openssl::asn1::{Asn1Integer, Asn1Time};
-use openssl::bn::BigNum;
-use openssl::ec::{EcGroup, EcKey};
-use openssl::hash::MessageDigest;
-use openssl::nid::Nid;
-use openssl::pkey::{PKey, Private};
-use openssl::rsa::Rsa;
-use openssl::x509::extension::{
-    AuthorityKeyIdentifier, BasicConstraints, ExtendedKeyUsage, KeyUsage, SubjectAlternativeName,
-    SubjectKeyIdentifier,
-};
-use openssl::x509::{X509Builder, X509NameBuilder, X509};
+use crate::primitives::der;
+use crate::tls::certkey::{self, CertKey, KeySpec};
+use crate::tls::ids::SIGS;
+use crate::tls::x509::{self, Profile, Purpose};
 use serde_json::json;
-use std::ffi::CString;
-use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// Root CA key: OpenSSL algorithm name with an optional parameter, e.g. RSA:2048,
-    /// RSA:3072, EC:P-256, ED25519, ML-DSA-44, SLH-DSA-SHA2-128s.
+    /// Root CA key: an OpenSSL or liboqs algorithm name with an optional parameter, e.g.
+    /// RSA:2048, RSA:3072, EC:P-256, ED25519, ML-DSA-44, SLH-DSA-SHA2-128s, MAYO-1,
+    /// Falcon-512, cross-rsdp-128-balanced, OV-Ip-pkc.
     #[arg(long)]
     pub ca_alg: String,
     /// Server key, same syntax as --ca-alg.
@@ -64,338 +56,152 @@ pub struct Args {
 }
 
 fn read(path: &Path) -> Result<Vec<u8>> {
-    std::fs::read(path)
-        .map_err(|e| crate::out::Error::Io(format!("cannot read {}: {e}", path.display())))
-}
-
-/// An OpenSSL key spec: algorithm name plus optional parameter (RSA bits, EC curve).
-pub struct KeySpec {
-    pub name: String,
-    pub param: Option<String>,
-}
-
-impl KeySpec {
-    pub fn parse(text: &str) -> Result<KeySpec> {
-        let (name, param) = match text.split_once(':') {
-            Some((n, p)) => (n.trim(), Some(p.trim().to_string())),
-            None => (text.trim(), None),
-        };
-        if name.is_empty() {
-            crate::bail!(
-                Usage,
-                "key spec {text:?} has no algorithm name; use e.g. RSA:2048, EC:P-256, ML-DSA-44"
-            );
-        }
-        Ok(KeySpec {
-            name: name.to_string(),
-            param,
-        })
-    }
-
-    pub fn generate(&self) -> Result<PKey<Private>> {
-        let upper = self.name.to_ascii_uppercase();
-        match upper.as_str() {
-            "RSA" => {
-                let bits: u32 = match &self.param {
-                    None => 2048,
-                    Some(p) => p.parse().map_err(|_| {
-                        crate::out::Error::Usage(format!(
-                            "RSA key size {p:?} is not a number of bits, e.g. RSA:2048"
-                        ))
-                    })?,
-                };
-                if !(1024..=16384).contains(&bits) {
-                    crate::bail!(Usage, "RSA key size {bits} is out of range (1024..16384)");
-                }
-                Ok(PKey::from_rsa(Rsa::generate(bits)?)?)
-            }
-            "EC" | "ECDSA" => {
-                let curve = self.param.clone().unwrap_or_else(|| "P-256".into());
-                let nid = curve_nid(&curve)?;
-                let group = EcGroup::from_curve_name(nid)?;
-                Ok(PKey::from_ec_key(EcKey::generate(&group)?)?)
-            }
-            "ED25519" => Ok(PKey::generate_ed25519()?),
-            "ED448" => Ok(PKey::generate_ed448()?),
-            _ => generic_keygen(&self.name),
-        }
-    }
-
-    /// Whether `generate` can make this key in this build (checked without making one).
-    pub fn available(&self) -> bool {
-        let upper = self.name.to_ascii_uppercase();
-        match upper.as_str() {
-            "RSA" => self
-                .param
-                .as_deref()
-                .is_none_or(|p| p.parse::<u32>().is_ok_and(|b| (1024..=16384).contains(&b))),
-            "EC" | "ECDSA" => curve_nid(self.param.as_deref().unwrap_or("P-256")).is_ok(),
-            "ED25519" | "ED448" => self.param.is_none(),
-            _ => self.param.is_none() && keygen_available(&self.name),
-        }
-    }
-
-    /// Digest for signing certificates with this key (none for algorithms that hash inside).
-    pub fn digest(&self) -> MessageDigest {
-        let upper = self.name.to_ascii_uppercase();
-        match upper.as_str() {
-            "RSA" => match self.param.as_deref().and_then(|p| p.parse::<u32>().ok()) {
-                Some(b) if b >= 7680 => MessageDigest::sha384(),
-                _ => MessageDigest::sha256(),
-            },
-            "EC" | "ECDSA" => match self.param.as_deref().map(|c| c.to_ascii_uppercase()) {
-                Some(c) if c.contains("384") => MessageDigest::sha384(),
-                Some(c) if c.contains("521") => MessageDigest::sha512(),
-                _ => MessageDigest::sha256(),
-            },
-            _ => MessageDigest::null(),
-        }
-    }
-}
-
-fn curve_nid(curve: &str) -> Result<Nid> {
-    Ok(
-        match curve.to_ascii_uppercase().replace(['-', '_'], "").as_str() {
-            "P256" | "PRIME256V1" | "SECP256R1" => Nid::X9_62_PRIME256V1,
-            "P384" | "SECP384R1" => Nid::SECP384R1,
-            "P521" | "SECP521R1" => Nid::SECP521R1,
-            _ => crate::bail!(
-                Usage,
-                "EC curve {curve:?} is not supported; use P-256, P-384 or P-521"
-            ),
-        },
-    )
-}
-
-extern "C" {
-    fn EVP_PKEY_CTX_new_from_name(
-        libctx: *mut libc::c_void,
-        name: *const libc::c_char,
-        propq: *const libc::c_char,
-    ) -> *mut openssl_sys::EVP_PKEY_CTX;
-    fn EVP_PKEY_keygen_init(ctx: *mut openssl_sys::EVP_PKEY_CTX) -> libc::c_int;
-    fn EVP_PKEY_generate(
-        ctx: *mut openssl_sys::EVP_PKEY_CTX,
-        ppkey: *mut *mut openssl_sys::EVP_PKEY,
-    ) -> libc::c_int;
-    fn EVP_PKEY_CTX_free(ctx: *mut openssl_sys::EVP_PKEY_CTX);
-}
-
-/// Whether OpenSSL has a key generator of this name (EVP_PKEY_CTX_new_from_name).
-fn keygen_available(name: &str) -> bool {
-    let Ok(cname) = CString::new(name) else {
-        return false;
-    };
-    unsafe {
-        let ctx =
-            EVP_PKEY_CTX_new_from_name(std::ptr::null_mut(), cname.as_ptr(), std::ptr::null());
-        if ctx.is_null() {
-            let _ = openssl::error::ErrorStack::get(); // clear the queue
-            return false;
-        }
-        let ok = EVP_PKEY_keygen_init(ctx) > 0;
-        EVP_PKEY_CTX_free(ctx);
-        if !ok {
-            let _ = openssl::error::ErrorStack::get();
-        }
-        ok
-    }
-}
-
-/// Key generation for algorithms without a dedicated API in the openssl crate (ML-DSA,
-/// SLH-DSA, ...), through OpenSSL's provider-based EVP interface.
-fn generic_keygen(name: &str) -> Result<PKey<Private>> {
-    use foreign_types::ForeignType;
-    let cname = CString::new(name)
-        .map_err(|_| crate::out::Error::Usage(format!("bad algorithm name {name:?}")))?;
-    unsafe {
-        let ctx =
-            EVP_PKEY_CTX_new_from_name(std::ptr::null_mut(), cname.as_ptr(), std::ptr::null());
-        if ctx.is_null() {
-            let _ = openssl::error::ErrorStack::get();
-            crate::bail!(Usage, "OpenSSL has no key algorithm {name:?} (try RSA:2048, EC:P-256, ED25519, ML-DSA-44, SLH-DSA-SHA2-128s)");
-        }
-        let mut pkey: *mut openssl_sys::EVP_PKEY = std::ptr::null_mut();
-        let ok = EVP_PKEY_keygen_init(ctx) > 0 && EVP_PKEY_generate(ctx, &mut pkey) > 0;
-        EVP_PKEY_CTX_free(ctx);
-        if !ok || pkey.is_null() {
-            let e = openssl::error::ErrorStack::get();
-            crate::bail!(Library, "key generation for {name} failed: {e}");
-        }
-        Ok(PKey::from_ptr(pkey))
-    }
-}
-
-fn random_serial() -> Result<Asn1Integer> {
-    let mut bn = BigNum::new()?;
-    // 159 random bits, positive, as CAs do (RFC 5280: at most 20 octets).
-    bn.rand(159, openssl::bn::MsbOption::MAYBE_ZERO, false)?;
-    Ok(bn.to_asn1_integer()?)
+    std::fs::read(path).map_err(|e| crate::err!(Io, "cannot read {}: {e}", path.display()))
 }
 
 fn write(path: &Path, data: &[u8]) -> Result<()> {
-    std::fs::write(path, data)
-        .map_err(|e| crate::out::Error::Io(format!("cannot write {}: {e}", path.display())))
+    std::fs::write(path, data).map_err(|e| crate::err!(Io, "cannot write {}: {e}", path.display()))
 }
 
+/// A root and a server certificate (DER) with their keys.
 pub struct Chain {
-    pub root: X509,
-    pub server: X509,
+    pub root: Vec<u8>,
+    pub server: Vec<u8>,
+    pub ca_key: CertKey,
+    pub server_key: CertKey,
 }
 
-fn make_root(
-    args: &Args,
-    ca_key: &PKey<Private>,
-    digest: MessageDigest,
-    not_before: &Asn1Time,
-    not_after: &Asn1Time,
-) -> Result<X509> {
-    // Root CA: self-signed, CA:TRUE, keyCertSign + cRLSign.
-    let mut name = X509NameBuilder::new()?;
-    name.append_entry_by_nid(Nid::COUNTRYNAME, "JP")?;
-    name.append_entry_by_nid(Nid::ORGANIZATIONNAME, "pqlab test PKI")?;
-    name.append_entry_by_nid(Nid::COMMONNAME, &format!("pqlab Root CA ({})", args.ca_alg))?;
-    let ca_name = name.build();
-    let mut b = X509Builder::new()?;
-    b.set_version(2)?;
-    let serial = random_serial()?;
-    b.set_serial_number(&serial)?;
-    b.set_subject_name(&ca_name)?;
-    b.set_issuer_name(&ca_name)?;
-    b.set_not_before(not_before)?;
-    b.set_not_after(not_after)?;
-    b.set_pubkey(ca_key)?;
-    b.append_extension(BasicConstraints::new().critical().ca().build()?)?;
-    b.append_extension(
-        KeyUsage::new()
-            .critical()
-            .key_cert_sign()
-            .crl_sign()
-            .build()?,
-    )?;
-    let ski = SubjectKeyIdentifier::new().build(&b.x509v3_context(None, None))?;
-    b.append_extension(ski)?;
-    b.sign(ca_key, digest)?;
-    let root = b.build();
-    Ok(root)
+fn purpose(text: &str) -> Purpose {
+    match text {
+        "client" => Purpose::Client,
+        "both" => Purpose::Both,
+        _ => Purpose::Server,
+    }
 }
 
-pub fn build(args: &Args) -> Result<(Chain, PKey<Private>, PKey<Private>)> {
+pub fn build(args: &Args) -> Result<Chain> {
     let ca_spec = KeySpec::parse(&args.ca_alg)?;
     let srv_spec = KeySpec::parse(&args.server_alg)?;
-    let srv_key = srv_spec.generate()?;
-    let not_before = Asn1Time::days_from_now(0)?;
-    let not_after = Asn1Time::days_from_now(args.days)?;
+    for (flag, spec, text) in [
+        ("--ca-alg", &ca_spec, &args.ca_alg),
+        ("--server-alg", &srv_spec, &args.server_alg),
+    ] {
+        if !spec.available() {
+            crate::bail!(
+                Usage,
+                "{flag} {text:?}: no such key in OpenSSL or liboqs here (e.g. RSA:2048, \
+                 EC:P-256, ED25519, ML-DSA-44, SLH-DSA-SHA2-128s, MAYO-1, Falcon-512)"
+            );
+        }
+    }
     let (root, ca_key) = match (&args.ca_cert, &args.ca_key) {
         (Some(cert), Some(key)) => {
-            let root = X509::from_pem(&read(cert)?).map_err(|e| {
-                crate::out::Error::Usage(format!("--ca-cert {}: {e}", cert.display()))
-            })?;
-            let key = PKey::private_key_from_pem(&read(key)?).map_err(|e| {
-                crate::out::Error::Usage(format!("--ca-key {}: {e}", key.display()))
-            })?;
-            if !root.public_key()?.public_eq(&key) {
+            let flag = format!("--ca-cert {}", cert.display());
+            let root = certkey::pem_all(&read(cert)?, "CERTIFICATE")
+                .into_iter()
+                .next()
+                .ok_or_else(|| crate::err!(Usage, "{flag}: no PEM certificate"))?;
+            let key = CertKey::from_pem(&read(key)?, &format!("--ca-key {}", key.display()))?;
+            if x509::parse(&root)?.spki != key.spki()? {
                 crate::bail!(Usage, "--ca-key does not belong to --ca-cert");
             }
             (root, key)
         }
         _ => {
             let key = ca_spec.generate()?;
-            (
-                make_root(args, &key, ca_spec.digest(), &not_before, &not_after)?,
-                key,
-            )
+            let subject = x509::name(
+                "JP",
+                "pqlab test PKI",
+                &format!("pqlab Root CA ({})", args.ca_alg),
+            )?;
+            let profile = Profile {
+                subject,
+                issuer: None,
+                ca: true,
+                purpose: Purpose::Server,
+                san: Vec::new(),
+            };
+            (x509::build(&profile, &key, &key, args.days)?, key)
         }
     };
-
-    // Server certificate: CN + SAN (DNS and IP), digitalSignature (+ keyEncipherment for
-    // RSA so TLS 1.2 RSA key exchange works), EKU serverAuth, SKI/AKI.
-    let mut name = X509NameBuilder::new()?;
-    name.append_entry_by_nid(Nid::COUNTRYNAME, "JP")?;
-    name.append_entry_by_nid(Nid::ORGANIZATIONNAME, "pqlab test server")?;
-    name.append_entry_by_nid(Nid::COMMONNAME, &args.cn)?;
-    let srv_name = name.build();
-    let mut b = X509Builder::new()?;
-    b.set_version(2)?;
-    let serial = random_serial()?;
-    b.set_serial_number(&serial)?;
-    b.set_subject_name(&srv_name)?;
-    b.set_issuer_name(root.subject_name())?;
-    b.set_not_before(&not_before)?;
-    b.set_not_after(&not_after)?;
-    b.set_pubkey(&srv_key)?;
-    b.append_extension(BasicConstraints::new().critical().build()?)?;
-    let mut ku = KeyUsage::new();
-    ku.critical().digital_signature();
-    if srv_spec.name.eq_ignore_ascii_case("RSA") {
-        ku.key_encipherment();
-    }
-    b.append_extension(ku.build()?)?;
-    let mut eku = ExtendedKeyUsage::new();
-    if args.purpose != "client" {
-        eku.server_auth();
-    }
-    if args.purpose != "server" {
-        eku.client_auth();
-    }
-    b.append_extension(eku.build()?)?;
-    let mut san = SubjectAlternativeName::new();
-    san.dns(&args.cn);
+    let server_key = srv_spec.generate()?;
+    let parsed_root = x509::parse(&root)?;
+    let root_key_id = match parsed_root.key_identifier {
+        Some(k) => k.to_vec(),
+        None => x509::key_identifier(parsed_root.spki)?,
+    };
+    let mut san = vec![args.cn.clone()];
     for s in &args.san {
         let s = s.trim();
-        if s.is_empty() || s == args.cn {
-            continue;
-        }
-        if s.parse::<IpAddr>().is_ok() {
-            san.ip(s);
-        } else {
-            san.dns(s);
+        if !s.is_empty() && s != args.cn && !san.iter().any(|n| n == s) {
+            san.push(s.to_string());
         }
     }
-    let ctx = b.x509v3_context(Some(&root), None);
-    let san = san.build(&ctx)?;
-    let ski = SubjectKeyIdentifier::new().build(&ctx)?;
-    let aki = AuthorityKeyIdentifier::new().keyid(true).build(&ctx)?;
-    b.append_extension(san)?;
-    b.append_extension(ski)?;
-    b.append_extension(aki)?;
-    b.sign(&ca_key, ca_spec.digest())?;
-    let server = b.build();
-    Ok((Chain { root, server }, ca_key, srv_key))
+    let profile = Profile {
+        subject: x509::name("JP", "pqlab test server", &args.cn)?,
+        issuer: Some((parsed_root.subject, &root_key_id)),
+        ca: false,
+        purpose: purpose(&args.purpose),
+        san,
+    };
+    let server = x509::build(&profile, &server_key, &ca_key, args.days)?;
+    Ok(Chain {
+        root,
+        server,
+        ca_key,
+        server_key,
+    })
+}
+
+/// A signature algorithm's name: liboqs's for its OIDs, OpenSSL's (or the dotted OID) else.
+fn signature_algorithm_name(alg_id: &[u8]) -> String {
+    let oid = der::read(alg_id)
+        .and_then(|(_, body, _)| der::read(body))
+        .map(|(_, oid, _)| der::oid_text(oid))
+        .unwrap_or_default();
+    if let Some(s) = SIGS.iter().find(|s| s.oid == oid) {
+        return s.liboqs.to_string();
+    }
+    openssl::asn1::Asn1Object::from_str(&oid)
+        .map(|o| o.to_string())
+        .unwrap_or(oid)
 }
 
 pub fn run(args: Args) -> Result<()> {
-    // The directory holds private keys: one the engine creates is owner-only.
-    crate::secrets::create_dir(&args.out_dir)?;
-    let (chain, ca_key, srv_key) = build(&args)?;
-    // Check what we made: the server certificate verifies under the root.
-    let root_pub = chain.root.public_key()?;
-    if !chain.server.verify(&root_pub)? {
+    // Everything is made and checked before the directory that will hold keys exists.
+    let chain = build(&args)?;
+    let root = x509::parse(&chain.root)?;
+    let server = x509::parse(&chain.server)?;
+    // Check what we made: the server certificate verifies under the root, the root under
+    // itself.
+    if !x509::signed_by(&chain.server, root.spki)? || !x509::signed_by(&chain.root, root.spki)? {
         crate::bail!(
             Check,
             "generated server certificate does not verify under its root"
         );
     }
+    // The directory holds private keys: one the engine creates is owner-only.
+    crate::secrets::create_dir(&args.out_dir)?;
     let d = &args.out_dir;
-    let root_der = chain.root.to_der()?;
-    let server_der = chain.server.to_der()?;
-    write(&d.join("root.crt.pem"), &chain.root.to_pem()?)?;
-    write(&d.join("root.crt.der"), &root_der)?;
-    crate::secrets::write(&d.join("root.key.pem"), &ca_key.private_key_to_pem_pkcs8()?)?;
-    write(&d.join("server.crt.pem"), &chain.server.to_pem()?)?;
-    write(&d.join("server.crt.der"), &server_der)?;
+    let root_pem = certkey::pem("CERTIFICATE", &chain.root);
+    let server_pem = certkey::pem("CERTIFICATE", &chain.server);
+    write(&d.join("root.crt.pem"), &root_pem)?;
+    write(&d.join("root.crt.der"), &chain.root)?;
+    crate::secrets::write(&d.join("root.key.pem"), &chain.ca_key.private_key_pem()?)?;
+    write(&d.join("server.crt.pem"), &server_pem)?;
+    write(&d.join("server.crt.der"), &chain.server)?;
     crate::secrets::write(
         &d.join("server.key.pem"),
-        &srv_key.private_key_to_pem_pkcs8()?,
+        &chain.server_key.private_key_pem()?,
     )?;
-    let mut chain_pem = chain.server.to_pem()?;
+    let mut chain_pem = server_pem;
     // Bytes of the certificate_list entries in the TLS 1.3 Certificate message:
     // 3-byte length + DER + 2-byte (empty) extensions per certificate.
-    let mut chain_der_bytes = server_der.len();
+    let mut chain_der_bytes = chain.server.len();
     let mut chain_certs = 1;
     if args.chain_with_root {
-        chain_pem.extend_from_slice(&chain.root.to_pem()?);
-        chain_der_bytes += root_der.len();
+        chain_pem.extend_from_slice(&root_pem);
+        chain_der_bytes += chain.root.len();
         chain_certs += 1;
     }
     write(&d.join("chain.pem"), &chain_pem)?;
@@ -403,14 +209,16 @@ pub fn run(args: Args) -> Result<()> {
         "type": "certs",
         "ca_alg": args.ca_alg,
         "server_alg": args.server_alg,
-        "ca_sig_alg": chain.root.signature_algorithm().object().to_string(),
-        "server_cert_sig_alg": chain.server.signature_algorithm().object().to_string(),
-        "root_der_bytes": root_der.len(),
-        "server_cert_der_bytes": server_der.len(),
-        "root_public_key_der_bytes": chain.root.public_key()?.public_key_to_der()?.len(),
-        "server_public_key_der_bytes": chain.server.public_key()?.public_key_to_der()?.len(),
-        "root_signature_bytes": chain.root.signature().as_slice().len(),
-        "server_cert_signature_bytes": chain.server.signature().as_slice().len(),
+        "ca_key": chain.ca_key.algorithm(),
+        "server_key": chain.server_key.algorithm(),
+        "ca_sig_alg": signature_algorithm_name(root.signature_algorithm),
+        "server_cert_sig_alg": signature_algorithm_name(server.signature_algorithm),
+        "root_der_bytes": chain.root.len(),
+        "server_cert_der_bytes": chain.server.len(),
+        "root_public_key_der_bytes": root.spki.len(),
+        "server_public_key_der_bytes": server.spki.len(),
+        "root_signature_bytes": root.signature.len(),
+        "server_cert_signature_bytes": server.signature.len(),
         "chain_certs": chain_certs,
         "chain_der_bytes": chain_der_bytes,
         "chain_tls13_list_bytes": chain_der_bytes + chain_certs * 5,
@@ -455,31 +263,96 @@ mod tests {
         assert!(KeySpec::parse("RSA:lots").unwrap().generate().is_err());
         assert!(KeySpec::parse("EC:P-999").unwrap().generate().is_err());
         assert!(KeySpec::parse("NO-SUCH-ALG").unwrap().generate().is_err());
+        assert!(build(&args("NO-SUCH-ALG", "EC:P-256")).is_err());
+    }
+
+    /// OpenSSL's own X.509 code, an independent reader, verifies the chain as a TLS client
+    /// would (signature, issuer, validity, CA flag, key usages, purpose, host name).
+    fn openssl_verifies(chain: &Chain, purpose: &str) -> std::result::Result<(), String> {
+        use openssl::stack::Stack;
+        use openssl::x509::store::X509StoreBuilder;
+        use openssl::x509::verify::{X509CheckFlags, X509VerifyParam};
+        use openssl::x509::{X509StoreContext, X509};
+        let root = X509::from_der(&chain.root).map_err(|e| e.to_string())?;
+        let leaf = X509::from_der(&chain.server).map_err(|e| e.to_string())?;
+        let mut store = X509StoreBuilder::new().unwrap();
+        store.add_cert(root).unwrap();
+        let p = openssl::x509::X509PurposeId::SSL_SERVER;
+        let p = if purpose == "client" {
+            openssl::x509::X509PurposeId::SSL_CLIENT
+        } else {
+            p
+        };
+        store.set_purpose(p).unwrap();
+        let mut param = X509VerifyParam::new().unwrap();
+        param.set_host("localhost").unwrap();
+        param.set_hostflags(X509CheckFlags::NO_PARTIAL_WILDCARDS);
+        store.set_param(&param).unwrap();
+        let store = store.build();
+        let mut ctx = X509StoreContext::new().unwrap();
+        let untrusted = Stack::new().unwrap();
+        ctx.init(&store, &leaf, &untrusted, |c| {
+            Ok(c.verify_cert()?.then_some(()).ok_or(c.error()))
+        })
+        .map_err(|e| e.to_string())?
+        .map_err(|e| e.to_string())
     }
 
     #[test]
-    fn chains_verify_for_classical_and_pq() {
+    fn chains_of_openssl_keys_verify_in_openssl_itself() {
         for (ca, srv) in [
             ("EC:P-256", "ML-DSA-44"),
             ("ML-DSA-44", "RSA:2048"),
             ("ED25519", "EC:P-384"),
+            ("RSA:2048", "ED448"),
+            ("SLH-DSA-SHA2-128f", "ML-DSA-65"),
+            ("EC:P-521", "EC:P-256"),
+            ("RSA-PSS", "RSA-PSS"),
         ] {
-            let (chain, _, srv_key) = build(&args(ca, srv)).unwrap();
+            let chain = build(&args(ca, srv)).unwrap();
+            openssl_verifies(&chain, "server").unwrap_or_else(|e| panic!("{ca}/{srv}: {e}"));
+            let leaf = openssl::x509::X509::from_der(&chain.server).unwrap();
+            let key = chain.server_key.spki().unwrap();
+            assert_eq!(leaf.public_key().unwrap().public_key_to_der().unwrap(), key);
+        }
+        // A client certificate is not a server's, and the other way round.
+        let mut a = args("EC:P-256", "EC:P-256");
+        a.purpose = "client".into();
+        let chain = build(&a).unwrap();
+        assert!(openssl_verifies(&chain, "server").is_err());
+        openssl_verifies(&chain, "client").unwrap();
+    }
+
+    #[test]
+    fn chains_of_liboqs_keys_verify_and_fail_when_tampered() {
+        for (ca, srv) in [
+            ("ML-DSA-44", "MAYO-1"),
+            ("MAYO-2", "cross-rsdp-128-balanced"),
+            ("Falcon-512", "EC:P-256"),
+        ] {
+            let chain = build(&args(ca, srv)).unwrap();
+            let root = x509::parse(&chain.root).unwrap();
             assert!(
-                chain
-                    .server
-                    .verify(&chain.root.public_key().unwrap())
-                    .unwrap(),
+                x509::signed_by(&chain.server, root.spki).unwrap(),
                 "{ca}/{srv}"
             );
-            assert!(chain
-                .root
-                .verify(&chain.root.public_key().unwrap())
-                .unwrap());
-            assert!(chain.server.public_key().unwrap().public_eq(&srv_key));
+            assert!(
+                x509::signed_by(&chain.root, root.spki).unwrap(),
+                "{ca}/{srv}"
+            );
+            let mut bad = chain.server.clone();
+            let i = bad.len() / 3; // inside the signed part
+            bad[i] ^= 1;
+            assert!(
+                !x509::signed_by(&bad, root.spki).unwrap_or(false),
+                "{ca}/{srv}"
+            );
+            // OpenSSL still reads the structure (names, extensions) of these certificates.
+            let leaf = openssl::x509::X509::from_der(&chain.server).unwrap();
+            let names = leaf.subject_alt_names().unwrap();
             assert_eq!(
-                chain.server.issuer_name().to_der().unwrap(),
-                chain.root.subject_name().to_der().unwrap()
+                names.iter().filter_map(|n| n.dnsname()).next(),
+                Some("server.pqlab.test")
             );
         }
     }
@@ -513,26 +386,22 @@ mod tests {
     fn reused_root_signs_the_server_certificate() {
         let dir = std::env::temp_dir().join(format!("pqlab-certs-test-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
-        let (first, ca_key, _) = build(&args("EC:P-256", "EC:P-256")).unwrap();
-        std::fs::write(dir.join("r.pem"), first.root.to_pem().unwrap()).unwrap();
-        std::fs::write(
-            dir.join("k.pem"),
-            ca_key.private_key_to_pem_pkcs8().unwrap(),
-        )
-        .unwrap();
-        let mut a = args("EC:P-256", "ED25519");
-        a.ca_cert = Some(dir.join("r.pem"));
-        a.ca_key = Some(dir.join("k.pem"));
-        let (second, _, _) = build(&a).unwrap();
-        assert_eq!(second.root.to_der().unwrap(), first.root.to_der().unwrap());
-        assert!(second
-            .server
-            .verify(&first.root.public_key().unwrap())
-            .unwrap());
-        // A key that does not match the root is refused.
-        let other = KeySpec::parse("EC:P-256").unwrap().generate().unwrap();
-        std::fs::write(dir.join("k.pem"), other.private_key_to_pem_pkcs8().unwrap()).unwrap();
-        assert!(build(&a).is_err());
+        for (ca, srv) in [("EC:P-256", "ED25519"), ("MAYO-1", "ML-DSA-44")] {
+            let first = build(&args(ca, ca)).unwrap();
+            std::fs::write(dir.join("r.pem"), certkey::pem("CERTIFICATE", &first.root)).unwrap();
+            std::fs::write(dir.join("k.pem"), first.ca_key.private_key_pem().unwrap()).unwrap();
+            let mut a = args(ca, srv);
+            a.ca_cert = Some(dir.join("r.pem"));
+            a.ca_key = Some(dir.join("k.pem"));
+            let second = build(&a).unwrap();
+            assert_eq!(second.root, first.root);
+            let root = x509::parse(&first.root).unwrap();
+            assert!(x509::signed_by(&second.server, root.spki).unwrap());
+            // A key that does not match the root is refused.
+            let other = KeySpec::parse(ca).unwrap().generate().unwrap();
+            std::fs::write(dir.join("k.pem"), other.private_key_pem().unwrap()).unwrap();
+            assert!(build(&a).is_err());
+        }
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

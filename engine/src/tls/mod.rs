@@ -5,6 +5,7 @@
 
 mod admission;
 mod bulk;
+pub mod certkey;
 mod certs;
 mod client;
 #[cfg(test)]
@@ -21,12 +22,14 @@ mod server;
 pub mod stack;
 #[cfg(test)]
 mod tests;
+pub mod x509;
 
 use crate::out::Result;
 
 #[derive(clap::Subcommand)]
 pub enum Command {
-    /// Root CA + server certificate (any OpenSSL signature algorithm) and their sizes.
+    /// Root CA + server certificate (any OpenSSL or liboqs signature algorithm) and their
+    /// sizes.
     Certs(certs::Args),
     /// TLS server: full handshakes, one record per connection.
     Server(Box<server::Args>),

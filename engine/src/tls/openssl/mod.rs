@@ -63,8 +63,8 @@ impl Stack for OpenSsl {
         let mut cert_key_types: Vec<String> = Vec::new();
         for s in &sigalgs {
             if let Some(spec) = caps::key_spec_for_sigalg(&s.name) {
-                let makeable = super::certs::KeySpec::parse(&spec)
-                    .map(|k| k.available())
+                let makeable = crate::tls::certkey::KeySpec::parse(&spec)
+                    .map(|k| k.by_openssl())
                     .unwrap_or(false);
                 if makeable && !cert_key_types.contains(&spec) {
                     cert_key_types.push(spec);
@@ -116,8 +116,8 @@ fn certificate_only_signers() -> Vec<String> {
         if !name.to_ascii_uppercase().starts_with("SLH-DSA-") {
             continue;
         }
-        let makeable = super::certs::KeySpec::parse(name)
-            .map(|k| k.available())
+        let makeable = crate::tls::certkey::KeySpec::parse(name)
+            .map(|k| k.by_openssl())
             .unwrap_or(false);
         if makeable {
             out.push(name.to_string());
@@ -564,5 +564,17 @@ mod tests {
         use crate::dhparams::rfc;
         assert!(rfc(1024).is_ok() && rfc(4096).is_ok());
         assert!(matches!(rfc(1536), Err(Error::Usage(_))));
+    }
+
+    #[test]
+    fn slh_dsa_signs_certificates_but_has_no_tls_scheme_here() {
+        let info = OpenSsl.describe().unwrap();
+        assert!(
+            info.ca_key_types
+                .iter()
+                .any(|k| k.starts_with("SLH-DSA") && !info.cert_key_types.contains(k)),
+            "{:?}",
+            info.ca_key_types
+        );
     }
 }

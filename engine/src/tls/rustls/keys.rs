@@ -11,6 +11,8 @@
 
 use super::oqs::{self, OqsSigningKey};
 use crate::out::Result;
+use crate::primitives::der::read as element;
+use crate::tls::certkey::pkcs8_parts;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::sign::SigningKey;
@@ -37,58 +39,6 @@ pub fn certificates(path: &Path, flag: &str) -> Result<Vec<CertificateDer<'stati
 pub fn private_key(path: &Path, flag: &str) -> Result<PrivateKeyDer<'static>> {
     PrivateKeyDer::from_pem_file(path)
         .map_err(|e| crate::err!(Io, "cannot read {flag} {}: {e}", path.display()))
-}
-
-/// A DER element: (tag, contents, the rest after it).
-fn element(input: &[u8]) -> Option<(u8, &[u8], &[u8])> {
-    let (&tag, rest) = input.split_first()?;
-    let (&first, mut rest) = rest.split_first()?;
-    let len = if first < 0x80 {
-        first as usize
-    } else {
-        let n = (first & 0x7f) as usize;
-        if n == 0 || n > 4 || rest.len() < n {
-            return None;
-        }
-        let len = rest[..n].iter().fold(0usize, |a, &b| (a << 8) | b as usize);
-        rest = &rest[n..];
-        len
-    };
-    if rest.len() < len {
-        return None;
-    }
-    Some((tag, &rest[..len], &rest[len..]))
-}
-
-/// The parts of a PKCS#8 key pqlab reads: algorithm OID contents, privateKey contents, and
-/// publicKey contents when present.
-type Pkcs8Parts<'a> = (&'a [u8], &'a [u8], Option<&'a [u8]>);
-
-fn pkcs8_parts(der: &[u8]) -> Option<Pkcs8Parts<'_>> {
-    let (0x30, body, _) = element(der)? else {
-        return None;
-    };
-    let (0x02, _version, rest) = element(body)? else {
-        return None;
-    };
-    let (0x30, alg, rest) = element(rest)? else {
-        return None;
-    };
-    let (0x06, oid, _) = element(alg)? else {
-        return None;
-    };
-    let (0x04, private, mut rest) = element(rest)? else {
-        return None;
-    };
-    let mut public = None;
-    while let Some((tag, contents, more)) = element(rest) {
-        if tag == 0x81 {
-            // [1] IMPLICIT BIT STRING: the unused-bits byte first.
-            public = contents.split_first().map(|(_, key)| key);
-        }
-        rest = more;
-    }
-    Some((oid, private, public))
 }
 
 /// The raw secret key inside a PKCS#8 privateKey of `alg`.
@@ -129,24 +79,4 @@ pub fn oqs_signing_key(key: &PrivateKeyDer<'_>) -> Result<Option<Arc<dyn Signing
         }
     }
     Ok(None)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn pkcs8_parts_reads_key_and_optional_public_key() {
-        let oid = crate::primitives::der::oid("1.3.9999.8.1.3").unwrap();
-        let plain = crate::primitives::der::pkcs8(&oid, b"secret");
-        let (o, sk, pk) = pkcs8_parts(&plain).unwrap();
-        assert_eq!((o, sk, pk), (&oid[2..], &b"secret"[..], None));
-        // With a [1] public key appended (OneAsymmetricKey v2).
-        let mut body = plain[2..].to_vec();
-        body.extend_from_slice(&[0x81, 4, 0, b'p', b'u', b'b']);
-        let mut v2 = vec![0x30, body.len() as u8];
-        v2.extend(body);
-        assert_eq!(pkcs8_parts(&v2).unwrap().2, Some(&b"pub"[..]));
-        assert!(pkcs8_parts(b"\x30\x05garbage").is_none());
-    }
 }

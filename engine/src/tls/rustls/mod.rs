@@ -41,6 +41,18 @@ use std::sync::{Arc, Mutex, OnceLock};
 pub const MAX_HANDSHAKE_MESSAGE: usize = 0xffff;
 pub const MAX_CERTIFICATE: usize = 0xffff;
 
+/// The fewest bytes a certificate adds to its key's SubjectPublicKeyInfo (names, validity,
+/// extensions, a signature of 64 bytes or more, framing): a key whose SPKI leaves less
+/// room than this under the limits can never be served or trusted here.
+const CERTIFICATE_OVERHEAD_MIN: usize = 512;
+
+/// Whether a certificate of this liboqs key can fit rustls's and webpki's limits.
+fn certificate_can_fit(liboqs: &'static str) -> bool {
+    let public = crate::primitives::oqs::shared_sig(liboqs).public_key_len();
+    let spki = public + 24; // SEQUENCE, AlgorithmIdentifier of an OID, BIT STRING headers
+    spki + CERTIFICATE_OVERHEAD_MIN <= MAX_CERTIFICATE.min(MAX_HANDSHAKE_MESSAGE - 13)
+}
+
 /// Which crypto provider a rustls stack runs.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum Flavor {
@@ -233,7 +245,8 @@ fn oqs_tables() -> Tables {
     key_types.extend(
         oqs::SIGS
             .iter()
-            .filter(|s| super::certs::KeySpec::parse(s.liboqs).is_ok_and(|k| k.available()))
+            .filter(|s| crate::tls::certkey::KeySpec::parse(s.liboqs).is_ok_and(|k| k.available()))
+            .filter(|s| certificate_can_fit(s.liboqs))
             .map(|s| s.liboqs.to_string()),
     );
     Tables {
@@ -451,6 +464,16 @@ fn certified_key(
              below 64 KiB ({MAX_CERTIFICATE} bytes)",
             chain.display(),
             big.len()
+        );
+    }
+    // TLS 1.3 Certificate: header 4, context 1, list length 3, per entry 3 + DER + 2.
+    let message = 8 + certs.iter().map(|c| c.len() + 5).sum::<usize>();
+    if message > MAX_HANDSHAKE_MESSAGE {
+        crate::bail!(
+            Usage,
+            "--cert-chain {}: a Certificate message of {message} bytes; rustls takes \
+             handshake messages below 64 KiB ({MAX_HANDSHAKE_MESSAGE} bytes)",
+            chain.display()
         );
     }
     let key = keys::private_key(key, "--key")?;

@@ -7,7 +7,7 @@
 //! `pqlab primitives --backend liboqs` times.
 
 use crate::primitives::der;
-use crate::primitives::oqs::{KeyPair, OqsKem, OqsSig};
+use crate::primitives::oqs::{shared_sig, KeyPair, OqsKem};
 use crate::primitives::{backend::Kem as _, backend::Signature as _, Params};
 use rustls::crypto::{ActiveKeyExchange, CompletedKeyExchange, SharedSecret, SupportedKxGroup};
 use rustls::pki_types::{AlgorithmIdentifier, InvalidSignature, SignatureVerificationAlgorithm};
@@ -58,11 +58,6 @@ struct SharedKem(OqsKem);
 unsafe impl Send for SharedKem {}
 unsafe impl Sync for SharedKem {}
 
-struct SharedSig(OqsSig);
-// SAFETY: as for SharedKem.
-unsafe impl Send for SharedSig {}
-unsafe impl Sync for SharedSig {}
-
 fn kem(name: &'static str) -> &'static SharedKem {
     static CACHE: OnceLock<std::sync::Mutex<Vec<(&'static str, &'static SharedKem)>>> =
         OnceLock::new();
@@ -76,21 +71,6 @@ fn kem(name: &'static str) -> &'static SharedKem {
     )));
     c.push((name, k));
     k
-}
-
-fn sig(name: &'static str) -> &'static SharedSig {
-    static CACHE: OnceLock<std::sync::Mutex<Vec<(&'static str, &'static SharedSig)>>> =
-        OnceLock::new();
-    let cache = CACHE.get_or_init(Default::default);
-    let mut c = cache.lock().expect("sig cache");
-    if let Some((_, s)) = c.iter().find(|(n, _)| *n == name) {
-        return s;
-    }
-    let s: &'static SharedSig = Box::leak(Box::new(SharedSig(
-        OqsSig::new(name, &no_params(), None).expect("a signature of this build's table"),
-    )));
-    c.push((name, s));
-    s
 }
 
 fn lib_err(e: crate::out::Error) -> Error {
@@ -332,8 +312,7 @@ impl std::fmt::Debug for OqsSigner {
 
 impl Signer for OqsSigner {
     fn sign(&self, message: &[u8]) -> Result<Vec<u8>, Error> {
-        sig(self.alg.liboqs)
-            .0
+        shared_sig(self.alg.liboqs)
             .sign(&self.key, message)
             .map_err(lib_err)
     }
@@ -373,7 +352,7 @@ impl SignatureVerificationAlgorithm for OqsVerify {
             public: public_key.to_vec(),
             secret: Vec::new(),
         };
-        let s = &sig(self.alg.liboqs).0;
+        let s = shared_sig(self.alg.liboqs);
         if public_key.len() != s.public_key_len() {
             return Err(InvalidSignature);
         }
