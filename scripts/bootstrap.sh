@@ -9,7 +9,8 @@ say() { printf '== %s\n' "$*" >&2; }
 
 # --- system packages ---------------------------------------------------------------------
 # libclang-dev: bindgen (liboqs bindings). iproute2/ethtool: the two-host network lab.
-# tcpdump: independent reading of the kept captures in tests. perl: OpenSSL's Configure.
+# tcpdump: independent reading of the kept captures in tests; tshark: Wireshark's dissector,
+# which decrypts them with the kept key logs in tests. perl: OpenSSL's Configure.
 # openssh-server/-client: the remote-host tests run a real sshd in each of two namespaces
 # (tests/test_remote.py; installing the package does not need the system sshd running).
 need=()
@@ -17,6 +18,7 @@ need=()
 command -v ip >/dev/null || need+=(iproute2)
 command -v ethtool >/dev/null || need+=(ethtool)
 command -v tcpdump >/dev/null || need+=(tcpdump)
+command -v tshark >/dev/null || need+=(tshark)
 command -v perl >/dev/null || need+=(perl)
 [ -x /usr/sbin/sshd ] || need+=(openssh-server)
 command -v ssh-keygen >/dev/null || need+=(openssh-client)

@@ -210,6 +210,7 @@ pub fn run(_a: Args) -> Result<()> {
         "protocol": PROTOCOL,
         "engine_version": env!("CARGO_PKG_VERSION"),
         "build_id": build_id()?,
+        "certificate_key_types": crate::tls::certificate_key_types(&tls_stacks),
         "tls_stacks": tls_stacks,
         "openssl": {
             "version_text": cstr(unsafe { openssl_sys::OpenSSL_version(openssl_sys::OPENSSL_VERSION) }),

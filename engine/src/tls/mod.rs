@@ -75,3 +75,18 @@ pub fn run(c: Command) -> Result<()> {
 pub fn stacks_info() -> Result<Vec<stack::StackInfo>> {
     stack::registered().iter().map(|s| s.describe()).collect()
 }
+
+/// Every key spec the certificate builder can make certificates of, whatever stack serves
+/// them (`info.certificate_key_types`): every stack's CA key types, and every liboqs
+/// signature of the table, those too large for any stack's limits included.
+pub fn certificate_key_types(stacks: &[stack::StackInfo]) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    let liboqs = ids::SIGS.iter().map(|s| s.liboqs.to_string());
+    for spec in stacks.iter().flat_map(|s| s.ca_key_types.iter().cloned()).chain(liboqs) {
+        let makeable = certkey::KeySpec::parse(&spec).is_ok_and(|k| k.available());
+        if makeable && !out.contains(&spec) {
+            out.push(spec);
+        }
+    }
+    out
+}

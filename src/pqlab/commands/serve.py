@@ -166,6 +166,7 @@ def _plan(args):
     stacks.require([group], stack, "group", "--group")
     stacks.require([sig], stack, "server", "--sig")
     stacks.require([ca], stack, "ca", "--ca")
+    stacks.require_chains([sig], [ca], stack, option="--sig")
     client_sig = client_ca = None
     if args.client_sig:
         client_sig = catalog.resolve(args.client_sig, "sig")

@@ -1,6 +1,7 @@
 """`pqlab certs`: a root CA and a server certificate per (CA algorithm, server algorithm)
-pair, made by the TLS stack's certificate maker (`pqlab.tls.chains`), and their DER sizes
-(the source document's tables 14 and 15).
+pair, made by the engine's certificate builder (`pqlab.tls.chains`), and their DER sizes
+(the source document's tables 14 and 15), with whether the chosen TLS stack can serve each
+chain and, when it cannot, why.
 """
 
 from __future__ import annotations
@@ -29,19 +30,34 @@ CREATE TABLE IF NOT EXISTS certs_raw (
     root_public_key_der_bytes INTEGER, server_public_key_der_bytes INTEGER,
     root_signature_bytes INTEGER, server_cert_signature_bytes INTEGER,
     chain_certs INTEGER, chain_bytes INTEGER, chain_tls13_list_bytes INTEGER,
-    root_sha256 TEXT, record JSON)
+    root_sha256 TEXT, record JSON, stack TEXT, usable_in_tls BOOLEAN,
+    not_usable_because TEXT)
 """
+MIGRATIONS = tuple(
+    f"ALTER TABLE IF EXISTS certs_raw ADD COLUMN IF NOT EXISTS {name} {kind}"
+    for name, kind in (
+        ("stack", "TEXT"),
+        ("usable_in_tls", "BOOLEAN"),
+        ("not_usable_because", "TEXT"),
+    )
+)
 
 
 def resolve_sigs(text: str | None, role: str, stack, option: str) -> list[Algorithm]:
-    """The algorithms of --ca-sig / --server-sig: names, 'all' (every catalogue signature
-    the stack can use in that role) or the default set; each checked against the stack."""
+    """The algorithms of --ca-sig / --server-sig: names (any the certificate builder can
+    make keys of, whether or not the stack can serve them), 'all' (every catalogue signature
+    the stack can use in that role) or the default set."""
     names = units.parse_list(text, option, example="ML-DSA-44,all") if text else DEFAULT_SIGS
     if [n.lower() for n in names] == ["all"]:
         return [a for a in catalog.all_algorithms("sig") if stack.why_not(a, role) is None]
     algs = catalog.resolve_list(names, "sig")
-    stacks.require(algs, stack, role, option)
+    stacks.require_certificates(algs, option)
     return algs
+
+
+def not_usable(stack, ca: Algorithm, srv: Algorithm) -> str | None:
+    """Why `stack` cannot serve a chain of `srv` under `ca` in TLS 1.3 (None: it can)."""
+    return stack.why_not(srv, "server") or stack.why_not(ca, "ca") or stack.chain_why_not(srv, ca)
 
 
 @dataclass
@@ -73,6 +89,7 @@ def measure(plan: Plan, store) -> None:
 def _measure_pair(store, cert_dir, plan: Plan, ca: Algorithm, srv: Algorithm, cell: CellId) -> None:
     chain = make_chain(cert_dir, ca, srv, plan.stack)
     r = chain.record
+    why = not_usable(stacks.get(plan.stack), ca, srv)
     with store.cell(NAME, cell, {"ca_sig": ca.name, "server_sig": srv.name}):
         store.insert_rows(
             "certs_raw",
@@ -97,6 +114,9 @@ def _measure_pair(store, cert_dir, plan: Plan, ca: Algorithm, srv: Algorithm, ce
                         (chain.directory / "root.crt.der").read_bytes()
                     ).hexdigest(),
                     "record": json.dumps(r),
+                    "stack": plan.stack,
+                    "usable_in_tls": why is None,
+                    "not_usable_because": why,
                 }
             ],
         )
@@ -123,7 +143,8 @@ def export(store):
         """
         SELECT server_sig, ca_sig, server_cert_der_bytes, chain_bytes, chain_certs,
                chain_tls13_list_bytes, server_public_key_der_bytes,
-               server_cert_signature_bytes, server_cert_signature_algorithm
+               server_cert_signature_bytes, server_cert_signature_algorithm,
+               stack, usable_in_tls, not_usable_because
         FROM certs_raw ORDER BY server_sig, server_cert_der_bytes, ca_sig""",
     )
     s = Section(
@@ -133,7 +154,11 @@ def export(store):
             "server certificate signed by that root, with realistic content: subject, "
             "subjectAltName (DNS and IP), key usage, extended key usage serverAuth, basic "
             "constraints, subject and authority key identifiers, one-year validity. Sizes "
-            "are DER bytes, measured on the certificates OpenSSL produced.</p>"
+            "are DER bytes of the certificates the engine's builder made (keys and "
+            "signatures of OpenSSL or liboqs; OpenSSL's verifier and liboqs check them). "
+            "<b>usable_in_tls</b> says whether the run's TLS stack can serve the chain, "
+            "and <b>not_usable_because</b> why not (a limit of the stack, such as rustls's "
+            "64 KiB certificates, or an algorithm it lacks).</p>"
             "<p>A server certificate carries the server's public key and the CA's "
             "signature, so its size grows with both algorithms: an ML-DSA-44 key adds about "
             "1.3 KB, an ML-DSA-44 CA signature about 2.4 KB. <b>chain_bytes</b> is what "
@@ -167,6 +192,7 @@ class Certs(Experiment):
     help = "certificate sizes per CA x server signature algorithm"
     description = __doc__.split("\n\n")[0]
     cells = CELLS
+    migrations = MIGRATIONS
     options = (
         Option(
             "ca-sig",
@@ -176,8 +202,9 @@ class Certs(Experiment):
         ),
         Option(
             "server-sig",
-            "server certificate algorithms, comma separated, or 'all' (every catalogue "
-            f"signature the stack supports in TLS; default: {','.join(DEFAULT_SIGS)})",
+            "server certificate algorithms, comma separated (any the engine can make "
+            "certificates of; the table says which the stack can serve), or 'all' (every "
+            f"catalogue signature the stack supports in TLS; default: {','.join(DEFAULT_SIGS)})",
             metavar="LIST",
         ),
         stack_option(),

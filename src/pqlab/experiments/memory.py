@@ -133,6 +133,7 @@ def from_values(values) -> Plan:
     stacks.require(groups, stack, "group", "--groups")
     stacks.require(server_sigs, stack, "server", "--server-sig")
     stacks.require(ca_sigs, stack, "ca", "--ca-sig")
+    stacks.require_chains(server_sigs, ca_sigs, stack)
     return Plan(
         groups=groups,
         server_sigs=server_sigs,

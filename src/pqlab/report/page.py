@@ -130,6 +130,10 @@ def _machine_html(meta: dict, harness: dict | None = None) -> str:
         ("TCP congestion control (host)", meta.get("network", {}).get("congestion_control")),
         ("OpenSSL", eng.get("openssl", {}).get("version_text", "?")),
         ("liboqs", eng.get("liboqs", {}).get("version", "?")),
+        *(
+            (f"TLS stack {st.get('name')}", st.get("implementation", "?"))
+            for st in eng.get("tls_stacks") or []
+        ),
         ("Engine build", eng.get("build_id", "?")),
         *(
             [

@@ -1,7 +1,8 @@
 """Certificate chains: the one maker every experiment and command uses.
 
 `make_chain(directory, ca, server)` gives a root CA of algorithm `ca` and a server
-certificate of algorithm `server` signed by it, generated once by the engine (`tls certs`)
+certificate of algorithm `server` signed by it, generated once by the engine's one
+certificate builder (`tls certs`: keys of OpenSSL or liboqs; every TLS stack reads them)
 and reused afterwards: pairs live in `<directory>/<ca>__<server>/`, one root per CA algorithm
 in `<directory>/roots/<ca>/` signs every server certificate of that CA (as a real CA does).
 `Chain.sending_root()` is the same chain with the root certificate sent after the server
@@ -112,9 +113,8 @@ def make_chain(
         raise ValueError(f"purpose must be server or client, not {purpose!r}")
     ca = ca if isinstance(ca, Algorithm) else catalog.resolve(ca, "sig")
     server = server if isinstance(server, Algorithm) else catalog.resolve(server, "sig")
-    st = stacks.get(stack)
-    stacks.require([ca], st, "ca", "CA")
-    stacks.require([server], st, "ca", f"{purpose} certificate")
+    stacks.require_certificates([ca], "CA")
+    stacks.require_certificates([server], f"{purpose} certificate")
     base = Path(directory)
     d = base / f"{slug(ca.name)}__{slug(server.name)}{'' if purpose == 'server' else '__client'}"
     sans = None
@@ -131,7 +131,7 @@ def make_chain(
     if rec_path.exists() and all(p.exists() for p in paths.values()):
         record = json.loads(rec_path.read_text())
     else:
-        record = _generate(base, d, ca, server, st, purpose, sans)
+        record = _generate(base, d, ca, server, purpose, sans)
         tmp = rec_path.with_suffix(".tmp")
         tmp.write_text(json.dumps(record, indent=1))
         tmp.replace(rec_path)
@@ -144,7 +144,6 @@ def _generate(
     d: Path,
     ca: Algorithm,
     server: Algorithm,
-    stack,
     purpose: str = "server",
     sans=None,
 ) -> dict:
@@ -155,9 +154,9 @@ def _generate(
         "tls",
         "certs",
         "--ca-alg",
-        stack.key_spec(ca, "ca"),
+        stacks.certificate_key_spec(ca),
         "--server-alg",
-        stack.key_spec(server, purpose),
+        stacks.certificate_key_spec(server),
         "--out-dir",
         str(d),
         "--purpose",

@@ -19,6 +19,11 @@ from pqlab.tls import flight
 from pqlab.units import split_list
 
 DEFAULT_STACK = "openssl"
+# The fewest bytes a certificate adds to its public key (names, validity, extensions, the
+# shortest signature, framing), and the typical ones of pqlab's certificates besides the
+# public key and the CA's signature (measured: 420-440 bytes for every algorithm).
+CERTIFICATE_OVERHEAD_MIN = 24 + 512
+CERTIFICATE_OVERHEAD = 440
 ROLES = ("group", "server", "client", "ca")
 
 
@@ -54,14 +59,10 @@ class Stack:
 
     def key_spec(self, alg: Algorithm, role: str = "server") -> str | None:
         """The engine's key spec for a signature algorithm (RSA:2048, EC:P-256, ED25519,
-        ML-DSA-44, ...): the first spelling this stack's certificate maker accepts for that
-        role, or the first backend name when it accepts none (None: no backend names it)."""
-        params = alg.params or {}
-        if alg.family == "RSA" and alg.openssl:
-            return f"RSA:{int(params.get('bits', 2048))}"
-        if alg.family == "ECDSA" and alg.openssl:
-            return f"EC:{params.get('curve', 'P-256')}"
-        names = [n for n in (alg.openssl, alg.liboqs) if n]
+        ML-DSA-44, MAYO-1, ...): the first spelling this stack accepts for that role, or the
+        first backend name when it accepts none (None: no backend names it). The same
+        spelling as `certificate_key_spec`, so one chain serves every stack."""
+        names = _key_spec_names(alg)
         for n in names:
             if self.can_certify(n, role):
                 return n
@@ -92,6 +93,9 @@ class Stack:
             return self._group_why_not(alg, where, version)
         if alg.kind != "sig":
             return f"{alg.name} is not a signature algorithm"
+        too_big = self._certificate_too_big(alg, where)
+        if too_big:
+            return too_big
         spec = self.key_spec(alg, role)
         if spec is None or not self.can_certify(spec, role):
             what = "sign certificates with" if role == "ca" else "make or serve certificates of"
@@ -108,6 +112,51 @@ class Stack:
             return f"{alg.name} is not a TLS {version} signature scheme of {where}"
         return None
 
+    def certificate_limit(self) -> int | None:
+        """The largest certificate (DER bytes) the stack takes, when it has a limit."""
+        v = self.limits.get("max_certificate_bytes")
+        return int(v) if v else None
+
+    def _certificate_too_big(self, alg, where: str) -> str | None:
+        limit = self.certificate_limit()
+        public = int((alg.sizes or {}).get("public_key") or 0)
+        if limit is None or not public:
+            return None
+        least = public + CERTIFICATE_OVERHEAD_MIN
+        if least <= limit:
+            return None
+        return (
+            f"a certificate of {alg.name} holds its {public}-byte public key, more than "
+            f"{where} takes in a certificate ({limit} bytes, {limit / 1024:.0f} KiB)"
+        )
+
+    def chain_why_not(self, server, ca, send_root: bool = False) -> str | None:
+        """None if a chain of a `server` leaf signed by a `ca` root fits the stack's limits,
+        else why not: estimated from the catalogue's sizes (certificate_bytes), refused only
+        when the estimate is over the limit; the engine checks the real chain again."""
+        limit = self.certificate_limit()
+        if limit is None:
+            return None
+        leaf = certificate_bytes(server, ca)
+        if leaf > limit:
+            return (
+                f"a {server.name} certificate signed by {ca.name} is about {leaf} bytes, more "
+                f"than the {self.name} TLS stack takes in a certificate ({limit} bytes)"
+            )
+        message = self.limits.get("max_handshake_message_bytes") or self.limits.get(
+            "max_cert_list_bytes"
+        )
+        if message:
+            total = 8 + leaf + 5 + (certificate_bytes(ca, ca) + 5 if send_root else 0)
+            if total > int(message):
+                return (
+                    f"a Certificate message carrying {server.name} signed by {ca.name}"
+                    + (" and the root" if send_root else "")
+                    + f" is about {total} bytes, more than the {self.name} TLS stack takes in "
+                    f"a handshake message ({int(message)} bytes)"
+                )
+        return None
+
     def _group_why_not(self, alg, where: str, version: str) -> str | None:
         if alg.kind not in ("kem", "kex"):
             return f"{alg.name} is not a key exchange"
@@ -118,6 +167,51 @@ class Stack:
         if not self._version_ok("group", alg.tls_group, version):
             return f"{alg.name} is not a TLS {version} group of {where}"
         return None
+
+
+def _key_spec_names(alg: Algorithm) -> list[str]:
+    params = alg.params or {}
+    if alg.family == "RSA" and alg.openssl:
+        return [f"RSA:{int(params.get('bits', 2048))}"]
+    if alg.family == "ECDSA" and alg.openssl:
+        return [f"EC:{params.get('curve', 'P-256')}"]
+    return [n for n in (alg.openssl, alg.liboqs) if n]
+
+
+@functools.lru_cache(maxsize=1)
+def certificate_key_types() -> frozenset[str]:
+    """Every key spec (upper case) the engine's certificate builder makes certificates of,
+    whatever stack serves them."""
+    return frozenset(str(k).upper() for k in engine.info().get("certificate_key_types") or [])
+
+
+def certificate_key_spec(alg: Algorithm) -> str | None:
+    """The key spec the certificate builder makes `alg`'s keys with, or None if it cannot."""
+    types = certificate_key_types()
+    for n in _key_spec_names(alg):
+        if n.upper() in types or n.upper().split(":")[0] in types:
+            return n
+    return None
+
+
+def require_certificates(algs, option: str) -> None:
+    """UserError naming the first algorithm the certificate builder cannot make keys of."""
+    for alg in algs:
+        if alg.kind != "sig" or certificate_key_spec(alg) is None:
+            makeable = [a.name for a in catalog.all_algorithms("sig") if certificate_key_spec(a)]
+            raise UserError(
+                f"{option} {alg.name}: the engine cannot make certificates of it; it can make "
+                + ", ".join(makeable[:12])
+                + (" ..." if len(makeable) > 12 else "")
+            )
+
+
+def certificate_bytes(subject, issuer) -> int:
+    """About how many DER bytes a pqlab certificate of `subject`'s key signed by `issuer`
+    has: both algorithms' catalogue sizes plus CERTIFICATE_OVERHEAD."""
+    public = int((subject.sizes or {}).get("public_key") or 0)
+    signature = int((issuer.sizes or {}).get("signature") or 0)
+    return public + signature + CERTIFICATE_OVERHEAD
 
 
 def _lower_map(entries: list[dict]) -> dict[str, int]:
@@ -212,6 +306,18 @@ def require(algs, stack: Stack, role: str, option: str, version: str = "1.3") ->
                 f"{option} {alg.name}: {why}; usable here: {', '.join(usable[:12])}"
                 + (" ..." if len(usable) > 12 else "")
             )
+
+
+def require_chains(
+    servers, cas, stack: Stack, send_root: bool = False, option: str = "--server-sig"
+) -> None:
+    """UserError naming the first server / CA pair whose chain does not fit `stack`'s
+    limits (Stack.chain_why_not)."""
+    for server in servers:
+        for ca in cas:
+            why = stack.chain_why_not(server, ca, send_root)
+            if why:
+                raise UserError(f"{option} {server.name} with CA {ca.name}: {why}")
 
 
 def _catalogue(role: str):

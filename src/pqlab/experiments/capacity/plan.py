@@ -197,6 +197,10 @@ def from_values(values) -> Plan:
     stacks.require(server_sigs, stack, "server", "--server-sig")
     if ca_sigs is None:
         stacks.require(server_sigs, stack, "ca", "--server-sig (as its own CA, --ca-sig same)")
+        for s in server_sigs:
+            stacks.require_chains([s], [s], stack)
+    else:
+        stacks.require_chains(server_sigs, ca_sigs, stack)
     modes = units.parse_list(values.mode, "--mode", example="closed,open")
     bad = [m for m in modes if m not in MODES]
     if bad or not modes:

@@ -14,8 +14,8 @@ from pathlib import Path
 from pqlab import pcap, procstat
 from pqlab.errors import CheckError, EngineError
 from pqlab.experiments.handshake import phases as hp
+from pqlab.tls import flight, negotiation, records
 from pqlab.tls import keylog as kl
-from pqlab.tls import negotiation, records
 from pqlab.tls.records import TlsRecord
 
 # Sizes reported per handshake (handshake message bytes, 4-byte header included).
@@ -212,6 +212,7 @@ def analyse_cell(
                 mss=mss,
                 initcwnd=initcwnd,
                 clock_tolerance_ns=clock_tolerance_ns,
+                write_model=stack.write_model if stack is not None else flight.OPENSSL,
             )
         except hp.AnalysisError as e:
             raise EngineError(f"handshake {idx} (client port {cport}): {e}") from None

@@ -182,6 +182,7 @@ def from_values(values) -> Plan:
     stacks.require(groups, stack, "group", "--groups")
     stacks.require(server_sigs, stack, "server", "--server-sig")
     stacks.require(ca_sigs, stack, "ca", "--ca-sig")
+    stacks.require_chains(server_sigs, ca_sigs, stack, bool(values.send_root))
     n = units.parse_positive_int(values.n, "-n")
     warmup = units.parse_positive_int(values.warmup, "--warmup", minimum=0)
     if n > MAX_N:

@@ -179,10 +179,11 @@ def _summary_table(store) -> Path:
           avg(sh_to_cert_ns) {ms} AS mean_sh_to_cert_ms,
           avg(sh_to_fin_ns) {ms} AS mean_sh_to_fin_ms,
           sum(server_flight_retransmissions) AS retransmissions,
-          median(server_snd_cwnd) AS server_snd_cwnd_after
+          median(server_snd_cwnd) AS server_snd_cwnd_after,
+          any_value(t.stack) AS stack, any_value(t.chain_sent) AS chain_sent, t.cell_id
         FROM handshake_raw t {ORDER_JOIN}
-        GROUP BY t."group", t.server_sig, t.ca_sig, og.pos, os.pos, oc.pos
-        ORDER BY og.pos, os.pos, oc.pos""",
+        GROUP BY t.cell_id, t."group", t.server_sig, t.ca_sig, og.pos, os.pos, oc.pos
+        ORDER BY og.pos, os.pos, oc.pos, t.cell_id""",
     )
 
 
@@ -237,10 +238,10 @@ def _load_table(store) -> Path:
           {col(f"{cpu} / wall_s", "server", "server_cpu_per_wall")},
           {col("max_rss_kib / 1024.0", "server", "server_max_rss_mib")},
           {col("max_rss_kib / 1024.0", "client", "client_max_rss_mib")},
-          any_value(wall_s) AS wall_s
+          any_value(wall_s) AS wall_s, any_value(t.stack) AS stack, t.cell_id
         FROM handshake_load t {ORDER_JOIN}
-        GROUP BY t."group", t.server_sig, t.ca_sig, og.pos, os.pos, oc.pos
-        ORDER BY og.pos, os.pos, oc.pos""",
+        GROUP BY t.cell_id, t."group", t.server_sig, t.ca_sig, og.pos, os.pos, oc.pos
+        ORDER BY og.pos, os.pos, oc.pos, t.cell_id""",
     )
 
 
@@ -250,11 +251,12 @@ def _phase_table(store) -> Path:
         "handshake_phases",
         f"""
         SELECT t."group", t.server_sig, t.ca_sig, t.view, t.phase,
-          avg(ns) {ms} AS mean_ms, median(ns) {ms} AS median_ms, t.phase_order, t.family
+          avg(ns) {ms} AS mean_ms, median(ns) {ms} AS median_ms, t.phase_order, t.family,
+          any_value(t.stack) AS stack, t.cell_id
         FROM handshake_phase t {ORDER_JOIN}
-        GROUP BY t."group", t.server_sig, t.ca_sig, t.view, t.phase, t.phase_order, t.family,
-          og.pos, os.pos, oc.pos
-        ORDER BY og.pos, os.pos, oc.pos, t.view, t.phase_order""",
+        GROUP BY t.cell_id, t."group", t.server_sig, t.ca_sig, t.view, t.phase, t.phase_order,
+          t.family, og.pos, os.pos, oc.pos
+        ORDER BY og.pos, os.pos, oc.pos, t.cell_id, t.view, t.phase_order""",
     )
 
 
@@ -268,10 +270,11 @@ def _size_table(store) -> Path:
           median(server_flight_bytes) AS server_flight_bytes,
           median(server_flight_segments) AS server_flight_segments,
           mode(flush_offsets_predicted) AS flush_offsets_predicted,
-          mode(short_segment_ends) AS short_segment_ends
+          mode(short_segment_ends) AS short_segment_ends,
+          any_value(t.stack) AS stack, any_value(t.chain_sent) AS chain_sent, t.cell_id
         FROM handshake_raw t {ORDER_JOIN}
-        GROUP BY t."group", t.server_sig, t.ca_sig, og.pos, os.pos, oc.pos
-        ORDER BY og.pos, os.pos, oc.pos""",
+        GROUP BY t.cell_id, t."group", t.server_sig, t.ca_sig, og.pos, os.pos, oc.pos
+        ORDER BY og.pos, os.pos, oc.pos, t.cell_id""",
     )
 
 
@@ -291,9 +294,10 @@ def _processing_table(store) -> Path:
     return store.export_table(
         "handshake_client_processing",
         f"""
-        SELECT t."group", t.server_sig, {pivot}
+        SELECT t."group", t.server_sig, {pivot}, t.stack, t.chain_sent
         FROM handshake_raw t {ORDER_JOIN}
-        GROUP BY t."group", t.server_sig, og.pos, os.pos ORDER BY og.pos, os.pos""",
+        GROUP BY t."group", t.server_sig, t.stack, t.chain_sent, og.pos, os.pos
+        ORDER BY og.pos, os.pos, t.stack, t.chain_sent""",
     )
 
 
@@ -312,9 +316,10 @@ def _segment_table(store) -> Path:
     return store.export_table(
         "handshake_server_segments",
         f"""
-        SELECT t."group", {seg_pivot}
+        SELECT t."group", {seg_pivot}, t.stack, t.chain_sent
         FROM handshake_raw t {ORDER_JOIN}
-        GROUP BY t."group", og.pos ORDER BY og.pos""",
+        GROUP BY t."group", t.stack, t.chain_sent, og.pos
+        ORDER BY og.pos, t.stack, t.chain_sent""",
     )
 
 

@@ -216,6 +216,7 @@ def _commit(
         "group": group.name,
         "server_sig": server_sig.name,
         "ca_sig": ca_sig.name,
+        "stack": plan.stack,
     }
     topo = json.dumps(hosts.describe(), default=str)
     params = {
@@ -235,7 +236,6 @@ def _commit(
         chain_sent = "server+root" if plan.send_root else "server"
         extra = {
             "chain_sent": chain_sent,
-            "stack": plan.stack,
             "message_source": plan.messages,
             "host_pair": pair,
         }

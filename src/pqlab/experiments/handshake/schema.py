@@ -26,7 +26,8 @@ PHASE_DDL = """
 CREATE TABLE IF NOT EXISTS handshake_phase (
     cell_id TEXT, "group" TEXT, server_sig TEXT, ca_sig TEXT, idx INTEGER,
     view TEXT, phase_order INTEGER, phase TEXT, family TEXT, ns BIGINT, host_pair TEXT,
-    cross_host BOOLEAN, clock_uncertainty_ns DOUBLE, below_clock_uncertainty BOOLEAN)
+    cross_host BOOLEAN, clock_uncertainty_ns DOUBLE, below_clock_uncertainty BOOLEAN,
+    stack TEXT)
 """
 CAPTURE_DDL = """
 CREATE TABLE IF NOT EXISTS handshake_capture (
@@ -41,7 +42,7 @@ CREATE TABLE IF NOT EXISTS handshake_capture (
 LOAD_DDL = """
 CREATE TABLE IF NOT EXISTS handshake_load (
     cell_id TEXT, "group" TEXT, server_sig TEXT, ca_sig TEXT, side TEXT, handshakes INTEGER,
-    wall_s DOUBLE, cpu_user_s DOUBLE, cpu_sys_s DOUBLE, max_rss_kib BIGINT)
+    wall_s DOUBLE, cpu_user_s DOUBLE, cpu_sys_s DOUBLE, max_rss_kib BIGINT, stack TEXT)
 """
 
 
@@ -60,7 +61,9 @@ ADDED = {
         ("cross_host", "BOOLEAN"),
         ("clock_uncertainty_ns", "DOUBLE"),
         ("below_clock_uncertainty", "BOOLEAN"),
+        ("stack", "TEXT"),
     ],
+    "handshake_load": [("stack", "TEXT")],
 }
 MIGRATIONS = tuple(
     f"ALTER TABLE IF EXISTS {table} ADD COLUMN IF NOT EXISTS {name} {kind}"
