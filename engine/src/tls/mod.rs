@@ -82,7 +82,11 @@ pub fn stacks_info() -> Result<Vec<stack::StackInfo>> {
 pub fn certificate_key_types(stacks: &[stack::StackInfo]) -> Vec<String> {
     let mut out: Vec<String> = Vec::new();
     let liboqs = ids::SIGS.iter().map(|s| s.liboqs.to_string());
-    for spec in stacks.iter().flat_map(|s| s.ca_key_types.iter().cloned()).chain(liboqs) {
+    for spec in stacks
+        .iter()
+        .flat_map(|s| s.ca_key_types.iter().cloned())
+        .chain(liboqs)
+    {
         let makeable = certkey::KeySpec::parse(&spec).is_ok_and(|k| k.available());
         if makeable && !out.contains(&spec) {
             out.push(spec);
