@@ -36,7 +36,7 @@ def tshark_server_messages(pcap, keylog, port: int) -> dict[int, dict[int, int]]
     out = subprocess.run(
         [
             "tshark", "-r", str(pcap), "-o", f"tls.keylog_file:{keylog}",
-            "-o", f"tls.desegment_ssl_records:TRUE", "-d", f"tcp.port=={port},tls",
+            "-o", "tls.desegment_ssl_records:TRUE", "-d", f"tcp.port=={port},tls",
             "-Y", f"tcp.srcport=={port} && tls.handshake.type",
             "-T", "fields", "-e", "tcp.dstport", "-e", "tls.handshake.type",
             "-e", "tls.handshake.length",
