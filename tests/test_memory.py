@@ -169,6 +169,7 @@ def test_mutual_tls_cells_sign_with_the_client_certificate(tmp_path):
         (("--idle", "5000"), "--idle"),
         (("--warmup", "0"), "--warmup"),
         (("--stack", "gnutls"), "gnutls"),
+        (("--stack", "openssl,gnutls"), "gnutls"),
         (("--server-sig", "SLH-DSA-SHA2-128s"), "SLH-DSA-SHA2-128s"),
     ],
 )
@@ -216,3 +217,30 @@ def test_engine_checks_every_handshake(two_runs):
         assert r["negotiated"]["group"] == "X25519MLKEM768"
         assert r["negotiated"]["sigalg"] == "mldsa44"
     assert {r["verified"] for r in mem if r["role"] == "client"} == {True}
+
+
+def test_two_stacks_fill_one_table_each_counted_its_way_and_alike(tmp_path):
+    """`--stack rustls,openssl`: one table with both stacks; each stack's heap as it can be
+    counted (OpenSSL's hooks, or every C-allocator block for rustls) and, for both alike,
+    every block of the C allocator the handshaking thread took."""
+    out = tmp_path / "run"
+    run_pqlab(
+        "memory", "--stack", "rustls,openssl", "--groups", "X25519MLKEM768",
+        "--server-sig", "ML-DSA-44", "--ca-sig", "ECDSA-P256", "-n", "3", "--idle", "4",
+        "--certs", tmp_path / "certs", "--out", out, "--no-report", check=True,
+    )  # fmt: skip
+    rows = read_csv(out / "tables" / "memory.csv")
+    by = {(r["stack"], r["role"]): r for r in rows}
+    assert set(by) == {(s, r) for s in ("rustls", "openssl") for r in ("client", "server")}
+    for (stack, _), r in by.items():
+        assert r["heap_counting"] == ("openssl-hooks" if stack == "openssl" else "malloc")
+        malloc_peak, heap_peak = int(r["malloc_peak_bytes"]), int(r["heap_peak_bytes"])
+        assert malloc_peak > 10_000 and int(r["malloc_allocations"]) > 20, r
+        if stack == "openssl":
+            # Every OpenSSL block is also a C-allocator block (with its 16-byte header).
+            assert malloc_peak >= heap_peak and r["fixed_random"] == "true"
+        else:
+            assert malloc_peak == heap_peak and r["fixed_random"] == "false"
+    idle = read_csv(out / "tables" / "memory_idle.csv")
+    assert {r["stack_impl"].split()[0] for r in idle} == {"rustls", "OpenSSL"}
+    assert all(int(r["malloc_bytes_per_connection"]) > 0 for r in idle)

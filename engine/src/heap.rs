@@ -1,15 +1,23 @@
-//! Counting the TLS library's heap through its own allocator hooks: OpenSSL's
-//! `CRYPTO_set_mem_functions`, installed before OpenSSL's first allocation (libcrypto
-//! refuses the hooks afterwards, and memory allocated before them could not be told apart).
-//! Every OpenSSL allocation (`OPENSSL_malloc`, `zalloc`, `realloc`, `strdup`, the secure heap
-//! when it is not initialised, which it never is here) then goes through `hook_malloc` /
-//! `hook_realloc` / `hook_free`, which keep the requested size in a 16-byte header in front
-//! of the block so a free knows how much it releases.
+//! Counting heap allocations, two ways, both per thread and for the whole process:
 //!
-//! Counts are kept twice: per thread (the thread that calls OpenSSL is the role: client or
-//! server, each on its own thread; see `tls memory`) and for the whole process (`tls server
-//! --count-heap`). Rust's own allocations (engine buffers, records) and the kernel's socket
-//! buffers are not OpenSSL's and are not counted (docs/memory.md).
+//! - **OpenSSL's own** (`Source::OpenSsl`), through its allocator hooks
+//!   (`CRYPTO_set_mem_functions`, installed before OpenSSL's first allocation: libcrypto
+//!   refuses the hooks afterwards, and memory allocated before them could not be told
+//!   apart). Every OpenSSL allocation (`OPENSSL_malloc`, `zalloc`, `realloc`, `strdup`, the
+//!   secure heap when it is not initialised, which it never is here) goes through
+//!   `hook_malloc` / `hook_realloc` / `hook_free`, which keep the requested size in a
+//!   16-byte header in front of the block so a free knows how much it releases.
+//! - **Every block of the C allocator** (`Source::Malloc`): the engine is linked with
+//!   `--wrap` for malloc, calloc, realloc, free, posix_memalign, aligned_alloc and memalign
+//!   (build.rs), so every call from code linked into it, Rust's allocator (rustls, the
+//!   engine), aws-lc, liboqs and OpenSSL alike, passes through `__wrap_*` here. Sizes are
+//!   the usable sizes malloc returned (`malloc_usable_size`: its rounding included), the
+//!   only size a free can know. Counted only while `count_malloc(true)`; otherwise the
+//!   wrappers forward at the cost of one atomic load. Not seen: allocations inside the C
+//!   library itself (glibc's own calls), and the kernel's socket buffers.
+//!
+//! Per thread: the thread that runs a role is the role (`tls memory`: client and server
+//! each on their own thread); per process: `tls server --count-heap`.
 
 use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
@@ -74,47 +82,74 @@ impl Counts {
     }
 }
 
+/// What a count counts (see the module's documentation).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Source {
+    OpenSsl = 0,
+    Malloc = 1,
+}
+
 thread_local! {
-    static THREAD: Cell<Counts> = const { Cell::new(Counts::ZERO) };
+    static THREAD: Cell<[Counts; 2]> = const { Cell::new([Counts::ZERO; 2]) };
+}
+
+/// Process-wide counts of one source.
+struct Global {
+    allocations: AtomicU64,
+    frees: AtomicU64,
+    total: AtomicU64,
+    in_use: AtomicI64,
+    peak: AtomicI64,
+}
+
+impl Global {
+    const fn new() -> Global {
+        Global {
+            allocations: AtomicU64::new(0),
+            frees: AtomicU64::new(0),
+            total: AtomicU64::new(0),
+            in_use: AtomicI64::new(0),
+            peak: AtomicI64::new(0),
+        }
+    }
 }
 
 static INSTALLED: AtomicBool = AtomicBool::new(false);
-static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
-static FREES: AtomicU64 = AtomicU64::new(0);
-static TOTAL: AtomicU64 = AtomicU64::new(0);
-static IN_USE: AtomicI64 = AtomicI64::new(0);
-static PEAK: AtomicI64 = AtomicI64::new(0);
+static MALLOC_COUNTING: AtomicBool = AtomicBool::new(false);
+static GLOBAL: [Global; 2] = [Global::new(), Global::new()];
 
-fn on_thread(f: impl FnOnce(&mut Counts)) {
+fn on_thread(src: Source, f: impl FnOnce(&mut Counts)) {
     let _ = THREAD.try_with(|c| {
         let mut v = c.get();
-        f(&mut v);
+        f(&mut v[src as usize]);
         c.set(v);
     });
 }
 
-fn note_alloc(bytes: u64) {
-    on_thread(|c| {
+fn note_alloc(src: Source, bytes: u64) {
+    on_thread(src, |c| {
         c.allocations += 1;
         c.grow(bytes);
     });
-    ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-    TOTAL.fetch_add(bytes, Ordering::Relaxed);
-    let now = IN_USE.fetch_add(bytes as i64, Ordering::Relaxed) + bytes as i64;
-    PEAK.fetch_max(now, Ordering::Relaxed);
+    let g = &GLOBAL[src as usize];
+    g.allocations.fetch_add(1, Ordering::Relaxed);
+    g.total.fetch_add(bytes, Ordering::Relaxed);
+    let now = g.in_use.fetch_add(bytes as i64, Ordering::Relaxed) + bytes as i64;
+    g.peak.fetch_max(now, Ordering::Relaxed);
 }
 
-fn note_free(bytes: u64) {
-    on_thread(|c| {
+fn note_free(src: Source, bytes: u64) {
+    on_thread(src, |c| {
         c.frees += 1;
         c.shrink(bytes);
     });
-    FREES.fetch_add(1, Ordering::Relaxed);
-    IN_USE.fetch_sub(bytes as i64, Ordering::Relaxed);
+    let g = &GLOBAL[src as usize];
+    g.frees.fetch_add(1, Ordering::Relaxed);
+    g.in_use.fetch_sub(bytes as i64, Ordering::Relaxed);
 }
 
-fn note_realloc(old: u64, new: u64) {
-    on_thread(|c| {
+fn note_realloc(src: Source, old: u64, new: u64) {
+    on_thread(src, |c| {
         c.reallocations += 1;
         if new >= old {
             c.grow(new - old);
@@ -122,10 +157,12 @@ fn note_realloc(old: u64, new: u64) {
             c.shrink(old - new);
         }
     });
+    let g = &GLOBAL[src as usize];
     let delta = new as i64 - old as i64;
-    TOTAL.fetch_add(new.saturating_sub(old), Ordering::Relaxed);
-    let now = IN_USE.fetch_add(delta, Ordering::Relaxed) + delta;
-    PEAK.fetch_max(now, Ordering::Relaxed);
+    g.total
+        .fetch_add(new.saturating_sub(old), Ordering::Relaxed);
+    let now = g.in_use.fetch_add(delta, Ordering::Relaxed) + delta;
+    g.peak.fetch_max(now, Ordering::Relaxed);
 }
 
 /// The block a user pointer belongs to, and the size its header records.
@@ -150,7 +187,7 @@ unsafe extern "C" fn hook_malloc(
         return base;
     }
     *(base as *mut usize) = n;
-    note_alloc(n as u64);
+    note_alloc(Source::OpenSsl, n as u64);
     (base as *mut u8).add(HEADER) as *mut libc::c_void
 }
 
@@ -176,7 +213,7 @@ unsafe extern "C" fn hook_realloc(
         return moved; // the old block is still valid and still counted
     }
     *(moved as *mut usize) = n;
-    note_realloc(old as u64, n as u64);
+    note_realloc(Source::OpenSsl, old as u64, n as u64);
     (moved as *mut u8).add(HEADER) as *mut libc::c_void
 }
 
@@ -189,7 +226,7 @@ unsafe extern "C" fn hook_free(
         return;
     }
     let (base, n) = block(p);
-    note_free(n as u64);
+    note_free(Source::OpenSsl, n as u64);
     libc::free(base);
 }
 
@@ -216,26 +253,135 @@ pub fn installed() -> bool {
     INSTALLED.load(Ordering::SeqCst)
 }
 
-/// Start a new window on this thread: every count back to zero.
+/// Start a new window on this thread: every count of both sources back to zero.
 pub fn thread_reset() {
-    let _ = THREAD.try_with(|c| c.set(Counts::ZERO));
+    let _ = THREAD.try_with(|c| c.set([Counts::ZERO; 2]));
 }
 
-/// This thread's counts since its last reset.
-pub fn thread_counts() -> Counts {
-    THREAD.try_with(|c| c.get()).unwrap_or_default()
+/// This thread's counts of `src` since its last reset.
+pub fn thread_counts(src: Source) -> Counts {
+    THREAD
+        .try_with(|c| c.get()[src as usize])
+        .unwrap_or_default()
 }
 
-/// The whole process since the hooks were installed (peak: the process's highest in use).
-pub fn process_counts() -> Counts {
+/// The whole process's counts of `src` since counting began (peak: the process's highest
+/// in use).
+pub fn process_counts(src: Source) -> Counts {
+    let g = &GLOBAL[src as usize];
     Counts {
-        allocations: ALLOCATIONS.load(Ordering::Relaxed),
-        frees: FREES.load(Ordering::Relaxed),
+        allocations: g.allocations.load(Ordering::Relaxed),
+        frees: g.frees.load(Ordering::Relaxed),
         reallocations: 0,
-        total_bytes: TOTAL.load(Ordering::Relaxed),
-        in_use: IN_USE.load(Ordering::Relaxed),
-        peak: PEAK.load(Ordering::Relaxed),
+        total_bytes: g.total.load(Ordering::Relaxed),
+        in_use: g.in_use.load(Ordering::Relaxed),
+        peak: g.peak.load(Ordering::Relaxed),
     }
+}
+
+/// Start (or stop) counting every block of the C allocator (`Source::Malloc`).
+pub fn count_malloc(on: bool) {
+    MALLOC_COUNTING.store(on, Ordering::SeqCst);
+}
+
+// --- the C allocator, wrapped (linked with --wrap, see build.rs) ------------------------
+
+extern "C" {
+    fn __real_malloc(n: libc::size_t) -> *mut libc::c_void;
+    fn __real_calloc(n: libc::size_t, size: libc::size_t) -> *mut libc::c_void;
+    fn __real_realloc(p: *mut libc::c_void, n: libc::size_t) -> *mut libc::c_void;
+    fn __real_free(p: *mut libc::c_void);
+    fn __real_posix_memalign(
+        out: *mut *mut libc::c_void,
+        align: libc::size_t,
+        n: libc::size_t,
+    ) -> libc::c_int;
+    fn __real_aligned_alloc(align: libc::size_t, n: libc::size_t) -> *mut libc::c_void;
+    fn __real_memalign(align: libc::size_t, n: libc::size_t) -> *mut libc::c_void;
+}
+
+#[inline]
+fn counting() -> bool {
+    MALLOC_COUNTING.load(Ordering::Relaxed)
+}
+
+/// Count a new block (usable size).
+#[inline]
+unsafe fn got(p: *mut libc::c_void) -> *mut libc::c_void {
+    if !p.is_null() && counting() {
+        note_alloc(Source::Malloc, libc::malloc_usable_size(p) as u64);
+    }
+    p
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn __wrap_malloc(n: libc::size_t) -> *mut libc::c_void {
+    got(__real_malloc(n))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn __wrap_calloc(n: libc::size_t, size: libc::size_t) -> *mut libc::c_void {
+    got(__real_calloc(n, size))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn __wrap_aligned_alloc(
+    align: libc::size_t,
+    n: libc::size_t,
+) -> *mut libc::c_void {
+    got(__real_aligned_alloc(align, n))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn __wrap_memalign(
+    align: libc::size_t,
+    n: libc::size_t,
+) -> *mut libc::c_void {
+    got(__real_memalign(align, n))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn __wrap_posix_memalign(
+    out: *mut *mut libc::c_void,
+    align: libc::size_t,
+    n: libc::size_t,
+) -> libc::c_int {
+    let r = __real_posix_memalign(out, align, n);
+    if r == 0 {
+        got(*out);
+    }
+    r
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn __wrap_realloc(
+    p: *mut libc::c_void,
+    n: libc::size_t,
+) -> *mut libc::c_void {
+    if !counting() {
+        return __real_realloc(p, n);
+    }
+    if p.is_null() {
+        return got(__real_realloc(p, n));
+    }
+    let old = libc::malloc_usable_size(p) as u64;
+    let moved = __real_realloc(p, n);
+    if moved.is_null() {
+        if n == 0 {
+            note_free(Source::Malloc, old); // realloc(p, 0) frees p
+        }
+        return moved;
+    }
+    note_realloc(Source::Malloc, old, libc::malloc_usable_size(moved) as u64);
+    moved
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn __wrap_free(p: *mut libc::c_void) {
+    if !p.is_null() && counting() {
+        note_free(Source::Malloc, libc::malloc_usable_size(p) as u64);
+    }
+    __real_free(p)
 }
 
 /// The process's resident set (VmRSS of /proc/self/status) in bytes, when readable.
@@ -271,7 +417,7 @@ mod tests {
             let a = hook_realloc(a, 300, null(), 0);
             assert_eq!(*(a as *const u8).add(99), 7, "realloc keeps the contents");
             hook_free(b, null(), 0);
-            let c = thread_counts();
+            let c = thread_counts(Source::OpenSsl);
             assert_eq!(c.allocations, 2);
             assert_eq!(c.frees, 1);
             assert_eq!(c.reallocations, 1);
@@ -279,16 +425,16 @@ mod tests {
             assert_eq!(c.in_use, 300);
             assert_eq!(c.peak, 350);
             let a = hook_realloc(a, 10, null(), 0);
-            assert_eq!(thread_counts().in_use, 10);
-            assert_eq!(thread_counts().peak, 350);
+            assert_eq!(thread_counts(Source::OpenSsl).in_use, 10);
+            assert_eq!(thread_counts(Source::OpenSsl).peak, 350);
             assert!(hook_realloc(a, 0, null(), 0).is_null());
-            let c = thread_counts();
+            let c = thread_counts(Source::OpenSsl);
             assert_eq!((c.in_use, c.frees, c.allocations), (0, 2, 2));
             let d = hook_realloc(std::ptr::null_mut(), 8, null(), 0);
-            assert_eq!(thread_counts().allocations, 3);
+            assert_eq!(thread_counts(Source::OpenSsl).allocations, 3);
             hook_free(d, null(), 0);
             hook_free(std::ptr::null_mut(), null(), 0);
-            assert_eq!(thread_counts().frees, 3);
+            assert_eq!(thread_counts(Source::OpenSsl).frees, 3);
         })
         .join()
         .unwrap();
@@ -299,7 +445,7 @@ mod tests {
         let block = std::thread::spawn(|| unsafe {
             thread_reset();
             let p = hook_malloc(1000, null(), 0);
-            assert_eq!(thread_counts().in_use, 1000);
+            assert_eq!(thread_counts(Source::OpenSsl).in_use, 1000);
             p as usize
         })
         .join()
@@ -307,12 +453,44 @@ mod tests {
         std::thread::spawn(move || unsafe {
             thread_reset();
             hook_free(block as *mut libc::c_void, null(), 0);
-            let c = thread_counts();
+            let c = thread_counts(Source::OpenSsl);
             // Freed here, allocated elsewhere: this thread's balance goes negative.
             assert_eq!((c.allocations, c.frees, c.in_use, c.peak), (0, 1, -1000, 0));
         })
         .join()
         .unwrap();
+    }
+
+    #[test]
+    fn every_c_allocation_of_a_thread_is_counted_while_counting() {
+        count_malloc(true);
+        std::thread::spawn(|| unsafe {
+            use std::hint::black_box; // keep the compiler from eliding the allocations
+            thread_reset();
+            let v: Vec<u8> = black_box(Vec::with_capacity(1000)); // Rust's allocator
+            let p = black_box(libc::malloc(5000)); // C code's
+            let c = thread_counts(Source::Malloc);
+            assert_eq!(c.allocations, 2);
+            assert!(c.in_use >= 6000 && c.in_use < 6200, "{c:?}");
+            let q = black_box(libc::realloc(p, 20000));
+            assert!(thread_counts(Source::Malloc).in_use >= 21000);
+            libc::free(q);
+            drop(v);
+            let c = thread_counts(Source::Malloc);
+            assert_eq!(
+                (c.allocations, c.frees, c.reallocations, c.in_use),
+                (2, 2, 1, 0)
+            );
+            assert!(c.peak >= 21000 && c.total_bytes >= 21000, "{c:?}");
+            // OpenSSL's blocks are OpenSSL's and the C allocator's.
+            let o = black_box(hook_malloc(100, null(), 0));
+            assert_eq!(thread_counts(Source::OpenSsl).in_use, 100);
+            assert!(thread_counts(Source::Malloc).in_use >= 116);
+            hook_free(o, null(), 0);
+        })
+        .join()
+        .unwrap();
+        count_malloc(false);
     }
 
     #[test]

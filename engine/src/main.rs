@@ -69,6 +69,7 @@ fn main() {
         if let Err(e) = heap::install() {
             out::fail(&e);
         }
+        heap::count_malloc(true);
     }
     let result = match cli.command {
         Command::Info(a) => info::run(a),

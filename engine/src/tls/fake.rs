@@ -41,6 +41,9 @@ impl Stack for FakeOpenssl {
             ..OpenSsl.describe()?
         })
     }
+    fn heap_source(&self) -> crate::heap::Source {
+        OpenSsl.heap_source()
+    }
 }
 
 pub struct WrongGroup;
@@ -69,6 +72,9 @@ impl Stack for WrongGroup {
             name: self.name(),
             ..OpenSsl.describe()?
         })
+    }
+    fn heap_source(&self) -> crate::heap::Source {
+        OpenSsl.heap_source()
     }
 }
 

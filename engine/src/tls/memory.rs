@@ -1,9 +1,11 @@
 //! `tls memory`: what full handshakes cost in memory, per role. One process runs a server
 //! thread and a client thread over loopback TCP; each thread has its own stack of
 //! `--thread-stack` bytes, painted before every handshake and scanned after it, and its own
-//! count of OpenSSL's allocations (the hooks in `crate::heap`, installed by `main` before
-//! OpenSSL's first allocation; a thread is a role). One `memory` record per handshake and
-//! role. Every handshake is checked (version, group, server scheme, client scheme, both
+//! heap counts (`crate::heap`; a thread is a role): the stack's own (`heap_*`: OpenSSL's
+//! allocations through its hooks, installed by `main` before OpenSSL's first allocation, or
+//! for a stack without hooks every block of the C allocator) and every block of the C
+//! allocator for every stack (`malloc_*`, comparable across stacks). One `memory` record per
+//! handshake and role. Every handshake is checked (version, group, server scheme, client scheme, both
 //! chains) before it is recorded.
 //!
 //! `tls hold`: open N verified connections to a server and keep them all open (the idle
@@ -159,22 +161,25 @@ fn check(e: &Expect, role: &str, n: &Negotiated, v: &Verification, i: u64) -> Re
 struct Window {
     painted: Option<paint::Painted>,
     t0: Stamp,
+    source: heap::Source,
 }
 
 impl Window {
-    fn open() -> Window {
+    fn open(stack: &dyn Stack) -> Window {
         let painted = paint::paint();
         heap::thread_reset();
         Window {
             painted,
             t0: Stamp::now(),
+            source: stack.heap_source(),
         }
     }
 
     /// The record fields of this window (to be called right after the handshake).
     fn close(self, entry_sp: usize, out: &mut Value) {
         let t1 = Stamp::now();
-        let c = heap::thread_counts();
+        let c = heap::thread_counts(self.source);
+        let m = heap::thread_counts(heap::Source::Malloc);
         let (stack, overflow) = match &self.painted {
             Some(p) => (
                 Some(entry_sp.saturating_sub(p.lowest_touched())),
@@ -188,6 +193,11 @@ impl Window {
         out["allocations"] = json!(c.allocations);
         out["frees"] = json!(c.frees);
         out["reallocations"] = json!(c.reallocations);
+        out["malloc_total_bytes"] = json!(m.total_bytes);
+        out["malloc_peak_bytes"] = json!(m.peak.max(0));
+        out["malloc_retained_bytes"] = json!(m.in_use);
+        out["malloc_allocations"] = json!(m.allocations);
+        out["malloc_frees"] = json!(m.frees);
         out["stack_bytes"] = json!(stack);
         out["stack_overflowed_paint"] = json!(overflow);
         out["handshake_ns"] = json!(t1.mono - self.t0.mono);
@@ -214,6 +224,7 @@ fn tcp_setup(tcp: &TcpStream, timeout_s: u64) -> Result<()> {
 fn base_record(stack: &dyn Stack, role: &str, i: u64, warmup: u64, entry: usize) -> Value {
     json!({
         "type": "memory", "role": role, "stack": stack.name(),
+        "heap_counting": super::stack::heap_counting(stack.heap_source()),
         "index": if i < warmup { i } else { i - warmup }, "warmup": i < warmup,
         "stack_base_bytes": entry.saturating_sub(paint::stack_pointer()),
     })
@@ -232,7 +243,8 @@ struct Job {
     tx: mpsc::Sender<Value>,
 }
 
-/// --fixed-random on the calling thread.
+/// --fixed-random on the calling thread (a stack whose randomness can be fixed: OpenSSL's
+/// TEST-RAND generator).
 fn thread_random(fixed: bool) -> Result<()> {
     if fixed && !super::openssl::ffi::fixed_random_for_this_thread() {
         crate::bail!(
@@ -259,7 +271,7 @@ fn server_loop(
         tcp_setup(&tcp, a.tls.io_timeout)?;
         let tcp = Rc::new(tcp);
         let mut out = base_record(job.stack, "server", i, a.warmup, entry);
-        let w = Window::open();
+        let w = Window::open(job.stack);
         let session = ctx.start(wire(&tcp, "client", a.tls.io_timeout))?.run();
         w.close(entry, &mut out);
         let mut session = session.map_err(|e| e.context(format!("server handshake {i}")))?;
@@ -300,7 +312,7 @@ fn client_loop(job: Job, addr: SocketAddr, identity: Option<Identity>) -> Result
         tcp_setup(&tcp, a.tls.io_timeout)?;
         let tcp = Rc::new(tcp);
         let mut out = base_record(job.stack, "client", i, a.warmup, entry);
-        let w = Window::open();
+        let w = Window::open(job.stack);
         let session = ctx
             .start(wire(&tcp, "server", a.tls.io_timeout), &name)?
             .run();
@@ -366,13 +378,14 @@ pub fn run(a: Args) -> Result<()> {
         );
     }
     let stack = a.tls.stack()?;
-    if stack.name() != "openssl" {
+    if a.fixed_random && !stack.fixed_random() {
         crate::bail!(
             Usage,
-            "--stack {}: tls memory counts allocations through OpenSSL's hooks; only the openssl stack has them here",
+            "--fixed-random: the {} stack's randomness cannot be fixed here; run without it",
             stack.name()
         );
     }
+    heap::count_malloc(true);
     a.tls.events_on()?;
     let expect = expectations(stack, &a)?;
     let client_auth = a.client_ca.clone().map(|ca| ClientAuth {

@@ -106,13 +106,19 @@ impl Drop for Established {
     }
 }
 
-/// --count-heap: the process's counted heap and resident set with `open` connections up.
-fn heap_record(sink: &dyn Sink, index: u64) {
-    let c = crate::heap::process_counts();
+/// --count-heap: the process's counted heap (the stack's own count, and every block of the
+/// C allocator) and resident set with `open` connections up.
+fn heap_record(sink: &dyn Sink, index: u64, source: crate::heap::Source) {
+    use crate::heap::{process_counts, Source};
+    let c = process_counts(source);
+    let m = process_counts(Source::Malloc);
     sink.record(&json!({
         "type": "heap", "index": index, "connections_open": ESTABLISHED.load(Ordering::SeqCst),
+        "heap_counting": super::stack::heap_counting(source),
         "heap_in_use_bytes": c.in_use, "heap_peak_bytes": c.peak,
         "heap_total_bytes": c.total_bytes, "allocations": c.allocations, "frees": c.frees,
+        "malloc_in_use_bytes": m.in_use, "malloc_peak_bytes": m.peak,
+        "malloc_total_bytes": m.total_bytes,
         "vm_rss_bytes": crate::heap::vm_rss_bytes(), "t": record::realtime_ns(),
     }));
 }
@@ -562,7 +568,7 @@ fn handshake_and_respond(
     };
     let _established = Established::new();
     if a.count_heap {
-        heap_record(sink, c.index);
+        heap_record(sink, c.index, a.tls.stack()?.heap_source());
     }
     out["t_handshake_done"] = json!(t_hs.real);
     out["handshake_ns"] = json!(t_hs.mono - t_hs_start.mono);

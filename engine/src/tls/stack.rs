@@ -153,6 +153,12 @@ pub trait Stack: Send + Sync {
     fn sigalg_code(&self, name: &str) -> Option<u16>;
     /// What the stack can do, read from the library (the `info.tls_stacks` entry).
     fn describe(&self) -> Result<StackInfo>;
+    /// Which heap count holds the stack's own allocations (`tls memory`, `--count-heap`).
+    fn heap_source(&self) -> crate::heap::Source;
+    /// Whether `--fixed-random` can make all of the stack's randomness repeatable.
+    fn fixed_random(&self) -> bool {
+        false
+    }
 }
 
 /// A configured server, shared by the threads that serve connections.
@@ -225,6 +231,13 @@ pub struct StackInfo {
     /// Whether its server answers a client's server_name with an empty server_name
     /// extension in EncryptedExtensions (4 bytes of the flight).
     pub server_name_ack: bool,
+    /// How `tls memory` counts the stack's heap: "openssl-hooks" (OpenSSL's allocations
+    /// through its own hooks) or "malloc" (every block of the C allocator the role's thread
+    /// obtains: the stack, its crypto providers and the engine's few per-connection
+    /// buffers).
+    pub heap_counting: &'static str,
+    /// Whether `tls memory --fixed-random` can make all of its randomness repeatable.
+    pub fixed_random: bool,
 }
 
 /// How a stack writes a handshake flight: what the lab's flight model (pqlab.tls.flight)
@@ -239,6 +252,14 @@ pub struct WriteModel {
     /// "message": each encrypted handshake message in records of its own; "flight": a
     /// flight's encrypted messages joined and cut into records of up to 16 KiB.
     pub records: &'static str,
+}
+
+/// The name `info` and the memory records give a heap count.
+pub fn heap_counting(source: crate::heap::Source) -> &'static str {
+    match source {
+        crate::heap::Source::OpenSsl => "openssl-hooks",
+        crate::heap::Source::Malloc => "malloc",
+    }
 }
 
 /// Every TLS stack the engine can run: the one place a stack is added.

@@ -1,9 +1,11 @@
 """`pqlab memory`: what a full TLS handshake costs in memory, for client and server
-separately, over every (group, server signature, CA signature, client signature) cell: heap
-allocated in total, peak heap in use, heap still held after it, allocations and frees,
-counted through OpenSSL's own allocator hooks, and the handshaking thread's stack high-water
-mark from a painted stack. Also the server's memory per idle established connection (the
-slope of its RSS and of its counted heap while it holds N connections). See docs/memory.md.
+separately, over every (stack, group, server signature, CA signature, client signature)
+cell: heap allocated in total, peak heap in use, heap still held after it, allocations and
+frees, counted the stack's own way (OpenSSL's allocator hooks) and, for every stack alike,
+as every block the handshaking thread takes from the C allocator; and the thread's stack
+high-water mark from a painted stack. Also the server's memory per idle established
+connection (the slope of its RSS and of its counted heap while it holds N connections). See
+docs/memory.md.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from pqlab.experiment import (
     CompareSpec,
     Experiment,
     Option,
-    parse_stack,
+    parse_stacks,
     stack_option,
 )
 from pqlab.process import EngineProcess
@@ -48,6 +50,11 @@ METRICS = (
     "frees",
     "reallocations",
     "stack_bytes",
+    "malloc_total_bytes",
+    "malloc_peak_bytes",
+    "malloc_retained_bytes",
+    "malloc_allocations",
+    "malloc_frees",
 )
 
 RAW_DDL = """
@@ -58,14 +65,33 @@ CREATE TABLE IF NOT EXISTS memory_raw (
     allocations BIGINT, frees BIGINT, reallocations BIGINT, stack_bytes BIGINT,
     stack_base_bytes BIGINT, stack_overflowed_paint BOOLEAN, handshake_ns BIGINT,
     negotiated_group TEXT, negotiated_sigalg TEXT, negotiated_client_sigalg TEXT,
-    record JSON)
+    record JSON, heap_counting TEXT, malloc_total_bytes BIGINT, malloc_peak_bytes BIGINT,
+    malloc_retained_bytes BIGINT, malloc_allocations BIGINT, malloc_frees BIGINT,
+    fixed_random BOOLEAN)
 """
 IDLE_DDL = """
 CREATE TABLE IF NOT EXISTS memory_idle_raw (
     cell_id TEXT, stack TEXT, stack_impl TEXT, "group" TEXT, server_sig TEXT, ca_sig TEXT,
     client_sig TEXT, idx INTEGER, connections_open INTEGER, heap_in_use_bytes BIGINT,
-    vm_rss_bytes BIGINT, record JSON)
+    vm_rss_bytes BIGINT, record JSON, heap_counting TEXT, malloc_in_use_bytes BIGINT)
 """
+ADDED = {
+    "memory_raw": [
+        ("heap_counting", "TEXT"),
+        ("malloc_total_bytes", "BIGINT"),
+        ("malloc_peak_bytes", "BIGINT"),
+        ("malloc_retained_bytes", "BIGINT"),
+        ("malloc_allocations", "BIGINT"),
+        ("malloc_frees", "BIGINT"),
+        ("fixed_random", "BOOLEAN"),
+    ],
+    "memory_idle_raw": [("heap_counting", "TEXT"), ("malloc_in_use_bytes", "BIGINT")],
+}
+MIGRATIONS = tuple(
+    f"ALTER TABLE IF EXISTS {table} ADD COLUMN IF NOT EXISTS {name} {kind}"
+    for table, cols in ADDED.items()
+    for name, kind in cols
+)
 
 
 @dataclass
@@ -77,19 +103,20 @@ class Plan:
     n: int
     warmup: int
     idle: int  # connections held for the idle measurement; 0: none
-    stack: str = stacks.DEFAULT_STACK
+    stacks: tuple[str, ...] = (stacks.DEFAULT_STACK,)
     certs: Path | None = None  # certificates reused across runs (default_certs_dir())
-    fixed_random: bool = True  # the engine's --fixed-random
+    fixed_random: bool = True  # the engine's --fixed-random, on stacks that can
 
     def cells(self):
-        for g in self.groups:
-            for s in self.server_sigs:
-                for c in self.ca_sigs:
-                    for cl in self.client_sigs:
-                        yield g, s, c, cl
+        for st in self.stacks:
+            for g in self.groups:
+                for s in self.server_sigs:
+                    for c in self.ca_sigs:
+                        for cl in self.client_sigs:
+                            yield st, g, s, c, cl
 
-    def cell_id(self, g, s, c, cl) -> CellId:
-        return CELLS.id(g, s, c, cl or NONE, stack=self.stack)
+    def cell_id(self, st, g, s, c, cl) -> CellId:
+        return CELLS.id(g, s, c, cl or NONE, stack=st)
 
     def as_dict(self) -> dict:
         return {
@@ -100,13 +127,13 @@ class Plan:
             "n": self.n,
             "warmup": self.warmup,
             "idle": self.idle,
-            "stack": self.stack,
+            "stacks": list(self.stacks),
             "certs": str(self.certs) if self.certs else None,
             "fixed_random": self.fixed_random,
         }
 
 
-def _client_sigs(text: str, stack) -> list[Algorithm | None]:
+def _client_sigs(text: str, chosen) -> list[Algorithm | None]:
     names = units.parse_list(text, "--client-sig", example="none,ECDSA-P256")
     out: list[Algorithm | None] = []
     for name in names:
@@ -114,35 +141,32 @@ def _client_sigs(text: str, stack) -> list[Algorithm | None]:
             out.append(None)
             continue
         alg = catalog.resolve(name, "sig")
-        stacks.require([alg], stack, "client", "--client-sig")
+        for stack in chosen:
+            stacks.require([alg], stack, "client", "--client-sig")
         out.append(alg)
     return out
 
 
 def from_values(values) -> Plan:
-    """Every check before anything is created."""
-    stack = parse_stack(values)
-    if stack.name != stacks.DEFAULT_STACK:
-        raise UserError(
-            f"--stack {stack.name!r}: memory counts allocations through OpenSSL's allocator "
-            f"hooks; only the {stacks.DEFAULT_STACK} stack has them in this engine"
-        )
+    """Every check before anything is created (every cell on every stack)."""
+    chosen = parse_stacks(values)
     groups = catalog.resolve_list(units.parse_list(values.groups, "--groups"), "kem")
     server_sigs = catalog.resolve_list(units.parse_list(values.server_sig, "--server-sig"), "sig")
     ca_sigs = catalog.resolve_list(units.parse_list(values.ca_sig, "--ca-sig"), "sig")
-    stacks.require(groups, stack, "group", "--groups")
-    stacks.require(server_sigs, stack, "server", "--server-sig")
-    stacks.require(ca_sigs, stack, "ca", "--ca-sig")
-    stacks.require_chains(server_sigs, ca_sigs, stack)
+    for stack in chosen:
+        stacks.require(groups, stack, "group", "--groups")
+        stacks.require(server_sigs, stack, "server", "--server-sig")
+        stacks.require(ca_sigs, stack, "ca", "--ca-sig")
+        stacks.require_chains(server_sigs, ca_sigs, stack)
     return Plan(
         groups=groups,
         server_sigs=server_sigs,
         ca_sigs=ca_sigs,
-        client_sigs=_client_sigs(values.client_sig or NONE, stack),
+        client_sigs=_client_sigs(values.client_sig or NONE, chosen),
         n=units.parse_positive_int(values.n, "-n", maximum=MAX_N),
         warmup=units.parse_positive_int(values.warmup, "--warmup", minimum=1, maximum=MAX_WARMUP),
         idle=units.parse_positive_int(values.idle, "--idle", minimum=0, maximum=MAX_IDLE),
-        stack=stack.name,
+        stacks=tuple(st.name for st in chosen),
         certs=_certs_dir(values.certs),
         fixed_random=not values.system_random,
     )
@@ -167,6 +191,7 @@ def _certs_dir(text: str | None) -> Path:
 
 @dataclass
 class Cell:
+    stack: str
     group: Algorithm
     server_sig: Algorithm
     ca_sig: Algorithm
@@ -196,8 +221,8 @@ def handshake_argv(st, cell: Cell, certs, plan: Plan) -> list[str]:
     chain, client = certs
     argv = ["tls", "memory", "--cert-chain", chain.chain, "--key", chain.key]
     argv += ["--ca", chain.root, *_tls_args(st, cell)]
-    argv += ["-n", plan.n, "--warmup", plan.warmup]
-    if plan.fixed_random:
+    argv += ["-n", plan.n, "--warmup", plan.warmup, "--stack", st.name]
+    if plan.fixed_random and st.fixed_random:
         argv.append("--fixed-random")
     if client is not None:
         argv += ["--client-cert-chain", client.chain, "--client-key", client.key]
@@ -205,7 +230,7 @@ def handshake_argv(st, cell: Cell, certs, plan: Plan) -> list[str]:
     return [str(a) for a in argv]
 
 
-def _raw_row(cell: Cell, st, rec: dict) -> dict:
+def _raw_row(cell: Cell, st, rec: dict, fixed_random: bool) -> dict:
     neg = rec.get("negotiated") or {}
     row = {
         "cell_id": str(cell.cell_id),
@@ -222,6 +247,8 @@ def _raw_row(cell: Cell, st, rec: dict) -> dict:
         "negotiated_sigalg": neg.get("sigalg"),
         "negotiated_client_sigalg": neg.get("client_sigalg"),
         "record": json.dumps(rec, sort_keys=True),
+        "heap_counting": rec.get("heap_counting"),
+        "fixed_random": fixed_random,
     }
     for m in METRICS:
         row[m] = rec.get(m)
@@ -233,10 +260,12 @@ def _measure_idle(st, cell: Cell, certs, plan: Plan) -> list[dict]:
 
     chain, client = certs
     tls = _tls_args(st, cell)
-    server = ["tls", "server", "--listen", "127.0.0.1:0", "--cert-chain", chain.chain]
+    server = ["tls", "server", "--listen", "127.0.0.1:0", "--stack", st.name]
+    server += ["--cert-chain", chain.chain]
     server += ["--key", chain.key, *tls, "--concurrent", "--max-concurrent", plan.idle + 8]
     server += ["--response-mode", "none", "--count-heap", "--max-connections", plan.idle]
-    hold = ["tls", "hold", "--ca", chain.root, *_tls_args(st, cell, True), "-n", plan.idle]
+    hold = ["tls", "hold", "--stack", st.name, "--ca", chain.root, *_tls_args(st, cell, True)]
+    hold += ["-n", plan.idle]
     if client is not None:
         server += ["--client-ca", client.root]
         server += ["--client-sigalgs", st.sigalg_name(cell.client_sig)]
@@ -261,6 +290,8 @@ def _idle_rows(cell: Cell, st, records: list[dict]) -> list[dict]:
             "heap_in_use_bytes": r["heap_in_use_bytes"],
             "vm_rss_bytes": r.get("vm_rss_bytes"),
             "record": json.dumps(r, sort_keys=True),
+            "heap_counting": r.get("heap_counting"),
+            "malloc_in_use_bytes": r.get("malloc_in_use_bytes"),
         }
         for r in records
     ]
@@ -268,13 +299,14 @@ def _idle_rows(cell: Cell, st, records: list[dict]) -> list[dict]:
 
 def _measure_cell(store, plan: Plan, st, cell: Cell) -> None:
     cert_dir = plan.certs or default_certs_dir()
-    chain = make_chain(cert_dir, cell.ca_sig, cell.server_sig, plan.stack)
+    chain = make_chain(cert_dir, cell.ca_sig, cell.server_sig, st.name)
     client = None
     if cell.client_sig is not None:
-        client = make_chain(cert_dir, cell.ca_sig, cell.client_sig, plan.stack, purpose="client")
+        client = make_chain(cert_dir, cell.ca_sig, cell.client_sig, st.name, purpose="client")
     certs = (chain, client)
     records = engine.run(handshake_argv(st, cell, certs, plan), timeout=120 + 2 * plan.n)
-    rows = [_raw_row(cell, st, r) for r in records if r.get("type") == "memory"]
+    fixed = plan.fixed_random and st.fixed_random
+    rows = [_raw_row(cell, st, r, fixed) for r in records if r.get("type") == "memory"]
     expected = 2 * (plan.n + plan.warmup)
     if len(rows) != expected:
         raise EngineError(
@@ -290,21 +322,20 @@ def measure(plan: Plan, store) -> None:
 
     store.ensure_table(RAW_DDL)
     store.ensure_table(IDLE_DDL)
-    st = stacks.get(plan.stack)
     done = CELLS.done(store)
     cells = list(plan.cells())
     with CellProgress("memory", len(cells)) as progress:
-        for g, s, c, cl in cells:
-            cell = Cell(g, s, c, cl, plan.cell_id(g, s, c, cl))
+        for name, g, s, c, cl in cells:
+            cell = Cell(name, g, s, c, cl, plan.cell_id(name, g, s, c, cl))
             progress.start(cell.cell_id.label())
             if cell.cell_id not in done:
-                _measure_cell(store, plan, st, cell)
+                _measure_cell(store, plan, stacks.get(name), cell)
             progress.advance()
 
 
 KEYS = 'stack_impl, role, "group", server_sig, ca_sig, client_sig'
 TABLE_SQL = f"""
-SELECT {KEYS},
+SELECT {KEYS}, any_value(stack) AS stack, any_value(heap_counting) AS heap_counting,
        CAST(median(heap_total_bytes) AS BIGINT) AS heap_total_bytes,
        CAST(median(heap_peak_bytes) AS BIGINT) AS heap_peak_bytes,
        CAST(median(heap_retained_bytes) AS BIGINT) AS heap_retained_bytes,
@@ -318,7 +349,12 @@ SELECT {KEYS},
        min(heap_total_bytes) AS heap_total_bytes_min,
        max(heap_total_bytes) AS heap_total_bytes_max,
        max(stack_bytes) AS stack_bytes_max,
-       bool_or(stack_overflowed_paint) AS stack_paint_overflowed
+       bool_or(stack_overflowed_paint) AS stack_paint_overflowed,
+       CAST(median(malloc_total_bytes) AS BIGINT) AS malloc_total_bytes,
+       CAST(median(malloc_peak_bytes) AS BIGINT) AS malloc_peak_bytes,
+       CAST(median(malloc_retained_bytes) AS BIGINT) AS malloc_retained_bytes,
+       CAST(median(malloc_allocations) AS BIGINT) AS malloc_allocations,
+       bool_and(fixed_random) AS fixed_random
 FROM memory_raw WHERE NOT warmup
 GROUP BY {KEYS}
 ORDER BY role, "group", server_sig, ca_sig, client_sig, stack_impl
@@ -331,7 +367,10 @@ SELECT stack_impl, "group", server_sig, ca_sig, client_sig,
            AS heap_bytes_per_connection,
        round(regr_r2(vm_rss_bytes, connections_open), 3) AS rss_r2,
        round(regr_r2(heap_in_use_bytes, connections_open), 3) AS heap_r2,
-       min(vm_rss_bytes) AS rss_bytes_first, max(vm_rss_bytes) AS rss_bytes_last
+       min(vm_rss_bytes) AS rss_bytes_first, max(vm_rss_bytes) AS rss_bytes_last,
+       any_value(heap_counting) AS heap_counting,
+       CAST(regr_slope(malloc_in_use_bytes, connections_open) AS BIGINT)
+           AS malloc_bytes_per_connection
 FROM memory_idle_raw
 GROUP BY stack_impl, "group", server_sig, ca_sig, client_sig
 ORDER BY "group", server_sig, ca_sig, client_sig
@@ -358,6 +397,7 @@ class Memory(Experiment):
     help = "heap and stack per TLS handshake (client, server), memory per idle connection"
     description = __doc__.split("\n\n")[0]
     cells = CELLS
+    migrations = MIGRATIONS
     options = (
         Option("groups", "key-exchange groups", default=DEFAULT_GROUPS, metavar="LIST"),
         Option("server-sig", "server signature algorithms", default=DEFAULT_SIGS, metavar="LIST"),
@@ -390,10 +430,11 @@ class Memory(Experiment):
         Option(
             "system-random",
             "use OpenSSL's normal DRBG instead of the fixed-seed generator (allocation counts "
-            "of randomised signing then vary between handshakes)",
+            "of randomised signing then vary between handshakes; stacks whose randomness "
+            "cannot be fixed always use their own)",
             flag=True,
         ),
-        stack_option(),
+        stack_option(several=True),
     )
     compare = tuple(
         CompareSpec(
@@ -404,7 +445,13 @@ class Memory(Experiment):
             "bytes" if metric.endswith("bytes") else "count",
             where="NOT warmup",
         )
-        for metric in ("heap_peak_bytes", "heap_total_bytes", "allocations", "stack_bytes")
+        for metric in (
+            "heap_peak_bytes",
+            "heap_total_bytes",
+            "allocations",
+            "stack_bytes",
+            "malloc_peak_bytes",
+        )
     )
 
     def metadata(self, plan: Plan) -> dict:
@@ -415,7 +462,6 @@ class Memory(Experiment):
             "n": plan.n,
             "warmup": plan.warmup,
             "idle": plan.idle,
-            "stack": plan.stack,
             "fixed_random": plan.fixed_random,
         }
 

@@ -44,6 +44,10 @@ class Stack:
     write_model: flight.WriteModel = flight.OPENSSL
     # its server acknowledges server_name in EncryptedExtensions (4 bytes more)
     server_name_ack: bool = False
+    # how `tls memory` counts its heap ("openssl-hooks" or "malloc") and whether its
+    # randomness can be fixed for repeatable allocation counts
+    heap_counting: str = "openssl-hooks"
+    fixed_random: bool = True
 
     def group_name(self, alg) -> str:
         return self.groups[alg.tls_group]
@@ -269,6 +273,8 @@ def parse(info: dict) -> dict[str, Stack]:
             versions={**_versions("group", groups), **_versions("sigalg", sigalgs)},
             write_model=_write_model(s.get("write_model")),
             server_name_ack=bool(s.get("server_name_ack", False)),
+            heap_counting=str(s.get("heap_counting", "openssl-hooks")),
+            fixed_random=bool(s.get("fixed_random", True)),
         )
     return out
 

@@ -57,6 +57,14 @@ impl Stack for OpenSsl {
         caps::codes().sigalg(name)
     }
 
+    fn heap_source(&self) -> crate::heap::Source {
+        crate::heap::Source::OpenSsl
+    }
+
+    fn fixed_random(&self) -> bool {
+        true
+    }
+
     fn describe(&self) -> Result<StackInfo> {
         let groups = caps::groups()?;
         let sigalgs = caps::sigalgs()?;
@@ -100,6 +108,8 @@ impl Stack for OpenSsl {
                 records: "message",
             },
             server_name_ack: false,
+            heap_counting: crate::tls::stack::heap_counting(self.heap_source()),
+            fixed_random: self.fixed_random(),
         })
     }
 }

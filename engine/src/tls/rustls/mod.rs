@@ -744,6 +744,10 @@ impl Stack for Rustls {
         tables(self.0).sigalg(name).map(|e| e.code)
     }
 
+    fn heap_source(&self) -> crate::heap::Source {
+        crate::heap::Source::Malloc
+    }
+
     fn describe(&self) -> Result<StackInfo> {
         let t = tables(self.0);
         let v13 = vec!["1.3"];
@@ -797,6 +801,8 @@ impl Stack for Rustls {
                 records: "flight",
             },
             server_name_ack: true,
+            heap_counting: crate::tls::stack::heap_counting(self.heap_source()),
+            fixed_random: self.fixed_random(),
         })
     }
 }
