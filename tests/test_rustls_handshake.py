@@ -121,3 +121,23 @@ def test_algorithms_lists_the_candidates_as_rustls_signers():
     proc = run_pqlab("algorithms", "--tls", "--stack", "rustls", check=True, timeout=60)
     server_lines = [line for line in proc.stdout.splitlines() if "MAYO-1" in line]
     assert server_lines and any("server" in line for line in server_lines), proc.stdout
+
+
+def test_the_same_cell_on_three_stacks_compares_cleanly(tmp_path):
+    runs = {}
+    for stack in ("openssl", "rustls", "rustls-aws-lc-rs"):
+        runs[stack] = tmp_path / stack
+        run_pqlab(
+            "handshake", "--stack", stack, "--groups", "X25519MLKEM768", "--server-sig",
+            "ML-DSA-44", "--ca-sig", "ML-DSA-44", "-n", "10", "--warmup", "2",
+            "--port", PORT, "--out", runs[stack], "--no-report", check=True, timeout=300,
+        )  # fmt: skip
+    for a, b in (("openssl", "rustls"), ("rustls", "rustls-aws-lc-rs")):
+        proc = run_pqlab("compare", runs[a], runs[b], check=True, timeout=120)
+        out = proc.stdout
+        assert f"TLS stack: {a} (" in out and f"->  {b} (" in out, out
+        assert "the same tables, columns, row counts and cells" in out, out
+        assert any(
+            line.startswith("handshake") and "X25519MLKEM768 / ML-DSA-44 / ML-DSA-44" in line
+            for line in out.splitlines()
+        ), out

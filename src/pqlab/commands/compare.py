@@ -13,6 +13,7 @@ import json
 import math
 import os
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -55,6 +56,21 @@ def _verdict(significant: bool, change: float, better: str, threshold: float = 0
     return "faster" if improved else "slower"
 
 
+def stack_changes(a: RunStore, b: RunStore) -> list[tuple[str, str, str]]:
+    """The TLS stacks each run measured on, with their implementations, when they differ."""
+
+    def named(store: RunStore) -> str:
+        impl = {
+            s.get("name"): s.get("implementation")
+            for s in store.metadata().get("engine", {}).get("tls_stacks") or []
+        }
+        names = run_stacks(store)
+        return "; ".join(f"{n} ({impl[n]})" if impl.get(n) else n for n in names) or "none"
+
+    na, nb = named(a), named(b)
+    return [("TLS stack", na, nb)] if run_stacks(a) != run_stacks(b) else []
+
+
 def metadata_changes(a: dict, b: dict) -> list[tuple[str, str, str]]:
     def pick(m):
         cpu, eng = m.get("cpu", {}), m.get("engine", {})
@@ -83,18 +99,34 @@ def _csv_tables(run: Path) -> dict[str, tuple[list[str], int]]:
     return out
 
 
-def _cells(store: RunStore) -> set[tuple[str, str]]:
-    """(experiment, cell id) of every finished cell, ids read through the experiment's cell
-    shape so the forms older runs stored compare equal to today's."""
+def _cell_ids(store: RunStore) -> list[tuple[str, object]]:
+    """(experiment, cell) of every finished cell: a CellId read through the experiment's
+    cell shape (so the forms older runs stored compare equal to today's), else the text."""
     shapes = {exp.name: exp.cells for exp in registry() if exp.cells is not None}
-    out = set()
+    out = []
     for r in store.query("SELECT experiment, cell_id FROM cells"):
         shape = shapes.get(r["experiment"])
         try:
-            cell = str(shape.parse(r["cell_id"])) if shape is not None else r["cell_id"]
+            cell = shape.parse(r["cell_id"]) if shape is not None else r["cell_id"]
         except UserError:
             cell = r["cell_id"]
-        out.add((r["experiment"], cell))
+        out.append((r["experiment"], cell))
+    return out
+
+
+def run_stacks(store: RunStore) -> list[str]:
+    """The TLS stacks the run's cells ran on, sorted."""
+    return sorted({c.stack for _, c in _cell_ids(store) if getattr(c, "stack", None)})
+
+
+def _cells(store: RunStore, ignore_stack: bool = False) -> set[tuple[str, str]]:
+    """(experiment, cell id) of every finished cell; with `ignore_stack` the TLS stack left
+    out of the id (two runs of the same cells on different stacks then match)."""
+    out = set()
+    for exp, cell in _cell_ids(store):
+        if ignore_stack and getattr(cell, "stack", None):
+            cell = replace(cell, stack=None)
+        out.add((exp, str(cell)))
     return out
 
 
@@ -119,7 +151,11 @@ def structure_changes(a: RunStore, b: RunStore) -> list[str]:
             )
         if na != nb:
             out.append(f"table {name}: {na} rows in A, {nb} in B")
-    sa, sb = _cells(a), _cells(b)
+    stacks_a, stacks_b = run_stacks(a), run_stacks(b)
+    # One stack each, different: the same cells measured on two TLS stacks (the stack is
+    # named among the metadata differences, not as cells only in one run).
+    one_each = len(stacks_a) == 1 and len(stacks_b) == 1 and stacks_a != stacks_b
+    sa, sb = _cells(a, one_each), _cells(b, one_each)
     for label, only in (("A", sa - sb), ("B", sb - sa)):
         if only:
             first = sorted(only)[:3]
@@ -167,7 +203,8 @@ def compare(
                         "verdict": _verdict(significant, est, spec.better, threshold),
                     }
                 )
-        return rows, metadata_changes(a.metadata(), b.metadata()), structure_changes(a, b)
+        meta = stack_changes(a, b) + metadata_changes(a.metadata(), b.metadata())
+        return rows, meta, structure_changes(a, b)
     finally:
         a.close()
         b.close()
