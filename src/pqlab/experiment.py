@@ -74,7 +74,9 @@ class Option:
         flags = [f"--{self.name}", *self.aliases]
         if self.short:
             flags.insert(0, self.short)
-        kw: dict[str, Any] = {"dest": self.dest, "help": self.help}
+        # argparse formats help with %: a literal one (loss=1%) is written %%.
+        text = self.help.replace("%", "%%").replace("%%(default)", "%(default)")
+        kw: dict[str, Any] = {"dest": self.dest, "help": text}
         if self.flag:
             kw["action"] = "store_true"
         else:
@@ -85,7 +87,7 @@ class Option:
             if self.choices:
                 kw["choices"] = self.choices
             if self.default is not None and "%(default)" not in self.help:
-                kw["help"] = f"{self.help} (default: %(default)s)"
+                kw["help"] = f"{text} (default: %(default)s)"
         parser.add_argument(*flags, **kw)
 
     def from_suite(self, value: Any, where: str) -> Any:

@@ -1,0 +1,39 @@
+"""Every command's --help prints (argparse formats help texts with %, so a literal % in
+an option's help must not break it) and names every option."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+
+import pytest
+
+from pqlab import cli
+from pqlab.experiment import registry
+
+
+def _commands() -> list[str]:
+    parser = cli.build_parser()
+    sub = next(a for a in parser._actions if a.__class__.__name__ == "_SubParsersAction")
+    return sorted(sub.choices)
+
+
+@pytest.mark.parametrize("command", _commands())
+def test_help_prints(command):
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), pytest.raises(SystemExit) as done:
+        cli.main([command, "--help"])
+    assert done.value.code == 0
+    text = out.getvalue()
+    assert text.startswith("usage:")
+    for exp in registry():
+        if exp.name == command:
+            for option in exp.options:
+                assert f"--{option.name}" in text, option.name
+
+
+def test_a_percent_sign_in_an_option_help_is_printed_as_is():
+    text = io.StringIO()
+    with contextlib.redirect_stdout(text), pytest.raises(SystemExit):
+        cli.main(["ttlb", "--help"])
+    assert "loss=1%," in "".join(text.getvalue().split())
