@@ -111,10 +111,15 @@ def test_netem_where_missing_is_a_clear_error(tmp_path):
 
 @needs_root
 @pytest.mark.usefixtures("nothing_left")
-def test_issue_check_serialisation(tmp_path):
+@pytest.mark.parametrize("stack", ["openssl", "rustls"])
+def test_issue_check_serialisation(tmp_path, stack):
+    """On every stack: a stack without message events (rustls) gives its flight sizes from
+    the record headers on the wire, and the model and the physics agree the same way."""
     out = tmp_path / "run"
     run_pqlab(
         "ttlb",
+        "--stack",
+        stack,
         "--profile",
         "rtt=50ms,rate=1mbit",
         "--groups",
@@ -140,6 +145,7 @@ def test_issue_check_serialisation(tmp_path):
     assert float(big["model_ttlb_ms"]) > 204_800 * 8 / 1e6 * 1e3
     # TTFB: two round trips plus the transmission of both flights (~ 123 ms here).
     small = rows[0]
+    assert int(small["client_hello_bytes"]) > 100 and int(small["server_flight_bytes"]) > 1000
     wire_ms = (int(small["server_flight_bytes"]) + int(small["client_hello_bytes"])) * 8 / 1e3
     expected = 2 * 50 + wire_ms
     assert expected * 0.97 < float(small["ttfb_p50_ms"]) < expected * 1.08 + 3, small

@@ -212,6 +212,9 @@ pub fn run_with(stack: &dyn Stack, a: &Args, sink: &dyn Sink) -> Result<()> {
         }
         let warmup = i < a.warmup;
         let rec: SharedRecorder = Rc::new(RefCell::new(Recorder::new(events_on)));
+        if !stack.reports_messages() {
+            rec.borrow_mut().scan_wire();
+        }
         let mut out = json!({
             "type": "connection", "role": "client", "stack": stack.name(),
             "index": if warmup { i } else { i - a.warmup }, "warmup": warmup,

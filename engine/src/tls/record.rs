@@ -214,6 +214,42 @@ pub struct Recorder {
     /// Cumulative bytes through the socket (write/read syscalls).
     pub io_bytes: [u64; 2],
     pub records: [u64; 2],
+    /// For a stack that reports no messages: record headers read off the socket's bytes
+    /// (`scan_wire`), per direction.
+    scanners: Option<[RecordScanner; 2]>,
+}
+
+/// Finds TLS record headers in a byte stream given in pieces: every record is a 5-byte
+/// header (type, version, length) and `length` bytes, on the wire for every stack.
+#[derive(Clone, Copy, Default)]
+struct RecordScanner {
+    header: [u8; 5],
+    have: usize,
+    /// Payload bytes of the current record still to come.
+    remaining: usize,
+}
+
+impl RecordScanner {
+    /// The complete headers in `data`, in order.
+    fn feed(&mut self, mut data: &[u8], mut found: impl FnMut(&[u8; 5])) {
+        while !data.is_empty() {
+            if self.remaining > 0 {
+                let skip = self.remaining.min(data.len());
+                self.remaining -= skip;
+                data = &data[skip..];
+                continue;
+            }
+            let take = (5 - self.have).min(data.len());
+            self.header[self.have..self.have + take].copy_from_slice(&data[..take]);
+            self.have += take;
+            data = &data[take..];
+            if self.have == 5 {
+                self.have = 0;
+                self.remaining = u16::from_be_bytes([self.header[3], self.header[4]]) as usize;
+                found(&self.header);
+            }
+        }
+    }
 }
 
 impl Default for Recorder {
@@ -226,6 +262,7 @@ impl Default for Recorder {
             record_bytes: [0; 2],
             io_bytes: [0; 2],
             records: [0; 2],
+            scanners: None,
         }
     }
 }
@@ -235,6 +272,25 @@ impl Recorder {
         Recorder {
             events_on,
             ..Default::default()
+        }
+    }
+
+    /// Read record headers off the socket's bytes (for a stack that reports no messages):
+    /// record events and record counters then come from the wire.
+    pub fn scan_wire(&mut self) {
+        self.scanners = Some([RecordScanner::default(); 2]);
+    }
+
+    /// Bytes that went through the socket, for the record scanner.
+    fn scan(&mut self, dir: Dir, data: &[u8]) {
+        let Some(mut scanners) = self.scanners else {
+            return;
+        };
+        let mut headers = Vec::new();
+        scanners[dir.index()].feed(data, |h| headers.push(*h));
+        self.scanners = Some(scanners);
+        for h in headers {
+            self.on_message(dir, Message::RecordHeader(&h));
         }
     }
 
@@ -321,7 +377,8 @@ impl Recorder {
 
     /// The byte and record counters, and `events_dropped` when events were lost.
     pub fn add_counters(&self, out: &mut Value, messages: bool) {
-        let (rs, rr, cs, cr) = if messages {
+        // Record counters come from the stack's messages or from the wire.
+        let (rs, rr, cs, cr) = if messages || self.scanners.is_some() {
             (
                 json!(self.record_bytes[0]),
                 json!(self.record_bytes[1]),
@@ -387,6 +444,7 @@ impl Read for Wire {
         if n > 0 {
             if let Ok(mut r) = self.rec.try_borrow_mut() {
                 r.on_io(Dir::Recv, t0, n);
+                r.scan(Dir::Recv, &buf[..n]);
             }
         }
         Ok(n)
@@ -401,6 +459,7 @@ impl Write for Wire {
             .map_err(|e| self.timed_out(e, false))?;
         if let Ok(mut r) = self.rec.try_borrow_mut() {
             r.on_io(Dir::Sent, t0, n);
+            r.scan(Dir::Sent, &buf[..n]);
         }
         Ok(n)
     }
@@ -413,6 +472,15 @@ impl Write for Wire {
             .map_err(|e| self.timed_out(e, false))?;
         if let Ok(mut r) = self.rec.try_borrow_mut() {
             r.on_io(Dir::Sent, t0, n);
+            let mut left = n;
+            for b in bufs {
+                let take = left.min(b.len());
+                r.scan(Dir::Sent, &b[..take]);
+                left -= take;
+                if left == 0 {
+                    break;
+                }
+            }
         }
         Ok(n)
     }
@@ -776,5 +844,38 @@ mod tests {
         r.on_message(Dir::Recv, Message::Alert(&[2]));
         assert!(r.events.is_empty());
         assert_eq!(r.record_bytes, [0, 0]);
+    }
+
+    #[test]
+    fn record_headers_are_found_in_bytes_given_in_any_pieces() {
+        // A ClientHello record of 3 bytes, a CCS of 1, an application record of 300.
+        let mut stream = vec![22, 3, 1, 0, 3, 1, 2, 3, 20, 3, 3, 0, 1, 1, 23, 3, 3, 1, 44];
+        stream.extend(vec![0u8; 300]);
+        for piece in [1, 2, 4, 7, 64, 1000] {
+            let mut r = Recorder::new(true);
+            r.scan_wire();
+            for chunk in stream.chunks(piece) {
+                r.scan(Dir::Sent, chunk);
+            }
+            let kinds: Vec<_> = r
+                .events
+                .iter()
+                .map(|e| (e.content_type.unwrap(), e.offset_end.unwrap()))
+                .collect();
+            assert_eq!(
+                kinds,
+                [
+                    ("handshake", 8),
+                    ("change_cipher_spec", 14),
+                    ("application_data", 319)
+                ],
+                "pieces of {piece}"
+            );
+            assert_eq!(r.records[0], 3);
+        }
+        // Without scan_wire nothing is read off the bytes.
+        let mut r = Recorder::new(true);
+        r.scan(Dir::Sent, &stream);
+        assert!(r.events.is_empty());
     }
 }

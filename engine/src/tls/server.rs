@@ -482,6 +482,9 @@ fn serve_one(
 ) {
     let events_on = a.tls.events_on().unwrap_or(true);
     let rec: SharedRecorder = Rc::new(RefCell::new(Recorder::new(events_on)));
+    if !stack.reports_messages() {
+        rec.borrow_mut().scan_wire();
+    }
     let mut out = json!({
         "type": "connection", "role": "server", "stack": stack.name(), "index": c.index,
         "peer": c.peer.to_string(),

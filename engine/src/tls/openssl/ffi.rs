@@ -396,7 +396,8 @@ mod tests {
             fn any_message_sequence_is_recorded_within_bounds(
                 msgs in prop::collection::vec(message(), 0..300)
             ) {
-                let mut r = Recorder { max_events: 64, ..Recorder::new(true) };
+                let mut r = Recorder::new(true);
+                r.max_events = 64;
                 let mut expect = [0u64; 2];
                 for (write_p, ct, buf) in &msgs {
                     observe(&mut r, *write_p, *ct, buf);

@@ -25,6 +25,20 @@ def _offset(events: list[dict], dirn: str, msg: str) -> int | None:
     return None
 
 
+def _record_offsets(events: list[dict]) -> tuple[int | None, int | None]:
+    """For a stack that reports no handshake messages, from the record headers the engine
+    read off the socket: the ClientHello is the client's first record, and the server's
+    flight is every record received before the client's first encrypted record (its
+    Finished)."""
+    records = [e for e in events or [] if e.get("ev") == "record"]
+    sent = [e for e in records if e.get("dir") == "sent"]
+    finished = next((e for e in sent if e.get("content_type") == "application_data"), None)
+    if not sent or finished is None:
+        return None, None
+    received = [e for e in records if e.get("dir") == "recv" and e["t"] <= finished["t"]]
+    return sent[0].get("offset_end"), (received[-1].get("offset_end") if received else None)
+
+
 def rows(
     profile: LinkProfile,
     shaper: str,
@@ -89,6 +103,8 @@ def rows(
         events = c.get("events") or []
         ch = _offset(events, "sent", "client_hello")
         flight = _offset(events, "recv", "finished")
+        if ch is None and flight is None:
+            ch, flight = _record_offsets(events)
         values = {
             "profile": profile.name,
             "shaper": shaper,
