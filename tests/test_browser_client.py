@@ -42,6 +42,7 @@ pytestmark = [
 pytest.importorskip("websocket", reason="websocket-client is not installed (pip install '.[test]')")
 
 ECDSA_P256_SHA256 = 0x0403  # TLS SignatureScheme ecdsa_secp256r1_sha256
+MLDSA44 = 0x0904  # TLS SignatureScheme mldsa44
 
 
 def free_port() -> int:
@@ -53,23 +54,16 @@ def free_port() -> int:
 class Serve:
     """`pqlab serve ... --json` in the background, its records collected as they come."""
 
-    def __init__(self, tmp_path, port: int):
+    def __init__(
+        self, tmp_path, port: int, sig: str = "ECDSA-P256", stack: str = "openssl", ca=None
+    ):
         self.cert_dir = tmp_path / "certs"
+        self.sig, self.ca = sig, ca or sig
         argv = [
-            sys.executable,
-            "-m",
-            "pqlab",
-            "serve",
-            "--group",
-            "X25519MLKEM768",
-            "--sig",
-            "ECDSA-P256",
-            "--port",
-            str(port),
-            "--cert-dir",
-            str(self.cert_dir),
-            "--json",
-        ]
+            sys.executable, "-m", "pqlab", "serve", "--stack", stack,
+            "--group", "X25519MLKEM768", "--sig", sig, "--ca", self.ca, "--port", str(port),
+            "--cert-dir", str(self.cert_dir), "--json",
+        ]  # fmt: skip
         self.proc = subprocess.Popen(
             argv,
             stdout=subprocess.PIPE,
@@ -100,7 +94,7 @@ class Serve:
         raise AssertionError(f"pqlab serve: no {what}; stderr: {self.proc.stderr.read()[-2000:]}")
 
     def root(self):
-        (root,) = self.cert_dir.glob("ECDSA-P256__ECDSA-P256/root.crt.pem")
+        (root,) = self.cert_dir.glob(f"{self.ca}__{self.sig}/root.crt.pem")
         return root
 
     def stop(self) -> int:
@@ -191,3 +185,40 @@ def test_without_the_root_chromium_refuses_the_server(served, tmp_path):
     assert not any(r["type"] == "connection" and r.get("http_path") for r in served.records), (
         "a page was served to a client that does not trust the root"
     )
+
+
+@pytest.fixture
+def served_ml_dsa(tmp_path):
+    # Debian 12's NSS cannot store an ML-DSA root in the profile's trust database, so the
+    # root is ECDSA and the server's own key, which signs the handshake, ML-DSA-44.
+    s = Serve(tmp_path, free_port(), sig="ML-DSA-44", stack="rustls-aws-lc-rs", ca="ECDSA-P256")
+    try:
+        s.wait(lambda r: r["type"] == "listening", 60, "listening record")
+        yield s
+    finally:
+        code = s.stop()
+    assert code == 0, f"pqlab serve exited {code}"
+
+
+def test_chromium_loads_a_page_from_rustls_with_an_ml_dsa_chain(served_ml_dsa, tmp_path):
+    """rustls with its own aws-lc-rs provider, X25519MLKEM768 and an ML-DSA-44 server
+    certificate signing the handshake, as a browser with ML-DSA in TLS sees it."""
+    served = served_ml_dsa
+    port = served.records[0]["port"]
+    url = f"https://localhost:{port}/"
+    home = nss_home(tmp_path, served.root())
+    with Chromium(tmp_path / "verified", env={"HOME": str(home)}) as chromium:
+        nav = chromium.open(url)
+        assert not nav.get("errorText"), nav
+        text = chromium.evaluate("document.body.innerText")
+        sec = _response(chromium, url)["securityDetails"]
+    assert "group: X25519MLKEM768" in text and "signature: mldsa44" in text, text
+    assert sec["protocol"] == "TLS 1.3"
+    assert sec["keyExchangeGroup"] == "X25519MLKEM768"
+    assert sec["serverSignatureAlgorithm"] == MLDSA44
+    page = served.wait(
+        lambda r: r["type"] == "connection" and r.get("http_path") == "/", 30, "page connection"
+    )
+    assert page["stack"] == "rustls-aws-lc-rs"
+    assert page["negotiated"]["group"] == "X25519MLKEM768"
+    assert page["negotiated"]["sigalg_code"] == MLDSA44
