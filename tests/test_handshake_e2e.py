@@ -497,7 +497,13 @@ def test_shaped_link_profile_shows_the_congestion_window_round_trip(tmp_path):
     stalls, sh_to_cert, hs_ns = con.execute(
         "SELECT min(cwnd_stalls), min(sh_to_cert_ns), min(handshake_ns) FROM handshake_raw"
     ).fetchone()
+    # The flight model's prediction (the window runs out before CertificateVerify) is what
+    # the capture shows, handshake by handshake.
+    disagree = con.execute(
+        "SELECT count(*) FROM handshake_raw WHERE cv_stall_predicted != (cwnd_stalls > 0)"
+    ).fetchone()[0]
     con.close()
+    assert disagree == 0
     assert stalls >= 1
     assert sh_to_cert >= 8_000_000  # one 10 ms round trip (less the flight's own time)
     assert hs_ns >= 30_000_000  # SYN, ClientHello and the stalled flight: 3 round trips

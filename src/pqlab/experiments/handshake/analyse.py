@@ -93,6 +93,8 @@ def handshake_row(idx: int, cport: int, h: hp.Handshake, crec: dict, srec: dict)
         "flush_offsets_predicted": json.dumps(f["flush_offsets_predicted"]),
         "short_segment_ends": json.dumps(f["short_segment_ends"]),
         "split_by_write_buffer": f["split_by_write_buffer"],
+        "document_case": f["document_case"],
+        "cv_stall_predicted": f["cv_stall_predicted"],
         "cwnd_stalls": f["cwnd_stalls"],
         "cwnd_stall_wait_ns": f["cwnd_stall_wait_ns"],
         "client_hello_segments": f["client_hello_segments"],

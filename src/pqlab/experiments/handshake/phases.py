@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from pqlab.pcap import ACK, SYN, Connection, Segment
-from pqlab.tls.flight import OPENSSL, WriteModel
+from pqlab.tls.flight import OPENSSL, Flight, WriteModel, document_case, segments_through
 from pqlab.tls.records import TlsRecord
 
 # Phase name (as in the document's legend), from point, to point, colour family.
@@ -267,6 +267,12 @@ def server_flight(
     whether it waited for an ACK."""
     fin_end = message_end(records, "server", "Finished")
     cert_end = message_end(records, "server", "Certificate")
+    measured = Flight(
+        message_end(records, "server", "ServerHello"),
+        cert_end,
+        message_end(records, "server", "CertificateVerify"),
+        fin_end,
+    )
     server_records = sorted(
         (r for r in records if r.sender == "server" and r.end <= fin_end), key=lambda r: r.end
     )
@@ -299,6 +305,11 @@ def server_flight(
         "split_by_write_buffer": len(predicted) > 1,
         "cwnd_stalls": replay.stalls,
         "cwnd_stall_wait_ns": replay.stall_wait_ns,
+        # Document 000's section 4-3-2 for this flight: its case (1-3, buffering stacks) and
+        # whether the window runs out before CertificateVerify (conditions 1-3).
+        "document_case": document_case(measured, write_model),
+        "cv_stall_predicted": segments_through(measured.through_certificate_verify, predicted, mss)
+        > initcwnd,
     }
 
 

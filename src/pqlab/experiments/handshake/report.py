@@ -10,23 +10,39 @@ from pathlib import Path
 
 from pqlab import catalog, figures
 from pqlab.errors import UserError
-from pqlab.experiments.handshake import clocks
+from pqlab.experiments.handshake import clocks, features
 from pqlab.experiments.handshake import phases as hp
 from pqlab.experiments.handshake import summary as summary_part
 from pqlab.experiments.handshake.analyse import SIZE_COLUMNS
 from pqlab.experiments.handshake.plan import DEFAULT_GROUPS, DEFAULT_SIGS
 from pqlab.report.section import Section, template
-from pqlab.tls import flight
+from pqlab.tls import flight, stacks
 
-_T = flight.thresholds()
-# Document 000's thresholds (section 4-3-2), from OpenSSL's write model (pqlab.tls.flight).
-THRESHOLDS = [
-    (_T["buffer"], f"{_T['buffer']} B: write buffer"),
-    (_T["two_buffers"], f"{_T['two_buffers']} B: two buffers"),
-    (_T["nine_segments"], f"{_T['nine_segments']} B: 4096 + 6 x 1448 (9 segments)"),
-    (_T["cwnd_after_two_buffers"], f"{_T['cwnd_after_two_buffers']} B: 8192 + 4 x 1448"),
-    (_T["cwnd_after_one_buffer"], f"{_T['cwnd_after_one_buffer']} B: 4096 + 7 x 1448"),
-]
+
+def thresholds(model: flight.WriteModel) -> list[tuple[int, str]]:
+    """Document 000's thresholds (section 4-3-2) for a stack's write model: the buffer ones
+    for a buffering stack (OpenSSL: 4096 ... 14232), the bare initial window otherwise."""
+    t = flight.thresholds(model)
+    if not t:
+        w = flight.DEFAULT_INITCWND * flight.DEFAULT_MSS
+        return [(w, f"{w} B: {flight.DEFAULT_INITCWND} x {flight.DEFAULT_MSS} (initcwnd)")]
+    b, mss = t["buffer"], flight.DEFAULT_MSS
+    return [
+        (b, f"{b} B: write buffer"),
+        (t["two_buffers"], f"{t['two_buffers']} B: two buffers"),
+        (t["nine_segments"], f"{t['nine_segments']} B: {b} + 6 x {mss} (9 segments)"),
+        (t["cwnd_after_two_buffers"], f"{t['cwnd_after_two_buffers']} B: {2 * b} + 4 x {mss}"),
+        (t["cwnd_after_one_buffer"], f"{t['cwnd_after_one_buffer']} B: {b} + 7 x {mss}"),
+    ]
+
+
+def _run_stacks(store) -> list[stacks.Stack]:
+    """The stacks this run's handshake cells ran on (known to this engine build)."""
+    names = [r["stack"] for r in store.query("SELECT DISTINCT stack FROM handshake_raw")]
+    known = stacks.all_stacks()
+    return [known[n] for n in sorted(n or stacks.DEFAULT_STACK for n in names) if n in known]
+
+
 FAMILY_COLOURS = {
     "transmission": ["#00441b", "#1b7837", "#41ab5d", "#74c476", "#a1d99b", "#c7e9c0"],
     "tcp": ["#525252", "#969696"],
@@ -117,7 +133,7 @@ def export(store):
     section.table(
         _size_table(store),
         "Handshake message sizes (bytes, 4-byte handshake header included) "
-        "and where OpenSSL's 4096-byte write buffer flushes the server flight",
+        "and where the stack's writes split the server flight (its write model)",
     )
     section.table(
         _processing_table(store),
@@ -146,6 +162,12 @@ def export(store):
     for png, caption in _figures(store):
         section.figure(png, caption)
     section.text(template("handshake_mechanisms"))
+    section.text(_write_models_text(store))
+    section.table(
+        store.export_rows("handshake_features", features.rows(store)),
+        "Document 000's features 1-6 of the server's timing: the rule that finds each, the "
+        "document's examples and the cells of this run that show it",
+    )
     clocks.extend_section(store, section)
     return section
 
@@ -180,7 +202,9 @@ def _summary_table(store) -> Path:
           avg(sh_to_fin_ns) {ms} AS mean_sh_to_fin_ms,
           sum(server_flight_retransmissions) AS retransmissions,
           median(server_snd_cwnd) AS server_snd_cwnd_after,
-          any_value(t.stack) AS stack, any_value(t.chain_sent) AS chain_sent, t.cell_id
+          any_value(t.stack) AS stack, any_value(t.chain_sent) AS chain_sent, t.cell_id,
+          mode(document_case) AS document_case,
+          avg(CASE WHEN cv_stall_predicted THEN 1 ELSE 0 END) AS cv_stall_predicted_fraction
         FROM handshake_raw t {ORDER_JOIN}
         GROUP BY t.cell_id, t."group", t.server_sig, t.ca_sig, og.pos, os.pos, oc.pos
         ORDER BY og.pos, os.pos, oc.pos, t.cell_id""",
@@ -470,6 +494,40 @@ def _figures(store) -> list[tuple[Path, str]]:
     return out
 
 
+def _write_models_text(store) -> str:
+    """How each stack of the run writes its flight, and what that does to features 1-6."""
+    items = []
+    for st in _run_stacks(store):
+        m = st.write_model
+        if m.kind == "buffer":
+            effect = (
+                "features 2-4 appear when a buffer fills before the flight ends, at the "
+                "thresholds marked on the figures"
+            )
+        else:
+            effect = (
+                "every message of the flight leaves in the same write once CertificateVerify "
+                "is signed and Finished made, so ServerHello-to-Finished is near zero in every "
+                "cell (feature 1) and the signing time shows in ClientHello-to-ServerHello "
+                "instead; features 2-4 can only come from the congestion window"
+            )
+        items.append(
+            f"<li><b>{html.escape(st.name)}</b> ({html.escape(st.implementation)}): "
+            f"{html.escape(m.describe())}; {effect}.</li>"
+        )
+    if not items:
+        return ""
+    return (
+        "<h3>How each stack of this run writes its flight</h3><ul>"
+        + "".join(items)
+        + "</ul><p>The table below finds document 000's six features in this run's cells "
+        "by explicit rules on the phases' means; <code>document_case</code> and "
+        "<code>cv_stall_predicted_fraction</code> in the per-cell table are the document's "
+        "cases 1-3 and conditions 1-3 computed for every cell from the measured message "
+        "sizes and the stack's write model.</p>"
+    )
+
+
 def _size_time_figures(store) -> list[tuple[Path, str]]:
 
     plt = figures.plt
@@ -478,6 +536,7 @@ def _size_time_figures(store) -> list[tuple[Path, str]]:
         "median(bytes_through_certificate) AS through_cert, avg(sh_to_fin_ns) / 1e6 AS "
         "sh_fin, avg(sh_to_cert_ns) / 1e6 AS sh_cert FROM handshake_raw GROUP BY ALL"
     )
+    marks = sorted({m for st in _run_stacks(store) for m in thresholds(st.write_model)})
     out = []
     for key_x, key_y, name, xlabel, ylabel, zoom, caption in (
         (
@@ -512,7 +571,7 @@ def _size_time_figures(store) -> list[tuple[Path, str]]:
                         fontsize=5,
                         alpha=0.7,
                     )
-            for x, label in THRESHOLDS:
+            for x, label in marks:
                 ax.axvline(x, color="#888", linestyle="--", linewidth=0.8)
                 ax.text(
                     x,

@@ -20,7 +20,7 @@ CREATE TABLE IF NOT EXISTS handshake_raw (
     server_snd_cwnd INTEGER, server_total_retrans INTEGER, server_snd_mss INTEGER,
     points JSON, stack TEXT, message_source TEXT,
     client_hello_segments INTEGER, server_hello_segments INTEGER, host_pair TEXT,
-    order_disagreements INTEGER)
+    order_disagreements INTEGER, document_case INTEGER, cv_stall_predicted BOOLEAN)
 """
 PHASE_DDL = """
 CREATE TABLE IF NOT EXISTS handshake_phase (
@@ -54,6 +54,8 @@ ADDED = {
         ("server_hello_segments", "INTEGER"),
         ("host_pair", "TEXT"),
         ("order_disagreements", "INTEGER"),
+        ("document_case", "INTEGER"),
+        ("cv_stall_predicted", "BOOLEAN"),
     ],
     "handshake_capture": [("host_pair", "TEXT")],
     "handshake_phase": [
