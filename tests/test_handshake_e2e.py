@@ -50,12 +50,26 @@ def tcpdump_flight_counts(pcap_path, port: int) -> dict[int, int]:
     return counts
 
 
+def _has_application_data_record(payload: bytes) -> bool:
+    """Whether a TCP payload that starts on a TLS record boundary holds an application_data
+    record (type 23): in TLS 1.3 the client's first one is its encrypted Finished."""
+    pos = 0
+    while pos + 5 <= len(payload):
+        if payload[pos] == 23:
+            return True
+        pos += 5 + struct.unpack_from("!H", payload, pos + 3)[0]
+    return False
+
+
 def minimal_flight_counts(pcap_path, port: int) -> dict[int, int]:
-    """The same count as tcpdump_flight_counts with a separate few-line pcap parser
-    (Ethernet/IPv4/TCP only), for machines without tcpdump."""
+    """Per client port: data segments the server sent after the client's ClientHello (its
+    first data segment) and before the client's segment with its Finished (the first one
+    holding an application_data record: the client may send a ChangeCipherSpec of its own
+    before, as rustls does while the flight still arrives). A separate few-line pcap parser
+    (Ethernet/IPv4/TCP only, records read from the segment's first byte)."""
     raw = pcap_path.read_bytes()
     endian = "<" if raw[:4] in (b"\x4d\x3c\xb2\xa1", b"\xd4\xc3\xb2\xa1") else ">"
-    pos, client_data, counts = 24, collections.Counter(), {}
+    pos, client_data, counts, finished = 24, collections.Counter(), {}, set()
     while pos + 16 <= len(raw):
         incl = struct.unpack_from(endian + "I", raw, pos + 8)[0]
         frame = raw[pos + 16 : pos + 16 + incl]
@@ -66,13 +80,16 @@ def minimal_flight_counts(pcap_path, port: int) -> dict[int, int]:
         total = struct.unpack_from("!H", frame, 16)[0]
         tcp = 14 + ihl
         sport, dport = struct.unpack_from("!HH", frame, tcp)
+        start = tcp + (frame[tcp + 12] >> 4) * 4
         length = total - ihl - (frame[tcp + 12] >> 4) * 4
         if length == 0:
             continue
         if dport == port:
             client_data[sport] += 1
             counts.setdefault(sport, 0)
-        elif sport == port and client_data[dport] == 1:
+            if client_data[sport] > 1 and _has_application_data_record(frame[start:]):
+                finished.add(sport)
+        elif sport == port and client_data[dport] >= 1 and dport not in finished:
             counts[dport] += 1
     return counts
 
