@@ -195,7 +195,8 @@ def _pct(values, p) -> float:
 
 
 def cell_summaries(store) -> list[dict]:
-    """One row per (profile, group, chain, size): percentiles, retransmissions, bytes, model."""
+    """One row per (profile, group, chain, size, stack): percentiles, retransmissions,
+    bytes, model."""
     raw = store.query("SELECT * FROM ttlb_raw ORDER BY profile, grp, chain, data_bytes, idx")
     profiles = {
         r["profile"]: json.loads(r["profile_json"])
@@ -203,11 +204,10 @@ def cell_summaries(store) -> list[dict]:
     }
     groups: dict[tuple, list[dict]] = {}
     for r in raw:
-        groups.setdefault(
-            (r["profile"], r["shaper"], r["grp"], r["chain"], r["data_bytes"]), []
-        ).append(r)
+        key = (r["profile"], r["shaper"], r["grp"], r["chain"], r["data_bytes"], r.get("stack"))
+        groups.setdefault(key, []).append(r)
     out = []
-    for (profile, shaper, grp, chain, size), rows in groups.items():
+    for (profile, shaper, grp, chain, size, stack), rows in groups.items():
         ttfb = [r["ttfb_ns"] / 1e6 for r in rows]
         ttlb = [r["ttlb_ns"] / 1e6 for r in rows]
 
@@ -251,6 +251,7 @@ def cell_summaries(store) -> list[dict]:
             row["ttlb_model_error_pct"] = (row["ttlb_p50_ms"] / row["model_ttlb_ms"] - 1) * 100
         else:
             row["model_ttfb_ms"] = row["model_ttlb_ms"] = row["ttlb_model_error_pct"] = None
+        row["stack"] = stack
         out.append(row)
     return out
 
@@ -283,9 +284,9 @@ def _profile_from_json(d: dict) -> LinkProfile:
 
 def increases(summary: list[dict], baseline_group: str, baseline_chain: str) -> list[dict]:
     """Percentage increase of every other (group, chain) over the baseline, per profile,
-    size and percentile, for TTFB and TTLB."""
+    size, stack and percentile, for TTFB and TTLB."""
     base = {
-        (r["profile"], r["data_bytes"]): r
+        (r["profile"], r["data_bytes"], r.get("stack")): r
         for r in summary
         if r["group"] == baseline_group and r["chain"] == baseline_chain
     }
@@ -293,7 +294,7 @@ def increases(summary: list[dict], baseline_group: str, baseline_chain: str) -> 
     for r in summary:
         if (r["group"], r["chain"]) == (baseline_group, baseline_chain):
             continue
-        b = base.get((r["profile"], r["data_bytes"]))
+        b = base.get((r["profile"], r["data_bytes"], r.get("stack")))
         if not b:
             continue
         for p in PERCENTILES:
@@ -309,6 +310,7 @@ def increases(summary: list[dict], baseline_group: str, baseline_chain: str) -> 
                     "ttlb_increase_pct": (r[f"ttlb_p{p}_ms"] / b[f"ttlb_p{p}_ms"] - 1) * 100,
                     "ttlb_baseline_ms": b[f"ttlb_p{p}_ms"],
                     "ttlb_ms": r[f"ttlb_p{p}_ms"],
+                    "stack": r.get("stack"),
                 }
             )
     return out

@@ -42,6 +42,7 @@ def export(store):
         "model_ttfb_ms",
         "model_ttlb_ms",
         "ttlb_model_error_pct",
+        "stack",
     ]
     csv = store.export_rows("ttlb", [{k: r[k] for k in table_cols} for r in summary])
     section.table(csv, "TTFB and TTLB percentiles per profile, group, chain and response size")
