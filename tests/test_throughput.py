@@ -24,10 +24,18 @@ def test_megabytes_per_second():
     assert throughput.mbps(64 * 2**20, 50_000_000) == pytest.approx(1342.17728)
 
 
+def test_ccm_is_a_suite_of_openssl_only():
+    plan = throughput.from_values(values(ciphersuites="TLS_AES_128_CCM_SHA256"))
+    assert plan.suites == ["TLS_AES_128_CCM_SHA256"]
+
+
 @pytest.mark.parametrize(
     "kw, words",
     [
-        ({"ciphersuites": "TLS_AES_128_CCM_SHA256"}, ["--ciphersuites", "CCM"]),
+        (
+            {"ciphersuites": "TLS_AES_128_CCM_SHA256", "stack": "rustls"},
+            ["--ciphersuites", "CCM", "rustls"],
+        ),
         ({"ciphersuites": "AES128-GCM-SHA256"}, ["AES128-GCM-SHA256"]),
         ({"bytes": "0"}, ["--bytes"]),
         ({"bytes": "17GiB"}, ["--bytes"]),

@@ -219,6 +219,8 @@ pub struct StackInfo {
     pub groups: Vec<NamedCode>,
     /// Every signature scheme name the stack accepts and would negotiate.
     pub sigalgs: Vec<NamedCode>,
+    /// Every TLS 1.3 cipher suite it can negotiate (`--ciphersuites` names, IANA codes).
+    pub cipher_suites: Vec<NamedCode>,
     /// Key specs (`tls certs` syntax) whose certificates this stack can serve.
     pub cert_key_types: Vec<String>,
     /// Key specs this stack's certificate maker can sign certificates with and its client

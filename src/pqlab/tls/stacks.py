@@ -48,6 +48,7 @@ class Stack:
     # randomness can be fixed for repeatable allocation counts
     heap_counting: str = "openssl-hooks"
     fixed_random: bool = True
+    cipher_suites: tuple[str, ...] = ()  # TLS 1.3 suites it can negotiate (RFC names)
 
     def group_name(self, alg) -> str:
         return self.groups[alg.tls_group]
@@ -275,6 +276,7 @@ def parse(info: dict) -> dict[str, Stack]:
             server_name_ack=bool(s.get("server_name_ack", False)),
             heap_counting=str(s.get("heap_counting", "openssl-hooks")),
             fixed_random=bool(s.get("fixed_random", True)),
+            cipher_suites=tuple(str(c["name"]) for c in s.get("cipher_suites") or []),
         )
     return out
 

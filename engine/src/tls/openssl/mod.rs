@@ -91,9 +91,29 @@ impl Stack for OpenSsl {
             "max_cert_list_bytes".into(),
             serde_json::json!(ffi::max_cert_list(&ctx)),
         );
+        // RFC 8446's suites, each kept when libssl takes it alone.
+        let cipher_suites = [
+            ("TLS_AES_128_GCM_SHA256", 0x1301),
+            ("TLS_AES_256_GCM_SHA384", 0x1302),
+            ("TLS_CHACHA20_POLY1305_SHA256", 0x1303),
+            ("TLS_AES_128_CCM_SHA256", 0x1304),
+            ("TLS_AES_128_CCM_8_SHA256", 0x1305),
+        ]
+        .into_iter()
+        .filter(|(name, _)| {
+            SslContext::builder(SslMethod::tls())
+                .is_ok_and(|mut b| b.set_ciphersuites(name).is_ok())
+        })
+        .map(|(name, code)| super::stack::NamedCode {
+            name: name.to_string(),
+            code,
+            versions: vec!["1.3"],
+        })
+        .collect();
         Ok(StackInfo {
             name: self.name(),
             implementation: format!("{} libssl", openssl::version::version()),
+            cipher_suites,
             message_events: true,
             groups,
             sigalgs,

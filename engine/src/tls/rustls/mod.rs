@@ -768,9 +768,20 @@ impl Stack for Rustls {
             ),
             Flavor::AwsLcRs => "rustls's aws-lc-rs provider".to_string(),
         };
+        let cipher_suites = aws()
+            .cipher_suites
+            .iter()
+            .filter(|s| s.version() == &rustls::version::TLS13)
+            .map(|s| NamedCode {
+                name: suite_name(*s),
+                code: u16::from(s.suite()),
+                versions: v13.clone(),
+            })
+            .collect();
         Ok(StackInfo {
             name: self.name(),
             implementation: format!("rustls {} with {provider}", RUSTLS_VERSION),
+            cipher_suites,
             message_events: false,
             groups: t
                 .groups
