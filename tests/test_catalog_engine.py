@@ -184,3 +184,42 @@ def test_nist_levels_match_openssl_security_bits(info):
             assert by_name[a.tls_name]["sec_bits"] == bits[a.nist_level], a.name
             checked += 1
     assert checked >= 9  # 3 ML-KEM, 3 hybrids, 3 ML-DSA
+
+
+def test_every_stack_code_point_is_a_catalogued_algorithm_with_that_code(info):
+    """Every group and post-quantum signature scheme the rustls stacks list is in the
+    catalogue under the same code point; for the oqs-provider code points the stack's name is the catalogue's
+    tls_name too (the rustls provider and the catalogue hold the same table). OpenSSL's
+    tables are checked against the catalogue above (its TLS 1.2-only curves are not
+    catalogued)."""
+    groups = {a.tls_group: a for a in catalog.all_algorithms() if a.tls_group is not None}
+    sigs = {a.tls_sigscheme: a for a in catalog.all_algorithms("sig") if a.tls_sigscheme}
+    rustls = [s for s in info["tls_stacks"] if s["name"].startswith("rustls")]
+    assert len(rustls) == 2
+    for stack in rustls:
+        for kind, table, entries in (("group", groups, stack["groups"]), ("sigalg", sigs, stack["sigalgs"])):  # fmt: skip
+            for e in entries:
+                if kind == "sigalg" and e["code"] < 0x0900:
+                    continue  # the classical schemes: several per catalogued key
+                alg = table.get(e["code"])
+                assert alg is not None, f"{stack['name']} {kind} {e['name']} {e['code']:#06x}"
+                if alg.tls_registry == "oqs-provider":
+                    assert e["name"].lower() == (alg.tls_name or "").lower(), (stack["name"], e)
+
+
+@pytest.mark.parametrize(
+    "name", ["MAYO-1", "CROSS-RSDP-128-balanced", "Falcon-512", "OV-Ip-pkc", "ML-DSA-44"]
+)
+def test_certificate_oids_are_the_catalogues(tmp_path, name):
+    """The key OID the engine's certificate builder writes (read from the DER) is the
+    catalogue's oid for the algorithm."""
+    from cryptography import x509  # deferred import: only this test reads certificates
+
+    alg = catalog.resolve(name, "sig")
+    spec = alg.openssl or alg.liboqs
+    records = engine.run(
+        ["tls", "certs", "--ca-alg", spec, "--server-alg", spec, "--out-dir", str(tmp_path)]
+    )
+    assert records[-1]["type"] == "certs"
+    cert = x509.load_der_x509_certificate((tmp_path / "server.crt.der").read_bytes())
+    assert cert.signature_algorithm_oid.dotted_string == alg.oid
