@@ -284,88 +284,54 @@ pub fn count_malloc(on: bool) {
     MALLOC_COUNTING.store(on, Ordering::SeqCst);
 }
 
-// --- the C allocator, wrapped (linked with --wrap, see build.rs) ------------------------
-
-extern "C" {
-    fn __real_malloc(n: libc::size_t) -> *mut libc::c_void;
-    fn __real_calloc(n: libc::size_t, size: libc::size_t) -> *mut libc::c_void;
-    fn __real_realloc(p: *mut libc::c_void, n: libc::size_t) -> *mut libc::c_void;
-    fn __real_free(p: *mut libc::c_void);
-    fn __real_posix_memalign(
-        out: *mut *mut libc::c_void,
-        align: libc::size_t,
-        n: libc::size_t,
-    ) -> libc::c_int;
-    fn __real_aligned_alloc(align: libc::size_t, n: libc::size_t) -> *mut libc::c_void;
-    fn __real_memalign(align: libc::size_t, n: libc::size_t) -> *mut libc::c_void;
-}
+// --- the C allocator, wrapped (a program links with --wrap, see build.rs) ---------------
 
 #[inline]
 fn counting() -> bool {
     MALLOC_COUNTING.load(Ordering::Relaxed)
 }
 
-/// Count a new block (usable size).
+/// Count a block the C allocator just returned (usable size). For the wrappers of
+/// `count_c_allocator!`.
+///
+/// # Safety
+/// `p` is null or a live block of the C allocator.
 #[inline]
-unsafe fn got(p: *mut libc::c_void) -> *mut libc::c_void {
+pub unsafe fn after_alloc(p: *mut libc::c_void) -> *mut libc::c_void {
     if !p.is_null() && counting() {
         note_alloc(Source::Malloc, libc::malloc_usable_size(p) as u64);
     }
     p
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn __wrap_malloc(n: libc::size_t) -> *mut libc::c_void {
-    got(__real_malloc(n))
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn __wrap_calloc(n: libc::size_t, size: libc::size_t) -> *mut libc::c_void {
-    got(__real_calloc(n, size))
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn __wrap_aligned_alloc(
-    align: libc::size_t,
-    n: libc::size_t,
-) -> *mut libc::c_void {
-    got(__real_aligned_alloc(align, n))
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn __wrap_memalign(
-    align: libc::size_t,
-    n: libc::size_t,
-) -> *mut libc::c_void {
-    got(__real_memalign(align, n))
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn __wrap_posix_memalign(
-    out: *mut *mut libc::c_void,
-    align: libc::size_t,
-    n: libc::size_t,
-) -> libc::c_int {
-    let r = __real_posix_memalign(out, align, n);
-    if r == 0 {
-        got(*out);
+/// Count a block about to be freed.
+///
+/// # Safety
+/// `p` is null or a live block of the C allocator.
+#[inline]
+pub unsafe fn before_free(p: *mut libc::c_void) {
+    if !p.is_null() && counting() {
+        note_free(Source::Malloc, libc::malloc_usable_size(p) as u64);
     }
-    r
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn __wrap_realloc(
+/// realloc through `real`, counted.
+///
+/// # Safety
+/// As realloc: `p` is null or a live block of the C allocator.
+pub unsafe fn counted_realloc(
     p: *mut libc::c_void,
     n: libc::size_t,
+    real: unsafe extern "C" fn(*mut libc::c_void, libc::size_t) -> *mut libc::c_void,
 ) -> *mut libc::c_void {
     if !counting() {
-        return __real_realloc(p, n);
+        return real(p, n);
     }
     if p.is_null() {
-        return got(__real_realloc(p, n));
+        return after_alloc(real(p, n));
     }
     let old = libc::malloc_usable_size(p) as u64;
-    let moved = __real_realloc(p, n);
+    let moved = real(p, n);
     if moved.is_null() {
         if n == 0 {
             note_free(Source::Malloc, old); // realloc(p, 0) frees p
@@ -376,12 +342,110 @@ pub unsafe extern "C" fn __wrap_realloc(
     moved
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn __wrap_free(p: *mut libc::c_void) {
-    if !p.is_null() && counting() {
-        note_free(Source::Malloc, libc::malloc_usable_size(p) as u64);
-    }
-    __real_free(p)
+/// The wrappers of the C allocator, defined in a program (whose build.rs links it with
+/// `--wrap` for these names): every call from code linked into the program passes through
+/// them and is counted as `Source::Malloc` while `count_malloc(true)`.
+#[macro_export]
+macro_rules! count_c_allocator {
+    () => {
+        extern "C" {
+            fn __real_malloc(n: $crate::libc::size_t) -> *mut $crate::libc::c_void;
+            fn __real_calloc(
+                n: $crate::libc::size_t,
+                size: $crate::libc::size_t,
+            ) -> *mut $crate::libc::c_void;
+            fn __real_realloc(
+                p: *mut $crate::libc::c_void,
+                n: $crate::libc::size_t,
+            ) -> *mut $crate::libc::c_void;
+            fn __real_free(p: *mut $crate::libc::c_void);
+            fn __real_posix_memalign(
+                out: *mut *mut $crate::libc::c_void,
+                align: $crate::libc::size_t,
+                n: $crate::libc::size_t,
+            ) -> $crate::libc::c_int;
+            fn __real_aligned_alloc(
+                align: $crate::libc::size_t,
+                n: $crate::libc::size_t,
+            ) -> *mut $crate::libc::c_void;
+            fn __real_memalign(
+                align: $crate::libc::size_t,
+                n: $crate::libc::size_t,
+            ) -> *mut $crate::libc::c_void;
+        }
+
+        /// # Safety
+        /// As malloc.
+        #[no_mangle]
+        pub unsafe extern "C" fn __wrap_malloc(
+            n: $crate::libc::size_t,
+        ) -> *mut $crate::libc::c_void {
+            $crate::heap::after_alloc(__real_malloc(n))
+        }
+
+        /// # Safety
+        /// As calloc.
+        #[no_mangle]
+        pub unsafe extern "C" fn __wrap_calloc(
+            n: $crate::libc::size_t,
+            size: $crate::libc::size_t,
+        ) -> *mut $crate::libc::c_void {
+            $crate::heap::after_alloc(__real_calloc(n, size))
+        }
+
+        /// # Safety
+        /// As aligned_alloc.
+        #[no_mangle]
+        pub unsafe extern "C" fn __wrap_aligned_alloc(
+            align: $crate::libc::size_t,
+            n: $crate::libc::size_t,
+        ) -> *mut $crate::libc::c_void {
+            $crate::heap::after_alloc(__real_aligned_alloc(align, n))
+        }
+
+        /// # Safety
+        /// As memalign.
+        #[no_mangle]
+        pub unsafe extern "C" fn __wrap_memalign(
+            align: $crate::libc::size_t,
+            n: $crate::libc::size_t,
+        ) -> *mut $crate::libc::c_void {
+            $crate::heap::after_alloc(__real_memalign(align, n))
+        }
+
+        /// # Safety
+        /// As posix_memalign.
+        #[no_mangle]
+        pub unsafe extern "C" fn __wrap_posix_memalign(
+            out: *mut *mut $crate::libc::c_void,
+            align: $crate::libc::size_t,
+            n: $crate::libc::size_t,
+        ) -> $crate::libc::c_int {
+            let r = __real_posix_memalign(out, align, n);
+            if r == 0 {
+                $crate::heap::after_alloc(*out);
+            }
+            r
+        }
+
+        /// # Safety
+        /// As realloc.
+        #[no_mangle]
+        pub unsafe extern "C" fn __wrap_realloc(
+            p: *mut $crate::libc::c_void,
+            n: $crate::libc::size_t,
+        ) -> *mut $crate::libc::c_void {
+            $crate::heap::counted_realloc(p, n, __real_realloc)
+        }
+
+        /// # Safety
+        /// As free.
+        #[no_mangle]
+        pub unsafe extern "C" fn __wrap_free(p: *mut $crate::libc::c_void) {
+            $crate::heap::before_free(p);
+            __real_free(p)
+        }
+    };
 }
 
 /// The process's resident set (VmRSS of /proc/self/status) in bytes, when readable.
@@ -459,38 +523,6 @@ mod tests {
         })
         .join()
         .unwrap();
-    }
-
-    #[test]
-    fn every_c_allocation_of_a_thread_is_counted_while_counting() {
-        count_malloc(true);
-        std::thread::spawn(|| unsafe {
-            use std::hint::black_box; // keep the compiler from eliding the allocations
-            thread_reset();
-            let v: Vec<u8> = black_box(Vec::with_capacity(1000)); // Rust's allocator
-            let p = black_box(libc::malloc(5000)); // C code's
-            let c = thread_counts(Source::Malloc);
-            assert_eq!(c.allocations, 2);
-            assert!(c.in_use >= 6000 && c.in_use < 6200, "{c:?}");
-            let q = black_box(libc::realloc(p, 20000));
-            assert!(thread_counts(Source::Malloc).in_use >= 21000);
-            libc::free(q);
-            drop(v);
-            let c = thread_counts(Source::Malloc);
-            assert_eq!(
-                (c.allocations, c.frees, c.reallocations, c.in_use),
-                (2, 2, 1, 0)
-            );
-            assert!(c.peak >= 21000 && c.total_bytes >= 21000, "{c:?}");
-            // OpenSSL's blocks are OpenSSL's and the C allocator's.
-            let o = black_box(hook_malloc(100, null(), 0));
-            assert_eq!(thread_counts(Source::OpenSsl).in_use, 100);
-            assert!(thread_counts(Source::Malloc).in_use >= 116);
-            hook_free(o, null(), 0);
-        })
-        .join()
-        .unwrap();
-        count_malloc(false);
     }
 
     #[test]

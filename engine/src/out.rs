@@ -134,10 +134,18 @@ pub fn error_record(e: &Error) -> Value {
     serde_json::json!({"type": "error", "kind": e.kind(), "message": e.message()})
 }
 
+static PROGRAM: std::sync::OnceLock<&'static str> = std::sync::OnceLock::new();
+
+/// The running program's name, for error lines (set once by `run`).
+pub fn set_program(name: &'static str) {
+    let _ = PROGRAM.set(name);
+}
+
 /// Report an error record and exit with the kind's code.
 pub fn fail(e: &Error) -> ! {
     emit(&error_record(e));
-    eprintln!("pqlab-engine: error: {}", e.message());
+    let program = PROGRAM.get().copied().unwrap_or("pqlab-engine");
+    eprintln!("{program}: error: {}", e.message());
     std::process::exit(e.exit_code());
 }
 

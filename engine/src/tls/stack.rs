@@ -266,15 +266,23 @@ pub fn heap_counting(source: crate::heap::Source) -> &'static str {
 
 /// Every TLS stack the engine can run: the one place a stack is added.
 pub fn registered() -> Vec<&'static dyn Stack> {
-    #[allow(unused_mut)] // only test builds add more
     let mut stacks: Vec<&'static dyn Stack> = vec![
         &super::openssl::OpenSsl,
         &super::rustls::RUSTLS,
         &super::rustls::RUSTLS_AWS_LC_RS,
     ];
+    stacks.extend(ADDED.get().copied().unwrap_or_default().iter().copied());
     #[cfg(test)]
     stacks.extend(super::fake::STACKS);
     stacks
+}
+
+/// Stacks a program adds to the library's (a program linking a library under another
+/// licence: `crate::run`). Set once, before any command runs.
+static ADDED: std::sync::OnceLock<&'static [&'static dyn Stack]> = std::sync::OnceLock::new();
+
+pub fn add(stacks: &'static [&'static dyn Stack]) {
+    let _ = ADDED.set(stacks);
 }
 
 /// The stack `--stack NAME` names.
