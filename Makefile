@@ -8,8 +8,11 @@ PQLAB := $(VENV)/bin/pqlab
 setup:
 	scripts/bootstrap.sh
 
+# Both programs: pqlab-engine (MIT OR Apache-2.0) and pqlab-engine-wolfssl (GPL-2.0-or-later,
+# with the wolfSSL that scripts/build-wolfssl.sh builds and caches in build/wolfssl).
 engine:
-	cd engine && cargo build --release --locked
+	scripts/build-wolfssl.sh
+	cd engine && cargo build --release --locked --workspace
 
 # The default suite: every document's experiment at a size that fits ~15 minutes.
 report: setup
@@ -17,12 +20,12 @@ report: setup
 
 lint:
 	cd engine && cargo fmt --check
-	cd engine && cargo clippy --release --locked --all-targets -q -- -D warnings
+	cd engine && cargo clippy --release --locked --workspace --all-targets -q -- -D warnings
 	$(VENV)/bin/ruff check src tests benchmarks
 	$(VENV)/bin/ruff format --check src tests benchmarks
 
 unit:
-	cd engine && cargo test --release --locked -q
+	cd engine && cargo test --release --locked --workspace -q
 	$(VENV)/bin/pytest -q -ra
 
 test: setup lint unit

@@ -96,8 +96,11 @@ if ! .venv/bin/python -c 'import pqlab, duckdb, pyarrow, matplotlib, rich, pytes
 fi
 
 # --- the engine (vendored OpenSSL 3.5.4 and liboqs 0.13.0) -------------------------------
-say "building pqlab-engine (first build compiles OpenSSL and liboqs: ~6 min on 2 cores)"
-(cd engine && cargo build --release --locked -q)
+# Two programs from one library: pqlab-engine, and pqlab-engine-wolfssl which links wolfSSL
+# (GPL; built from the source the wolfssl-sys crate vendors, cached in build/wolfssl).
+scripts/build-wolfssl.sh
+say "building pqlab-engine and pqlab-engine-wolfssl (first build compiles OpenSSL, liboqs and aws-lc: ~12 min on 2 cores)"
+(cd engine && cargo build --release --locked -q --workspace)
 
 # --- the openssl command from the same OpenSSL source, for interop tests and benchmarks --
 scripts/build-openssl-cli.sh

@@ -233,6 +233,9 @@ pub struct StackInfo {
     /// Whether its server answers a client's server_name with an empty server_name
     /// extension in EncryptedExtensions (4 bytes of the flight).
     pub server_name_ack: bool,
+    /// Whether its server sends a ChangeCipherSpec record after ServerHello (TLS 1.3's
+    /// middlebox compatibility, 6 bytes of the flight).
+    pub change_cipher_spec: bool,
     /// How `tls memory` counts the stack's heap: "openssl-hooks" (OpenSSL's allocations
     /// through its own hooks) or "malloc" (every block of the C allocator the role's thread
     /// obtains: the stack, its crypto providers and the engine's few per-connection

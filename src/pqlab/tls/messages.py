@@ -155,16 +155,19 @@ def server_flight(
     *,
     records: str = "message",
     server_name_ack: bool = False,
+    change_cipher_spec: bool = True,
 ) -> ServerFlight:
     """The flight of a server with this key exchange, sending these certificates (leaf
     first) and signing its CertificateVerify with a signature of this many bytes, on a stack
-    that frames its messages as `records` says (flight.WriteModel.records) and does or does
-    not acknowledge the client's server_name."""
+    that frames its messages as `records` says (flight.WriteModel.records), does or does
+    not acknowledge the client's server_name and does or does not send a ChangeCipherSpec
+    (each stack reports these: pqlab.tls.stacks)."""
     return ServerFlight(
         server_hello(group),
         encrypted_extensions(SERVER_NAME_ACK if server_name_ack else 0),
         certificate(chain_der),
         certificate_verify(signature),
         finished(suite),
+        change_cipher_spec=change_cipher_spec,
         records=records,
     )

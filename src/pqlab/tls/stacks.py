@@ -44,6 +44,8 @@ class Stack:
     write_model: flight.WriteModel = flight.OPENSSL
     # its server acknowledges server_name in EncryptedExtensions (4 bytes more)
     server_name_ack: bool = False
+    # its server sends TLS 1.3's middlebox-compatibility ChangeCipherSpec (6 bytes)
+    change_cipher_spec: bool = True
     # how `tls memory` counts its heap ("openssl-hooks" or "malloc") and whether its
     # randomness can be fixed for repeatable allocation counts
     heap_counting: str = "openssl-hooks"
@@ -274,6 +276,7 @@ def parse(info: dict) -> dict[str, Stack]:
             versions={**_versions("group", groups), **_versions("sigalg", sigalgs)},
             write_model=_write_model(s.get("write_model")),
             server_name_ack=bool(s.get("server_name_ack", False)),
+            change_cipher_spec=bool(s.get("change_cipher_spec", True)),
             heap_counting=str(s.get("heap_counting", "openssl-hooks")),
             fixed_random=bool(s.get("fixed_random", True)),
             cipher_suites=tuple(str(c["name"]) for c in s.get("cipher_suites") or []),

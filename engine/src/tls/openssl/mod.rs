@@ -128,6 +128,7 @@ impl Stack for OpenSsl {
                 records: "message",
             },
             server_name_ack: false,
+            change_cipher_spec: true,
             heap_counting: crate::tls::stack::heap_counting(self.heap_source()),
             fixed_random: self.fixed_random(),
         })

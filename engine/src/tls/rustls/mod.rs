@@ -812,6 +812,7 @@ impl Stack for Rustls {
                 records: "flight",
             },
             server_name_ack: true,
+            change_cipher_spec: true,
             heap_counting: crate::tls::stack::heap_counting(self.heap_source()),
             fixed_random: self.fixed_random(),
         })
