@@ -15,11 +15,15 @@ fn main() {
             lib.display()
         );
     }
+    // How that wolfSSL was configured, for every run's metadata (the stack's `info`).
+    let options = std::fs::read_to_string(dir.join("options.txt")).unwrap_or_default();
+    println!(
+        "cargo:rustc-env=PQLAB_WOLFSSL_OPTIONS={}",
+        options.trim().replace('\n', "\\n")
+    );
     cc::Build::new()
         .file("src/shim.c")
         .include(dir.join("include"))
-        // Compiled into the library by build-wolfssl.sh beside its options.h.
-        .define("SESSION_CERTS", None)
         .warnings(true)
         .compile("pqlab_wolf_shim");
     println!(
@@ -41,5 +45,9 @@ fn main() {
     }
     println!("cargo:rerun-if-changed=src/shim.c");
     println!("cargo:rerun-if-changed={}", lib.display());
+    println!(
+        "cargo:rerun-if-changed={}",
+        dir.join("options.txt").display()
+    );
     println!("cargo:rerun-if-env-changed=PQLAB_WOLFSSL_DIR");
 }

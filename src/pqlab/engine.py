@@ -1,4 +1,10 @@
-"""Finding and running `pqlab-engine`, and reading its JSON-lines output.
+"""Finding and running the engine's programs, and reading their JSON-lines output.
+
+The engine is one library and several programs (engine/): `pqlab-engine`, and programs that
+link a library under another licence and carry its TLS stack (`pqlab-engine-wolfssl`, GPL).
+Every program speaks the same protocol and lists its TLS stacks in `info`; a command with
+`--stack NAME` runs on the first program that lists NAME (`program_for_stack`), anything else
+on `pqlab-engine`. A program that is not built simply contributes no stacks.
 
 The engine prints one JSON record per line; a record `{"type": "error", "kind": ...,
 "message": ...}` ends a failed run and becomes the matching `pqlab.errors` exception (see
@@ -24,29 +30,67 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 EXIT_KINDS = {2: "usage", 3: "library", 5: "check", 6: "io", 7: "peer"}
 
 
-def engine_path() -> Path:
-    """The engine binary: $PQLAB_ENGINE, else the repo's release build, else PATH."""
-    env = os.environ.get("PQLAB_ENGINE")
+MAIN = "pqlab-engine"
+# The engine's programs, the main one first: it runs everything that names no stack, and a
+# stack two programs list runs on the first.
+PROGRAMS = (MAIN, "pqlab-engine-wolfssl")
+
+
+def _env_var(program: str) -> str:
+    return program.upper().replace("-", "_")  # PQLAB_ENGINE, PQLAB_ENGINE_WOLFSSL
+
+
+def program_path(program: str = MAIN) -> Path | None:
+    """A program's binary: $PQLAB_ENGINE (or $PQLAB_ENGINE_WOLFSSL ...), else the repo's
+    release build, else PATH; None when it is not built."""
+    var = _env_var(program)
+    env = os.environ.get(var)
     if env:
         path = Path(env)
         if not path.is_file():
-            raise UserError(f"PQLAB_ENGINE={env!r} is not a file; build it with 'make engine'")
+            raise UserError(f"{var}={env!r} is not a file; build it with 'make engine'")
         return path
-    built = REPO_ROOT / "engine" / "target" / "release" / "pqlab-engine"
+    built = REPO_ROOT / "engine" / "target" / "release" / program
     if built.is_file():
         return built
-    found = shutil.which("pqlab-engine")
-    if found:
-        return Path(found)
-    raise UserError(
-        "pqlab-engine is not built; run 'make engine' in the pqlab checkout "
-        "(or set PQLAB_ENGINE to the binary)"
-    )
+    found = shutil.which(program)
+    return Path(found) if found else None
+
+
+def engine_path() -> Path:
+    """The main engine binary (`pqlab-engine`)."""
+    path = program_path(MAIN)
+    if path is None:
+        raise UserError(
+            "pqlab-engine is not built; run 'make engine' in the pqlab checkout "
+            "(or set PQLAB_ENGINE to the binary)"
+        )
+    return path
+
+
+def stack_of(args: Sequence) -> str | None:
+    """The stack a command line names with --stack (one name), if any."""
+    items = [str(a) for a in args]
+    for i, a in enumerate(items[:-1]):
+        if a == "--stack":
+            return items[i + 1]
+    return None
+
+
+def path_for(args: Sequence) -> Path:
+    """The program that runs these arguments: the one carrying their --stack, else the
+    main engine."""
+    stack = stack_of(args)
+    if stack is not None:
+        program = program_for_stack(stack)
+        if program is not None:
+            return program_path(program) or engine_path()
+    return engine_path()
 
 
 def command(args: Sequence, netns: str | None = None) -> list[str]:
     """The argv that runs the engine with `args`, inside network namespace `netns` if given."""
-    argv = [str(engine_path()), *map(str, args)]
+    argv = [str(path_for(args)), *map(str, args)]
     if netns:
         argv = ["ip", "netns", "exec", netns, *argv]
     return argv
@@ -90,17 +134,64 @@ def run(
     return records
 
 
-@functools.lru_cache(maxsize=1)
-def info() -> dict:
-    """The engine's build record: library versions, build id, the algorithms each backend
-    has and the TLS stacks with their capabilities."""
-    records = run(["info"], timeout=60)
+@functools.lru_cache(maxsize=None)
+def program_info(program: str) -> dict | None:
+    """A program's `info` record; None when the program is not built."""
+    path = program_path(program)
+    if path is None:
+        return None
+    try:
+        proc = subprocess.run(
+            [str(path), "info"], capture_output=True, text=True, timeout=60, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise EngineError(f"{program} info did not run: {e}") from None
+    records = [parse_line(line) for line in proc.stdout.splitlines() if line.strip()]
     rec = next((r for r in records if r["type"] == "info"), None)
     if rec is None:
-        raise EngineError("engine 'info' printed no info record")
+        raise EngineError(f"{program} 'info' printed no info record")
     if rec.get("protocol") != PROTOCOL:
         raise EngineError(
-            f"engine speaks protocol {rec.get('protocol')}, this pqlab expects {PROTOCOL}; "
+            f"{program} speaks protocol {rec.get('protocol')}, this pqlab expects {PROTOCOL}; "
             "rebuild it with 'make engine'"
         )
+    return rec
+
+
+def built_programs() -> list[str]:
+    """The engine's programs that are built here, the main one first."""
+    engine_path()  # the main one must be
+    return [p for p in PROGRAMS if program_path(p) is not None]
+
+
+def program_for_stack(stack: str) -> str | None:
+    """The first program whose `info` lists `stack` (None: no built program has it)."""
+    for program in built_programs():
+        rec = program_info(program) or {}
+        if any(s.get("name") == stack for s in rec.get("tls_stacks") or []):
+            return program
+    return None
+
+
+@functools.lru_cache(maxsize=1)
+def info() -> dict:
+    """The main engine's build record (library versions, build id, the algorithms each
+    backend has), with the TLS stacks of every built program (each entry names its
+    `program`), the union of their certificate key types, and every program's build id
+    (`programs`)."""
+    rec = dict(program_info(MAIN) or {})
+    stacks, seen, key_types, programs = [], set(), [], {}
+    for program in built_programs():
+        r = program_info(program) or {}
+        programs[program] = r.get("build_id")
+        for s in r.get("tls_stacks") or []:
+            if s.get("name") not in seen:
+                seen.add(s.get("name"))
+                stacks.append({**s, "program": program})
+        for k in r.get("certificate_key_types") or []:
+            if k not in key_types:
+                key_types.append(k)
+    rec["tls_stacks"] = stacks
+    rec["certificate_key_types"] = key_types
+    rec["programs"] = programs
     return rec

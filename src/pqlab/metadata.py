@@ -90,7 +90,7 @@ echo "memory_total_kb=$(sed -n 's/^MemTotal:[[:space:]]*\([0-9]*\).*/\1/p' /proc
 echo "congestion_control=$(r /proc/sys/net/ipv4/tcp_congestion_control)"
 echo "available_congestion_control=$(r /proc/sys/net/ipv4/tcp_available_congestion_control)"
 echo "tcp_timestamps=$(r /proc/sys/net/ipv4/tcp_timestamps)"
-for t in sh ip ethtool setsid timeout kill cat rm mkdir sleep sha256sum taskset chronyc timedatectl ntpq pqlab-engine; do
+for t in sh ip ethtool setsid timeout kill cat rm mkdir sleep sha256sum taskset chronyc timedatectl ntpq pqlab-engine pqlab-engine-wolfssl; do
   if command -v "$t" >/dev/null 2>&1; then echo "tool_$t=$(command -v "$t")"; else echo "tool_$t="; fi
 done
 """

@@ -41,7 +41,8 @@ from pqlab.errors import EngineError, EngineIOError, UserError
 
 
 class _EngineBinary:
-    """The pqlab-engine executable of whichever host runs the process."""
+    """The engine program of whichever host runs the process: the one that carries the
+    argv's `--stack` (`pqlab.engine.path_for`), else pqlab-engine."""
 
     def __repr__(self) -> str:
         return "ENGINE"
@@ -75,7 +76,8 @@ class OutFile:
 
 def local(argv) -> list[str]:
     """The argv as it runs on this machine."""
-    return [str(engine.engine_path()) if a is ENGINE else str(a) for a in argv]
+    args = [a for a in argv if a is not ENGINE]
+    return [str(engine.path_for(args)) if a is ENGINE else str(a) for a in argv]
 
 
 # --- children and their supervision ----------------------------------------------------------

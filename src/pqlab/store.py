@@ -52,6 +52,7 @@ RESUME_IDENTITY = (
     ("CPU model", ("cpu", "model")),
     ("logical CPUs", ("cpu", "count")),
     ("engine build", ("engine", "build_id")),
+    ("engine programs", ("engine", "programs")),
     ("OpenSSL", ("engine", "openssl", "version_text")),
     ("liboqs", ("engine", "liboqs", "version")),
     ("pqlab version", ("pqlab_version",)),

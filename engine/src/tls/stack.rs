@@ -236,6 +236,9 @@ pub struct StackInfo {
     /// Whether its server sends a ChangeCipherSpec record after ServerHello (TLS 1.3's
     /// middlebox compatibility, 6 bytes of the flight).
     pub change_cipher_spec: bool,
+    /// How the library was configured, when the engine built it itself (wolfSSL's options);
+    /// empty otherwise (OpenSSL's flags are in `info.openssl`).
+    pub build_options: Vec<String>,
     /// How `tls memory` counts the stack's heap: "openssl-hooks" (OpenSSL's allocations
     /// through its own hooks) or "malloc" (every block of the C allocator the role's thread
     /// obtains: the stack, its crypto providers and the engine's few per-connection

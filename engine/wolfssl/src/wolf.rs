@@ -305,8 +305,11 @@ fn configure(server: bool, p: &Protocol) -> Result<CtxPtr> {
             })?;
             list.extend(*entry);
         }
-        // Only schemes wolfSSL's list names can be restricted; ML-DSA follows the key.
-        if !list.is_empty() && list.len() == names.len() {
+        // Only a server's own schemes are restricted, and only those wolfSSL's list names
+        // (ML-DSA follows the key). A client's list also decides which certificate
+        // signatures it accepts, and it cannot name ML-DSA: a client checks the scheme
+        // after the handshake instead (the engine's expectation check).
+        if server && !list.is_empty() && list.len() == names.len() {
             let text = cstring(&list.join(":"), "--sigalgs")?;
             // SAFETY: valid context and string.
             if unsafe { wolfSSL_CTX_set1_sigalgs_list(ctx.0, text.as_ptr()) } != SUCCESS {
@@ -498,6 +501,10 @@ impl Stack for WolfSsl {
             },
             server_name_ack: false,
             change_cipher_spec: false,
+            build_options: env!("PQLAB_WOLFSSL_OPTIONS")
+                .split("\\n")
+                .map(String::from)
+                .collect(),
             heap_counting: pqlab_engine::tls::stack::heap_counting(self.heap_source()),
             fixed_random: self.fixed_random(),
         })

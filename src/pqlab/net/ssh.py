@@ -531,8 +531,10 @@ class RemoteHost:
     conn: Connection = field(init=False)
     probe: dict = field(default_factory=dict)
     run_dir: str | None = None
-    engine: str | None = None
+    engine: str | None = None  # pqlab-engine there
     engine_source: str | None = None
+    # Every built program of the engine there (pqlab-engine, pqlab-engine-wolfssl ...).
+    programs: dict = field(default_factory=dict)
     stale_removed: list[str] = field(default_factory=list)
     _keeper: RemoteChild | None = None
     _users: int = 0
@@ -626,24 +628,30 @@ class RemoteHost:
             raise RemoteError(f"{self.label}: could not remove {self.run_dir}: {err}")
         self.run_dir = None
         self.engine = None
+        self.programs = {}
         self._uploads.clear()
 
     def _install_engine(self) -> None:
-
-        want = engine.info().get("build_id")
-        on_path = self.probe.get("tool_pqlab-engine")
-        if on_path and want and self._build_id(on_path) == want:
-            self.engine, self.engine_source = on_path, f"{on_path} (same build id)"
-            return
-        local = engine.engine_path()
-        remote = f"{self.run_dir}/pqlab-engine"
-        self.conn.put(local, remote, 0o700)
-        got = self._build_id(remote)
-        if got != want:
-            raise RemoteError(
-                f"{self.label}: the engine copied there reports build id {got}, not {want}"
-            )
-        self.engine, self.engine_source = remote, "copied from this machine"
+        """Every program of the engine built here, there: the same build (same build id) on
+        its PATH, or copied into the run directory and checked."""
+        for program in engine.built_programs():
+            want = (engine.program_info(program) or {}).get("build_id")
+            on_path = self.probe.get(f"tool_{program}")
+            if on_path and want and self._build_id(on_path) == want:
+                path, source = on_path, f"{on_path} (same build id)"
+            else:
+                path = f"{self.run_dir}/{program}"
+                self.conn.put(engine.program_path(program), path, 0o700)
+                got = self._build_id(path)
+                if got != want:
+                    raise RemoteError(
+                        f"{self.label}: the {program} copied there reports build id {got}, "
+                        f"not {want}"
+                    )
+                source = "copied from this machine"
+            self.programs[program] = path
+            if program == engine.MAIN:
+                self.engine, self.engine_source = path, source
 
     def _sha256(self, path: str) -> str | None:
         if not self.probe.get("tool_sha256sum"):
@@ -695,9 +703,10 @@ class RemoteHost:
         if self.run_dir is None:
             raise RemoteError(f"{self.label}: no run directory (the topology is not started)")
         out, outputs = [], []
+        program = engine.path_for([a for a in argv if a is not ENGINE]).name
         for a in argv:
             if a is ENGINE:
-                out.append(self.engine)
+                out.append(self.programs.get(program, self.engine))
             elif isinstance(a, InFile):
                 out.append(self.upload(Path(a.path)))
             elif isinstance(a, OutFile):

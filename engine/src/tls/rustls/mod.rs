@@ -813,6 +813,7 @@ impl Stack for Rustls {
             },
             server_name_ack: true,
             change_cipher_spec: true,
+            build_options: Vec::new(),
             heap_counting: crate::tls::stack::heap_counting(self.heap_source()),
             fixed_random: self.fixed_random(),
         })
