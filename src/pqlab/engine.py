@@ -134,7 +134,7 @@ def run(
     return records
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def program_info(program: str) -> dict | None:
     """A program's `info` record; None when the program is not built."""
     path = program_path(program)
