@@ -222,3 +222,35 @@ def test_chromium_loads_a_page_from_rustls_with_an_ml_dsa_chain(served_ml_dsa, t
     assert page["stack"] == "rustls-aws-lc-rs"
     assert page["negotiated"]["group"] == "X25519MLKEM768"
     assert page["negotiated"]["sigalg_code"] == MLDSA44
+
+
+@pytest.fixture
+def served_wolfssl(tmp_path):
+    s = Serve(tmp_path, free_port(), sig="ECDSA-P256", stack="wolfssl")
+    try:
+        s.wait(lambda r: r["type"] == "listening", 60, "listening record")
+        yield s
+    finally:
+        code = s.stop()
+    assert code == 0, f"pqlab serve exited {code}"
+
+
+def test_chromium_loads_a_page_from_wolfssl(served_wolfssl, tmp_path):
+    """wolfSSL (the program that carries it) serving Chromium over X25519MLKEM768."""
+    served = served_wolfssl
+    port = served.records[0]["port"]
+    url = f"https://localhost:{port}/"
+    home = nss_home(tmp_path, served.root())
+    with Chromium(tmp_path / "verified", env={"HOME": str(home)}) as chromium:
+        nav = chromium.open(url)
+        assert not nav.get("errorText"), nav
+        text = chromium.evaluate("document.body.innerText")
+        sec = _response(chromium, url)["securityDetails"]
+    assert "group: X25519MLKEM768" in text, text
+    assert sec["keyExchangeGroup"] == "X25519MLKEM768"
+    assert sec["serverSignatureAlgorithm"] == ECDSA_P256_SHA256
+    page = served.wait(
+        lambda r: r["type"] == "connection" and r.get("http_path") == "/", 30, "page connection"
+    )
+    assert page["stack"] == "wolfssl"
+    assert page["negotiated"]["group_code"] == 0x11EC

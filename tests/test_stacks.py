@@ -122,3 +122,21 @@ def test_algorithms_tls_command_line():
     assert "ML-DSA-44" in out.stdout and "0x0904" in out.stdout
     bad = run_pqlab("algorithms", "--tls", "--stack", "gnutls")
     assert bad.returncode == 2 and "gnutls" in bad.stderr and "openssl" in bad.stderr
+
+
+def test_each_stack_runs_on_the_program_that_carries_it():
+    """pqlab-engine carries OpenSSL and rustls; wolfSSL (GPL) is in pqlab-engine-wolfssl.
+    The lab finds that from the programs' own info, and every program's build id is in the
+    engine metadata (a resume must find the same programs)."""
+    assert engine.program_for_stack("openssl") == "pqlab-engine"
+    assert engine.program_for_stack("rustls") == "pqlab-engine"
+    assert engine.program_for_stack("wolfssl") == "pqlab-engine-wolfssl"
+    assert engine.program_for_stack("gnutls") is None
+    argv = engine.command(["tls", "server", "--stack", "wolfssl"])
+    assert argv[0].endswith("/pqlab-engine-wolfssl")
+    assert engine.command(["tls", "certs"])[0].endswith("/pqlab-engine")
+    info = engine.info()
+    assert set(info["programs"]) == {"pqlab-engine", "pqlab-engine-wolfssl"}
+    assert all(info["programs"].values())
+    wolf = next(s for s in info["tls_stacks"] if s["name"] == "wolfssl")
+    assert wolf["program"] == "pqlab-engine-wolfssl" and wolf["build_options"]
