@@ -46,12 +46,24 @@ for tool in autoreconf automake libtoolize make; do
     exit 2
   }
 done
-src=$(ls -d "${CARGO_HOME:-$HOME/.cargo}"/registry/src/*/"$crate-$version"/wolfssl-src 2>/dev/null | head -1)
-[ -n "$src" ] || { cargo fetch -q --locked --manifest-path "$manifest"; src=$(ls -d "${CARGO_HOME:-$HOME/.cargo}"/registry/src/*/"$crate-$version"/wolfssl-src | head -1); }
+# The crate as Cargo downloaded it (registry/cache/*/NAME-VERSION.crate, a .tar.gz); on a
+# fresh machine `cargo fetch` downloads it first.
+packed() {
+  for f in "${CARGO_HOME:-$HOME/.cargo}"/registry/cache/*/"$crate-$version.crate"; do
+    [ -f "$f" ] && { echo "$f"; return 0; }
+  done
+  return 0
+}
+crate_file=$(packed)
+if [ -z "$crate_file" ]; then
+  cargo fetch -q --locked --manifest-path "$manifest"
+  crate_file=$(packed)
+fi
+[ -n "$crate_file" ] || { echo "error: cargo fetch did not download $crate $version" >&2; exit 3; }
 echo "== building wolfSSL from $crate $version (the first time ~3 min on 2 cores)" >&2
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-cp -a "$src/." "$work/"
+tar -xzf "$crate_file" -C "$work" --strip-components=2 "$crate-$version/wolfssl-src"
 cd "$work"
 ./autogen.sh >autogen.log 2>&1 || { tail -20 autogen.log >&2; exit 3; }
 ./configure --prefix="$prefix" "${options[@]}" >configure.log 2>&1 || { tail -30 configure.log >&2; exit 3; }

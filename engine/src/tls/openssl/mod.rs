@@ -434,9 +434,13 @@ fn classify(what: &str, e: &openssl::ssl::Error) -> Error {
     }
     match e.code() {
         ErrorCode::ZERO_RETURN => Error::Peer(format!("{what}: the peer sent close_notify")),
-        ErrorCode::SYSCALL if e.ssl_error().is_none() => {
-            Error::Peer(format!("{what}: the peer closed the connection (EOF)"))
-        }
+        // SSL_ERROR_SYSCALL without an errno is the socket's end of file: the peer went away,
+        // whatever libssl queued beside it (a write racing the peer's close leaves an error
+        // stack that names no alert).
+        ErrorCode::SYSCALL => match e.ssl_error() {
+            None => Error::Peer(format!("{what}: the peer closed the connection (EOF)")),
+            Some(stack) => Error::Peer(format!("{what}: the peer closed the connection (EOF): {stack}")),
+        },
         _ => {
             // Reasons at or above SSL_AD_REASON_OFFSET (1000) are alerts received from the
             // peer; SSL_R_UNEXPECTED_EOF_WHILE_READING (294) is a peer that went away.
