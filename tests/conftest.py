@@ -62,3 +62,22 @@ def no_leaks():
     assert after <= before, f"namespaces left behind: {sorted(after - before)}"
     procs = subprocess.run(["pgrep", "-x", "pqlab-engine"], capture_output=True, text=True)
     assert not procs.stdout.strip(), f"engine processes left behind: {procs.stdout.split()}"
+
+
+def handshake_cells(out) -> dict[tuple[str, str, str], tuple[int, int]]:
+    """A handshake run's cells, (group, server_sig, ca_sig) -> (the server port the cell ran
+    on, the connections its captures hold, warm-ups included), from handshake_order."""
+    import duckdb
+
+    con = duckdb.connect(str(Path(out) / "results.duckdb"), read_only=True)
+    try:
+        rows = con.execute("""
+            SELECT r."group", r.server_sig, r.ca_sig, any_value(o.port),
+                   sum(o.warmup + o.handshakes)
+            FROM handshake_order o
+            JOIN (SELECT DISTINCT cell_id, "group", server_sig, ca_sig FROM handshake_raw) r
+              USING (cell_id)
+            GROUP BY 1, 2, 3""").fetchall()
+    finally:
+        con.close()
+    return {(g, s, c): (int(port), int(n)) for g, s, c, port, n in rows}

@@ -13,7 +13,7 @@ import subprocess
 import duckdb
 import pytest
 
-from conftest import netns_list, run_pqlab
+from conftest import handshake_cells, netns_list, run_pqlab
 from test_handshake_e2e import minimal_flight_counts
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (network namespaces)")
@@ -83,11 +83,13 @@ def test_candidate_signatures_on_rustls_agree_with_wireshark_and_the_capture(tmp
     by_cell = collections.defaultdict(list)
     for r in rows:
         by_cell[r[:3]].append(r)
+    cells = handshake_cells(out)
     for (g, s, c), cell in by_cell.items():
         pcap = out / "pcap" / f"{g}_{s}_{c}.server.pcap"
         keylog = out / "pcap" / f"{g}_{s}_{c}.keys.log"
-        segments = minimal_flight_counts(pcap, PORT)
-        wireshark = tshark_server_messages(pcap, keylog, PORT)
+        server_port, _ = cells[(g, s, c)]
+        segments = minimal_flight_counts(pcap, server_port)
+        wireshark = tshark_server_messages(pcap, keylog, server_port)
         for r in cell:
             port = r[3]
             assert segments[port] == r[4], f"{g}/{s}: flight segments"

@@ -151,6 +151,127 @@ def test_every_field_of_every_spec_reaches_the_engines_argv(chain, tmp_path):
                     assert got == want, f"{cls.__name__}.{name}: {got} != {want}"
 
 
+def _flags(args: list[str]) -> dict[str, str | bool]:
+    """The engine's argv as flag -> value (True for a flag without one), command words
+    dropped; `-n` is the engine's `count`."""
+    out: dict[str, str | bool] = {}
+    i = next(i for i, a in enumerate(args) if a.startswith("-"))
+    while i < len(args):
+        flag = args[i]
+        assert flag.startswith("-"), f"{flag!r} in {args}"
+        if i + 1 < len(args) and not args[i + 1].startswith("--") and args[i + 1] != "-n":
+            out[flag], i = args[i + 1], i + 2
+        else:
+            out[flag], i = True, i + 1
+    return out
+
+
+def _first_record(spec, timeout: float = 30) -> dict:
+    """The first record of the engine run with the spec's argv, as this machine runs it."""
+    import json
+    import select
+    import subprocess
+
+    with subprocess.Popen(
+        process.local([process.ENGINE, *spec.argv()]),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    ) as proc:
+        try:
+            ready, _, _ = select.select([proc.stdout], [], [], timeout)
+            assert ready, f"no record from {spec.args()[:2]} within {timeout} s"
+            line = proc.stdout.readline()
+        finally:
+            proc.kill()
+    assert line, f"{spec.args()[:2]} printed nothing"
+    return json.loads(line)
+
+
+def _same(echoed, given: str | bool) -> bool:
+    if isinstance(given, bool):
+        return echoed is True or echoed == "on"
+    if isinstance(echoed, bool):
+        return given == ("on" if echoed else "off") or given == str(echoed).lower()
+    if isinstance(echoed, float) or (isinstance(echoed, int) and "." in given):
+        return float(echoed) == pytest.approx(float(given), rel=1e-6)
+    return str(echoed) == given
+
+
+def test_every_flag_of_every_spec_is_what_the_engine_ran_with(chain, tmp_path):
+    """Every field set (as above), each spec run by the real engine: its first record's
+    `options` hold each flag of the argv with the value the lab gave, so nothing is dropped
+    between the lab and the engine's loops (a dropped flag would come back as the engine's
+    default)."""
+    specs = every_field_set(chain, tmp_path)
+    tls13 = runner.Tls(
+        stack="openssl",
+        groups=(alg("X25519", "kem"), alg("X25519MLKEM768", "kem")),
+        sigalgs=(alg("ECDSA-P256"),),
+        ciphersuites="TLS_AES_256_GCM_SHA384",
+        events=False,
+        keylog=tmp_path / "keys13.log",
+        io_timeout=7,
+    )
+    from dataclasses import replace
+
+    import subprocess
+
+    from tls_helpers import openssl_bin
+
+    by_type = {type(s): s for s in specs}
+    server = by_type[runner.ServerSpec]
+    # A real PEM for --dh-params: RFC 7919's ffdhe2048.
+    subprocess.run(
+        [openssl_bin(), "genpkey", "-genparam", "-algorithm", "DH", "-pkeyopt",
+         "group:ffdhe2048", "-out", str(server.dh_params)],
+        check=True, capture_output=True, timeout=60,
+    )  # fmt: skip
+    # The TLS 1.2 server with every field, and a TLS 1.3 one the clients can finish with.
+    server13 = replace(
+        server,
+        tls=tls13,
+        dh_bits=None,
+        dh_params=None,
+        max_connections=None,
+        concurrent=False,
+        max_concurrent=None,
+    )
+    with runner.start_server(server13) as live:
+        port = live.listening["port"]
+        client = replace(by_type[runner.ClientSpec], tls=tls13, connect=f"127.0.0.1:{port}")
+        # --threads and --concurrent exclude each other, as --dh-bits and --dh-params do:
+        # each in one of two runs.
+        runs = [
+            (replace(server, concurrent=False, max_concurrent=None, dh_bits=None), "listening"),
+            (replace(server, threads=None, dh_params=None), "listening"),
+            (client, "config"),
+            # The load generator paces with --rate, not the client's --gap-ms.
+            (replace(by_type[runner.LoadSpec], client=replace(client, gap_ms=0)), None),
+            # Bulk transfers use --push-bytes and --pull-bytes instead.
+            (
+                replace(
+                    by_type[runner.BulkSpec],
+                    client=replace(client, gap_ms=0, request_bytes=None),
+                ),
+                None,
+            ),
+        ]
+        for spec, kind in runs:
+            rec = _first_record(spec)
+            assert rec.get("type") != "error", f"{type(spec).__name__}: {rec}"
+            if kind:
+                assert rec["type"] == kind, rec
+            echoed = rec["options"]
+            for flag, given in _flags(spec.args()).items():
+                key = "count" if flag == "-n" else flag.lstrip("-")
+                assert key in echoed, f"{type(spec).__name__}: {flag} not echoed: {echoed}"
+                assert _same(echoed[key], given), (
+                    f"{type(spec).__name__}: {flag} {given!r} given, the engine ran with "
+                    f"{echoed[key]!r}"
+                )
+
+
 def test_the_table_walk_would_have_caught_dropped_flags(chain):
     args = server_spec(chain, threads=4, max_response_bytes=1 << 33).args()
     assert args[args.index("--threads") + 1] == "4"

@@ -130,6 +130,10 @@ class CompareSpec:
     better: str = "lower"  # "lower" (times) or "higher" (throughput)
     where: str = "TRUE"
     missing: dict = field(default_factory=dict)
+    # The column numbering the rounds the samples ran in, when the experiment interleaves its
+    # cells: `compare` then measures each run's drift and calls no change within it
+    # significant.
+    round_column: str | None = None
 
 
 def stack_option(several: bool = False) -> Option:

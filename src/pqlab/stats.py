@@ -41,6 +41,34 @@ def percentiles(values, ps=(50, 75, 90)) -> dict[str, float]:
     return {f"p{p:g}": float(np.percentile(a, p)) for p in ps}
 
 
+def drift(values, rounds) -> float | None:
+    """How far a cell's timing moved while it ran, its cells interleaved in rounds: the
+    median of its later rounds minus the median of its earlier ones (the earlier and later
+    halves of its rounds; the middle one of an odd count in neither), relative to its overall
+    median. None with fewer than two rounds or an empty half."""
+    a = np.asarray(values, dtype=float)
+    r = np.asarray(rounds, dtype=float)  # None (runs made before rounds) reads as NaN
+    if a.size == 0 or r.size != a.size:
+        return None
+    a, r = a[~np.isnan(r)], r[~np.isnan(r)]
+    distinct = np.unique(r)
+    if distinct.size < 2:
+        return None
+    half = distinct.size // 2
+    early, late = a[np.isin(r, distinct[:half])], a[np.isin(r, distinct[-half:])]
+    overall = float(np.median(a))
+    if early.size == 0 or late.size == 0 or overall == 0:
+        return None
+    return (float(np.median(late)) - float(np.median(early))) / overall
+
+
+def within_drift(change: float, drifts) -> bool:
+    """Whether a relative change is no larger than the drift the compared cells showed while they ran (the largest of their `drifts`, None ignored): such a
+    difference may be the machine's, not the algorithms'."""
+    known = [abs(d) for d in drifts if d is not None]
+    return bool(known) and abs(change) <= max(known)
+
+
 def bootstrap_ci(
     a, b=None, stat=np.median, n_boot: int = 2000, level: float = 0.95, seed: int = 12345
 ) -> tuple[float, float, float]:
@@ -96,6 +124,12 @@ class Cause(enum.Enum):
         "Time to last byte far from the link's model",
         "check the link with 'pqlab linktest --profile ...'; a busy machine or a wrong "
         "profile moves TTLB away from the model",
+    )
+    DRIFT = (
+        "drift",
+        "Cells whose timings drifted while they ran",
+        "something else used the machine for part of the run: a comparison whose difference "
+        "is within the drift is not called significant; rerun on a quiet machine",
     )
     CLOCK_ORDER = (
         "clock-order",

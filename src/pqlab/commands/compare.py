@@ -2,7 +2,9 @@
 
 For every measurement present in both runs (same experiment and key), the relative change
 of the median B vs A with a 95 % bootstrap confidence interval; a change whose interval
-contains zero is reported as "not significant". The machine and library metadata of the
+contains zero, or (for experiments that interleave their cells in rounds) that is no larger
+than the drift either run showed between a cell's earlier and later rounds, is reported as
+"not significant". The machine and library metadata of the
 two runs are compared too, since a different CPU or library explains many differences.
 """
 
@@ -25,20 +27,24 @@ from pqlab.store import RunStore
 
 
 def _samples(store: RunStore, spec: CompareSpec) -> dict:
+    """key -> (samples, the round of each sample or None)."""
     if not store.has_table(spec.table):
         return {}
     have = store.columns(spec.table)
     cols = ", ".join(
         f'"{k}"' if k in have else f'{_literal(spec.missing.get(k))} AS "{k}"' for k in spec.keys
     )
+    rounds = f'"{spec.round_column}"' if spec.round_column in have else "NULL"
     rows = store.con.execute(
-        f"SELECT {cols}, {spec.value_sql} AS v FROM {spec.table} WHERE {spec.where}"
+        f"SELECT {cols}, {rounds} AS r, {spec.value_sql} AS v FROM {spec.table} WHERE {spec.where}"
     ).fetchall()
-    out: dict[tuple, list[float]] = {}
+    out: dict[tuple, tuple[list, list]] = {}
     for row in rows:
         if row[-1] is not None:
-            out.setdefault(tuple(row[:-1]), []).append(float(row[-1]))
-    return {k: np.asarray(v) for k, v in out.items()}
+            values, rnds = out.setdefault(tuple(row[:-2]), ([], []))
+            values.append(float(row[-1]))
+            rnds.append(row[-2])
+    return {k: (np.asarray(v), r) for k, (v, r) in out.items()}
 
 
 def _literal(value) -> str:
@@ -47,7 +53,11 @@ def _literal(value) -> str:
     return "'" + str(value).replace("'", "''") + "'"
 
 
-def _verdict(significant: bool, change: float, better: str, threshold: float = 0.02) -> str:
+def _verdict(
+    significant: bool, change: float, better: str, threshold: float = 0.02, drift: bool = False
+) -> str:
+    if drift:
+        return "not significant (within drift)"
     if not significant:
         return "not significant"
     if abs(change) < threshold:
@@ -183,11 +193,16 @@ def compare(
         for spec in specs:
             sa, sb = (_samples(s, spec) for s in (a, b))
             for key in sorted(set(sa) & set(sb), key=str):
-                xa, xb = sa[key], sb[key]
+                (xa, ra), (xb, rb) = sa[key], sb[key]
                 if len(xa) < 2 or len(xb) < 2:
                     continue
                 est, lo, hi = stats.bootstrap_ci(xa, xb, level=level, n_boot=1000)
+                # Each run's own drift (its cells' earlier rounds against their later ones):
+                # a change no larger than that may be the machine's.
+                drifts = [stats.drift(xa, ra), stats.drift(xb, rb)]
+                known = [abs(d) for d in drifts if d is not None]
                 significant = lo > 0 or hi < 0
+                drifted = significant and stats.within_drift(est, drifts)
                 rows.append(
                     {
                         "experiment": spec.label,
@@ -200,7 +215,8 @@ def compare(
                         "change_pct": 100 * est,
                         "ci_low_pct": 100 * lo,
                         "ci_high_pct": 100 * hi,
-                        "verdict": _verdict(significant, est, spec.better, threshold),
+                        "drift_pct": 100 * max(known) if known else None,
+                        "verdict": _verdict(significant, est, spec.better, threshold, drifted),
                     }
                 )
         meta = stack_changes(a, b) + metadata_changes(a.metadata(), b.metadata())

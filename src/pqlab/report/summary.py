@@ -29,6 +29,8 @@ SUMMARY_COLUMNS = [
     "change_pct",
     "ci_low_pct",
     "ci_high_pct",
+    "drift_pct",
+    "significant",
 ]
 
 

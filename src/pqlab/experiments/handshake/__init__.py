@@ -32,6 +32,7 @@ class Handshake(Experiment):
             ("group", "server_sig", "ca_sig"),
             "handshake_ns / 1e6",
             "ms",
+            round_column="round",
         ),
     )
 

@@ -4,6 +4,7 @@ matrix on one TLS stack, the per-cell sizes, the link, all validated before anyt
 from __future__ import annotations
 
 import os
+import random
 import shutil
 from dataclasses import dataclass, field
 
@@ -22,6 +23,15 @@ DEFAULT_INITCWND = 10
 MESSAGE_SOURCES = ("auto", "callback", "keylog", "both")
 MAX_N = 100_000
 MAX_WARMUP = 10_000
+AUTO_ROUNDS = 10
+MAX_ROUNDS = 1000
+# Cells whose servers and captures run at once (on ports PORT to PORT+MAX_BATCH-1); a larger
+# matrix runs in batches of this many, interleaved within each batch.
+MAX_BATCH = 48
+# Across hosts each cell keeps two processes on the server host (capture and server), each a
+# session of the one SSH connection, and sshd allows 10 sessions per connection by default
+# (MaxSessions): four cells at once leave room for file transfers.
+REMOTE_BATCH = 4
 
 CELLS = Cells("handshake", ("group", "server_sig", "ca_sig"), tls=True)
 
@@ -52,6 +62,20 @@ OPTIONS = (
         f"warm-up handshakes per cell, dropped (0-{MAX_WARMUP})",
         default="20",
         metavar="N",
+    ),
+    Option(
+        "rounds",
+        "rounds the cells' handshakes run in: each round gives every cell a share of its -n, "
+        "the cells in a shuffled order (recorded), so whatever slows the machine for a while "
+        f"lands on every cell alike; auto: {AUTO_ROUNDS} with several cells, 1 with one "
+        f"(1-{MAX_ROUNDS}, at most -n)",
+        default="auto",
+        metavar="R",
+    ),
+    Option(
+        "seed",
+        "seed of the rounds' shuffled order (default: a random one, recorded in handshake_order)",
+        metavar="INT",
     ),
     stack_option(),
     Option(
@@ -122,6 +146,28 @@ class Plan:
     rtt_s: float = 0.0  # configured round trip of the link (0: the bare link)
     cpus: tuple[int, int] | None = field(default_factory=pick_cpus)
     remote: object | None = None  # pqlab.net.remote.RemotePlan: the host pairs
+    rounds: int | None = None  # None: auto (AUTO_ROUNDS with several cells, else 1)
+    seed: int = field(default_factory=lambda: random.SystemRandom().randrange(2**31))
+
+    def rounds_for(self, cells: int) -> int:
+        """Rounds of a batch of `cells` cells: never more than -n (every round measures)."""
+        rounds = self.rounds if self.rounds is not None else (AUTO_ROUNDS if cells > 1 else 1)
+        return max(1, min(rounds, self.n))
+
+    def round_sizes(self, rounds: int) -> list[tuple[int, int]]:
+        """(warm-up, measured) handshakes of each round: -n split evenly; the first round
+        warms up with --warmup, later ones (a new client process, the server already warm)
+        with --warmup / rounds, at least one when --warmup is not 0."""
+        later = 0 if self.warmup == 0 else max(1, -(-self.warmup // rounds))
+        return [
+            (self.warmup if r == 0 else later, self.n // rounds + (r < self.n % rounds))
+            for r in range(rounds)
+        ]
+
+    def batches(self, cells: list) -> list[list]:
+        """The cells in batches run side by side."""
+        size = MAX_BATCH if self.remote is None else REMOTE_BATCH
+        return [cells[i : i + size] for i in range(0, len(cells), size)]
 
     def cells(self):
         for g in self.groups:
@@ -192,6 +238,22 @@ def from_values(values) -> Plan:
     port = units.parse_positive_int(values.port, "--port")
     if port > 65535:
         raise UserError(f"--port {port} is not a TCP port; use 1-65535")
+    cells = len(groups) * len(server_sigs) * len(ca_sigs)
+    last = port + min(cells, MAX_BATCH) - 1
+    if last > 65535:
+        raise UserError(
+            f"--port {port}: the {cells} cells run side by side on ports {port} to {last}; "
+            f"use a port at most {65536 - min(cells, MAX_BATCH)}"
+        )
+    rounds = None
+    if (values.rounds or "auto") != "auto":
+        try:
+            rounds = units.parse_positive_int(values.rounds, "--rounds", maximum=MAX_ROUNDS)
+        except UserError:
+            raise UserError(
+                f"--rounds {units.show(values.rounds)}: use auto or a whole number from 1 to "
+                f"{MAX_ROUNDS}"
+            ) from None
     plan = Plan(
         groups=groups,
         server_sigs=server_sigs,
@@ -205,7 +267,10 @@ def from_values(values) -> Plan:
         stack=stack.name,
         send_root=bool(values.send_root),
         messages=_message_source(values.messages or "auto", stack),
+        rounds=rounds,
     )
+    if values.seed is not None:
+        plan.seed = units.parse_positive_int(values.seed, "--seed", minimum=0, maximum=2**31 - 1)
 
     check_shaper(plan.shaper)
     if values.profile:

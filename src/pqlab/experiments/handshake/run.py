@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import contextlib
 import json
+import random
 import shutil
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 
-from pqlab import process, stats
+from pqlab import process, procstat, stats
 from pqlab.errors import EngineError, UserError
 from pqlab.experiments.handshake import analyse, clocks, schema
 from pqlab.experiments.handshake.plan import CELLS, DEFAULT_INITCWND, Plan
@@ -26,6 +29,9 @@ from pqlab.tls.chains import Chain, make_chain, private_dir, secret_file
 from pqlab.tls.negotiation import Expected
 
 EXPERIMENT = "handshake"
+# A cell whose median moved this much (relative) between its earlier and later rounds is
+# named in the warnings; comparisons use the drift whatever its size.
+DRIFT_WARNING = 0.05
 
 
 def _columns(rows: list[dict], extra: dict) -> dict[str, list]:
@@ -35,33 +41,12 @@ def _columns(rows: list[dict], extra: dict) -> dict[str, list]:
     return {k: [extra[k]] * len(rows) if k in extra else [r[k] for r in rows] for k in keys}
 
 
-def cell_budget(plan: Plan) -> float:
-    """A generous bound on one cell (seconds): a handshake takes 2 RTTs plus processing."""
-    return 120 + (plan.warmup + plan.n) * (0.2 + 4 * plan.rtt_s)
-
-
-def _specs(plan: Plan, hosts, group, server_sig, chain: Chain, keylog: Path | None):
-    tls = runner.Tls(stack=plan.stack, groups=(group,), sigalgs=(server_sig,))
-    total = plan.warmup + plan.n
-    server = runner.ServerSpec(
-        tls=runner.Tls(stack=plan.stack, groups=(group,), sigalgs=(server_sig,), keylog=keylog),
-        chain=chain,
-        listen=f"{hosts.server_ip}:{plan.port}",
-        max_connections=total,
-        response_mode="none",
-    )
-    expected = Expected(group=group, sigalg=server_sig)
-    client = runner.ClientSpec(
-        tls=tls,
-        connect=f"{hosts.server_ip}:{plan.port}",
-        ca=chain.root,
-        servername=None,
-        n=plan.n,
-        warmup=plan.warmup,
-        time_limit=int(cell_budget(plan)),
-        expected=expected,
-    )
-    return server, client, expected
+def cell_budget(plan: Plan, handshakes: int | None = None) -> float:
+    """A generous bound on one cell's handshakes (seconds; all of them by default): a
+    handshake takes 2 RTTs plus processing."""
+    if handshakes is None:
+        handshakes = plan.warmup + plan.n
+    return 120 + handshakes * (0.2 + 4 * plan.rtt_s)
 
 
 def _cell_files(store, plan: Plan, name: str, work: Path):
@@ -74,124 +59,256 @@ def _cell_files(store, plan: Plan, name: str, work: Path):
     return client_pcap, server_pcap, keylog
 
 
-def _run_processes(hosts, plan: Plan, specs, pcaps, budget: float, procs: list, memory: dict):
-    """Captures, server and client of one cell: (client records, server records, load rows,
-    capture summaries). Every process started is appended to `procs` for the caller to stop."""
-    server_spec, client_spec = specs
-    # Headers suffice for the callback analysis; the key-log source and Wireshark need
-    # whole packets.
-    snaplen = 262144 if plan.keep_pcap or plan.needs_keylog else 128
-    started = time.monotonic()
-    caps = {}
-    for side, path in (("client", pcaps[0]), ("server", pcaps[1])):
-        caps[side] = runner.start_capture(hosts, side, plan.port, path, snaplen, budget)
-        procs.append(caps[side])
-    server_cpu, client_cpu = plan.cpus or (None, None)
-    # A remote server ends by itself after the cell's budget, whatever happens here.
-    server = runner.start_server(server_spec, hosts, cpu=server_cpu, lifetime=budget + 120)
-    procs.append(server)
-    if server.local:  # a remote pid is not in this machine's /proc
-        memory["server"] = PeakRss(server.pid)
-    client = runner.start_client(client_spec, hosts, cpu=client_cpu)
-    procs.append(client)
-    if client.local:
-        memory["client"] = PeakRss(client.pid)
-    client_recs = [r for r in client.finish(budget) if r["type"] == "connection"]
-    server_recs = [r for r in server.finish(30) if r["type"] == "connection"]
-    load = analyse.load_rows(
-        {"server": server, "client": client},
-        {side: m.stop() for side, m in memory.items()},
-        time.monotonic() - started,
-        plan.warmup + plan.n,
+@dataclass
+class _Live:
+    """One cell of a batch while the batch runs: its server and captures run for the whole
+    batch, a new client for each of its rounds."""
+
+    algs: tuple  # group, server signature, CA signature
+    chain: Chain
+    pair: object
+    cid: str
+    port: int
+    files: tuple  # client pcap, server pcap, key log (or None)
+    expected: Expected
+    caps: dict = field(default_factory=dict)
+    server: process.EngineProcess | None = None
+    records: list = field(default_factory=list)  # client connection records, in order
+    order: list = field(default_factory=list)  # handshake_order rows
+    cpu: list = field(default_factory=lambda: [0.0, 0.0])  # the clients' user, system s
+    peaks: dict = field(default_factory=dict)  # side -> peak RSS (KiB)
+    busy_s: float = 0.0  # wall time of its rounds
+
+
+class _Clients:
+    """The CPU of a cell's client processes together, as `procstat.cpu_seconds` reads it."""
+
+    def __init__(self, user: float, system: float):
+        self.rusage = SimpleNamespace(ru_utime=user, ru_stime=system)
+
+
+def _prepare(store, hosts, plan: Plan, pair, index: int, cell, work: Path) -> _Live:
+    """Chain, ports and files of the batch's cell `index` (nothing started)."""
+    group, server_sig, ca_sig = cell
+    chain = make_chain(
+        store.path / "certs",
+        ca_sig,
+        server_sig,
+        plan.stack,
+        send_root=plan.send_root,
+        server_address=hosts.server_ip if pair is not None else None,
     )
-    bad = runner.connection_errors(client, server)
-    if bad:
-        raise EngineError(f"{len(bad)} connection(s) failed: {bad[0].get('message')}")
-    summaries = {side: runner.stop_capture(cap) for side, cap in caps.items()}
-    total = plan.warmup + plan.n
-    if len(client_recs) != total or len(server_recs) != total:
-        raise EngineError(
-            f"expected {total} connections, the client reported "
-            f"{len(client_recs)} and the server {len(server_recs)}"
-        )
-    return client_recs, server_recs, load, summaries
-
-
-def run_cell(
-    store, hosts, plan: Plan, group, server_sig, ca_sig, chain: Chain, work: Path, pair=None
-):
-    """Run one cell (captures, server, client), analyse it and commit it to the store."""
-    cid = str(plan.cell_id(group, server_sig, ca_sig, pair))
     name = f"{group.name}_{server_sig.name}_{ca_sig.name}".replace("/", "_")
     if len(plan.pairs) > 1:
         name += "_" + "".join(c if c.isalnum() or c in ".-" else "_" for c in pair.label)
-    client_pcap, server_pcap, keylog = _cell_files(store, plan, name, work)
-    budget = cell_budget(plan)
-    server_spec, client_spec, expected = _specs(plan, hosts, group, server_sig, chain, keylog)
-    procs: list[process.EngineProcess] = []
-    corrected: Path | None = None
-    memory: dict[str, PeakRss] = {}
-    started = time.monotonic()
+    return _Live(
+        algs=cell,
+        chain=chain,
+        pair=pair,
+        cid=str(plan.cell_id(group, server_sig, ca_sig, pair)),
+        port=plan.port + index,
+        files=_cell_files(store, plan, name, work),
+        expected=Expected(group=group, sigalg=server_sig),
+    )
+
+
+def _tls(plan: Plan, cell: _Live, keylog: Path | None = None) -> runner.Tls:
+    group, server_sig, _ = cell.algs
+    return runner.Tls(stack=plan.stack, groups=(group,), sigalgs=(server_sig,), keylog=keylog)
+
+
+def _start(hosts, plan: Plan, cell: _Live, handshakes: int, budget: float, procs: list) -> None:
+    """The cell's captures on both hosts and its server (for all its rounds)."""
+    # Headers suffice for the callback analysis; the key-log source and Wireshark need
+    # whole packets.
+    snaplen = 262144 if plan.keep_pcap or plan.needs_keylog else 128
+    for side, path in (("client", cell.files[0]), ("server", cell.files[1])):
+        cell.caps[side] = runner.start_capture(hosts, side, cell.port, path, snaplen, budget)
+        procs.append(cell.caps[side])
+    spec = runner.ServerSpec(
+        tls=_tls(plan, cell, keylog=cell.files[2]),
+        chain=cell.chain,
+        listen=f"{hosts.server_ip}:{cell.port}",
+        max_connections=handshakes,
+        response_mode="none",
+    )
+    server_cpu = plan.cpus[0] if plan.cpus else None
+    # A remote server ends by itself after the batch's budget, whatever happens here.
+    cell.server = runner.start_server(spec, hosts, cpu=server_cpu, lifetime=budget + 120)
+    procs.append(cell.server)
+
+
+def _run_round(hosts, plan: Plan, cell: _Live, rnd: tuple, position: int) -> None:
+    """One round of one cell: a client making its share of the handshakes, with its memory
+    and the server's sampled while it runs."""
+    number, (warmup, n) = rnd
+    spec = runner.ClientSpec(
+        tls=_tls(plan, cell),
+        connect=f"{hosts.server_ip}:{cell.port}",
+        ca=cell.chain.root,
+        servername=None,
+        n=n,
+        warmup=warmup,
+        time_limit=int(cell_budget(plan, warmup + n)),
+        expected=cell.expected,
+    )
+    started_ns, started = time.time_ns(), time.monotonic()
+    client = runner.start_client(spec, hosts, cpu=plan.cpus[1] if plan.cpus else None)
+    memory = {}
     try:
-        client_recs, server_recs, load, summaries = _run_processes(
-            hosts,
-            plan,
-            (server_spec, client_spec),
-            (client_pcap, server_pcap),
-            budget,
-            procs,
-            memory,
-        )
-        elapsed = time.monotonic() - started
-        pairs = analyse.pair_records(client_recs, server_recs)
-        # Across hosts the server's capture is moved onto the client's clock first.
-        cell_clock = clocks.correct(hosts, client_pcap, server_pcap, plan.port)
-        corrected = cell_clock.server_pcap if cell_clock.applied else None
-        rows, phase_rows = analyse.analyse_cell(
-            client_pcap,
-            cell_clock.server_pcap,
-            pairs,
-            plan.port,
-            hosts.tcp.initcwnd or DEFAULT_INITCWND,
-            expected,
-            stacks.get(plan.stack),
-            hosts.tcp.congestion_control,
-            records_of=_records_source(plan, cell_clock.server_pcap, keylog),
-            clock_tolerance_ns=cell_clock.phase_uncertainty_ns,
-        )
-        label = pair.label if pair is not None else None
-        _commit(
-            store,
-            hosts,
-            plan,
-            (cid, label),
-            (group, server_sig, ca_sig),
-            rows,
-            clocks.tag_phases(phase_rows, cell_clock, label),
-            summaries,
-            {"client": client_pcap, "server": server_pcap},
-            elapsed,
-            clocks.clock_row(cid, label, cell_clock),
-            load,
-        )
+        if client.local:
+            memory["client"] = PeakRss(client.pid)
+        if cell.server.local:  # a remote pid is not in this machine's /proc
+            memory["server"] = PeakRss(cell.server.pid)
+        records = [
+            r for r in client.finish(cell_budget(plan, warmup + n)) if r["type"] == "connection"
+        ]
     finally:
-        for m in memory.values():
-            m.stop()
+        for side, m in memory.items():
+            peak = m.stop()
+            if peak is not None:
+                cell.peaks[side] = max(peak, cell.peaks.get(side) or 0)
+        client.stop()
+    seconds = time.monotonic() - started
+    bad = runner.connection_errors(client, cell.server)
+    if bad:
+        raise EngineError(f"{len(bad)} connection(s) failed: {bad[0].get('message')}")
+    if len(records) != warmup + n:
+        raise EngineError(
+            f"round {number}: expected {warmup + n} connections, the client reported {len(records)}"
+        )
+    for r in records:
+        r["round"] = number
+    cell.records += records
+    user, system = procstat.cpu_seconds(client)
+    cell.cpu[0] += user or 0.0
+    cell.cpu[1] += system or 0.0
+    cell.busy_s += seconds
+    cell.order.append(
+        {
+            "cell_id": cell.cid,
+            "round": number,
+            "position": position,
+            "seed": plan.seed,
+            "warmup": warmup,
+            "handshakes": n,
+            "started_unix_ns": started_ns,
+            "seconds": seconds,
+            "host_pair": cell.pair.label if cell.pair is not None else None,
+            "port": cell.port,
+        }
+    )
+
+
+def schedule(cells: int, rounds: int, seed: int) -> list[tuple[int, int]]:
+    """(round, cell index) in running order: every round gives every cell one turn, in an
+    order shuffled anew for each round (by `seed`, so an order can be run again)."""
+    rng = random.Random(seed)
+    out = []
+    for r in range(rounds):
+        order = list(range(cells))
+        rng.shuffle(order)
+        out += [(r, i) for i in order]
+    return out
+
+
+def _finish(store, hosts, plan: Plan, cell: _Live) -> None:
+    """The cell's server and captures stopped, its handshakes analysed and committed."""
+    server_recs = [r for r in cell.server.finish(30) if r["type"] == "connection"]
+    bad = runner.connection_errors(cell.server)
+    if bad:
+        raise EngineError(f"{len(bad)} connection(s) failed: {bad[0].get('message')}")
+    summaries = {side: runner.stop_capture(cap) for side, cap in cell.caps.items()}
+    total = len(cell.records)
+    if len(server_recs) != total:
+        raise EngineError(
+            f"expected {total} connections, the client reported {total} and the server "
+            f"{len(server_recs)}"
+        )
+    load = analyse.load_rows(
+        {"server": cell.server, "client": _Clients(*cell.cpu)}, cell.peaks, cell.busy_s, total
+    )
+    pairs = analyse.pair_records(cell.records, server_recs)
+    client_pcap, server_pcap, keylog = cell.files
+    # Across hosts the server's capture is moved onto the client's clock first.
+    cell_clock = clocks.correct(hosts, client_pcap, server_pcap, cell.port)
+    if cell_clock.applied:
+        cell.files = (*cell.files, cell_clock.server_pcap)
+    rows, phase_rows = analyse.analyse_cell(
+        client_pcap,
+        cell_clock.server_pcap,
+        pairs,
+        cell.port,
+        hosts.tcp.initcwnd or DEFAULT_INITCWND,
+        cell.expected,
+        stacks.get(plan.stack),
+        hosts.tcp.congestion_control,
+        records_of=_records_source(plan, cell_clock.server_pcap, keylog, cell.port),
+        clock_tolerance_ns=cell_clock.phase_uncertainty_ns,
+    )
+    for row, (crec, _) in zip(rows, pairs, strict=True):
+        row["round"] = crec["round"]
+    label = cell.pair.label if cell.pair is not None else None
+    _commit(
+        store,
+        hosts,
+        plan,
+        (cell.cid, label, cell.port),
+        cell.algs,
+        rows,
+        clocks.tag_phases(phase_rows, cell_clock, label),
+        summaries,
+        {"client": client_pcap, "server": server_pcap},
+        cell.busy_s,
+        clocks.clock_row(cell.cid, label, cell_clock),
+        load,
+        cell.order,
+    )
+
+
+def run_batch(store, hosts, plan: Plan, pair, cells: list, work: Path, progress) -> None:
+    """Measure a batch of cells side by side: every cell's server and captures started, then
+    the rounds (each a client per cell, the cells in a shuffled order), then each cell
+    analysed and committed. Everything started is stopped whatever happens."""
+    rounds = plan.round_sizes(plan.rounds_for(len(cells)))
+    per_cell = sum(w + n for w, n in rounds)
+    budget = len(cells) * cell_budget(plan, per_cell)
+    live: list[_Live] = []
+    procs: list[process.EngineProcess] = []
+    where = f" ({pair.label})" if pair is not None and len(plan.pairs) > 1 else ""
+    try:
+        for i, cell in enumerate(cells):
+            group, ssig, csig = cell
+            progress.start(f"starting {group.name} / {ssig.name} / CA {csig.name}{where}")
+            live.append(_prepare(store, hosts, plan, pair, i, cell, work))
+            _start(hosts, plan, live[-1], per_cell, budget, procs)
+        for position, (number, i) in enumerate(schedule(len(live), len(rounds), plan.seed)):
+            group, ssig, csig = live[i].algs
+            progress.start(
+                f"round {number + 1}/{len(rounds)}: {group.name} / {ssig.name} / CA "
+                f"{csig.name}{where}"
+            )
+            _run_round(hosts, plan, live[i], (number, rounds[number]), position)
+        for cell in live:
+            _finish(store, hosts, plan, cell)
+            progress.advance()
+    finally:
         for p in reversed(procs):
             p.stop()
         if not plan.keep_pcap:
-            for f in (client_pcap, server_pcap, keylog, corrected):
-                if f is not None:
-                    with contextlib.suppress(FileNotFoundError):
-                        f.unlink()
+            for cell in live:
+                for f in cell.files:
+                    if f is not None:
+                        with contextlib.suppress(FileNotFoundError):
+                            f.unlink()
 
 
-def _records_source(plan: Plan, server_pcap: Path, keylog: Path | None):
+def _records_source(plan: Plan, server_pcap: Path, keylog: Path | None, port: int):
     """Where the analysis takes each handshake's TLS records from (--messages)."""
     if plan.messages == "keylog":
-        return analyse.keylog_records(server_pcap, keylog, plan.port)
+        return analyse.keylog_records(server_pcap, keylog, port)
     if plan.messages == "both":
-        return analyse.cross_checked_records(server_pcap, keylog, plan.port)
+        return analyse.cross_checked_records(server_pcap, keylog, port)
     return analyse.callback_records
 
 
@@ -208,8 +325,9 @@ def _commit(
     elapsed: float,
     clock_row,
     load: list[dict] = (),
+    order: list[dict] = (),
 ) -> None:
-    cid, pair = ids
+    cid, pair, port = ids
     group, server_sig, ca_sig = algs
     labels = {
         "cell_id": cid,
@@ -223,7 +341,9 @@ def _commit(
         **labels,
         "n": plan.n,
         "warmup": plan.warmup,
-        "port": plan.port,
+        "port": port,
+        "rounds": len(order),
+        "seed": plan.seed,
         "profile": plan.profile_name,
         "send_root": plan.send_root,
         "stack": plan.stack,
@@ -254,7 +374,7 @@ def _commit(
                     "userspace_timestamps": s["userspace_timestamps"],
                     "pcap": str(pcaps[side]) if plan.keep_pcap else None,
                     "seconds": elapsed,
-                    "handshakes": plan.warmup + plan.n,
+                    "handshakes": sum(o["warmup"] + o["handshakes"] for o in order),
                     "topology": topo,
                     "host_pair": pair,
                 }
@@ -262,6 +382,7 @@ def _commit(
             ],
         )
         store.insert_rows("handshake_clock", [clock_row])
+        store.insert_rows("handshake_order", list(order))
         store.add_warnings(
             EXPERIMENT,
             cid,
@@ -269,6 +390,20 @@ def _commit(
                 f"handshake {cid}", stats.summarize([r["handshake_ns"] for r in rows])
             ),
         )
+        moved = stats.drift([r["handshake_ns"] for r in rows], [r["round"] for r in rows])
+        if moved is not None and abs(moved) >= DRIFT_WARNING:
+            store.add_warnings(
+                EXPERIMENT,
+                cid,
+                [
+                    stats.Warning_(
+                        stats.Cause.DRIFT,
+                        cid,
+                        f"the median handshake moved {moved * 100:+.1f} % from the cell's "
+                        "earlier rounds to its later ones",
+                    )
+                ],
+            )
         disagreed = sum(1 for r in rows if r.get("order_disagreements"))
         if disagreed:
             store.add_warnings(
@@ -335,24 +470,11 @@ def measure(plan: Plan, store) -> None:
 
 
 def _measure_pair(store, plan: Plan, pair, cells, work: Path, progress) -> None:
-
-    cert_dir = store.path / "certs"
     tcp = TcpSettings(congestion_control=plan.congestion_control, initcwnd=plan.initcwnd)
     config = plan.remote.config if plan.remote is not None else ()
     with build_hosts(plan.profile, plan.shaper, tcp, pair, config) as hosts:
         if pair is not None:
             progress.log(f"{pair.label}: {hosts.link.choice}")
             hosts.record(store)
-        for group, ssig, csig in cells:
-            where = f" ({pair.label})" if pair is not None and len(plan.pairs) > 1 else ""
-            progress.start(f"{group.name} / {ssig.name} / CA {csig.name}{where}")
-            chain = make_chain(
-                cert_dir,
-                csig,
-                ssig,
-                plan.stack,
-                send_root=plan.send_root,
-                server_address=hosts.server_ip if pair is not None else None,
-            )
-            run_cell(store, hosts, plan, group, ssig, csig, chain, work, pair)
-            progress.advance()
+        for batch in plan.batches(cells):
+            run_batch(store, hosts, plan, pair, batch, work, progress)

@@ -20,7 +20,8 @@ CREATE TABLE IF NOT EXISTS handshake_raw (
     server_snd_cwnd INTEGER, server_total_retrans INTEGER, server_snd_mss INTEGER,
     points JSON, stack TEXT, message_source TEXT,
     client_hello_segments INTEGER, server_hello_segments INTEGER, host_pair TEXT,
-    order_disagreements INTEGER, document_case INTEGER, cv_stall_predicted BOOLEAN)
+    order_disagreements INTEGER, document_case INTEGER, cv_stall_predicted BOOLEAN,
+    "round" INTEGER)
 """
 PHASE_DDL = """
 CREATE TABLE IF NOT EXISTS handshake_phase (
@@ -36,9 +37,18 @@ CREATE TABLE IF NOT EXISTS handshake_capture (
     topology JSON, host_pair TEXT)
 """
 
+# The order the cells' rounds ran in (the comparisons' defence against drift): per cell and
+# round, its place in the run, the shuffle's seed, its handshakes, when it started and the
+# server port the cell ran on (the cells of a batch run side by side on PORT, PORT+1, ...).
+ORDER_DDL = """
+CREATE TABLE IF NOT EXISTS handshake_order (
+    cell_id TEXT, "round" INTEGER, position INTEGER, seed BIGINT, warmup INTEGER,
+    handshakes INTEGER, started_unix_ns BIGINT, seconds DOUBLE, host_pair TEXT, port INTEGER)
+"""
+
 # What the server and the client processes cost (document 000 says the load is negligible):
 # CPU seconds of each finished process (its rusage), its peak RSS (VmHWM, see
-# pqlab.procstat), the cell's wall time and how many handshakes it made (warm-up included).
+# pqlab.procstat), the wall time of the cell's rounds together and how many handshakes it made (warm-up included).
 LOAD_DDL = """
 CREATE TABLE IF NOT EXISTS handshake_load (
     cell_id TEXT, "group" TEXT, server_sig TEXT, ca_sig TEXT, side TEXT, handshakes INTEGER,
@@ -56,6 +66,7 @@ ADDED = {
         ("order_disagreements", "INTEGER"),
         ("document_case", "INTEGER"),
         ("cv_stall_predicted", "BOOLEAN"),
+        ('"round"', "INTEGER"),
     ],
     "handshake_capture": [("host_pair", "TEXT")],
     "handshake_phase": [
@@ -75,5 +86,5 @@ MIGRATIONS = tuple(
 
 
 def ensure(store) -> None:
-    for ddl in (RAW_DDL, PHASE_DDL, CAPTURE_DDL, LOAD_DDL):
+    for ddl in (RAW_DDL, PHASE_DDL, CAPTURE_DDL, LOAD_DDL, ORDER_DDL):
         store.ensure_table(ddl)

@@ -59,6 +59,7 @@ class HandshakeData:
         "server_flight_segments",
         "client_hello_segments",
         "cwnd_stalls",
+        "round",
     )
 
     def __init__(self, store: RunStore):
@@ -78,7 +79,7 @@ class HandshakeData:
                 self.load[Cell(r["group"], r["server_sig"], r["ca_sig"])] = r["ms"]
 
     def values(self, cell: Cell) -> dict[str, np.ndarray]:
-        cols = ", ".join(self.cols)
+        cols = ", ".join(f'"{c}"' for c in self.cols)
         data = self.store.numpy(
             f'SELECT {cols} FROM handshake_raw WHERE "group" = ? AND server_sig = ? AND ca_sig = ?',
             [cell.group, cell.server_sig, cell.ca_sig],
@@ -143,18 +144,21 @@ def _first(it):
 def _handshake_rows(h: HandshakeData, what: str, base: Cell, cand: Cell) -> list[dict]:
     a, b = h.values(base), h.values(cand)
     comparison = f"{base.label()} -> {cand.label()}"
-    _, lo, hi = stats.bootstrap_ci(a["handshake_ns"], b["handshake_ns"], n_boot=1000)
-    rows = [
-        row(
-            what,
-            comparison,
-            "handshake time (median)",
-            "ms",
-            float(np.median(a["handshake_ns"])) / 1e6,
-            float(np.median(b["handshake_ns"])) / 1e6,
-            (lo * 100, hi * 100),
-        )
-    ]
+    est, lo, hi = stats.bootstrap_ci(a["handshake_ns"], b["handshake_ns"], n_boot=1000)
+    time_row = row(
+        what,
+        comparison,
+        "handshake time (median)",
+        "ms",
+        float(np.median(a["handshake_ns"])) / 1e6,
+        float(np.median(b["handshake_ns"])) / 1e6,
+        (lo * 100, hi * 100),
+    )
+    drifts = [stats.drift(v["handshake_ns"], v["round"]) for v in (a, b) if "round" in v]
+    known = [abs(d) for d in drifts if d is not None]
+    time_row["drift_pct"] = max(known) * 100 if known else None
+    time_row["significant"] = (lo > 0 or hi < 0) and not stats.within_drift(est, drifts)
+    rows = [time_row]
     for col, metric, unit in (
         ("client_bytes", "bytes client -> server (IP, median)", "bytes"),
         ("server_bytes", "bytes server -> client (IP, median)", "bytes"),
@@ -200,6 +204,15 @@ def _round_trips(r: dict | None) -> str:
 def _sentence(rows: list[dict], base: Cell, cand: Cell) -> str:
     by = {r["metric"]: r for r in rows}
     t = by["handshake time (median)"]
+    if t["significant"]:
+        verdict = ""
+    elif t["drift_pct"] is not None and abs(t["change_pct"]) <= t["drift_pct"]:
+        verdict = (
+            f"; not significant: the cells drifted up to {t['drift_pct']:.1f} % between their "
+            "earlier and later rounds, more than this change"
+        )
+    else:
+        verdict = "; not significant"
     facts = []
     c2s, s2c = (
         by.get("bytes client -> server (IP, median)"),
@@ -236,6 +249,7 @@ def _sentence(rows: list[dict], base: Cell, cand: Cell) -> str:
         pct=f"{t['change_pct']:+.1f} %",
         lo=f"{t['ci_low_pct']:+.1f}",
         hi=f"{t['ci_high_pct']:+.1f}",
+        verdict=verdict,
         details="; ".join(facts),
     )
 
