@@ -87,8 +87,9 @@ def test_the_summary_refuses_a_difference_smaller_than_the_drift():
             v = base if cell.group == "X25519" else hybrid
             return {"handshake_ns": v * 1e6, "round": rounds.astype(float)}
 
-    a, b = hs.Cell("X25519", "ML-DSA-44", "ML-DSA-44"), hs.Cell(
-        "X25519MLKEM768", "ML-DSA-44", "ML-DSA-44"
+    a, b = (
+        hs.Cell("X25519", "ML-DSA-44", "ML-DSA-44"),
+        hs.Cell("X25519MLKEM768", "ML-DSA-44", "ML-DSA-44"),
     )
     (row, *_) = hs._handshake_rows(Data(), "key exchange", a, b)
     assert row["drift_pct"] > abs(row["change_pct"])

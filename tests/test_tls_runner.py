@@ -213,9 +213,8 @@ def test_every_flag_of_every_spec_is_what_the_engine_ran_with(chain, tmp_path):
         keylog=tmp_path / "keys13.log",
         io_timeout=7,
     )
-    from dataclasses import replace
-
     import subprocess
+    from dataclasses import replace
 
     from tls_helpers import openssl_bin
 
