@@ -16,6 +16,7 @@ mod memory;
 pub mod openssl;
 mod options;
 pub mod record;
+mod reference;
 mod request;
 pub mod rustls;
 mod server;
@@ -45,6 +46,10 @@ pub enum Command {
     Load(Box<load::Args>),
     /// Bulk transfer after one handshake, each way (tls_bench style), every read checked.
     Bulk(Box<bulk::Args>),
+    /// Full handshakes between the stack's client and server as the library's own tools
+    /// drive them (in memory, or blocking sockets on 127.0.0.1): each side's CPU per
+    /// handshake without the engine's loops.
+    Reference(Box<reference::Args>),
 }
 
 impl Command {
@@ -68,6 +73,7 @@ pub fn run(c: Command) -> Result<()> {
         Command::Hold(a) => memory::hold(*a),
         Command::Load(a) => load::run(*a),
         Command::Bulk(a) => bulk::run(*a),
+        Command::Reference(a) => reference::run(*a),
     }
 }
 

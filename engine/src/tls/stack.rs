@@ -159,7 +159,53 @@ pub trait Stack: Send + Sync {
     fn fixed_random(&self) -> bool {
         false
     }
+    /// Full handshakes between this stack's client and server as the library's own tools
+    /// drive them, with none of the engine's loops (`tls reference`): over `Transport::
+    /// Memory` in one thread, bytes handed over in buffers (no sockets, no kernel: what the
+    /// library itself costs each side); over `Transport::Tcp` a server thread and the
+    /// calling thread on 127.0.0.1, blocking sockets and nothing else (the library's example
+    /// client and server). None: the stack has no such mode.
+    fn reference(
+        &self,
+        _server: &ServerSetup,
+        _client: &ClientSetup,
+        _name: &ServerName,
+        _transport: Transport,
+    ) -> Option<Result<ReferenceRun>> {
+        None
+    }
 }
+
+/// How `Stack::reference` connects its client and server.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Transport {
+    Memory,
+    Tcp,
+}
+
+/// One reference handshake (`Stack::reference`): each side's CPU time (its thread's, over
+/// its own part of the handshake), the TLS bytes each way where the driver sees them
+/// (memory), and what was negotiated.
+#[derive(Debug, Default, Clone)]
+pub struct ReferenceHandshake {
+    /// Wall time of the whole handshake as the calling thread saw it (tcp: connect to the
+    /// server's report; memory: both sides' work).
+    pub wall_ns: u64,
+    pub client_cpu_ns: u64,
+    pub server_cpu_ns: u64,
+    pub client_bytes: Option<u64>,
+    pub server_bytes: Option<u64>,
+    /// The group as the client and the server saw it (IANA codes).
+    pub client_group: Option<u16>,
+    pub server_group: Option<u16>,
+    /// The scheme the server signed with and the one the client verified.
+    pub signed: Option<u16>,
+    pub verified: Option<u16>,
+}
+
+/// Runs one reference handshake per call, on configurations made once.
+pub type ReferenceRun = Box<dyn FnMut() -> Result<ReferenceHandshake>>;
 
 /// A configured server, shared by the threads that serve connections.
 pub trait ServerContext: Send + Sync {

@@ -439,7 +439,9 @@ fn classify(what: &str, e: &openssl::ssl::Error) -> Error {
         // stack that names no alert).
         ErrorCode::SYSCALL => match e.ssl_error() {
             None => Error::Peer(format!("{what}: the peer closed the connection (EOF)")),
-            Some(stack) => Error::Peer(format!("{what}: the peer closed the connection (EOF): {stack}")),
+            Some(stack) => Error::Peer(format!(
+                "{what}: the peer closed the connection (EOF): {stack}"
+            )),
         },
         _ => {
             // Reasons at or above SSL_AD_REASON_OFFSET (1000) are alerts received from the

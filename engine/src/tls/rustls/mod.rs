@@ -20,9 +20,11 @@ pub mod oqs;
 
 use super::record::{Negotiated, Wire};
 use super::stack::{
-    ClientContext, ClientSetup, Handshake, NamedCode, Protocol, ReadOutcome, ServerContext,
-    ServerName, ServerSetup, Session, Stack, StackInfo, TlsVersion, Verification,
+    ClientContext, ClientSetup, Handshake, NamedCode, Protocol, ReadOutcome, ReferenceHandshake,
+    ReferenceRun, ServerContext, ServerName, ServerSetup, Session, Stack, StackInfo, TlsVersion,
+    Transport, Verification,
 };
+use crate::cputime::thread_cpu_ns;
 use crate::out::{Error, Result};
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::crypto::{CryptoProvider, SupportedKxGroup, WebPkiSupportedAlgorithms};
@@ -638,21 +640,9 @@ fn rustls_err(what: &str, e: rustls::Error) -> Error {
     crate::err!(Usage, "{what}: {e}")
 }
 
-// --- the stack ---------------------------------------------------------------------------------
-
-impl Stack for Rustls {
-    fn name(&self) -> &'static str {
-        match self.0 {
-            Flavor::Oqs => "rustls",
-            Flavor::AwsLcRs => "rustls-aws-lc-rs",
-        }
-    }
-
-    fn reports_messages(&self) -> bool {
-        false
-    }
-
-    fn server(&self, setup: &ServerSetup) -> Result<Arc<dyn ServerContext>> {
+impl Rustls {
+    /// The server configuration of `setup` (the loops and the in-memory reference share it).
+    fn server_config(&self, setup: &ServerSetup) -> Result<Arc<rustls::ServerConfig>> {
         if setup.dh_bits.is_some() || setup.dh_params.is_some() {
             crate::bail!(
                 Usage,
@@ -664,7 +654,6 @@ impl Stack for Rustls {
         let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
             .with_protocol_versions(versions(p))
             .map_err(|e| rustls_err("protocol versions", e))?;
-        let client_auth = setup.client_auth.is_some();
         let builder = match &setup.client_auth {
             None => builder.with_no_client_auth(),
             Some(auth) => {
@@ -693,14 +682,11 @@ impl Stack for Rustls {
         if let Some(k) = keylog(p)? {
             config.key_log = k;
         }
-        Ok(Arc::new(Server {
-            config: Arc::new(config),
-            client_auth,
-            flavor: self.0,
-        }))
+        Ok(Arc::new(config))
     }
 
-    fn client(&self, setup: &ClientSetup) -> Result<Box<dyn ClientContext>> {
+    /// The client configuration of `setup` (the loops and the in-memory reference share it).
+    fn client_config(&self, setup: &ClientSetup) -> Result<Arc<rustls::ClientConfig>> {
         let p = &setup.protocol;
         let provider = provider(self.0, p)?;
         let inner = rustls::client::WebPkiServerVerifier::builder_with_provider(
@@ -729,11 +715,56 @@ impl Stack for Rustls {
         if let Some(k) = keylog(p)? {
             config.key_log = k;
         }
+        Ok(Arc::new(config))
+    }
+}
+
+// --- the stack ---------------------------------------------------------------------------------
+
+impl Stack for Rustls {
+    fn name(&self) -> &'static str {
+        match self.0 {
+            Flavor::Oqs => "rustls",
+            Flavor::AwsLcRs => "rustls-aws-lc-rs",
+        }
+    }
+
+    fn reports_messages(&self) -> bool {
+        false
+    }
+
+    fn server(&self, setup: &ServerSetup) -> Result<Arc<dyn ServerContext>> {
+        Ok(Arc::new(Server {
+            config: self.server_config(setup)?,
+            client_auth: setup.client_auth.is_some(),
+            flavor: self.0,
+        }))
+    }
+
+    fn client(&self, setup: &ClientSetup) -> Result<Box<dyn ClientContext>> {
         Ok(Box::new(Client {
-            config: Arc::new(config),
+            config: self.client_config(setup)?,
             identity: setup.identity.is_some(),
             flavor: self.0,
         }))
+    }
+
+    fn reference(
+        &self,
+        server: &ServerSetup,
+        client: &ClientSetup,
+        name: &ServerName,
+        transport: Transport,
+    ) -> Option<Result<ReferenceRun>> {
+        Some((|| {
+            let (s, c) = (self.server_config(server)?, self.client_config(client)?);
+            let name = pki_name(name)?;
+            let run: ReferenceRun = match transport {
+                Transport::Memory => Box::new(move || in_memory_handshake(&s, &c, &name)),
+                Transport::Tcp => tcp_reference(s, c, name)?,
+            };
+            Ok(run)
+        })())
     }
 
     fn group_code(&self, name: &str) -> Option<u16> {
@@ -881,12 +912,7 @@ impl ClientContext for Client {
     }
 
     fn start(&self, wire: Wire, name: &ServerName) -> Result<Box<dyn Handshake>> {
-        let server_name = match name {
-            ServerName::Dns(d) => PkiServerName::try_from(d.clone())
-                .map_err(|e| crate::err!(Usage, "--servername {d:?}: {e}"))?,
-            ServerName::Ip(ip) => PkiServerName::IpAddress((*ip).into()),
-        };
-        let conn = rustls::ClientConnection::new(self.config.clone(), server_name)
+        let conn = rustls::ClientConnection::new(self.config.clone(), pki_name(name)?)
             .map_err(|e| rustls_err("client connection", e))?;
         Ok(Box::new(Pending {
             conn: rustls::Connection::Client(conn),
@@ -895,6 +921,202 @@ impl ClientContext for Client {
             flavor: self.flavor,
         }))
     }
+}
+
+fn pki_name(name: &ServerName) -> Result<PkiServerName<'static>> {
+    Ok(match name {
+        ServerName::Dns(d) => PkiServerName::try_from(d.clone())
+            .map_err(|e| crate::err!(Usage, "--servername {d:?}: {e}"))?,
+        ServerName::Ip(ip) => PkiServerName::IpAddress((*ip).into()),
+    })
+}
+
+// --- the reference: rustls driven as its own benchmark and examples drive it ---------------------
+
+/// One full handshake between a client and a server connection in this thread, each
+/// side's flights handed to the other through a buffer (as rustls's own benchmark drives
+/// them): the CPU each side spent in its calls into rustls, and what was negotiated.
+fn in_memory_handshake(
+    server: &Arc<rustls::ServerConfig>,
+    client: &Arc<rustls::ClientConfig>,
+    name: &PkiServerName<'static>,
+) -> Result<ReferenceHandshake> {
+    reset_notes();
+    let mut h = ReferenceHandshake::default();
+    let started = std::time::Instant::now();
+    let t = thread_cpu_ns();
+    let mut c = rustls::Connection::Client(
+        rustls::ClientConnection::new(client.clone(), name.clone())
+            .map_err(|e| rustls_err("client connection", e))?,
+    );
+    let t2 = thread_cpu_ns();
+    h.client_cpu_ns += t2 - t;
+    let mut s = rustls::Connection::Server(
+        rustls::ServerConnection::new(server.clone())
+            .map_err(|e| rustls_err("server connection", e))?,
+    );
+    h.server_cpu_ns += thread_cpu_ns() - t2;
+    let mut buf = Vec::with_capacity(64 << 10);
+    let (mut to_server, mut to_client) = (0, 0);
+    // A full TLS 1.3 handshake is three flights; the bound only stops a stack that loops.
+    for _ in 0..16 {
+        if !c.is_handshaking() && !s.is_handshaking() && !c.wants_write() && !s.wants_write() {
+            break;
+        }
+        to_server += hand_over(
+            &mut c,
+            &mut s,
+            &mut buf,
+            &mut h.client_cpu_ns,
+            &mut h.server_cpu_ns,
+        )?;
+        to_client += hand_over(
+            &mut s,
+            &mut c,
+            &mut buf,
+            &mut h.server_cpu_ns,
+            &mut h.client_cpu_ns,
+        )?;
+    }
+    if c.is_handshaking() || s.is_handshaking() {
+        crate::bail!(
+            Library,
+            "the in-memory handshake did not finish in 16 exchanges"
+        );
+    }
+    (h.client_bytes, h.server_bytes) = (Some(to_server), Some(to_client));
+    h.wall_ns = started.elapsed().as_nanos() as u64;
+    h.client_group = c
+        .negotiated_key_exchange_group()
+        .map(|g| u16::from(g.name()));
+    h.server_group = s
+        .negotiated_key_exchange_group()
+        .map(|g| u16::from(g.name()));
+    h.signed = SIGNED.with(|x| x.get());
+    h.verified = VERIFIED.with(|x| x.get());
+    Ok(h)
+}
+
+/// What the server thread of the TCP reference reports per connection: its CPU, the group
+/// and the scheme it signed with.
+type ServerSide = Result<(u64, Option<u16>, Option<u16>)>;
+
+/// The TCP reference, as rustls's simpleserver and simpleclient examples: blocking sockets
+/// on 127.0.0.1 (Nagle off, as in the engine's loops), `complete_io` until the handshake is
+/// done, then close. The server runs on its own thread, one connection at a time, and
+/// reports each connection's CPU; the calling thread is the client.
+fn tcp_reference(
+    server: Arc<rustls::ServerConfig>,
+    client: Arc<rustls::ClientConfig>,
+    name: PkiServerName<'static>,
+) -> Result<ReferenceRun> {
+    use std::net::{TcpListener, TcpStream};
+    let listener = TcpListener::bind("127.0.0.1:0")
+        .map_err(|e| crate::err!(Io, "cannot listen on 127.0.0.1: {e}"))?;
+    let addr = listener.local_addr()?;
+    let (tx, rx) = std::sync::mpsc::channel::<ServerSide>();
+    std::thread::Builder::new()
+        .name("reference-server".into())
+        .spawn(move || loop {
+            let t = thread_cpu_ns();
+            let Ok((mut tcp, _)) = listener.accept() else {
+                return;
+            };
+            reset_notes();
+            let side = (|| -> Result<(Option<u16>, Option<u16>)> {
+                tcp.set_nodelay(true)?;
+                let mut conn = rustls::ServerConnection::new(server.clone())
+                    .map_err(|e| rustls_err("server connection", e))?;
+                while conn.is_handshaking() {
+                    conn.complete_io(&mut tcp)
+                        .map_err(|e| classify("reference server handshake", e))?;
+                }
+                while conn.wants_write() {
+                    conn.write_tls(&mut tcp)
+                        .map_err(|e| classify("reference server write", e))?;
+                }
+                // The client closes once its Finished is out: read to its end.
+                let mut rest = [0u8; 4096];
+                while matches!(tcp.read(&mut rest), Ok(n) if n > 0) {}
+                let group = conn
+                    .negotiated_key_exchange_group()
+                    .map(|g| u16::from(g.name()));
+                Ok((group, SIGNED.with(|x| x.get())))
+            })();
+            let cpu = thread_cpu_ns() - t;
+            if tx.send(side.map(|(g, s)| (cpu, g, s))).is_err() {
+                return;
+            }
+        })
+        .map_err(|e| crate::err!(Io, "cannot start the reference server thread: {e}"))?;
+    Ok(Box::new(move || {
+        reset_notes();
+        let started = std::time::Instant::now();
+        let t = thread_cpu_ns();
+        let mut tcp = TcpStream::connect(addr)
+            .map_err(|e| crate::err!(Io, "cannot connect to the reference server: {e}"))?;
+        tcp.set_nodelay(true)?;
+        let mut conn = rustls::ClientConnection::new(client.clone(), name.clone())
+            .map_err(|e| rustls_err("client connection", e))?;
+        while conn.is_handshaking() {
+            conn.complete_io(&mut tcp)
+                .map_err(|e| classify("reference client handshake", e))?;
+        }
+        while conn.wants_write() {
+            conn.write_tls(&mut tcp)
+                .map_err(|e| classify("reference client write", e))?;
+        }
+        let client_group = conn
+            .negotiated_key_exchange_group()
+            .map(|g| u16::from(g.name()));
+        let verified = VERIFIED.with(|x| x.get());
+        drop(tcp);
+        let client_cpu_ns = thread_cpu_ns() - t;
+        let (server_cpu_ns, server_group, signed) = rx
+            .recv_timeout(std::time::Duration::from_secs(30))
+            .map_err(|_| crate::err!(Io, "the reference server reported nothing in 30 s"))??;
+        Ok(ReferenceHandshake {
+            wall_ns: started.elapsed().as_nanos() as u64,
+            client_cpu_ns,
+            server_cpu_ns,
+            client_bytes: None,
+            server_bytes: None,
+            client_group,
+            server_group,
+            signed,
+            verified,
+        })
+    }))
+}
+
+/// Everything `from` wants to write, read and processed by `to`; the bytes handed over.
+fn hand_over(
+    from: &mut rustls::Connection,
+    to: &mut rustls::Connection,
+    buf: &mut Vec<u8>,
+    from_ns: &mut u64,
+    to_ns: &mut u64,
+) -> Result<u64> {
+    buf.clear();
+    let t = thread_cpu_ns();
+    while from.wants_write() {
+        from.write_tls(buf)
+            .map_err(|e| crate::err!(Library, "in-memory write: {e}"))?;
+    }
+    *from_ns += thread_cpu_ns() - t;
+    if buf.is_empty() {
+        return Ok(0);
+    }
+    let t = thread_cpu_ns();
+    let mut rd = &buf[..];
+    while !rd.is_empty() {
+        to.read_tls(&mut rd)
+            .map_err(|e| crate::err!(Library, "in-memory read: {e}"))?;
+        to.process_new_packets()
+            .map_err(|e| crate::err!(Library, "in-memory handshake failed: {e}"))?;
+    }
+    *to_ns += thread_cpu_ns() - t;
+    Ok(buf.len() as u64)
 }
 
 struct Pending {
