@@ -70,6 +70,8 @@ def test_a_fake_second_stack_needs_no_change_in_the_lab(fake_stack):
         ca_sig="ML-DSA-44",
         n="5",
         warmup="0",
+        rounds="auto",
+        seed=None,
         stack="fake-openssl",
         keep_pcap=False,
         send_root=False,
