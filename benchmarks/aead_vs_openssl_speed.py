@@ -3,7 +3,9 @@
 Both use the same OpenSSL 3.5.4 source (the engine's vendored copy and the `openssl` command
 built from it by scripts/build-openssl-cli.sh) and the same OPENSSL_ia32cap mask. The runs
 are interleaved (pqlab, speed, pqlab, speed, ...) so that load from other processes hits
-both alike, and the medians of the repeats are compared.
+both alike; each comparison is the median over the repeats of the ratio within a repeat
+(runs seconds apart), so that the machine's slower and faster stretches (a VM's neighbours,
+turbo) cancel instead of landing on one side's median.
 
 pqlab's fair numbers are compared like with like. `openssl speed` runs GCM and CCM a record
 at a time (its "AE" loop), but streams every other cipher, ChaCha20-Poly1305 included
@@ -215,7 +217,23 @@ def measure_cipher(a, openssl: Path, reference: Path, alg: str, mask_name: str) 
         "speed_cpu": med(runs["scpu"]),
         "cpu_share": med(x[0] / x[1] for x in runs["fair"]),
     }
+    # Each repeat's runs sit seconds apart, so a ratio taken within a repeat cancels what the
+    # machine did over longer stretches; the comparisons use the median of those ratios.
+    r["paired"] = {
+        ("fair", "speed"): (
+            med(f[0] / w for f, w in zip(runs["fair"], runs["swall"], strict=True)),
+            med(f[1] / c for f, c in zip(runs["fair"], runs["scpu"], strict=True)),
+        )
+    }
     if streamed:
+        r["paired"][("ref_stream", "speed")] = (
+            med(x[0] / w for x, w in zip(runs["rs"], runs["swall"], strict=True)),
+            med(x[1] / c for x, c in zip(runs["rs"], runs["scpu"], strict=True)),
+        )
+        r["paired"][("fair", "ref_records")] = (
+            med(f[0] / x[0] for f, x in zip(runs["fair"], runs["rr"], strict=True)),
+            med(f[1] / x[1] for f, x in zip(runs["fair"], runs["rr"], strict=True)),
+        )
         r["ref_stream_wall"] = med(x[0] for x in runs["rs"])
         r["ref_stream_cpu"] = med(x[1] for x in runs["rs"])
         r["ref_records_cpu"] = med(x[1] for x in runs["rr"])
@@ -256,15 +274,13 @@ def checks(r: dict) -> list[tuple[str, float, float]]:
             ("reference stream / speed", "ref_stream", "speed"),
             ("fair / reference records", "fair", "ref_records"),
         ]
-    return [
-        (w, r[f"{a}_wall"] / r[f"{b}_wall"], r[f"{a}_cpu"] / r[f"{b}_cpu"]) for w, a, b in pairs
-    ]
+    return [(w, *r["paired"][(a, b)]) for w, a, b in pairs]
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seconds", type=int, default=3, help="per measurement (speed's default 3)")
-    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--size", type=int, default=16384)
     ap.add_argument("--ciphers", default="aes-128-gcm,aes-256-gcm,chacha20-poly1305")
     ap.add_argument(
