@@ -81,7 +81,8 @@ def expect(group: str) -> Expected:
 def cell_captures(tmp_path, ports):
     client, server, crecs, srecs = [], [], [], []
     for i, port in enumerate(ports):
-        w = Wire(10**18 + i * 10**8, port)
+        # Each connection its own initial sequence numbers, as a kernel draws them.
+        w = Wire(10**18 + i * 10**8, port, cisn=1000 + i * 7919, sisn=5000 + i * 104729)
         recs = small_handshake(w)
         client += w.client_frames
         server += w.server_frames
@@ -102,7 +103,8 @@ def test_engine_events_become_tls_records():
 def test_cell_rows_phases_and_warmup_dropped(tmp_path):
     crecs, srecs = cell_captures(tmp_path, [40000, 40001, 40002])
     pairs = hs.pair_records(crecs, list(reversed(srecs)))
-    assert [hs._port(c["local"]) for c, _ in pairs] == [40001, 40002]
+    assert [hs._port(c["local"]) for c, _ in pairs] == [40000, 40001, 40002]
+    assert [hs._port(c["local"]) for c, _ in hs.measured(pairs)] == [40001, 40002]
     rows, phases = hs.analyse_cell(
         tmp_path / "c.pcap", tmp_path / "s.pcap", pairs, PORT, 10, expect("X25519"), stacks.get()
     )
@@ -114,6 +116,20 @@ def test_cell_rows_phases_and_warmup_dropped(tmp_path):
     assert json.loads(r["points"])["9"] == 600_000
     for view in ("client", "server"):
         assert sum(p["ns"] for p in phases if p["idx"] == 0 and p["view"] == view) == 600_000
+
+
+def test_a_client_port_reused_within_a_cell_keeps_each_connection_its_own(tmp_path):
+    """The rounds' clients draw their ports anew, so a port can come back within a cell:
+    here a warm-up on 40000, then 40001, then 40000 again. Each measured handshake must be
+    analysed from its own connection, taken in turn, never from the warm-up's."""
+    crecs, srecs = cell_captures(tmp_path, [40000, 40001, 40000])
+    pairs = hs.pair_records(crecs, srecs)
+    rows, _ = hs.analyse_cell(
+        tmp_path / "c.pcap", tmp_path / "s.pcap", pairs, PORT, 10, expect("X25519"), stacks.get()
+    )
+    assert [r["client_port"] for r in rows] == [40001, 40000]
+    # The connections start 0.1 s apart: the third's SYN, not the warm-up's.
+    assert rows[1]["t_syn_ns"] - rows[0]["t_syn_ns"] == 10**8
 
 
 def test_wrong_negotiation_is_an_error(tmp_path):

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import codecs
 import contextlib
+import fcntl
 import os
 import signal
 import subprocess
@@ -38,6 +39,10 @@ from pqlab import engine
 from pqlab.errors import EngineError, EngineIOError, UserError
 
 # --- arguments that name this machine's things ----------------------------------------------
+
+
+# fcntl's F_SETPIPE_SZ (Linux; Python names it from 3.10 on some builds only).
+F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)
 
 
 class _EngineBinary:
@@ -186,6 +191,8 @@ class Process:
         # again while the pipe stays full), so a process that prints a record per connection
         # costs the lab a wake-up per batch, not two thread switches per record.
         self.batch_s = batch_s
+        # Set once the process has ended: a batched reader then reads the rest at once.
+        self._ended = threading.Event()
         argv = list(argv)  # str or InFile/OutFile (files a remote host gets or sends)
         if cpu is not None:  # a CPU number or a taskset list ("0,2")
             argv = ["taskset", "-c", str(cpu), *argv]
@@ -234,6 +241,11 @@ class Process:
         chunk_size = 1 << 16
         with contextlib.suppress(ValueError, OSError):  # pipe closed by stop()
             fd = self.p.stdout.fileno()
+            # A pipe holds 64 KiB by default: a process printing faster than that per batch
+            # would wait for the reader. Ask for 1 MiB (the kernel's default ceiling for
+            # pipe-max-size; a socket or a refusal keeps what it has).
+            with contextlib.suppress(OSError):
+                fcntl.fcntl(fd, F_SETPIPE_SZ, 1 << 20)
             while True:
                 data = os.read(fd, chunk_size)
                 if not data:
@@ -245,7 +257,7 @@ class Process:
                         self._lines.extend(line + "\n" for line in lines)
                         self._cond.notify_all()
                 if len(data) < chunk_size:
-                    time.sleep(batch_s)
+                    self._ended.wait(batch_s)
         with self._cond:
             if partial:
                 self._lines.append(partial)
@@ -361,6 +373,7 @@ class Process:
         if not self._reap(timeout):
             self.stop()
             raise EngineIOError(f"{self.what} did not finish within {timeout:.0f} s")
+        self._ended.set()
         for t in self._threads:
             t.join(timeout=10)
         self._parse_pending()  # raises the engine's own error record first
@@ -380,6 +393,7 @@ class Process:
             if not self._reap(5):
                 self.signal(signal.SIGKILL)
                 self._reap(5)
+        self._ended.set()
         self.p.release()
         for t in self._threads:
             t.join(timeout=2)

@@ -327,7 +327,11 @@ def start_server(
     return proc
 
 
-def start_client(spec: ClientSpec, topo=None, cpu: int | None = None) -> EngineProcess:
+def start_client(
+    spec: ClientSpec, topo=None, cpu: int | None = None, batch_s: float | None = None
+) -> EngineProcess:
+    """The engine's TLS client, running. `batch_s`: read its records in batches (a client
+    whose records are only needed at the end; see `Process`)."""
     # A remote client ends by itself within its own time limit; this bounds it regardless.
     return EngineProcess(
         spec.argv(),
@@ -336,6 +340,7 @@ def start_client(spec: ClientSpec, topo=None, cpu: int | None = None) -> EngineP
         side="client",
         cpu=cpu,
         lifetime=spec.time_limit + 120,
+        batch_s=batch_s,
     )
 
 

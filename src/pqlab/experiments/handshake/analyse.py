@@ -35,8 +35,9 @@ def _port(addr: str) -> int:
 
 
 def pair_records(client_recs: list[dict], server_recs: list[dict]) -> list[tuple[dict, dict]]:
-    """Measured (non-warm-up) client connections with their server record, by client port
-    (in order, should a port ever be reused within a cell)."""
+    """Every client connection (warm-ups included, marked) with its server record, by client
+    port, in the client's order: a port reused within a cell (its rounds' clients draw
+    ports anew) pairs with its connections in turn."""
     by_port: dict[int, list[dict]] = {}
     for r in server_recs:
         by_port.setdefault(_port(r["peer"]), []).append(r)
@@ -45,10 +46,13 @@ def pair_records(client_recs: list[dict], server_recs: list[dict]) -> list[tuple
         lst = by_port.get(_port(c["local"]))
         if not lst:
             raise EngineError(f"client connection from {c['local']} has no server record")
-        s = lst.pop(0)
-        if not c.get("warmup"):
-            pairs.append((c, s))
+        pairs.append((c, lst.pop(0)))
     return pairs
+
+
+def measured(pairs: list[tuple[dict, dict]]) -> list[tuple[dict, dict]]:
+    """The pairs that are measured (not warm-ups), as analyse_cell's rows are."""
+    return [(c, s) for c, s in pairs if not c.get("warmup")]
 
 
 def _by_client_port(path: Path, port: int) -> dict[int, list[pcap.Connection]]:
@@ -143,14 +147,17 @@ def keylog_records(server_pcap: Path, keylog: Path, port: int):
     """`records_of` for the key-log source: both sides' records recovered from the server's
     capture decrypted with the server's key log (any TLS stack)."""
 
-    by_port = kl.records_from_capture(server_pcap, keylog, port)
+    by_port: dict[int, list] = {}
+    for conn, client, server in kl.records_by_connection(server_pcap, keylog, port):
+        by_port.setdefault(conn.client[1], []).append(client + server)
 
     def records_of(crec: dict, srec: dict) -> list[TlsRecord]:
+        # Called for every connection of the cell in order, so a reused port's
+        # connections are taken in turn.
         cport = _port(crec["local"])
-        if cport not in by_port:
+        if not by_port.get(cport):
             raise EngineError(f"client port {cport} is not in the decrypted capture")
-        client, server = by_port[cport]
-        return client + server
+        return by_port[cport].pop(0)
 
     return records_of
 
@@ -189,28 +196,37 @@ def analyse_cell(
     records_of=callback_records,
     clock_tolerance_ns: float = 0,
 ):
-    """Per-handshake rows and phase rows for one cell (without the cell's labels).
+    """Per-handshake rows and phase rows for one cell (without the cell's labels), for the
+    measured pairs of `pairs` (all of the cell's connections in order, warm-ups included:
+    each takes its connection from the captures, so a reused client port stays matched).
     `records_of(client_record, server_record)` gives the TLS records both sides wrote;
     `clock_tolerance_ns` how far the two captures' clocks may disagree (0: one clock)."""
     c_by_port = _by_client_port(client_pcap, port)
     s_by_port = _by_client_port(server_pcap, port)
     rows, phases = [], []
-    for idx, (crec, srec) in enumerate(pairs):
+    idx = -1
+    for crec, srec in pairs:
+        warmup = bool(crec.get("warmup"))
+        idx += 0 if warmup else 1
+        what = "a warm-up handshake" if warmup else f"handshake {idx}"
         cport = _port(crec["local"])
         check_pair(idx, crec, srec, expected, stack, expect_cc)
         cl, sl = c_by_port.get(cport), s_by_port.get(cport)
         if not cl or not sl:
             raise EngineError(
-                f"handshake {idx} (client port {cport}) is missing from the "
+                f"{what} (client port {cport}) is missing from the "
                 f"{'client' if not cl else 'server'} capture"
             )
         cconn, sconn = cl.pop(0), sl.pop(0)
+        connection_records = records_of(crec, srec)
+        if warmup:
+            continue
         mss = int((srec.get("tcp_info") or {}).get("snd_mss") or 1448)
         try:
             h = hp.analyse(
                 cconn,
                 sconn,
-                records_of(crec, srec),
+                connection_records,
                 mss=mss,
                 initcwnd=initcwnd,
                 clock_tolerance_ns=clock_tolerance_ns,

@@ -246,7 +246,7 @@ def _finish(store, hosts, plan: Plan, cell: _Live) -> None:
         records_of=_records_source(plan, cell_clock.server_pcap, keylog, cell.port),
         clock_tolerance_ns=cell_clock.phase_uncertainty_ns,
     )
-    for row, (crec, _) in zip(rows, pairs, strict=True):
+    for row, (crec, _) in zip(rows, analyse.measured(pairs), strict=True):
         row["round"] = crec["round"]
     label = cell.pair.label if cell.pair is not None else None
     _commit(
