@@ -28,7 +28,11 @@ options=(
   --enable-mldsa
   --enable-curve25519 --enable-ed25519 --enable-curve448 --enable-ed448
   --enable-trackmemory --enable-stacksize
-  --enable-keylog-export
+  # The key-log callback only (HAVE_SECRET_CALLBACK with opensslextra): the engine writes
+  # the lines itself, 0600, where --keylog says. Not --enable-keylog-export, which also makes
+  # every connection append its secrets to ./sslkeylog.log (world-readable, in whatever
+  # directory the user ran pqlab from) and print TLS 1.2 master secrets on stdout.
+  CPPFLAGS=-DHAVE_SECRET_CALLBACK
   --enable-opensslextra --enable-sessioncerts --enable-ip-alt-name
   --enable-sp --enable-sp-math-all
   --enable-examples --enable-crypttests

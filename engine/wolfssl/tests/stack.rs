@@ -92,6 +92,7 @@ fn handshake(dir: &Path, server_stack: &str, client_stack: &str, extra: &[&str])
         ])
         .args(["--events", "off"])
         .args(extra)
+        .current_dir(dir)
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
@@ -118,6 +119,7 @@ fn handshake(dir: &Path, server_stack: &str, client_stack: &str, extra: &[&str])
             "off",
         ])
         .args(extra)
+        .current_dir(dir)
         .output()
         .unwrap();
     let _ = server.wait();
@@ -209,4 +211,28 @@ fn wolfssl_interoperates_with_openssl_and_rustls_both_ways() {
             }
         }
     }
+}
+
+#[test]
+fn secrets_go_only_to_the_key_log_asked_for_and_it_is_private() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = Dir::new("keylog");
+    certs(&dir.0, "EC:P-256", "EC:P-256");
+    let keys = dir.0.join("keys.log");
+    let k = keys.to_str().unwrap();
+    handshake(&dir.0, "wolfssl", "wolfssl", &["--keylog", k]);
+    let text = std::fs::read_to_string(&keys).unwrap();
+    assert!(text.contains("CLIENT_HANDSHAKE_TRAFFIC_SECRET "), "{text}");
+    assert!(text.contains("SERVER_TRAFFIC_SECRET_0 "), "{text}");
+    let mode = std::fs::metadata(&keys).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600);
+    // wolfSSL's own key-log export would have appended every connection's secrets to
+    // sslkeylog.log in the working directory, readable by everyone.
+    let strays: Vec<_> = std::fs::read_dir(&dir.0)
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.contains("keylog"))
+        .collect();
+    assert!(strays.is_empty(), "{strays:?}");
 }
