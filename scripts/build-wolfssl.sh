@@ -1,12 +1,23 @@
 #!/usr/bin/env bash
 # Build wolfSSL (GPL-2.0-or-later) from the source the wolfssl-sys crate vendors in Cargo's
-# registry, into build/wolfssl/: the static library the `pqlab-engine-wolfssl` program links,
-# and wolfSSL's own tools document 004 measures with (examples/benchmark/tls_bench,
-# wolfcrypt/benchmark/benchmark). Cached: done again only when the version or the options
-# below change. The options are recorded in build/wolfssl/options.txt and in every run's
-# metadata (the stack's `build_options` in `info`). Needs autoconf, automake and libtool
-# (scripts/bootstrap.sh installs them): the crate ships wolfSSL's autotools sources, whose
-# configure has the assembly options the CMake build lacks.
+# registry, into build/wolfssl/, in three configurations of one source tree:
+#
+#   build/wolfssl/            the static library the `pqlab-engine-wolfssl` program links, and
+#                             wolfSSL's own benchmarks from the same configuration:
+#                             bin/tls_bench (examples/benchmark) and bin/benchmark (wolfCrypt's)
+#   build/wolfssl/memory/     the same options plus wolfSSL's memory tracker and stack-size
+#                             check: its example server and client (bin/server, bin/client),
+#                             which print heap and stack use as document 004 measured them
+#   build/wolfssl/no-pq/      the same options without ML-KEM, ML-DSA and the hybrids:
+#                             bin/tls_bench only, for the binary size with and without them
+#
+# The tracker is kept out of the library the engine links: it takes a lock and walks a list
+# on every allocation, which would be part of every timed wolfSSL handshake (document 004
+# also built its benchmarks without it). Cached: done again only when the version or the
+# options below change. Each configuration's options are in its options.txt; the library's
+# are in every run's metadata (the stack's `build_options` in `info`). Needs autoconf,
+# automake and libtool (scripts/bootstrap.sh installs them): the crate ships wolfSSL's
+# autotools sources, whose configure has the assembly options the CMake build lacks.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 prefix="$PWD/build/wolfssl"
@@ -16,18 +27,17 @@ version=$(sed -n "/^name = \"$crate\"/{n;s/version = \"\(.*\)\"/\1/p}" scripts/w
 [ -n "$version" ] || { echo "error: $crate not found in scripts/wolfssl-source/Cargo.lock" >&2; exit 2; }
 
 # What document 004 needs: TLS 1.3; ML-KEM alone and in the hybrids; ML-DSA; X25519, X448,
-# EdDSA; wolfSSL's memory tracker and the examples' stack-size report; secrets for key logs;
-# tls_bench and the wolfCrypt benchmark. Also: the OpenSSL-compatible calls for choosing
-# signature schemes and reading the negotiated one, the peer's chain (sessioncerts), IP
-# addresses in subjectAltName (the lab's server is named by its address), and wolfSSL's
-# optimised maths and x86-64 assembly (as its documentation recommends for speed).
+# EdDSA; secrets for key logs; tls_bench and the wolfCrypt benchmark. Also: the
+# OpenSSL-compatible calls for choosing signature schemes and reading the negotiated one, the
+# peer's chain (sessioncerts), IP addresses in subjectAltName (the lab's server is named by
+# its address), and wolfSSL's optimised maths and x86-64 assembly (as its documentation
+# recommends for speed).
+pq=(--enable-mlkem --enable-tls-mlkem-standalone --enable-pqc-hybrids --enable-mldsa)
 options=(
   --enable-static --disable-shared
   --enable-tls13
-  --enable-mlkem --enable-tls-mlkem-standalone --enable-pqc-hybrids
-  --enable-mldsa
+  "${pq[@]}"
   --enable-curve25519 --enable-ed25519 --enable-curve448 --enable-ed448
-  --enable-trackmemory --enable-stacksize
   # The key-log callback only (HAVE_SECRET_CALLBACK with opensslextra): the engine writes
   # the lines itself, 0600, where --keylog says. Not --enable-keylog-export, which also makes
   # every connection append its secrets to ./sslkeylog.log (world-readable, in whatever
@@ -40,8 +50,21 @@ options=(
 if [ "$(uname -m)" = x86_64 ]; then
   options+=(--enable-sp-asm --enable-intelasm)
 fi
-stamp="$version ${options[*]}"
-if [ -f "$prefix/lib/libwolfssl.a" ] && [ "$(cat "$prefix/.stamp" 2>/dev/null)" = "$stamp" ]; then
+# The memory configuration: wolfSSL's tracker (mem_track.h: allocations, bytes, peak, per
+# process) and its examples' stack-size check (they run in a thread with a painted stack).
+memory_options=("${options[@]}" --enable-trackmemory --enable-stacksize)
+# Without post-quantum algorithms: ML-KEM is on by default in this release, so it is turned
+# off explicitly.
+no_pq_options=()
+for o in "${options[@]}"; do
+  case " ${pq[*]} " in *" $o "*) continue ;; esac
+  no_pq_options+=("$o")
+done
+no_pq_options+=(--disable-mlkem --disable-mldsa --disable-pqc-hybrids)
+
+stamp="$version 3 ${options[*]}"
+if [ -f "$prefix/lib/libwolfssl.a" ] && [ -x "$prefix/memory/bin/server" ] \
+   && [ -x "$prefix/no-pq/bin/tls_bench" ] && [ "$(cat "$prefix/.stamp" 2>/dev/null)" = "$stamp" ]; then
   exit 0
 fi
 for tool in autoreconf automake libtoolize make; do
@@ -64,26 +87,49 @@ if [ -z "$crate_file" ]; then
   crate_file=$(packed)
 fi
 [ -n "$crate_file" ] || { echo "error: cargo fetch did not download $crate $version" >&2; exit 3; }
-echo "== building wolfSSL from $crate $version (the first time ~3 min on 2 cores)" >&2
+echo "== building wolfSSL from $crate $version in three configurations (the first time ~3 min on 2 cores)" >&2
 work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+mkdir -p build
+staging=$(mktemp -d "$PWD/build/.wolfssl.XXXXXX")
+chmod 755 "$staging"
+trap 'rm -rf "$work" "$staging"' EXIT
 tar -xzf "$crate_file" -C "$work" --strip-components=2 "$crate-$version/wolfssl-src"
 cd "$work"
 ./autogen.sh >autogen.log 2>&1 || { tail -20 autogen.log >&2; exit 3; }
-./configure --prefix="$prefix" "${options[@]}" >configure.log 2>&1 || { tail -30 configure.log >&2; exit 3; }
-# The library and the two tools only: the unit tests' sources are not in the crate.
-make -j"$(nproc)" src/libwolfssl.la examples/benchmark/tls_bench \
-  wolfcrypt/benchmark/benchmark >build.log 2>&1 || { tail -40 build.log >&2; exit 3; }
+
+# configure OUT_DIR OPTIONS... ; then make TARGETS and copy the real binaries (libtool wraps
+# programs linked against the .la) into OUT_DIR/bin.
+build() {
+  local out=$1; shift
+  local -a targets=()
+  while [ "$1" != -- ]; do targets+=("$1"); shift; done
+  shift
+  [ -f Makefile ] && make distclean >/dev/null 2>&1 || true
+  ./configure --prefix="$prefix" "$@" >configure.log 2>&1 || { tail -30 configure.log >&2; exit 3; }
+  make -j"$(nproc)" "${targets[@]}" >build.log 2>&1 || { tail -40 build.log >&2; exit 3; }
+  mkdir -p "$out/bin"
+  local t dir name
+  for t in "${targets[@]}"; do
+    case "$t" in *.la) continue ;; esac
+    dir=$(dirname "$t") name=$(basename "$t")
+    if [ -x "$dir/.libs/$name" ]; then cp "$dir/.libs/$name" "$out/bin/"; else cp "$t" "$out/bin/"; fi
+  done
+  { echo "wolfSSL from $crate $version"; printf '%s\n' "$@"; } > "$out/options.txt"
+}
+
+# The library the engine links, and the benchmarks from the same configuration.
+build "$staging" src/libwolfssl.la examples/benchmark/tls_bench wolfcrypt/benchmark/benchmark -- "${options[@]}"
+mkdir -p "$staging/lib" "$staging/include"
+cp src/.libs/libwolfssl.a "$staging/lib/"
+cp -a wolfssl "$staging/include/"
+find "$staging/include" -name '*.am' -delete
+# The examples with the tracker and the stack-size check.
+build "$staging/memory" examples/server/server examples/client/client -- "${memory_options[@]}"
+# tls_bench without the post-quantum algorithms.
+build "$staging/no-pq" examples/benchmark/tls_bench -- "${no_pq_options[@]}"
+
+cd - >/dev/null
 rm -rf "$prefix"
-mkdir -p "$prefix/lib" "$prefix/bin" "$prefix/include"
-cp src/.libs/libwolfssl.a "$prefix/lib/"
-cp -a wolfssl "$prefix/include/"
-find "$prefix/include" -name '*.am' -delete
-# The tools are libtool wrappers when linked against the .la: take the real binaries.
-for tool in examples/benchmark/tls_bench wolfcrypt/benchmark/benchmark; do
-  dir=$(dirname "$tool") name=$(basename "$tool")
-  if [ -x "$dir/.libs/$name" ]; then cp "$dir/.libs/$name" "$prefix/bin/"; else cp "$tool" "$prefix/bin/"; fi
-done
-{ echo "wolfSSL from $crate $version"; printf '%s\n' "${options[@]}"; } > "$prefix/options.txt"
+mv "$staging" "$prefix"
 echo "$stamp" > "$prefix/.stamp"
 echo "== wolfSSL built into $prefix" >&2

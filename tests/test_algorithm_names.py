@@ -124,3 +124,31 @@ def test_names_view_in_json_carries_the_new_fields():
     got = {d["name"]: d for d in json.loads(proc.stdout)}
     assert got["Falcon-512"]["wolfssl_oid"] == "1.3.9999.3.1"
     assert got["ML-KEM-768"]["python"] == "MLKEM768"
+
+
+@pytest.mark.parametrize(
+    "name, shown",
+    [
+        ("ML-KEM-512", "KYBER_LEVEL1 (Kyber512, pre-standard)"),
+        ("ML-KEM-1024", "KYBER_LEVEL5 (Kyber1024, pre-standard)"),
+        ("ML-DSA-65", "DILITHIUM_LEVEL3 (Dilithium3, pre-standard)"),
+        ("Falcon-1024", "FALCON_LEVEL5"),
+        ("X25519MLKEM768", None),
+    ],
+)
+def test_document_004_names_what_it_measured_in_todays_place(name, shown):
+    """Document 004 predates ML-KEM and ML-DSA: its tables name Kyber and Dilithium. Every
+    name shown is one of the document's own (DOC004_NAMES above)."""
+    alg = catalog.find(name)[0]
+    assert alg.document_004_name() == shown
+    if shown:
+        assert shown.split()[0] in DOC004_NAMES
+
+
+def test_a_predecessor_must_be_an_entry_of_the_same_kind():
+    good = catalog.Algorithm("Kyber512", "kem", "Kyber")
+    bad = catalog.Algorithm("New", "kem", "ML-KEM", predecessor="Dilithium2")
+    with pytest.raises(ValueError, match="predecessor"):
+        catalog._check_predecessors([good, bad, catalog.Algorithm("Dilithium2", "sig", "D")])
+    with pytest.raises(ValueError, match="own predecessor"):
+        catalog._check(catalog.Algorithm("X", "kem", "F", predecessor="X"))

@@ -244,3 +244,46 @@ def test_two_stacks_fill_one_table_each_counted_its_way_and_alike(tmp_path):
     idle = read_csv(out / "tables" / "memory_idle.csv")
     assert {r["stack_impl"].split()[0] for r in idle} == {"rustls", "OpenSSL"}
     assert all(int(r["malloc_bytes_per_connection"]) > 0 for r in idle)
+
+
+def _wolfssl_stack():
+    from pqlab.tls import stacks
+
+    return stacks.all_stacks().get("wolfssl")
+
+
+@pytest.mark.skipif(_wolfssl_stack() is None, reason="pqlab-engine-wolfssl is not built")
+def test_wolfssls_own_tracker_agrees_with_pqlabs_count_per_connection(tmp_path):
+    """wolfSSL's own memory tracker (its example server and client, built with mem_track.h)
+    against pqlab's count of the same cell through wolfSSL's allocation callbacks, one table
+    with both stacks. The client's handshake is all its example does per benchmark
+    connection: allocations and bytes per connection agree within 2 %. The example server
+    does the same extra work around every handshake (its DH parameter file, its session
+    cache, printing, the close), so its count is higher by the same amount in every cell."""
+    out = tmp_path / "run"
+    run_pqlab(
+        "memory", "--stack", "wolfssl,openssl", "--groups", "X25519,X25519MLKEM768",
+        "--server-sig", "ECDSA-P256,ML-DSA-44", "--ca-sig", "ECDSA-P256", "-n", "3",
+        "--idle", "0", "--certs", tmp_path / "certs", "--out", out, "--no-report", check=True,
+    )  # fmt: skip
+    rows = read_csv(out / "tables" / "memory.csv")
+    assert {r["stack"] for r in rows} == {"wolfssl", "openssl"}
+    wolf = [r for r in rows if r["stack"] == "wolfssl"]
+    assert len(wolf) == 8 and all(r["heap_counting"] == "wolfssl-allocators" for r in wolf)
+    assert all(r["tracker_allocations"] == "" for r in rows if r["stack"] == "openssl")
+    extra = set()
+    for r in wolf:
+        mine, theirs = int(r["allocations"]), int(r["tracker_allocations"])
+        total, their_total = int(r["heap_total_bytes"]), int(r["tracker_heap_total_bytes"])
+        assert int(r["tracker_stack_bytes"]) > 0 and int(r["tracker_heap_peak_bytes"]) > 0
+        if r["role"] == "client":
+            assert abs(mine - theirs) <= 0.02 * theirs, r
+            assert abs(total - their_total) <= 0.02 * their_total, r
+        else:
+            assert theirs > mine, r
+            extra.add((theirs - mine, round((their_total - total) / 1024)))
+    assert len(extra) == 1, f"the example server's extra work differs between cells: {extra}"
+    comparison = read_csv(out / "tables" / "memory_tracker.csv")
+    impls = {r["pqlab_stack_impl"].split()[0] for r in comparison}
+    assert impls == {"wolfSSL", "OpenSSL"} and len(comparison) == 16
+    assert all(r["allocations_ratio"] for r in comparison)

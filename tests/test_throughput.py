@@ -90,3 +90,67 @@ def test_both_directions_for_each_group_and_suite(tmp_path, no_leaks):
         assert float(r["tx_MBps"]) > 0 and float(r["rx_MBps"]) > 0
         assert float(r["tx_MBps_min"]) <= float(r["tx_MBps"]) <= float(r["tx_MBps_max"])
     assert (out / "figures" / "throughput.png").exists()
+
+
+# Two rows as tls_bench 5.9.4 printed them on the development machine (tab-separated).
+TLS_BENCH_OUTPUT = """Running TLS Benchmarks...
+Side    Cipher                             Group                      Total Bytes  Num Conns      Rx ms      Tx ms   Rx MiB/s   Tx MiB/s   Connect Total ms   Connect Avg ms
+Server  TLS13-AES256-GCM-SHA384            X25519MLKEM768                 6029312         24    987.836      9.859      2.910    291.624             30.118            1.255
+Client  TLS13-AES256-GCM-SHA384            X25519MLKEM768                 6029312         24    993.307      1.712      2.894   1679.089             28.495            1.187
+"""
+
+
+def test_tls_bench_rows_are_read_as_printed():
+    from pqlab.tls import wolfssl_tools
+
+    rows = wolfssl_tools.parse_tls_bench(TLS_BENCH_OUTPUT)
+    assert [r["side"] for r in rows] == ["server", "client"]
+    client = rows[1]
+    assert client["group"] == "X25519MLKEM768" and client["connections"] == 24
+    assert client["connect_avg_ms"] == pytest.approx(1.187)
+    assert client["tx_MiBps"] == pytest.approx(1679.089)
+    assert client["total_bytes"] == 6029312
+
+
+def _wolfssl():
+    from pqlab.tls import stacks
+
+    return stacks.all_stacks().get("wolfssl")
+
+
+@pytest.mark.skipif(not is_root(), reason="needs root (network namespaces)")
+@pytest.mark.skipif(_wolfssl() is None, reason="pqlab-engine-wolfssl is not built")
+def test_tls_bench_runs_beside_every_stack_and_its_binary_shrinks_without_pq(tmp_path, no_leaks):
+    """`--stack wolfssl,openssl`: one table with both stacks, each connection's client
+    handshake time and CPU rates; wolfSSL's own tls_bench beside them for the same groups,
+    and tls_bench's stripped size with and without the post-quantum algorithms."""
+    out = tmp_path / "run"
+    run_pqlab(
+        "throughput", "--stack", "wolfssl,openssl", "--groups", "X25519,ML-KEM-768",
+        "--ciphersuites", "TLS_AES_256_GCM_SHA384", "--server-sig", "RSA-2048",
+        "--bytes", "2MiB", "-n", "2", "--tls-bench-seconds", "1", "--out", out,
+        check=True, timeout=600,
+    )  # fmt: skip
+    rows = list(csv.DictReader(open(out / "tables" / "throughput.csv")))
+    assert {(r["stack"], r["group"]) for r in rows} == {
+        (s, g) for s in ("wolfssl", "openssl") for g in ("X25519", "ML-KEM-768")
+    }
+    for r in rows:
+        assert 0.05 < float(r["handshake_ms"]) < 100, r
+        # The client's own CPU cannot take longer than the transfer's wall time.
+        assert float(r["tx_cpu_MBps"]) >= float(r["tx_MBps"]) * 0.95, r
+    bench = list(csv.DictReader(open(out / "tables" / "throughput_tls_bench.csv")))
+    assert {(b["group"], b["pqlab_stack_impl"].split()[0]) for b in bench} == {
+        (g, s) for g in ("X25519", "ML-KEM-768") for s in ("wolfSSL", "OpenSSL")
+    }
+    for b in bench:
+        assert int(b["tls_bench_connections"]) > 0 and float(b["tls_bench_connect_avg_ms"]) > 0
+        assert b["handshake_ratio"] and b["tx_cpu_ratio"]
+    kem = next(b for b in bench if b["group"] == "ML-KEM-768")
+    assert kem["document_004_group"] == "KYBER_LEVEL3 (Kyber768, pre-standard)"
+    raw = list(csv.DictReader(open(out / "tables" / "throughput_tls_bench_raw_rows.csv")))
+    assert {r["side"] for r in raw} == {"client", "server"}
+    assert "ML_KEM_768" in {r["tls_bench_group"] for r in raw}
+    (size,) = csv.DictReader(open(out / "tables" / "wolfssl_binary_size.csv"))
+    assert int(size["without_pq_bytes"]) < int(size["with_pq_bytes"])
+    assert int(size["pq_bytes"]) == int(size["with_pq_bytes"]) - int(size["without_pq_bytes"])

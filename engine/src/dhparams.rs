@@ -33,7 +33,7 @@ pub struct Args {
     /// new safe prime made now (slow: seconds for 2048 bits, minutes for 4096).
     #[arg(long, value_parser = ["rfc", "generated"])]
     pub source: Option<String>,
-    /// Write the parameters here (PEM; with --source generated).
+    /// Write the parameters here (PEM; needed with --source generated).
     #[arg(long)]
     pub out: Option<PathBuf>,
     /// Describe the parameters of this PEM file instead.
@@ -83,11 +83,26 @@ pub fn private_bits(params: &Dh<Params>) -> Result<i32> {
     Ok(most)
 }
 
+/// Write parameters as PEM `DH PARAMETERS`, whole or not at all.
+fn write_pem(dh: &Dh<Params>, out: &PathBuf) -> Result<()> {
+    let pem = dh.params_to_pem()?;
+    let tmp = out.with_extension("tmp");
+    std::fs::write(&tmp, &pem)
+        .and_then(|()| std::fs::rename(&tmp, out))
+        .map_err(|e| crate::err!(Io, "cannot write {}: {e}", out.display()))
+}
+
 pub fn run(a: Args) -> Result<()> {
     let started = Instant::now();
     let (params, source) = match (&a.input, a.source.as_deref(), a.bits) {
         (Some(path), _, _) => (load(path)?, "file"),
-        (None, Some("rfc"), Some(bits)) => (rfc(bits)?, "rfc"),
+        (None, Some("rfc"), Some(bits)) => {
+            let dh = rfc(bits)?;
+            if let Some(out) = &a.out {
+                write_pem(&dh, out)?;
+            }
+            (dh, "rfc")
+        }
         (None, Some("generated"), Some(bits)) => {
             if !matches!(bits, 1024 | 2048 | 3072 | 4096) {
                 crate::bail!(Usage, "--bits {bits}: use 1024, 2048, 3072 or 4096");
@@ -99,11 +114,7 @@ pub fn run(a: Args) -> Result<()> {
                 );
             };
             let dh = Dh::generate_params(bits, 2)?;
-            let pem = dh.params_to_pem()?;
-            let tmp = out.with_extension("tmp");
-            std::fs::write(&tmp, &pem)
-                .and_then(|()| std::fs::rename(&tmp, out))
-                .map_err(|e| crate::err!(Io, "cannot write {}: {e}", out.display()))?;
+            write_pem(&dh, out)?;
             (dh, "generated")
         }
         _ => crate::bail!(

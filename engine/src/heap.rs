@@ -1,4 +1,4 @@
-//! Counting heap allocations, two ways, both per thread and for the whole process:
+//! Counting heap allocations, three ways, each per thread and for the whole process:
 //!
 //! - **OpenSSL's own** (`Source::OpenSsl`), through its allocator hooks
 //!   (`CRYPTO_set_mem_functions`, installed before OpenSSL's first allocation: libcrypto
@@ -7,6 +7,10 @@
 //!   secure heap when it is not initialised, which it never is here) goes through
 //!   `hook_malloc` / `hook_realloc` / `hook_free`, which keep the requested size in a
 //!   16-byte header in front of the block so a free knows how much it releases.
+//! - **Another stack's own allocator callbacks** (`Source::Library`): a library that lets
+//!   the program supply its allocation functions (wolfSSL's `wolfSSL_SetAllocators`) gets
+//!   `library_malloc` / `library_realloc` / `library_free`, which keep the same header and
+//!   count what the library requested.
 //! - **Every block of the C allocator** (`Source::Malloc`): the engine is linked with
 //!   `--wrap` for malloc, calloc, realloc, free, posix_memalign, aligned_alloc and memalign
 //!   (build.rs), so every call from code linked into it, Rust's allocator (rustls, the
@@ -87,10 +91,13 @@ impl Counts {
 pub enum Source {
     OpenSsl = 0,
     Malloc = 1,
+    Library = 2,
 }
 
+const SOURCES: usize = 3;
+
 thread_local! {
-    static THREAD: Cell<[Counts; 2]> = const { Cell::new([Counts::ZERO; 2]) };
+    static THREAD: Cell<[Counts; SOURCES]> = const { Cell::new([Counts::ZERO; SOURCES]) };
 }
 
 /// Process-wide counts of one source.
@@ -116,7 +123,7 @@ impl Global {
 
 static INSTALLED: AtomicBool = AtomicBool::new(false);
 static MALLOC_COUNTING: AtomicBool = AtomicBool::new(false);
-static GLOBAL: [Global; 2] = [Global::new(), Global::new()];
+static GLOBAL: [Global; SOURCES] = [Global::new(), Global::new(), Global::new()];
 
 fn on_thread(src: Source, f: impl FnOnce(&mut Counts)) {
     let _ = THREAD.try_with(|c| {
@@ -168,17 +175,14 @@ fn note_realloc(src: Source, old: u64, new: u64) {
 /// The block a user pointer belongs to, and the size its header records.
 ///
 /// # Safety
-/// `p` must be a non-null pointer returned by `hook_malloc` / `hook_realloc`.
+/// `p` must be a non-null pointer returned by `counted_malloc` / `counted_header_realloc`.
 unsafe fn block(p: *mut libc::c_void) -> (*mut libc::c_void, usize) {
     let base = (p as *mut u8).sub(HEADER);
     (base as *mut libc::c_void, *(base as *const usize))
 }
 
-unsafe extern "C" fn hook_malloc(
-    n: libc::size_t,
-    _file: *const libc::c_char,
-    _line: libc::c_int,
-) -> *mut libc::c_void {
+/// malloc with the size in a header in front, counted as `src`.
+unsafe fn counted_malloc(src: Source, n: libc::size_t) -> *mut libc::c_void {
     let Some(size) = n.checked_add(HEADER) else {
         return std::ptr::null_mut();
     };
@@ -187,21 +191,21 @@ unsafe extern "C" fn hook_malloc(
         return base;
     }
     *(base as *mut usize) = n;
-    note_alloc(Source::OpenSsl, n as u64);
+    note_alloc(src, n as u64);
     (base as *mut u8).add(HEADER) as *mut libc::c_void
 }
 
-unsafe extern "C" fn hook_realloc(
+/// realloc of a block of `counted_malloc`, counted as `src`.
+unsafe fn counted_header_realloc(
+    src: Source,
     p: *mut libc::c_void,
     n: libc::size_t,
-    file: *const libc::c_char,
-    line: libc::c_int,
 ) -> *mut libc::c_void {
     if p.is_null() {
-        return hook_malloc(n, file, line);
+        return counted_malloc(src, n);
     }
     if n == 0 {
-        hook_free(p, file, line);
+        counted_free(src, p);
         return std::ptr::null_mut();
     }
     let Some(size) = n.checked_add(HEADER) else {
@@ -213,8 +217,35 @@ unsafe extern "C" fn hook_realloc(
         return moved; // the old block is still valid and still counted
     }
     *(moved as *mut usize) = n;
-    note_realloc(Source::OpenSsl, old as u64, n as u64);
+    note_realloc(src, old as u64, n as u64);
     (moved as *mut u8).add(HEADER) as *mut libc::c_void
+}
+
+/// free of a block of `counted_malloc`, counted as `src`.
+unsafe fn counted_free(src: Source, p: *mut libc::c_void) {
+    if p.is_null() {
+        return;
+    }
+    let (base, n) = block(p);
+    note_free(src, n as u64);
+    libc::free(base);
+}
+
+unsafe extern "C" fn hook_malloc(
+    n: libc::size_t,
+    _file: *const libc::c_char,
+    _line: libc::c_int,
+) -> *mut libc::c_void {
+    counted_malloc(Source::OpenSsl, n)
+}
+
+unsafe extern "C" fn hook_realloc(
+    p: *mut libc::c_void,
+    n: libc::size_t,
+    _file: *const libc::c_char,
+    _line: libc::c_int,
+) -> *mut libc::c_void {
+    counted_header_realloc(Source::OpenSsl, p, n)
 }
 
 unsafe extern "C" fn hook_free(
@@ -222,12 +253,35 @@ unsafe extern "C" fn hook_free(
     _file: *const libc::c_char,
     _line: libc::c_int,
 ) {
-    if p.is_null() {
-        return;
-    }
-    let (base, n) = block(p);
-    note_free(Source::OpenSsl, n as u64);
-    libc::free(base);
+    counted_free(Source::OpenSsl, p)
+}
+
+/// A stack's own allocation callback (`Source::Library`): malloc with the requested size in
+/// a 16-byte header, counted for the calling thread and the process.
+///
+/// # Safety
+/// As malloc; the block must be released with `library_free` / `library_realloc`.
+pub unsafe extern "C" fn library_malloc(n: libc::size_t) -> *mut libc::c_void {
+    counted_malloc(Source::Library, n)
+}
+
+/// realloc for blocks of `library_malloc` (`Source::Library`).
+///
+/// # Safety
+/// As realloc; `p` is null or a live block of `library_malloc` / `library_realloc`.
+pub unsafe extern "C" fn library_realloc(
+    p: *mut libc::c_void,
+    n: libc::size_t,
+) -> *mut libc::c_void {
+    counted_header_realloc(Source::Library, p, n)
+}
+
+/// free for blocks of `library_malloc` (`Source::Library`).
+///
+/// # Safety
+/// `p` is null or a live block of `library_malloc` / `library_realloc`.
+pub unsafe extern "C" fn library_free(p: *mut libc::c_void) {
+    counted_free(Source::Library, p)
 }
 
 /// Install the hooks. Must run before anything calls OpenSSL (first thing in `main`); an
@@ -253,9 +307,9 @@ pub fn installed() -> bool {
     INSTALLED.load(Ordering::SeqCst)
 }
 
-/// Start a new window on this thread: every count of both sources back to zero.
+/// Start a new window on this thread: every count of every source back to zero.
 pub fn thread_reset() {
-    let _ = THREAD.try_with(|c| c.set([Counts::ZERO; 2]));
+    let _ = THREAD.try_with(|c| c.set([Counts::ZERO; SOURCES]));
 }
 
 /// This thread's counts of `src` since its last reset.
@@ -520,6 +574,26 @@ mod tests {
             let c = thread_counts(Source::OpenSsl);
             // Freed here, allocated elsewhere: this thread's balance goes negative.
             assert_eq!((c.allocations, c.frees, c.in_use, c.peak), (0, 1, -1000, 0));
+        })
+        .join()
+        .unwrap();
+    }
+
+    #[test]
+    fn a_stacks_own_callbacks_count_apart_from_openssls() {
+        std::thread::spawn(|| unsafe {
+            thread_reset();
+            let a = library_malloc(64);
+            let o = hook_malloc(10, null(), 0);
+            let a = library_realloc(a, 200);
+            assert!(!a.is_null());
+            let c = thread_counts(Source::Library);
+            assert_eq!((c.allocations, c.reallocations, c.total_bytes), (1, 1, 200));
+            assert_eq!(thread_counts(Source::OpenSsl).total_bytes, 10);
+            library_free(a);
+            hook_free(o, null(), 0);
+            let c = thread_counts(Source::Library);
+            assert_eq!((c.frees, c.in_use, c.peak), (1, 0, 200));
         })
         .join()
         .unwrap();

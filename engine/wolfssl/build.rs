@@ -15,6 +15,9 @@ fn main() {
             lib.display()
         );
     }
+    // Where wolfSSL's own programs are (the stack's `tools` in `info`).
+    let absolute = dir.canonicalize().unwrap_or_else(|_| dir.clone());
+    println!("cargo:rustc-env=PQLAB_WOLFSSL_DIR={}", absolute.display());
     // How that wolfSSL was configured, for every run's metadata (the stack's `info`).
     let options = std::fs::read_to_string(dir.join("options.txt")).unwrap_or_default();
     println!(

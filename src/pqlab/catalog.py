@@ -53,6 +53,19 @@ class Algorithm:
     wolfssl_code: int | None = None  # wolfSSL's code point (document 004; pre-standard)
     wolfssl_oid: str | None = None  # wolfSSL's certificate OID where it differs from oid (004)
     python: str | None = None  # the `cryptography` class family (the python harness backend)
+    predecessor: str | None = None  # the pre-standard entry a document measured in its place
+
+    def document_004_name(self) -> str | None:
+        """The name document 004 (wolfSSL's appendix) gave this algorithm, or the
+        pre-standard one it measured in its place ("KYBER_LEVEL3 (Kyber768)" for ML-KEM-768),
+        or None when it had neither."""
+        if self.wolfssl_code is not None:
+            return self.wolfssl
+        if self.predecessor:
+            before = resolve(self.predecessor, self.kind)
+            if before.wolfssl_code is not None:
+                return f"{before.wolfssl} ({before.name}, pre-standard)"
+        return None
 
     @property
     def backends(self) -> tuple[str, ...]:
@@ -116,6 +129,18 @@ def _check(alg: Algorithm) -> None:
     for d in alg.documents:
         if d not in ("000", "001", "002", "003", "004"):
             raise ValueError(f"{where} names unknown document {d!r}")
+    if alg.predecessor == alg.name:
+        raise ValueError(f"{where} is its own predecessor")
+
+
+def _check_predecessors(algorithms: list[Algorithm]) -> None:
+    by_name = {a.name: a for a in algorithms}
+    for alg in algorithms:
+        before = by_name.get(alg.predecessor) if alg.predecessor else None
+        if alg.predecessor and (before is None or before.kind != alg.kind):
+            raise ValueError(
+                f"catalogue: {alg.name}'s predecessor {alg.predecessor!r} is no entry of its kind"
+            )
 
 
 @functools.lru_cache(maxsize=1)
@@ -137,6 +162,7 @@ def _load() -> tuple[tuple[Algorithm, ...], dict[tuple[str, str], Algorithm]]:
     dup = [n for n, c in Counter(a.name for a in algorithms).items() if c > 1]
     if dup:
         raise ValueError(f"catalogue: names listed twice: {dup}")
+    _check_predecessors(algorithms)
     index: dict[tuple[str, str], Algorithm] = {}
     for alg in algorithms:
         cls = _CLASS[alg.kind]

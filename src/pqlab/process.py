@@ -5,7 +5,8 @@ on this machine, in one of its network namespaces, or on a remote host.
     listening = proc.wait_for("listening", 30)
     records = proc.finish(60)
 
-`Process` runs any program that speaks JSON lines (the engine, the lab's network probes) on
+`Process` runs any program that speaks JSON lines (the engine, the lab's network probes), or
+with `json_lines=False` any program that prints text (a library's own tools), on
 whichever host runs one side of a topology: this machine, one of its namespaces
 (`pqlab.net.topology.TwoHosts`), or a remote host over SSH (`pqlab.net.remote.RemoteHosts`),
 optionally pinned to a CPU or placed in a cgroup (locally). The child is a `LocalChild` or a
@@ -144,13 +145,14 @@ class LocalChild:
         return self.rusage.ru_utime + self.rusage.ru_stime
 
 
-def _spawn(argv: list, what: str, topo, side, env, preexec_fn, lifetime):
+def _spawn(argv: list, what: str, topo, side, env, preexec_fn, lifetime, cwd=None):
     """Start argv on the host that runs `side` of `topo` (this machine without a topology)."""
     remote = topo.remote_side(side) if topo is not None and hasattr(topo, "remote_side") else None
     if remote is not None:
-        if preexec_fn is not None:
+        if preexec_fn is not None or cwd is not None:
             raise UserError(
-                f"{what}: a local process setting (CPU quota) cannot apply on {remote.label}"
+                f"{what}: a local process setting (CPU quota, directory) cannot apply on "
+                f"{remote.label}"
             )
         return remote.spawn(argv, what, env=env, lifetime=lifetime)
     kw = dict(
@@ -160,6 +162,7 @@ def _spawn(argv: list, what: str, topo, side, env, preexec_fn, lifetime):
         start_new_session=True,  # our own process group: stop() signals all of it
         env={**os.environ, **env} if env else None,
         preexec_fn=preexec_fn,
+        cwd=cwd,
     )
     cmd = local(argv)
     return LocalChild(
@@ -185,8 +188,13 @@ class Process:
         preexec_fn: Callable[[], None] | None = None,
         lifetime: float | None = None,
         batch_s: float | None = None,
+        json_lines: bool = True,
+        cwd: Path | None = None,
     ):
         self.what = what
+        # Without JSON lines, stdout is kept as text (`output`), nothing is parsed.
+        self.json_lines = json_lines
+        self._text: list[str] = []
         # With batch_s, output is read in chunks at most every batch_s seconds (immediately
         # again while the pipe stays full), so a process that prints a record per connection
         # costs the lab a wake-up per batch, not two thread switches per record.
@@ -196,7 +204,7 @@ class Process:
         argv = list(argv)  # str or InFile/OutFile (files a remote host gets or sends)
         if cpu is not None:  # a CPU number or a taskset list ("0,2")
             argv = ["taskset", "-c", str(cpu), *argv]
-        self.p = _spawn(argv, what, topo, side or "server", env, preexec_fn, lifetime)
+        self.p = _spawn(argv, what, topo, side or "server", env, preexec_fn, lifetime, cwd)
         self.records: list[dict] = []
         self.listening: dict | None = None
         self._lines: list[str] = []
@@ -269,11 +277,16 @@ class Process:
         with contextlib.suppress(ValueError, OSError):
             for line in self.p.stderr:
                 self._err.append(line)
-                del self._err[:-50]  # the last lines are the useful ones
+                # The last lines are the useful ones; a text tool's report is all of it
+                # (bounded all the same).
+                del self._err[: -50 if self.json_lines else -100_000]
 
     def _parse_pending(self) -> list[dict]:
         with self._cond:
             lines, self._lines = self._lines, []
+        if not self.json_lines:
+            self._text.extend(lines)
+            return []
         new = []
         for line in lines:
             if line.strip():
@@ -289,6 +302,15 @@ class Process:
     @property
     def returncode(self) -> int | None:
         return self.p.returncode
+
+    def output(self) -> str:
+        """Everything the process printed on stdout so far (`json_lines=False`)."""
+        self._parse_pending()
+        return "".join(self._text)
+
+    def stderr_text(self) -> str:
+        """The last lines the process printed on stderr."""
+        return "".join(self._err)
 
     def last_stderr(self) -> str:
         err = "".join(self._err).strip()

@@ -73,23 +73,29 @@ pub fn run(a: Args) -> Result<()> {
             peer: "server",
             timeout_s: a.client.tls.io_timeout,
         };
-        let mut session = ctx.start(wire, &ServerName::parse(&target.name))?.run()?;
+        // The handshake alone, the TCP connection already up (what tls_bench's "Connect"
+        // times: wolfSSL_connect on a connected socket).
+        let handshake = ctx.start(wire, &ServerName::parse(&target.name))?;
+        let started = std::time::Instant::now();
+        let mut session = handshake.run()?;
+        let handshake_ns = started.elapsed().as_nanos() as u64;
         let neg = client::Negotiation {
             negotiated: session.negotiated(),
             verification: session.verification(),
         };
         client::check(stack, &checks, &neg, i)?;
-        let (push_ns, server_recv_ns) = push(&mut *session, a.push_bytes)
+        let (push_ns, server_recv_ns, push_cpu_ns) = push(&mut *session, a.push_bytes)
             .map_err(|e| e.context(format!("connection {i}: push")))?;
-        let (pull_ns, pull_first_ns) = pull(&mut *session, a.pull_bytes)
+        let (pull_ns, pull_first_ns, pull_cpu_ns) = pull(&mut *session, a.pull_bytes)
             .map_err(|e| e.context(format!("connection {i}: pull")))?;
         session.close(false);
         let mut out = json!({
             "type": "bulk", "index": if i < a.client.warmup { i } else { i - a.client.warmup },
-            "warmup": i < a.client.warmup, "stack": stack.name(),
+            "warmup": i < a.client.warmup, "stack": stack.name(), "handshake_ns": handshake_ns,
             "negotiated": serde_json::to_value(&neg.negotiated).unwrap_or_default(),
             "push_bytes": a.push_bytes, "push_ns": push_ns, "server_recv_ns": server_recv_ns,
             "pull_bytes": a.pull_bytes, "pull_ns": pull_ns, "pull_first_to_last_ns": pull_first_ns,
+            "push_cpu_ns": push_cpu_ns, "pull_cpu_ns": pull_cpu_ns,
             "tcp_info": record::tcp_info(&tcp), "t": record::realtime_ns(),
         });
         if let Ok(r) = rec.try_borrow() {
@@ -101,12 +107,14 @@ pub fn run(a: Args) -> Result<()> {
 }
 
 /// Send `PUSH <n>` (its own record) and n pattern bytes; wait for `OK <n> <ns>`.
-/// (ns from the first byte written to the OK read, the server's first-to-last read ns).
-fn push(session: &mut dyn Session, n: u64) -> Result<(i64, i64)> {
+/// (ns from the first byte written to the OK read, the server's first-to-last read ns, and
+/// this thread's CPU ns from the first write to the last: encrypting and sending).
+fn push(session: &mut dyn Session, n: u64) -> Result<(i64, i64, u64)> {
     session.write_all(format!("PUSH {n}\n").as_bytes())?;
     session.flush()?;
     let mut buf = vec![0u8; CHUNK];
     let t0 = Stamp::now();
+    let cpu0 = crate::cputime::thread_cpu_ns();
     let mut sent = 0u64;
     while sent < n {
         let k = (n - sent).min(CHUNK as u64) as usize;
@@ -115,6 +123,7 @@ fn push(session: &mut dyn Session, n: u64) -> Result<(i64, i64)> {
         sent += k as u64;
     }
     session.flush()?;
+    let cpu_ns = crate::cputime::thread_cpu_ns().saturating_sub(cpu0);
     let mut line = Vec::new();
     let mut b = [0u8; 64];
     while !line.ends_with(b"\n") {
@@ -134,18 +143,20 @@ fn push(session: &mut dyn Session, n: u64) -> Result<(i64, i64)> {
             let server_ns = ns
                 .parse::<i64>()
                 .map_err(|_| crate::err!(Peer, "bad confirmation {text:?}"))?;
-            Ok((done - t0.mono, server_ns))
+            Ok((done - t0.mono, server_ns, cpu_ns))
         }
         _ => crate::bail!(Check, "the server confirmed {text:?}, pushed {n} bytes"),
     }
 }
 
 /// Send `PULL <m>` and read m pattern bytes, every read checked.
-/// (ns from the request to the last byte, ns from the first to the last byte).
-fn pull(session: &mut dyn Session, m: u64) -> Result<(i64, i64)> {
+/// (ns from the request to the last byte, ns from the first to the last byte, and this
+/// thread's CPU ns over the pull: receiving, decrypting, checking).
+fn pull(session: &mut dyn Session, m: u64) -> Result<(i64, i64, u64)> {
     session.write_all(format!("PULL {m}\n").as_bytes())?;
     session.flush()?;
     let t0 = record::monotonic_ns();
+    let cpu0 = crate::cputime::thread_cpu_ns();
     let mut buf = vec![0u8; 1 << 16];
     let mut got = 0u64;
     let mut first = t0;
@@ -165,5 +176,6 @@ fn pull(session: &mut dyn Session, m: u64) -> Result<(i64, i64)> {
         }
     }
     let last = record::monotonic_ns();
-    Ok((last - t0, last - first))
+    let cpu_ns = crate::cputime::thread_cpu_ns().saturating_sub(cpu0);
+    Ok((last - t0, last - first, cpu_ns))
 }

@@ -224,7 +224,7 @@ fn tcp_setup(tcp: &TcpStream, timeout_s: u64) -> Result<()> {
 fn base_record(stack: &dyn Stack, role: &str, i: u64, warmup: u64, entry: usize) -> Value {
     json!({
         "type": "memory", "role": role, "stack": stack.name(),
-        "heap_counting": super::stack::heap_counting(stack.heap_source()),
+        "heap_counting": stack.heap_counting(),
         "index": if i < warmup { i } else { i - warmup }, "warmup": i < warmup,
         "stack_base_bytes": entry.saturating_sub(paint::stack_pointer()),
     })

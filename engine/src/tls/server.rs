@@ -108,13 +108,13 @@ impl Drop for Established {
 
 /// --count-heap: the process's counted heap (the stack's own count, and every block of the
 /// C allocator) and resident set with `open` connections up.
-fn heap_record(sink: &dyn Sink, index: u64, source: crate::heap::Source) {
+fn heap_record(sink: &dyn Sink, index: u64, stack: &dyn super::stack::Stack) {
     use crate::heap::{process_counts, Source};
-    let c = process_counts(source);
+    let c = process_counts(stack.heap_source());
     let m = process_counts(Source::Malloc);
     sink.record(&json!({
         "type": "heap", "index": index, "connections_open": ESTABLISHED.load(Ordering::SeqCst),
-        "heap_counting": super::stack::heap_counting(source),
+        "heap_counting": stack.heap_counting(),
         "heap_in_use_bytes": c.in_use, "heap_peak_bytes": c.peak,
         "heap_total_bytes": c.total_bytes, "allocations": c.allocations, "frees": c.frees,
         "malloc_in_use_bytes": m.in_use, "malloc_peak_bytes": m.peak,
@@ -571,7 +571,7 @@ fn handshake_and_respond(
     };
     let _established = Established::new();
     if a.count_heap {
-        heap_record(sink, c.index, a.tls.stack()?.heap_source());
+        heap_record(sink, c.index, a.tls.stack()?);
     }
     out["t_handshake_done"] = json!(t_hs.real);
     out["handshake_ns"] = json!(t_hs.mono - t_hs_start.mono);

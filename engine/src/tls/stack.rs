@@ -155,6 +155,10 @@ pub trait Stack: Send + Sync {
     fn describe(&self) -> Result<StackInfo>;
     /// Which heap count holds the stack's own allocations (`tls memory`, `--count-heap`).
     fn heap_source(&self) -> crate::heap::Source;
+    /// The name records give that count (`heap_counting`).
+    fn heap_counting(&self) -> &'static str {
+        heap_counting(self.heap_source())
+    }
     /// Whether `--fixed-random` can make all of the stack's randomness repeatable.
     fn fixed_random(&self) -> bool {
         false
@@ -286,12 +290,16 @@ pub struct StackInfo {
     /// empty otherwise (OpenSSL's flags are in `info.openssl`).
     pub build_options: Vec<String>,
     /// How `tls memory` counts the stack's heap: "openssl-hooks" (OpenSSL's allocations
-    /// through its own hooks) or "malloc" (every block of the C allocator the role's thread
+    /// through its own hooks), "malloc" (every block of the C allocator the role's thread
     /// obtains: the stack, its crypto providers and the engine's few per-connection
-    /// buffers).
+    /// buffers), or a stack's own allocator callbacks ("wolfssl-allocators").
     pub heap_counting: &'static str,
     /// Whether `tls memory --fixed-random` can make all of its randomness repeatable.
     pub fixed_random: bool,
+    /// The library's own programs this build has, by role (e.g. "tls_bench": its TLS
+    /// benchmark), with their paths: the lab runs them beside its own measurement of the
+    /// same cells. Only programs that exist are listed.
+    pub tools: std::collections::BTreeMap<&'static str, String>,
 }
 
 /// How a stack writes a handshake flight: what the lab's flight model (pqlab.tls.flight)
@@ -313,6 +321,7 @@ pub fn heap_counting(source: crate::heap::Source) -> &'static str {
     match source {
         crate::heap::Source::OpenSsl => "openssl-hooks",
         crate::heap::Source::Malloc => "malloc",
+        crate::heap::Source::Library => "library-allocators",
     }
 }
 

@@ -49,6 +49,15 @@ static void keylog_cb(const WOLFSSL *ssl, const char *line)
 
 const char *pqlab_wolf_version(void) { return wolfSSL_lib_version(); }
 
+/* Route every allocation wolfSSL makes (XMALLOC/XFREE/XREALLOC) through the engine's
+ * counting callbacks (the engine library's heap::library_*). Called before wolfSSL_Init, so
+ * no block of wolfSSL's predates them. 0 on success. */
+int pqlab_wolf_count_allocations(void *(*m)(size_t), void (*f)(void *),
+                                 void *(*r)(void *, size_t))
+{
+    return wolfSSL_SetAllocators(m, f, r);
+}
+
 WOLFSSL_CTX *pqlab_wolf_ctx_new(int server, int keylog)
 {
     WOLFSSL_CTX *ctx = wolfSSL_CTX_new(server ? wolfTLSv1_3_server_method()

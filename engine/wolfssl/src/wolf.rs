@@ -60,6 +60,11 @@ extern "C" {
     fn wolfSSL_get_version(ssl: *const Ssl) -> *const c_char;
 
     fn pqlab_wolf_version() -> *const c_char;
+    fn pqlab_wolf_count_allocations(
+        m: unsafe extern "C" fn(usize) -> *mut c_void,
+        f: unsafe extern "C" fn(*mut c_void),
+        r: unsafe extern "C" fn(*mut c_void, usize) -> *mut c_void,
+    ) -> c_int;
     fn pqlab_wolf_ctx_new(server: c_int, keylog: c_int) -> *mut Ctx;
     fn pqlab_wolf_full_handshakes(ctx: *mut Ctx, server: c_int);
     fn pqlab_wolf_verify(ctx: *mut Ctx, require_peer_cert: c_int);
@@ -75,8 +80,18 @@ extern "C" {
 
 fn init() {
     static ONCE: Once = Once::new();
-    // SAFETY: wolfSSL_Init is called once, before any other wolfSSL call.
+    // SAFETY: called once, before any other wolfSSL call: every block wolfSSL ever allocates
+    // comes from the counting callbacks and goes back to them.
     ONCE.call_once(|| unsafe {
+        let counted = pqlab_wolf_count_allocations(
+            pqlab_engine::heap::library_malloc,
+            pqlab_engine::heap::library_free,
+            pqlab_engine::heap::library_realloc,
+        );
+        assert_eq!(
+            counted, 0,
+            "wolfSSL_SetAllocators refused the counting callbacks"
+        );
         wolfSSL_Init();
     });
 }
@@ -374,6 +389,28 @@ fn load_roots(ctx: &CtxPtr, ca: &Path, flag: &str) -> Result<()> {
     Ok(())
 }
 
+/// wolfSSL's own programs, built beside the library by scripts/build-wolfssl.sh (their
+/// directory is fixed when this program is built): its TLS benchmark and wolfCrypt's, the
+/// example server and client with the memory tracker and stack-size check, and the TLS
+/// benchmark without the post-quantum algorithms (for its binary size).
+const TOOLS: &[(&str, &str)] = &[
+    ("tls_bench", "bin/tls_bench"),
+    ("wolfcrypt_benchmark", "bin/benchmark"),
+    ("memory_server", "memory/bin/server"),
+    ("memory_client", "memory/bin/client"),
+    ("tls_bench_no_pq", "no-pq/bin/tls_bench"),
+];
+
+fn tools() -> std::collections::BTreeMap<&'static str, String> {
+    let dir = Path::new(env!("PQLAB_WOLFSSL_DIR"));
+    TOOLS
+        .iter()
+        .map(|(name, rel)| (*name, dir.join(rel)))
+        .filter(|(_, path)| path.is_file())
+        .map(|(name, path)| (name, path.to_string_lossy().into_owned()))
+        .collect()
+}
+
 pub struct WolfSsl;
 pub static WOLFSSL: WolfSsl = WolfSsl;
 
@@ -505,13 +542,18 @@ impl Stack for WolfSsl {
                 .split("\\n")
                 .map(String::from)
                 .collect(),
-            heap_counting: pqlab_engine::tls::stack::heap_counting(self.heap_source()),
+            heap_counting: self.heap_counting(),
             fixed_random: self.fixed_random(),
+            tools: tools(),
         })
     }
 
     fn heap_source(&self) -> pqlab_engine::heap::Source {
-        pqlab_engine::heap::Source::Malloc
+        pqlab_engine::heap::Source::Library
+    }
+
+    fn heap_counting(&self) -> &'static str {
+        "wolfssl-allocators"
     }
 }
 

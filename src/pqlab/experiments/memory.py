@@ -10,6 +10,7 @@ docs/memory.md.
 
 from __future__ import annotations
 
+import html
 import json
 import os
 from dataclasses import dataclass
@@ -27,6 +28,7 @@ from pqlab.experiment import (
     parse_stacks,
     stack_option,
 )
+from pqlab.experiments import memory_tracker
 from pqlab.process import EngineProcess
 from pqlab.progress import CellProgress
 from pqlab.report.section import Section, template
@@ -106,6 +108,11 @@ class Plan:
     stacks: tuple[str, ...] = (stacks.DEFAULT_STACK,)
     certs: Path | None = None  # certificates reused across runs (default_certs_dir())
     fixed_random: bool = True  # the engine's --fixed-random, on stacks that can
+    library_tracker: bool = True  # also run the library's own tracker where it has one
+
+    def tracker(self, stack) -> bool:
+        """Whether cells on `stack` also run the library's own memory tracker."""
+        return self.library_tracker and memory_tracker.applies(stack)
 
     def cells(self):
         for st in self.stacks:
@@ -130,6 +137,7 @@ class Plan:
             "stacks": list(self.stacks),
             "certs": str(self.certs) if self.certs else None,
             "fixed_random": self.fixed_random,
+            "library_tracker": self.library_tracker,
         }
 
 
@@ -169,6 +177,7 @@ def from_values(values) -> Plan:
         stacks=tuple(st.name for st in chosen),
         certs=_certs_dir(values.certs),
         fixed_random=not values.system_random,
+        library_tracker=not values.no_library_tracker,
     )
 
 
@@ -313,15 +322,18 @@ def _measure_cell(store, plan: Plan, st, cell: Cell) -> None:
             f"memory {cell.cell_id}: the engine wrote {len(rows)} of {expected} records"
         )
     idle = _idle_rows(cell, st, _measure_idle(st, cell, certs, plan)) if plan.idle else []
+    tracker = memory_tracker.measure_cell(st, cell, chain, client) if plan.tracker(st) else []
     with store.cell(NAME, cell.cell_id, cell.keys()):
         store.insert_rows("memory_raw", rows)
         store.insert_rows("memory_idle_raw", idle)
+        store.insert_rows("memory_tracker_raw", tracker)
 
 
 def measure(plan: Plan, store) -> None:
 
     store.ensure_table(RAW_DDL)
     store.ensure_table(IDLE_DDL)
+    store.ensure_table(memory_tracker.DDL)
     done = CELLS.done(store)
     cells = list(plan.cells())
     with CellProgress("memory", len(cells)) as progress:
@@ -381,15 +393,43 @@ def export(store):
 
     if not store.has_table("memory_raw"):
         return None
-    table = store.export_table("memory", TABLE_SQL)
+    tracked = store.has_table("memory_tracker_raw") and bool(
+        store.query("SELECT 1 FROM memory_tracker_raw LIMIT 1")
+    )
+    table = store.export_table(
+        "memory", memory_tracker.with_tracker(TABLE_SQL) if tracked else TABLE_SQL
+    )
     s = Section(
         title="Memory per handshake and per idle connection", intro=template("memory_intro")
     )
     s.table(table, "Heap and stack per full handshake, per role (medians; min/max show spread)")
+    if tracked:
+        _export_tracker(store, s)
     if store.has_table("memory_idle_raw") and store.query("SELECT 1 FROM memory_idle_raw LIMIT 1"):
         idle = store.export_table("memory_idle", IDLE_SQL)
         s.table(idle, "Server memory per idle established connection (least-squares slopes)")
     return s
+
+
+def _export_tracker(store, s: Section) -> None:
+    """The library's own tracker beside pqlab's count (document 004's heap and stack)."""
+    rows = store.query(memory_tracker.comparison_sql(TABLE_SQL))
+    if rows:
+        table = store.export_table("memory_tracker", memory_tracker.comparison_sql(TABLE_SQL))
+        s.table(
+            table,
+            "wolfSSL's own memory tracker and stack check (its example server and client, as "
+            "document 004 ran them) beside pqlab's count of the same cell on every stack: "
+            "allocations and bytes per connection from the tracker's 1- and N-connection "
+            "runs; peak and stack of its one-connection process (docs/memory.md explains "
+            "each column's difference)",
+        )
+    for row in store.query(memory_tracker.UNAVAILABLE_SQL):
+        s.text(
+            f"<p>{html.escape(row['stack_impl'])} {html.escape(row['group'])} / "
+            f"{html.escape(row['server_sig'])}: no tracker figures "
+            f"({html.escape(row['note'])}).</p>"
+        )
 
 
 class Memory(Experiment):
@@ -432,6 +472,12 @@ class Memory(Experiment):
             "use OpenSSL's normal DRBG instead of the fixed-seed generator (allocation counts "
             "of randomised signing then vary between handshakes; stacks whose randomness "
             "cannot be fixed always use their own)",
+            flag=True,
+        ),
+        Option(
+            "no-library-tracker",
+            "do not also run the TLS library's own memory tracker (wolfSSL's example server "
+            "and client with mem_track.h) for the cells of stacks that have one",
             flag=True,
         ),
         stack_option(several=True),

@@ -1,7 +1,9 @@
 """`pqlab throughput`: bulk transfer after one handshake, each way, as wolfSSL's tls_bench
-does, for each key-exchange group and TLS 1.3 cipher suite: the client pushes N bytes to the
-server and pulls M bytes back on the same connection; every read is checked against a
-position-dependent pattern on both ends. Tx and Rx in MB/s. Needs CAP_NET_ADMIN."""
+does, for each TLS stack, key-exchange group and TLS 1.3 cipher suite: the client pushes N
+bytes to the server and pulls M bytes back on the same connection; every read is checked
+against a position-dependent pattern on both ends. Tx and Rx in MB/s, and the client's
+handshake time. Where a stack's build has wolfSSL's own tls_bench, it runs too and its rows
+stand beside pqlab's (`throughput_tls_bench`). Needs CAP_NET_ADMIN."""
 
 from __future__ import annotations
 
@@ -16,9 +18,10 @@ from pqlab.experiment import (
     CompareSpec,
     Experiment,
     Option,
-    parse_stack,
+    parse_stacks,
     stack_option,
 )
+from pqlab.experiments import throughput_tls_bench
 from pqlab.experiments.handshake.plan import pick_cpus
 from pqlab.net.shaping import build_hosts
 from pqlab.progress import CellProgress
@@ -27,7 +30,7 @@ from pqlab.tls import negotiation, runner, stacks
 from pqlab.tls.chains import make_chain
 
 NAME = "throughput"
-CELLS = Cells(NAME, ("group", "cipher_suite", "server_sig"), tls=True)
+CELLS = Cells(NAME, ("group", "cipher_suite", "server_sig"), tls=True, aux=("tls_bench",))
 # RFC 8446's three suites every stack here has (the default); a stack may have more
 # (`pqlab algorithms --tls` does not list suites; `pqlab-engine info` does).
 SUITES = ("TLS_AES_128_GCM_SHA256", "TLS_AES_256_GCM_SHA384", "TLS_CHACHA20_POLY1305_SHA256")
@@ -40,8 +43,14 @@ DDL = [
         server_sig TEXT, idx INTEGER, push_bytes BIGINT, push_ns BIGINT,
         server_recv_ns BIGINT, pull_bytes BIGINT, pull_ns BIGINT,
         pull_first_to_last_ns BIGINT, negotiated_cipher TEXT, negotiated_group TEXT,
-        server_cpus TEXT, client_cpus TEXT)""",
+        server_cpus TEXT, client_cpus TEXT, handshake_ns BIGINT, push_cpu_ns BIGINT,
+        pull_cpu_ns BIGINT)""",
+    throughput_tls_bench.DDL,
 ]
+MIGRATIONS = tuple(
+    f"ALTER TABLE IF EXISTS throughput_raw ADD COLUMN IF NOT EXISTS {c} BIGINT"
+    for c in ("handshake_ns", "push_cpu_ns", "pull_cpu_ns")
+)
 
 OPTIONS = (
     Option("groups", "key-exchange groups", default="X25519,X25519MLKEM768", metavar="LIST"),
@@ -56,30 +65,35 @@ OPTIONS = (
     Option("bytes", "bytes each way per connection (e.g. 64MiB), at most 16GiB", default="64MiB"),
     Option("n", "measured connections per cell (1-1000)", default="5", short="-n", metavar="N"),
     Option("warmup", "unrecorded connections per cell (0-100)", default="1", metavar="N"),
-    stack_option(),
+    Option(
+        "tls-bench-seconds",
+        "seconds per group of wolfSSL's tls_bench, run beside the cells of stacks whose build "
+        "has it (1-60; 0: do not run it)",
+        default="1",
+        metavar="S",
+    ),
+    stack_option(several=True),
     Option("port", "server TCP port inside the lab", default=str(DEFAULT_PORT), metavar="PORT"),
 )
 
 
 class Plan:
-    def __init__(self, groups, suites, server_sig, nbytes, n, warmup, stack, port):
+    def __init__(self, groups, suites, server_sig, nbytes, n, warmup, stacks, port, bench_s=1):
         self.groups, self.suites, self.server_sig = groups, suites, server_sig
-        self.nbytes, self.n, self.warmup, self.stack, self.port = nbytes, n, warmup, stack, port
+        self.nbytes, self.n, self.warmup, self.stacks, self.port = nbytes, n, warmup, stacks, port
+        self.tls_bench_seconds = bench_s  # 0: no tls_bench
 
     def cells(self):
-        for g in self.groups:
-            for s in self.suites:
-                yield g, s
+        for st in self.stacks:
+            for g in self.groups:
+                for s in self.suites:
+                    yield st, g, s
 
-    def cell_id(self, group, suite) -> CellId:
-        return CELLS.id(group, suite, self.server_sig, stack=self.stack)
+    def cell_id(self, stack, group, suite) -> CellId:
+        return CELLS.id(group, suite, self.server_sig, stack=stack)
 
 
-def from_values(values) -> Plan:
-    stack = parse_stack(values)
-    groups = catalog.resolve_list(units.parse_list(values.groups, "--groups"), "kem")
-    stacks.require(groups, stack, "group", "--groups")
-    suites = units.parse_list(values.ciphersuites, "--ciphersuites", example=SUITES[0])
+def _check_suites(stack, suites: list[str]) -> None:
     have = stack.cipher_suites or SUITES
     for s in suites:
         if s not in have:
@@ -87,8 +101,17 @@ def from_values(values) -> Plan:
                 f"--ciphersuites {s!r} is not a TLS 1.3 suite of the {stack.name} stack; use "
                 + ", ".join(have)
             )
+
+
+def from_values(values) -> Plan:
+    chosen = parse_stacks(values)
+    groups = catalog.resolve_list(units.parse_list(values.groups, "--groups"), "kem")
+    suites = units.parse_list(values.ciphersuites, "--ciphersuites", example=SUITES[0])
     sig = catalog.resolve(values.server_sig, "sig")
-    stacks.require([sig], stack, "server", "--server-sig")
+    for stack in chosen:
+        stacks.require(groups, stack, "group", "--groups")
+        _check_suites(stack, suites)
+        stacks.require([sig], stack, "server", "--server-sig")
     nbytes = units.parse_size(values.bytes, "--bytes", maximum=MAX_BYTES)
     if nbytes < 1:
         raise UserError(f"--bytes {values.bytes!r}: at least 1 byte")
@@ -99,15 +122,19 @@ def from_values(values) -> Plan:
         nbytes,
         units.parse_positive_int(values.n, "-n", maximum=1000),
         units.parse_positive_int(values.warmup, "--warmup", minimum=0, maximum=100),
-        stack.name,
+        tuple(st.name for st in chosen),
         units.parse_positive_int(values.port, "--port", maximum=65535),
+        units.parse_positive_int(
+            values.tls_bench_seconds, "--tls-bench-seconds", minimum=0, maximum=60
+        ),
     )
 
 
-def run_cell(store, hosts, plan: Plan, group, suite: str, chain, cpus) -> None:
-    stack = stacks.get(plan.stack)
+def run_cell(store, hosts, plan: Plan, cell, chain, cpus) -> None:
+    stack_name, group, suite = cell
+    stack = stacks.get(stack_name)
     tls = runner.Tls(
-        stack=plan.stack,
+        stack=stack_name,
         groups=(group,),
         sigalgs=(plan.server_sig,),
         ciphersuites=suite,
@@ -149,16 +176,16 @@ def run_cell(store, hosts, plan: Plan, group, suite: str, chain, cpus) -> None:
     bad = [r for r in srv if r["type"] != "connection"]
     if bad:
         raise EngineError(f"throughput server: {bad[0].get('message')}")
+    cid = str(plan.cell_id(*cell))
     for r in records + srv:
-        negotiation.check(r, expected, stack, what=f"{plan.cell_id(group, suite)} transfer")
+        negotiation.check(r, expected, stack, what=f"{cid} transfer")
     measured = [r for r in records if not r["warmup"]]
     if len(measured) != plan.n or len(srv) != total:
         raise EngineError(f"expected {plan.n} transfers, got {len(measured)}")
-    cid = str(plan.cell_id(group, suite))
     rows = [
         {
             "cell_id": cid,
-            "stack": plan.stack,
+            "stack": stack_name,
             "stack_impl": stack.implementation,
             "group": group.name,
             "cipher_suite": suite,
@@ -174,6 +201,9 @@ def run_cell(store, hosts, plan: Plan, group, suite: str, chain, cpus) -> None:
             "negotiated_group": r["negotiated"].get("group"),
             "server_cpus": str(server_cpu),
             "client_cpus": str(client_cpu),
+            "handshake_ns": r.get("handshake_ns"),
+            "push_cpu_ns": r.get("push_cpu_ns"),
+            "pull_cpu_ns": r.get("pull_cpu_ns"),
         }
         for r in measured
     ]
@@ -187,18 +217,23 @@ def measure(plan: Plan, store) -> None:
         store.ensure_table(ddl)
     done = CELLS.done(store)
     todo = [c for c in plan.cells() if plan.cell_id(*c) not in done]
-    if not todo:
-        return
-    cpus = pick_cpus() or (None, None)
-    chain = make_chain(store.path / "certs", plan.server_sig, plan.server_sig, plan.stack)
-    with build_hosts(None) as hosts, CellProgress(NAME, len(todo)) as progress:
-        for group, suite in todo:
-            progress.start(f"{group.name} / {suite}")
-            run_cell(store, hosts, plan, group, suite, chain, cpus)
-            progress.advance()
+    if todo:
+        cpus = pick_cpus() or (None, None)
+        chains = {
+            st: make_chain(store.path / "certs", plan.server_sig, plan.server_sig, st)
+            for st in dict.fromkeys(c[0] for c in todo)
+        }
+        with build_hosts(None) as hosts, CellProgress(NAME, len(todo)) as progress:
+            for cell in todo:
+                progress.start(f"{cell[1].name} / {cell[2]} / {cell[0]}")
+                run_cell(store, hosts, plan, cell, chains[cell[0]], cpus)
+                progress.advance()
+    if plan.tls_bench_seconds:
+        throughput_tls_bench.measure(plan, store, CELLS, done)
 
 
 COLUMNS = [
+    "stack",
     "stack_impl",
     "group",
     "cipher_suite",
@@ -212,6 +247,9 @@ COLUMNS = [
     "rx_MBps_min",
     "rx_MBps_max",
     "server_rx_MBps",
+    "handshake_ms",
+    "tx_cpu_MBps",
+    "rx_cpu_MBps",
 ]
 
 
@@ -222,7 +260,7 @@ def mbps(nbytes: int, ns: int) -> float:
 
 def summary_rows(store) -> list[dict]:
     raw = store.query(
-        'SELECT * FROM throughput_raw ORDER BY "group", cipher_suite, server_sig, idx'
+        'SELECT * FROM throughput_raw ORDER BY "group", cipher_suite, server_sig, stack_impl, idx'
     )
     cells: dict[tuple, list[dict]] = {}
     for r in raw:
@@ -231,11 +269,15 @@ def summary_rows(store) -> list[dict]:
         ).append(r)
     out = []
     for (impl, group, suite, sig), rs in cells.items():
+        handshakes = [r["handshake_ns"] / 1e6 for r in rs if r.get("handshake_ns")]
+        tx_cpu = [mbps(r["push_bytes"], r["push_cpu_ns"]) for r in rs if r.get("push_cpu_ns")]
+        rx_cpu = [mbps(r["pull_bytes"], r["pull_cpu_ns"]) for r in rs if r.get("pull_cpu_ns")]
         tx = [mbps(r["push_bytes"], r["push_ns"]) for r in rs]
         rx = [mbps(r["pull_bytes"], r["pull_ns"]) for r in rs]
         srx = [mbps(r["push_bytes"], r["server_recv_ns"]) for r in rs]
         out.append(
             {
+                "stack": rs[0].get("stack"),
                 "stack_impl": impl,
                 "group": group,
                 "cipher_suite": suite,
@@ -249,6 +291,9 @@ def summary_rows(store) -> list[dict]:
                 "rx_MBps_min": round(min(rx), 1),
                 "rx_MBps_max": round(max(rx), 1),
                 "server_rx_MBps": round(statistics.median(srx), 1),
+                "handshake_ms": round(statistics.median(handshakes), 3) if handshakes else None,
+                "tx_cpu_MBps": round(statistics.median(tx_cpu), 1) if tx_cpu else None,
+                "rx_cpu_MBps": round(statistics.median(rx_cpu), 1) if rx_cpu else None,
             }
         )
     return out
@@ -266,9 +311,12 @@ def export(store) -> Section | None:
         "throughput_intro", size=html.escape(units.format_bytes(rows[0]["bytes"]))
     )
     section.table(
-        csv_path, "Tx (client to server) and Rx (server to client), MB/s (tables/throughput.csv)"
+        csv_path,
+        "Tx (client to server) and Rx (server to client), MB/s, and the client's handshake "
+        "time (tables/throughput.csv)",
     )
     _figure(store, section, rows)
+    throughput_tls_bench.export(store, section, rows)
     return section
 
 
@@ -276,7 +324,11 @@ def _figure(store, section: Section, rows: list[dict]) -> None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(8, 0.4 * len(rows) + 1.2))
-    labels = [f"{r['group']} / {r['cipher_suite']}" for r in rows]
+    several = len({r["stack_impl"] for r in rows}) > 1
+    labels = [
+        f"{r['group']} / {r['cipher_suite']}" + (f" / {r['stack']}" if several else "")
+        for r in rows
+    ]
     y = list(range(len(rows)))
     ax.barh([v - 0.2 for v in y], [r["tx_MBps"] for r in rows], height=0.4, label="Tx")
     ax.barh([v + 0.2 for v in y], [r["rx_MBps"] for r in rows], height=0.4, label="Rx")
@@ -295,6 +347,7 @@ class Throughput(Experiment):
     needs_net = True
     cells = CELLS
     options = OPTIONS
+    migrations = MIGRATIONS
     compare = (
         CompareSpec(
             "throughput rx",
@@ -315,7 +368,7 @@ class Throughput(Experiment):
     )
 
     def resume_key(self, plan: Plan) -> dict:
-        return {"bytes": plan.nbytes, "n": plan.n, "warmup": plan.warmup, "stack": plan.stack}
+        return {"bytes": plan.nbytes, "n": plan.n, "warmup": plan.warmup}
 
     def metadata(self, plan: Plan) -> dict:
         return {
@@ -326,7 +379,8 @@ class Throughput(Experiment):
                 "bytes": plan.nbytes,
                 "n": plan.n,
                 "warmup": plan.warmup,
-                "stack": plan.stack,
+                "stacks": list(plan.stacks),
+                "tls_bench_seconds": plan.tls_bench_seconds,
             }
         }
 

@@ -46,11 +46,13 @@ class Stack:
     server_name_ack: bool = False
     # its server sends TLS 1.3's middlebox-compatibility ChangeCipherSpec (6 bytes)
     change_cipher_spec: bool = True
-    # how `tls memory` counts its heap ("openssl-hooks" or "malloc") and whether its
-    # randomness can be fixed for repeatable allocation counts
+    # how `tls memory` counts its heap ("openssl-hooks", "malloc", "wolfssl-allocators") and
+    # whether its randomness can be fixed for repeatable allocation counts
     heap_counting: str = "openssl-hooks"
     fixed_random: bool = True
     cipher_suites: tuple[str, ...] = ()  # TLS 1.3 suites it can negotiate (RFC names)
+    # the library's own programs this build has (e.g. "tls_bench"), by role, with their paths
+    tools: dict[str, str] = field(default_factory=dict)
 
     def group_name(self, alg) -> str:
         return self.groups[alg.tls_group]
@@ -280,6 +282,7 @@ def parse(info: dict) -> dict[str, Stack]:
             heap_counting=str(s.get("heap_counting", "openssl-hooks")),
             fixed_random=bool(s.get("fixed_random", True)),
             cipher_suites=tuple(str(c["name"]) for c in s.get("cipher_suites") or []),
+            tools={str(k): str(v) for k, v in (s.get("tools") or {}).items()},
         )
     return out
 

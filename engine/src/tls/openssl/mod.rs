@@ -130,8 +130,9 @@ impl Stack for OpenSsl {
             server_name_ack: false,
             change_cipher_spec: true,
             build_options: Vec::new(),
-            heap_counting: crate::tls::stack::heap_counting(self.heap_source()),
+            heap_counting: self.heap_counting(),
             fixed_random: self.fixed_random(),
+            tools: Default::default(),
         })
     }
 }

@@ -845,8 +845,9 @@ impl Stack for Rustls {
             server_name_ack: true,
             change_cipher_spec: true,
             build_options: Vec::new(),
-            heap_counting: crate::tls::stack::heap_counting(self.heap_source()),
+            heap_counting: self.heap_counting(),
             fixed_random: self.fixed_random(),
+            tools: Default::default(),
         })
     }
 }
