@@ -13,7 +13,12 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-NEEDS_ROOT = {"handshake_rate.py", "handshake_matrix_time.py", "linkem_precision.py"}
+NEEDS_ROOT = {
+    "handshake_rate.py",
+    "handshake_matrix_time.py",
+    "linkem_precision.py",
+    "tls_bench_vs_pqlab.py",
+}
 
 
 def main() -> int:

@@ -285,12 +285,14 @@ def parse_tls_bench(text: str) -> list[dict]:
     return rows
 
 
-def tls_bench(stack, seconds: float = 1.0, suite: str = DOCUMENT_SUITE, extra=()) -> list[dict]:
+def tls_bench(
+    stack, seconds: float = 1.0, suite: str = DOCUMENT_SUITE, extra=(), env=None
+) -> list[dict]:
     """Run `tls_bench -g` (every TLS 1.3 group it has, one after another, a client and a
     server thread over 127.0.0.1 for `seconds` each) with one suite; its rows."""
     argv = [str(tool(stack, "tls_bench")), "-g", "-l", suite, "-t", str(max(1, round(seconds)))]
     argv += [str(a) for a in extra]
-    proc = Process(argv, "tls_bench", json_lines=False)
+    proc = Process(argv, "tls_bench", json_lines=False, env=env)
     try:
         text = _finish(proc, 60 + 20 * seconds * len(TLS_BENCH_GROUPS))
     finally:
