@@ -119,7 +119,8 @@ def text(table_rows: list[dict]) -> str:
         f"<li>DHE-{r['dh_bits']} ({html.escape(r['cert'])}): RFC prime "
         f"{r['rfc_median_ms']} ms with {r['rfc_private_bits']}-bit exponents, generated "
         f"{r['generated_median_ms']} ms with {r['generated_private_bits']}-bit exponents: "
-        f"<b>{r['generated_over_rfc']}x</b> ({r['ci_low']}-{r['ci_high']}); "
+        f"<b>{r['generated_over_rfc']}x</b> ({r['ci_low']}-{r['ci_high']}: "
+        f"{html.escape(r['generated_costs_more'])}); "
         f"{r['generated_ratio_vs_rsa']}x RSA key exchange against the document's "
         f"{r['document_ratio_vs_rsa']}x</li>"
         for r in table_rows
