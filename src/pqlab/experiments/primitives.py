@@ -687,6 +687,10 @@ class Primitives(Experiment):
 
     def resume_key(self, plan: Plan) -> dict:
         key = {"iterations": plan.iterations, "warmup": plan.warmup, "seconds": plan.seconds}
+        if plan.wolfcrypt:
+            # Another wolfSSL build is another library: a resume must use the same.
+            described = primitives_wolfcrypt.describe()
+            key["wolfcrypt"] = {k: described[k] for k in ("version", "build_options")}
         if any(c.backend == "python" for c in plan.cells):
             # The python harness's library is not the engine's: a resume must use the same.
             harness = _python_versions()
