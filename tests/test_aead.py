@@ -12,6 +12,7 @@ import pytest
 from pqlab import cli, engine
 from pqlab.errors import EngineError
 from pqlab.experiments import aead as experiment
+from pqlab.experiments import aead_document
 
 
 def _rows(path):
@@ -85,6 +86,11 @@ def test_issue_matrix_produces_every_cell(tmp_path):
     # times slower on any x86 CPU with AES-NI.
     assert float(by[("aes-128-gcm", "16384", "encrypt")]["on_over_off"]) > 2
     assert (out / "figures" / "aead_aesni_ratio.png").exists()
+    # The document's own ratio of the same cell beside pqlab's (its mask is the default's);
+    # none for CCM, whose document numbers are not throughputs.
+    doc = by[("aes-128-gcm", "16384", "encrypt")]
+    assert float(doc["document_linux"]) == pytest.approx(4795012.44 / 239697.92, rel=1e-3)
+    assert all(by[("aes-128-ccm", s, "encrypt")]["document_linux"] == "" for s in ("16", "16384"))
     html = (out / "report.html").read_text()
     assert "CCM" in html and "~0x200000200000000" in html
     # The report is rebuilt from the database alone.
@@ -132,6 +138,9 @@ def test_speed_compatible_mode_and_baselines(tmp_path):
     for r in poly:  # the document's ratio and the extra time read the same measurement
         ratio, pct = float(r["chacha20_poly1305_over_chacha20"]), float(r["poly1305_overhead_pct"])
         assert ratio == pytest.approx(1 / (1 + pct / 100), rel=0.01)
+        # Beside it, the document's ratio at the same AES-NI setting and record size (64
+        # bytes, Linux Core i7, table 5.7 / 5.11).
+        assert float(r["document_linux"]) == pytest.approx(471620.46 / 596987.80, rel=1e-3)
     assert _rows(out / "tables" / "aead_modes.csv")
 
 
@@ -265,3 +274,45 @@ def test_benchmark_compares_like_with_like_and_fails_beyond_five_percent():
         dict((w, x) for w, x, _ in bench.checks(chacha))["fair / reference records"]
     )
     assert bench.SPEED_PER_RECORD == {c for c in experiment.AEADS if "chacha" not in c}
+
+
+def test_document_tables_hold_what_the_document_says_of_them():
+    """The transcribed tables 5.5-5.20 checked against the document's own sentences about
+    them, an independent source for the transcription."""
+    on_off = {
+        (p["name"], c, size): aead_document.aesni_columns(
+            {"cipher": c, "record_bytes": size, "off_mask": "documents"}
+        )[aead_document.column(p["name"])]
+        for p in aead_document.platforms()
+        for c in ("aes-128-gcm", "chacha20-poly1305", "aes-128-ccm")
+        for size in (16, 256, 1024, 16384)
+    }
+    # 5.4.2: on the Xeon (Amazon Linux) AES-GCM gains about 5x with AES-NI at large records,
+    # ChaCha20-Poly1305 about nothing at any size.
+    assert 4.5 < on_off[("amazon-linux", "aes-128-gcm", 16384)] < 5.5
+    assert all(
+        0.95 < on_off[("amazon-linux", "chacha20-poly1305", n)] < 1.05 for n in (16, 256, 16384)
+    )
+    # 5.4.2: on the Core i7s ChaCha20-Poly1305 gains 1.6-2.0x above 256 bytes.
+    for p in ("windows", "macos", "linux"):
+        assert 1.55 < on_off[(p, "chacha20-poly1305", 16384)] < 2.1
+        assert on_off[(p, "aes-128-gcm", 16384)] > 12
+    # No ratio from CCM: its numbers were no throughputs.
+    assert on_off[("linux", "aes-128-ccm", 16384)] is None
+    # 5.3.3 as pqlab's report puts it: speed's AES-CCM "ran" about 21 million calls per
+    # second at every record size on Windows (337,223 k at 16 bytes).
+    calls = [
+        aead_document.throughput("windows", "on", "aes-128-ccm", n) * 1000 / n
+        for n in (16, 64, 256, 1024, 8192, 16384)
+    ]
+    assert all(2.0e7 < c < 2.3e7 for c in calls), calls
+    # 5.4.1: ChaCha20-Poly1305 runs at about 0.7 times ChaCha20 alone.
+    poly = aead_document.poly1305_columns(
+        {"aesni": "on", "cpu_mask": "none", "record_bytes": 16384}
+    )
+    assert all(0.58 < v < 0.75 for v in poly.values()), poly
+    # A mask the document did not use has no document value.
+    precise = aead_document.poly1305_columns(
+        {"aesni": "off", "cpu_mask": "precise", "record_bytes": 16384}
+    )
+    assert set(precise.values()) == {None}

@@ -7,10 +7,13 @@ import csv
 import os
 import subprocess
 
+import duckdb
 import pytest
 
 from pqlab import cli
+from pqlab.errors import CheckError
 from pqlab.experiments import tls12 as experiment
+from pqlab.experiments import tls12_dhe
 from pqlab.net import privileges
 
 needs_net = pytest.mark.skipif(
@@ -114,7 +117,10 @@ def test_dh_sources_make_a_cell_each():
 @needs_net
 def test_generated_dh_parameters_have_full_exponents_and_cost_more(tmp_path):
     """Document 002's DHE: generated parameters (full-length private exponents) against the
-    RFC primes, which OpenSSL treats as named groups with short exponents from 2048 bits."""
+    RFC primes, which OpenSSL treats as named groups with short exponents from 2048 bits.
+    The exponent lengths are the server's own, per handshake, checked against OpenSSL's
+    source (crypto/ffc/ffc_dh.c: 225 bits for modp_2048; crypto/dh/dh_key.c: p bits - 2
+    for a prime of no named group)."""
     out = tmp_path / "dh"
     rc = cli.main(
         [
@@ -127,18 +133,70 @@ def test_generated_dh_parameters_have_full_exponents_and_cost_more(tmp_path):
     for bits in (1024, 2048):
         rfc, gen = got[f"DHE-{bits}"], got[f"DHE-{bits}-generated"]
         assert (rfc["dh_params"], gen["dh_params"]) == ("rfc", "generated")
-        assert int(gen["dh_private_bits"]) >= bits - 8  # as long as the prime
+        assert int(gen["dh_private_bits"]) == bits - 2  # as long as the prime
         assert gen["document_ratio_vs_rsa"] == rfc["document_ratio_vs_rsa"] != ""
-        print(
-            f"DHE-{bits}: rfc {rfc['median_ms']} ms ({rfc['dh_private_bits']}-bit exponents), "
-            f"generated {gen['median_ms']} ms ({gen['dh_private_bits']}-bit)"
-        )
-    # From 2048 bits OpenSSL draws short exponents for the RFC prime: generated costs more
-    # (here about 4x: a 2047-bit exponent against 225 bits).
-    assert int(got["DHE-2048"]["dh_private_bits"]) < 400
-    assert float(got["DHE-2048-generated"]["median_ms"]) > 1.5 * float(got["DHE-2048"]["median_ms"])
-    # The RFC 2409 1024-bit prime is no named group: full exponents either way.
-    assert int(got["DHE-1024"]["dh_private_bits"]) >= 1016
+    # The server's exponent of every handshake, kept raw.
+    con = duckdb.connect(str(out / "results.duckdb"), read_only=True)
+    per_handshake = dict(
+        con.execute(
+            "SELECT kex, list(DISTINCT server_dh_private_bits) FROM tls12_handshakes "
+            "WHERE kex LIKE 'DHE-%' GROUP BY kex"
+        ).fetchall()
+    )
+    con.close()
+    assert per_handshake["DHE-1024"] == per_handshake["DHE-1024-generated"] == [1022]
+    assert per_handshake["DHE-2048-generated"] == [2046]
+    assert max(per_handshake["DHE-2048"]) <= 225
+    # The per-size table: from 2048 bits generated costs more, as the exponents predict.
+    dhe = {int(r["dh_bits"]): r for r in _rows(out / "tables" / "tls12_dhe.csv")}
+    assert set(dhe) == {1024, 2048}
+    assert (dhe[2048]["rfc_private_bits"], dhe[2048]["generated_private_bits"]) == (
+        got["DHE-2048"]["dh_private_bits"],
+        "2046",
+    )
+    assert dhe[2048]["generated_costs_more"] == "yes"
+    assert dhe[2048]["expected"].startswith("generated dearer")
+    assert float(dhe[2048]["ci_low"]) > 1.5  # 2046- against at most 225-bit exponents
+    assert dhe[2048]["document_ratio_vs_rsa"] == "4.75"
+    assert dhe[1024]["expected"].startswith("same cost")
+    assert "the private exponent" in (out / "report.html").read_text()
+
+
+def _dhe_row(kex: str, source: str, bits: int, ms: list[float]) -> dict:
+    return {
+        "version": "1.2", "kex": kex, "cert": "RSA-2048", "n": len(ms), "dh_params": source,
+        "dh_private_bits": bits, "mean_ms": sum(ms) / len(ms), "median_ms": sorted(ms)[1],
+        "ratio_vs_rsa": 2.0, "document_ratio_vs_rsa": 4.75, "host_pair": None, "_ms": ms,
+    }  # fmt: skip
+
+
+def test_dhe_table_calls_a_difference_only_beyond_its_margin():
+    base = [1.0, 1.01, 0.99, 1.02, 0.98] * 20
+    rows = [
+        _dhe_row("DHE-2048", "rfc", 225, base),
+        _dhe_row("DHE-2048-generated", "generated", 2046, [4 * x for x in base]),
+        _dhe_row("DHE-1024", "rfc", 1022, base),
+        _dhe_row("DHE-1024-generated", "generated", 1022, [1.02 * x for x in base]),
+        _dhe_row("DHE-3072", "rfc", 275, base),  # no generated cell: no row
+    ]
+    got = {r["dh_bits"]: r for r in tls12_dhe.table(rows)}
+    assert set(got) == {1024, 2048}
+    assert got[2048]["generated_costs_more"] == "yes"
+    assert got[2048]["generated_over_rfc"] == pytest.approx(4.0, rel=0.01)
+    assert got[2048]["expected"].startswith("generated dearer")
+    # 2 % is within what cells run one after another drift by.
+    assert got[1024]["generated_costs_more"] == "no difference (within 5 %)"
+    assert got[1024]["expected"].startswith("same cost")
+
+
+def test_a_server_exponent_longer_than_its_parameters_allow_is_refused():
+    spec = experiment.cell_spec("1.2", experiment.KEX12[2].with_source("rfc"), "RSA-2048")
+    described = {"private_bits": 225}
+    experiment._check_server_exponent(spec, {"dh_private_bits": 224}, described, "c")
+    with pytest.raises(CheckError, match="226-bit DH exponent"):
+        experiment._check_server_exponent(spec, {"dh_private_bits": 226}, described, "c")
+    with pytest.raises(CheckError, match="no DH private exponent"):
+        experiment._check_server_exponent(spec, {}, described, "c")
 
 
 @needs_net

@@ -204,7 +204,9 @@ fn fixed_time_mode_runs_each_operation_for_its_seconds_and_keeps_every_sample() 
     assert_eq!(done.len(), 3, "{done:?}"); // keygen, public_key, shared_secret
     for d in &done {
         let own = d["own_seconds"].as_f64().unwrap();
-        assert!(own >= 0.05, "{d}");
+        // Each operation has its own time, not its partner's: the fast public_key's runs do
+        // not keep the slow shared_secret timed beyond its 50 ms (one run may cross it).
+        assert!((0.05..0.1).contains(&own), "{d}");
         assert_eq!(d["budget_exhausted"], false, "{d}");
         let op = d["op"].as_str().unwrap();
         let kept = recs
@@ -223,6 +225,19 @@ fn fixed_time_mode_runs_each_operation_for_its_seconds_and_keeps_every_sample() 
             "{op}: {sum} ns vs {own} s"
         );
     }
+    // As many runs as fit: exporting and importing a key share is many times faster than
+    // deriving a secret, so it makes many times more runs in the same time.
+    let kept = |op: &str| {
+        done.iter().find(|d| d["op"] == op).unwrap()["kept"]
+            .as_u64()
+            .unwrap()
+    };
+    assert!(
+        kept("public_key") > 3 * kept("shared_secret"),
+        "{} vs {}",
+        kept("public_key"),
+        kept("shared_secret")
+    );
     let (out, recs) = run(&[
         "kem",
         "--backend",

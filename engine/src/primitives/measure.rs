@@ -2,8 +2,8 @@
 //!
 //! Each algorithm is measured in phases: key generation alone, then the operations that use
 //! a key in pairs (encaps+decaps, public_key+shared_secret, sign+verify). A phase runs in
-//! batches of up to `BATCH` iterations: first every timed run of the first operation back to
-//! back, then every timed run of the second on the first one's outputs, then the checks. So
+//! batches of up to `BATCH` iterations: first every run of the first operation back to
+//! back, then every run of the second on the first one's outputs, then the checks. So
 //! consecutive samples of one operation run back to back (as in `openssl speed` and liboqs's
 //! speed programs), while every output is still checked:
 //! - keygen: each key is used once, untimed (encaps+decaps, derive both ways, sign+verify);
@@ -15,7 +15,11 @@
 //!
 //! A failed check ends the run with an error record. Per operation, `iterations + 1` timed
 //! runs are made after the warm-up; the first (index 0) is emitted with `"dropped": true`
-//! (the documents' "first run dropped"), so `iterations` samples remain.
+//! (the documents' "first run dropped"), so `iterations` samples remain. In fixed-time mode
+//! (`seconds_per_op`, liboqs's `speed_kem`/`speed_sig`) each operation is timed until its
+//! own timed runs add up to the seconds asked for, independently of its partner: a pair's
+//! operations then make different numbers of runs, the finished one running untimed (its
+//! last outputs reused, as liboqs's programs reuse one input) to feed or check the other.
 
 use super::backend::{Kem, KeyAgreement, KeySizes, SigSizes, Signature};
 use super::timer::{monotonic_ns, time, Sample};
@@ -142,18 +146,91 @@ fn own_peak_rss_kib() -> Option<u64> {
 
 // --- phases ------------------------------------------------------------------------------
 
-/// One batch: `n` iterations wanted, at least `min` before honouring `deadline` (ns on
-/// CLOCK_MONOTONIC); returns the samples of each operation of the phase (equal lengths).
-type BatchResult = Result<Vec<Vec<Sample>>>;
+/// One operation's part in a batch of a phase. The batch runs the operation as often as
+/// the phase needs its outputs (as inputs or checks of the other operation); `run` times a
+/// run only while the operation still wants timed runs: fewer than `runs_left` so far, and
+/// either fewer than `must` (the dropped first run and one kept) or, in fixed-time mode,
+/// fewer of its own timed nanoseconds than `ns_left`. Runs beyond that are made untimed.
+pub struct Meter {
+    runs_left: usize,
+    must: usize,
+    ns_left: Option<u64>,
+    /// The first sample of this batch is the operation's dropped run: it does not count
+    /// towards the fixed time.
+    skip_first: bool,
+    spent_ns: u64,
+    samples: Vec<Sample>,
+}
+
+impl Meter {
+    fn new(runs_left: usize, must: usize, ns_left: Option<u64>, skip_first: bool) -> Meter {
+        Meter {
+            runs_left,
+            must,
+            ns_left,
+            skip_first,
+            spent_ns: 0,
+            samples: Vec::with_capacity(runs_left),
+        }
+    }
+
+    /// Whether the next run of this operation is timed.
+    pub fn wants(&self) -> bool {
+        let n = self.samples.len();
+        n < self.runs_left && (n < self.must || self.ns_left.is_none_or(|l| self.spent_ns < l))
+    }
+
+    /// Run `f`, timed if the operation still wants timed runs.
+    pub fn run<T>(&mut self, f: impl FnOnce() -> T) -> T {
+        if self.wants() {
+            let (out, t) = time(f);
+            self.push(t);
+            out
+        } else {
+            f()
+        }
+    }
+
+    /// A run timed by the caller (key generation into buffers prepared outside the clock).
+    pub fn push(&mut self, t: Sample) {
+        if !(self.skip_first && self.samples.is_empty()) {
+            self.spent_ns += t.ns;
+        }
+        self.samples.push(t);
+    }
+}
+
+/// Whether the first loop of a batch (the one whose outputs the phase's other operations
+/// use) makes iteration `i`: while any operation of the phase still wants timed runs, at
+/// most `BATCH`, and past the deadline only as long as some operation still lacks the runs
+/// it must make.
+fn more(meters: &[Meter], i: usize, deadline: Option<u64>) -> bool {
+    let n = meters.iter().map(|m| m.runs_left).max().unwrap_or(0);
+    if i >= n || !meters.iter().any(Meter::wants) {
+        return false;
+    }
+    let owed = meters.iter().any(|m| i < m.must);
+    owed || !past(deadline)
+}
 
 fn past(deadline: Option<u64>) -> bool {
     deadline.is_some_and(|d| monotonic_ns() >= d)
 }
 
+/// Run one phase. `batch(meters, deadline)` makes one batch: its first loop makes the
+/// phase's inputs while `more` says so (timing the first operation through `meters[0]`),
+/// then each further operation runs on those inputs through its meter, every output
+/// checked whether it was timed or not.
+///
+/// With a number of iterations every operation makes `iterations + 1` timed runs, in
+/// pairs. In fixed-time mode (liboqs's speed programs) each operation stops being timed
+/// once its own timed runs add up to the seconds asked for, so each makes as many runs as
+/// fit in that time; the phase goes on, the finished operation running untimed to feed or
+/// check the other, until every operation has its time.
 fn run_phase(
     plan: &Plan,
     ops: &[&str],
-    mut batch: impl FnMut(usize, usize, Option<u64>) -> BatchResult,
+    mut batch: impl FnMut(&mut [Meter], Option<u64>) -> Result<()>,
 ) -> Result<()> {
     // Warm-up: the same work, untimed results discarded (checks still apply).
     let warm_deadline = {
@@ -165,52 +242,73 @@ fn run_phase(
     let mut warmed = 0;
     while warmed < plan.warmup && !past(Some(warm_deadline)) {
         let n = (plan.warmup - warmed).min(BATCH);
-        let got = batch(n, 1, Some(warm_deadline))?;
-        warmed += got[0].len();
+        let mut meters: Vec<Meter> = ops.iter().map(|_| Meter::new(n, 1, None, false)).collect();
+        batch(&mut meters, Some(warm_deadline))?;
+        warmed += meters[0].samples.len().max(1);
     }
 
     let total = plan.iterations + 1;
     let start = monotonic_ns();
     let deadline = plan.max_seconds.map(|s| start + (s * 1e9) as u64);
-    let own_target_ns = plan.seconds_per_op.map(|s| (s * 1e9) as u64);
+    let target_ns = plan.seconds_per_op.map(|s| (s * 1e9) as u64);
     let mut own_ns = vec![0u64; ops.len()]; // each operation's own timed nanoseconds
-    let mut done = 0usize;
+    let mut done = vec![0usize; ops.len()]; // each operation's timed runs
     let mut budget_exhausted = false;
-    while done < total {
-        if done >= 2 && past(deadline) {
+    let finished =
+        |done: usize, own: u64| done >= total || (done >= 2 && target_ns.is_some_and(|t| own >= t));
+    loop {
+        if done.iter().zip(&own_ns).all(|(&d, &o)| finished(d, o)) {
+            break;
+        }
+        if done.iter().all(|&d| d >= 2) && past(deadline) {
             budget_exhausted = true;
             break;
         }
-        if done >= 2 && own_target_ns.is_some_and(|t| own_ns.iter().all(|&n| n >= t)) {
-            break;
-        }
-        let n = (total - done).min(BATCH);
-        let min = 2usize.saturating_sub(done).min(n);
-        let got = batch(n, min, deadline)?;
-        let k = got[0].len();
-        debug_assert!(got.iter().all(|s| s.len() == k));
-        for (acc, samples) in own_ns.iter_mut().zip(&got) {
-            // The dropped first run does not count towards the fixed time either.
-            let skip = usize::from(done == 0);
-            *acc += samples.iter().skip(skip).map(|s| s.ns).sum::<u64>();
-        }
-        if plan.emit_samples {
-            for (op, samples) in ops.iter().zip(&got) {
-                for (j, s) in samples.iter().enumerate() {
-                    let index = done + j;
+        let mut meters: Vec<Meter> = done
+            .iter()
+            .zip(&own_ns)
+            .map(|(&d, &o)| {
+                let runs = if finished(d, o) {
+                    0
+                } else {
+                    (total - d).min(BATCH)
+                };
+                let ns_left = target_ns.map(|t| t.saturating_sub(o));
+                Meter::new(runs, 2usize.saturating_sub(d), ns_left, d == 0)
+            })
+            .collect();
+        batch(&mut meters, deadline)?;
+        for (j, m) in meters.iter().enumerate() {
+            if plan.emit_samples {
+                for (k, s) in m.samples.iter().enumerate() {
+                    let index = done[j] + k;
                     emit(&json!({
-                        "type": "sample", "op": op, "index": index, "ns": s.ns,
+                        "type": "sample", "op": ops[j], "index": index, "ns": s.ns,
                         "cycles": s.cycles, "dropped": index == 0,
                     }));
                 }
             }
+            own_ns[j] += m.spent_ns;
+            done[j] += m.samples.len();
         }
-        done += k;
+        if meters.iter().all(|m| m.samples.is_empty()) {
+            // Only the deadline, passing between the check above and the batch, stops a
+            // batch before its first timed run.
+            if past(deadline) {
+                budget_exhausted = true;
+                break;
+            }
+            return Err(crate::err!(
+                Library,
+                "{}: a batch made no timed run; the measuring loop cannot go on",
+                ops.join("/")
+            ));
+        }
     }
     let elapsed = (monotonic_ns() - start) as f64 / 1e9;
-    for (op, own) in ops.iter().zip(&own_ns) {
+    for ((op, own), runs) in ops.iter().zip(&own_ns).zip(&done) {
         emit(&json!({
-            "type": "op_done", "op": op, "timed_runs": done, "kept": done - 1,
+            "type": "op_done", "op": op, "timed_runs": runs, "kept": runs.saturating_sub(1),
             "requested": plan.iterations, "warmup_runs": warmed,
             "budget_exhausted": budget_exhausted, "phase_seconds": elapsed,
             "own_seconds": *own as f64 / 1e9, "seconds_per_op": plan.seconds_per_op,
@@ -249,21 +347,53 @@ fn timed_keygen<Key>(
     }
 }
 
+/// The first half of a pair phase's batch: fresh outputs of the first operation, made back
+/// to back while `more` says so, as long as the first operation is still timed (or there
+/// are none yet); once it has had its time, the last outputs are used again, as liboqs's
+/// speed programs decapsulate and verify one fixed input. Returns whether the outputs are
+/// fresh: each fresh output must then be checked.
+fn fill<T>(
+    meters: &mut [Meter],
+    deadline: Option<u64>,
+    pool: &mut Vec<T>,
+    mut make: impl FnMut(&mut Meter) -> Result<T>,
+) -> Result<bool> {
+    let fresh = meters[0].wants() || pool.is_empty();
+    if fresh {
+        pool.clear();
+        let mut i = 0;
+        while more(meters, i, deadline) {
+            let out = make(&mut meters[0])?;
+            pool.push(out);
+            i += 1;
+        }
+    }
+    Ok(fresh)
+}
+
+/// Whether the second operation of a pair makes its `j`-th run of this batch: once on every
+/// fresh output (each is checked), else round the old outputs while it still wants timed runs.
+fn second_turn(meter: &Meter, pool_len: usize, fresh: bool, j: usize) -> bool {
+    if fresh {
+        j < pool_len
+    } else {
+        pool_len > 0 && meter.wants()
+    }
+}
+
 // --- KEM ---------------------------------------------------------------------------------
 
 pub fn kem<K: Kem>(k: &K, plan: &Plan) -> Result<()> {
     let mut sizes = Sizes::default();
     let mut checks = 0u64;
-    run_phase(plan, &["keygen"], |n, min, deadline| {
-        let mut keys = Vec::with_capacity(n);
-        let mut times = Vec::with_capacity(n);
-        for i in 0..n {
-            if i >= min && past(deadline) {
-                break;
-            }
+    run_phase(plan, &["keygen"], |meters, deadline| {
+        let mut keys = Vec::new();
+        let mut i = 0;
+        while more(meters, i, deadline) {
             let (key, t) = timed_keygen(|| k.key_buffer(), |buf| k.keygen_into(buf), || k.keygen());
+            meters[0].push(t);
             keys.push(key?);
-            times.push(t);
+            i += 1;
         }
         for key in &keys {
             let (ct, ss) = k.encaps(key)?;
@@ -276,34 +406,29 @@ pub fn kem<K: Kem>(k: &K, plan: &Plan) -> Result<()> {
             sizes.kem(ct.len(), ss.len());
             checks += 1;
         }
-        Ok(vec![times])
+        Ok(())
     })?;
 
     let key = k.keygen()?;
-    run_phase(plan, &["encaps", "decaps"], |n, min, deadline| {
-        let mut outs = Vec::with_capacity(n);
-        let mut te = Vec::with_capacity(n);
-        for i in 0..n {
-            if i >= min && past(deadline) {
-                break;
-            }
-            let (r, t) = time(|| k.encaps(&key));
-            outs.push(r?);
-            te.push(t);
-        }
-        let mut td = Vec::with_capacity(outs.len());
-        for (ct, ss) in &outs {
-            let (r, t) = time(|| k.decaps(&key, ct));
-            td.push(t);
+    let mut pool: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
+    run_phase(plan, &["encaps", "decaps"], |meters, deadline| {
+        let fresh = fill(meters, deadline, &mut pool, |m| m.run(|| k.encaps(&key)))?;
+        let mut j = 0;
+        while second_turn(&meters[1], pool.len(), fresh, j) {
+            let (ct, ss) = &pool[j % pool.len()];
+            let r = meters[1].run(|| k.decaps(&key, ct));
             if r? != *ss {
                 return Err(check_failed(
                     "decapsulated secret differs from the encapsulated one".into(),
                 ));
             }
-            sizes.kem(ct.len(), ss.len());
+            if fresh {
+                sizes.kem(ct.len(), ss.len());
+            }
             checks += 1;
+            j += 1;
         }
-        Ok(vec![te, td])
+        Ok(())
     })?;
 
     // The check must be able to fail: a corrupted ciphertext must not give the same secret
@@ -331,16 +456,12 @@ pub fn kex<X: KeyAgreement>(x: &X, plan: &Plan) -> Result<()> {
     let mut checks = 0u64;
     let peer = x.keygen()?;
     let peer_share = x.public_key(&peer)?;
-    run_phase(plan, &["keygen"], |n, min, deadline| {
-        let mut keys = Vec::with_capacity(n);
-        let mut times = Vec::with_capacity(n);
-        for i in 0..n {
-            if i >= min && past(deadline) {
-                break;
-            }
-            let (key, t) = time(|| x.keygen());
-            keys.push(key?);
-            times.push(t);
+    run_phase(plan, &["keygen"], |meters, deadline| {
+        let mut keys = Vec::new();
+        let mut i = 0;
+        while more(meters, i, deadline) {
+            keys.push(meters[0].run(|| x.keygen())?);
+            i += 1;
         }
         for key in &keys {
             let mine = x.derive(key, &peer_share)?;
@@ -356,45 +477,42 @@ pub fn kex<X: KeyAgreement>(x: &X, plan: &Plan) -> Result<()> {
             sizes.kem(share, mine.len());
             checks += 1;
         }
-        Ok(vec![times])
+        Ok(())
     })?;
 
     let key = x.keygen()?;
     let wire = x.wire_public(&key)?;
     let reference = x.derive(&peer, &x.public_key(&key)?)?;
+    let mut pool: Vec<X::Peer> = Vec::new();
     run_phase(
         plan,
         &["public_key", "shared_secret"],
-        |n, min, deadline| {
-            let mut shares = Vec::with_capacity(n);
-            let mut tp = Vec::with_capacity(n);
-            for i in 0..n {
-                if i >= min && past(deadline) {
-                    break;
-                }
-                let (r, t) = time(|| x.public_key(&key));
-                shares.push(r?);
-                tp.push(t);
-            }
-            for s in &shares {
-                if x.peer_wire(s)? != wire {
-                    return Err(check_failed(
-                        "the imported key share differs from the exported public key".into(),
-                    ));
+        |meters, deadline| {
+            let fresh = fill(meters, deadline, &mut pool, |m| {
+                m.run(|| x.public_key(&key))
+            })?;
+            if fresh {
+                for s in &pool {
+                    if x.peer_wire(s)? != wire {
+                        return Err(check_failed(
+                            "the imported key share differs from the exported public key".into(),
+                        ));
+                    }
                 }
             }
-            let mut ts = Vec::with_capacity(shares.len());
-            for _ in 0..shares.len() {
-                let (r, t) = time(|| x.derive(&key, &peer_share));
-                ts.push(t);
+            let mut j = 0;
+            // The derivation does not use the shares: it runs only while it is timed.
+            while second_turn(&meters[1], pool.len(), fresh, j) && meters[1].wants() {
+                let r = meters[1].run(|| x.derive(&key, &peer_share));
                 if r? != reference {
                     return Err(check_failed(
                         "the two sides derived different secrets".into(),
                     ));
                 }
                 checks += 1;
+                j += 1;
             }
-            Ok(vec![tp, ts])
+            Ok(())
         },
     )?;
 
@@ -417,16 +535,14 @@ pub fn sig<S: Signature>(s: &S, plan: &Plan) -> Result<()> {
     let mut sizes = Sizes::default();
     let mut checks = 0u64;
     let mut counter = 0u64;
-    run_phase(plan, &["keygen"], |n, min, deadline| {
-        let mut keys = Vec::with_capacity(n);
-        let mut times = Vec::with_capacity(n);
-        for i in 0..n {
-            if i >= min && past(deadline) {
-                break;
-            }
+    run_phase(plan, &["keygen"], |meters, deadline| {
+        let mut keys = Vec::new();
+        let mut i = 0;
+        while more(meters, i, deadline) {
             let (key, t) = timed_keygen(|| s.key_buffer(), |buf| s.keygen_into(buf), || s.keygen());
+            meters[0].push(t);
             keys.push(key?);
-            times.push(t);
+            i += 1;
         }
         for key in &keys {
             counter += 1;
@@ -441,40 +557,36 @@ pub fn sig<S: Signature>(s: &S, plan: &Plan) -> Result<()> {
             sizes.sig(s.signature_sizes(&signature)?);
             checks += 1;
         }
-        Ok(vec![times])
+        Ok(())
     })?;
 
     let key = s.keygen()?;
-    let mut last = None;
-    run_phase(plan, &["sign", "verify"], |n, min, deadline| {
-        let mut sigs = Vec::with_capacity(n);
-        let mut tsig = Vec::with_capacity(n);
-        for i in 0..n {
-            if i >= min && past(deadline) {
-                break;
-            }
+    let mut pool: Vec<([u8; MESSAGE_LEN], Vec<u8>)> = Vec::new();
+    run_phase(plan, &["sign", "verify"], |meters, deadline| {
+        let fresh = fill(meters, deadline, &mut pool, |m| {
             counter += 1;
-            let m = message(counter);
-            let (r, t) = time(|| s.sign(&key, &m));
-            sigs.push((m, r?));
-            tsig.push(t);
-        }
-        let mut tver = Vec::with_capacity(sigs.len());
-        for (m, signature) in &sigs {
-            let (r, t) = time(|| s.verify(&key, m, signature));
-            tver.push(t);
+            let msg = message(counter);
+            let signature = m.run(|| s.sign(&key, &msg))?;
+            Ok((msg, signature))
+        })?;
+        let mut j = 0;
+        while second_turn(&meters[1], pool.len(), fresh, j) {
+            let (m, signature) = &pool[j % pool.len()];
+            let r = meters[1].run(|| s.verify(&key, m, signature));
             if !r? {
                 return Err(check_failed("a signature failed to verify".into()));
             }
-            sizes.sig(s.signature_sizes(signature)?);
+            if fresh {
+                sizes.sig(s.signature_sizes(signature)?);
+            }
             checks += 1;
+            j += 1;
         }
-        last = sigs.pop();
-        Ok(vec![tsig, tver])
+        Ok(())
     })?;
 
     // The verify check must be able to fail.
-    let (m, signature) = last.expect("at least two signatures were made");
+    let (m, signature) = pool.pop().expect("at least two signatures were made");
     let mut negative = Vec::new();
     if s.verify(&key, &m, &flip(&signature))? {
         return Err(check_failed("a corrupted signature verified".into()));

@@ -141,6 +141,35 @@ fn signature_checks_pass_and_reject_corrupted_signatures() {
 }
 
 #[test]
+fn fixed_time_mode_checks_every_output_too() {
+    // Each operation timed for its own seconds, the finished one running untimed on reused
+    // inputs: a wrong secret or a corrupted signature is still caught.
+    let fixed = Plan {
+        iterations: 1_000_000,
+        warmup: 0,
+        max_seconds: None,
+        seconds_per_op: Some(0.02),
+        emit_samples: false,
+    };
+    let kem = || ossl::OsslKem::new("ML-KEM-768", &Params::new()).unwrap();
+    assert!(measure::kem(&kem(), &fixed).is_ok());
+    let err = measure::kem(&BadDecaps(kem()), &fixed).expect_err("a wrong secret");
+    assert!(
+        matches!(&err, Error::Check(m) if m.contains("check failed")),
+        "{err:?}"
+    );
+    let sig = || oqs::OqsSig::new("ML-DSA-44", &Params::new(), None).unwrap();
+    assert!(measure::sig(&sig(), &fixed).is_ok());
+    let err = measure::sig(&BadSigner(sig()), &fixed).expect_err("a corrupted signature");
+    assert!(
+        matches!(&err, Error::Check(m) if m.contains("check failed")),
+        "{err:?}"
+    );
+    let x = ossl::OsslKex::new("X25519", &Params::new()).unwrap();
+    assert!(measure::kex(&x, &fixed).is_ok());
+}
+
+#[test]
 fn key_agreements_derive_equal_secrets() {
     for (alg, params) in [
         ("X25519", Params::new()),

@@ -217,6 +217,10 @@ pub struct Recorder {
     /// For a stack that reports no messages: record headers read off the socket's bytes
     /// (`scan_wire`), per direction.
     scanners: Option<[RecordScanner; 2]>,
+    /// The length in bits of this side's ephemeral finite-field DH private exponent, where
+    /// the stack can tell (OpenSSL, a TLS 1.2 DHE server: read as its ServerKeyExchange is
+    /// written). Reported as the connection's `dh_private_bits`.
+    pub dh_private_bits: Option<i32>,
 }
 
 /// Finds TLS record headers in a byte stream given in pieces: every record is a 5-byte
@@ -263,6 +267,7 @@ impl Default for Recorder {
             io_bytes: [0; 2],
             records: [0; 2],
             scanners: None,
+            dh_private_bits: None,
         }
     }
 }

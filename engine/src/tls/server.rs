@@ -577,6 +577,9 @@ fn handshake_and_respond(
     out["handshake_ns"] = json!(t_hs.mono - t_hs_start.mono);
     out["accept_to_handshake_ns"] = json!(t_hs.mono - c.t_accept.mono);
     out["negotiated"] = serde_json::to_value(session.negotiated()).unwrap_or(Value::Null);
+    if let Some(bits) = rec.try_borrow().ok().and_then(|r| r.dh_private_bits) {
+        out["dh_private_bits"] = json!(bits);
+    }
     out["servername"] = json!(session.server_name());
     if a.client_ca.is_some() {
         // Mutual TLS: the client's chain as the stack judged it (a failure never gets here:

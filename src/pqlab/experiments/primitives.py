@@ -19,7 +19,7 @@ from pqlab.errors import EngineError, UserError
 from pqlab.experiment import CellId, Cells, CompareSpec, Experiment, Option
 from pqlab.experiments import primitives_figures as figs
 from pqlab.experiments import primitives_python as pp
-from pqlab.experiments import primitives_report
+from pqlab.experiments import primitives_report, primitives_wolfcrypt
 from pqlab.experiments import sizes as sizes_exp
 from pqlab.experiments.selection import (
     SELECTION_OPTIONS,
@@ -35,7 +35,8 @@ from pqlab.store import RunStore
 
 NAME = "primitives"
 MACHINE = "__machine__"  # the auxiliary cell holding the machine's warnings
-CELLS = Cells(NAME, ("algorithm", "backend"), aux=(MACHINE,))
+WOLFCRYPT = "__wolfcrypt__"  # the auxiliary cell of wolfCrypt's own benchmark
+CELLS = Cells(NAME, ("algorithm", "backend"), aux=(MACHINE, WOLFCRYPT))
 
 SAMPLES_DDL = """
 CREATE TABLE IF NOT EXISTS primitive_samples (
@@ -149,6 +150,7 @@ def run_cells(
     max_seconds: float | None,
     skipped_warning: list[Warning_] = (),
     seconds: float | None = None,
+    wolfcrypt: bool = False,
 ) -> None:
     store.ensure_table(SAMPLES_DDL)
     store.ensure_table(RUNS_DDL)
@@ -165,6 +167,13 @@ def run_cells(
         for cell in todo:
             progress.start(f"{cell.algorithm.name} ({cell.backend})")
             measure_cell(store, cell, iterations, warmup, max_seconds, seconds)
+            progress.advance()
+    bench = CELLS.auxiliary(WOLFCRYPT)
+    if wolfcrypt and bench not in done:
+        with CellProgress("wolfCrypt benchmark", 1) as progress:
+            progress.start("wolfCrypt's own benchmark program")
+            with store.cell(NAME, bench, {"args": primitives_wolfcrypt.flags()}):
+                primitives_wolfcrypt.measure(store)
             progress.advance()
 
 
@@ -459,12 +468,9 @@ def export(store: RunStore) -> Section | None:
         ),
     )
     section.table(csv_path, "Summary per algorithm, backend and operation (microseconds)")
-    section.table(
-        store.export_table("primitives_speed", SPEED_SQL),
-        "As liboqs's speed_kem / speed_sig print it (document 004's table): iterations, "
-        "total time of the operation's own runs, mean and population standard deviation of "
-        "time and CPU cycles; seconds_per_op is set for a fixed-time run (--seconds)",
-    )
+    speed = speed_table(store)
+    if speed is not None:
+        section.table(speed, SPEED_CAPTION)
     if ratios:
         items = "".join(
             f"<li>{html.escape(r['algorithm'])} {html.escape(r['operation'])}: OpenSSL "
@@ -481,6 +487,7 @@ def export(store: RunStore) -> Section | None:
         section.table(ratio_csv, "Median time, OpenSSL / liboqs")
 
     primitives_report.add_to(section, store, rows)
+    primitives_wolfcrypt.add_to(section, store, rows)
     for png, caption in figs.draw_all(store, rows, ratios):
         section.figure(png, caption)
     if "sizes" not in store.experiments():
@@ -520,6 +527,30 @@ ORDER BY min(s.rowid)
 """
 
 
+SPEED_CAPTION = (
+    "As liboqs's speed_kem / speed_sig print it (document 004's table of liboqs's KEMs): "
+    "iterations, total time of the operation's own timed runs, mean and population standard "
+    "deviation of time and CPU cycles, then pqlab's median and robust CV; seconds_per_op is "
+    "set for a fixed-time run (--seconds, each operation timed for that long as liboqs "
+    "does). For the round-3 Kyber rows document 004 printed (pqlab primitives --kem "
+    "Kyber512,Kyber768,Kyber1024 --backend liboqs --seconds 3), its iterations, mean and "
+    "mean cycles stand beside (document_*; Intel Core i7-1165G7, liboqs of 2022)"
+)
+SPEED_DOCUMENT = ("iterations", "mean_us", "mean_cycles")
+
+
+def speed_table(store: RunStore):
+    """tables/primitives_speed.csv: SPEED_SQL's rows with document 004's row of the same
+    algorithm and operation beside (liboqs rows only: the document ran liboqs)."""
+    document = primitives_wolfcrypt.liboqs_table()
+    rows = []
+    for r in store.query(SPEED_SQL):
+        doc = document.get((r["algorithm"], r["operation"])) if r["backend"] == "liboqs" else None
+        rows.append(r | {f"document_{k}": (doc or {}).get(k) for k in SPEED_DOCUMENT})
+    columns = list(rows[0]) if rows else None
+    return store.export_rows("primitives_speed", rows, columns)
+
+
 def _ratio_text(r: float) -> str:
     if r >= 1:
         return f"OpenSSL {r:.1f}x slower"
@@ -543,6 +574,7 @@ class Plan:
     warmup: int
     max_seconds: float | None
     seconds: float | None = None  # fixed-time mode: own seconds per operation
+    wolfcrypt: bool = False  # also run wolfCrypt's own benchmark (document 004)
 
 
 def from_values(values) -> Plan:
@@ -562,12 +594,26 @@ def from_values(values) -> Plan:
     if max_seconds > MAX_SECONDS:
         raise UserError(f"--max-seconds {values.max_seconds!r}: at most 86400 (one day)")
     cells, skipped = selection(values, python_ok=True)
+    wolfcrypt = bool(getattr(values, "wolfcrypt_benchmark", False))
+    if wolfcrypt:
+        primitives_wolfcrypt.program()  # built, or one clear error now
+        if not (values.kem or values.sig):
+            cells = primitives_wolfcrypt.with_compared(cells, values.backend)
     if seconds and any(c.backend == "python" for c in cells):
         raise UserError(
             "--seconds: the python harness has no fixed-time mode; use --iterations with "
             "--backend python, or --seconds with openssl and liboqs"
         )
-    return Plan(cells, skipped, values.backend, iterations, warmup, max_seconds or None, seconds)
+    return Plan(
+        cells,
+        skipped,
+        values.backend,
+        iterations,
+        warmup,
+        max_seconds or None,
+        seconds,
+        wolfcrypt,
+    )
 
 
 def measure(plan: Plan, store) -> None:
@@ -579,6 +625,7 @@ def measure(plan: Plan, store) -> None:
         plan.max_seconds,
         skipped_warnings(plan.skipped, plan.backend),
         plan.seconds,
+        plan.wolfcrypt,
     )
 
 
@@ -604,6 +651,14 @@ class Primitives(Experiment):
             "operation runs until it has spent at least S seconds in its own timed runs, as "
             "many runs as fit; tables/primitives_speed.csv has that table's columns",
             metavar="S",
+        ),
+        Option(
+            "wolfcrypt-benchmark",
+            "also run wolfCrypt's own benchmark program (built with wolfSSL by 'make engine') for the "
+            "algorithms document 004 lists, and set its rows beside pqlab's OpenSSL and liboqs "
+            "measurement of the same operation (tables/primitives_wolfcrypt.csv); without "
+            "--kem/--sig those algorithms are added to the default set",
+            flag=True,
         ),
         Option(
             "warmup",
@@ -632,6 +687,10 @@ class Primitives(Experiment):
 
     def resume_key(self, plan: Plan) -> dict:
         key = {"iterations": plan.iterations, "warmup": plan.warmup, "seconds": plan.seconds}
+        if plan.wolfcrypt:
+            # Another wolfSSL build is another library: a resume must use the same.
+            described = primitives_wolfcrypt.describe()
+            key["wolfcrypt"] = {k: described[k] for k in ("version", "build_options")}
         if any(c.backend == "python" for c in plan.cells):
             # The python harness's library is not the engine's: a resume must use the same.
             harness = _python_versions()
@@ -639,9 +698,12 @@ class Primitives(Experiment):
         return key
 
     def metadata(self, plan: Plan) -> dict:
-        if not any(c.backend == "python" for c in plan.cells):
-            return {}
-        return {"python_harness": _python_versions()}
+        out = {}
+        if any(c.backend == "python" for c in plan.cells):
+            out["python_harness"] = _python_versions()
+        if plan.wolfcrypt:
+            out["wolfcrypt_benchmark"] = primitives_wolfcrypt.describe()
+        return out
 
 
 def _python_versions() -> dict:

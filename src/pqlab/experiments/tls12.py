@@ -21,6 +21,7 @@ from pqlab.cpuquota import CpuQuota, parse_fraction
 from pqlab.errors import CheckError, EngineError, UserError
 from pqlab.experiment import CellId, Cells, CompareSpec, Experiment, Option
 from pqlab.experiments import hosts as remote_hosts
+from pqlab.experiments import tls12_dhe
 from pqlab.net import profiles
 from pqlab.net.shaping import build_hosts, check_shaper
 from pqlab.progress import CellProgress
@@ -41,6 +42,9 @@ MIGRATIONS = tuple(
     # Runs made before DHE parameter sources.
     "ALTER TABLE IF EXISTS tls12_cells ADD COLUMN IF NOT EXISTS dh_params TEXT",
     "ALTER TABLE IF EXISTS tls12_cells ADD COLUMN IF NOT EXISTS dh_private_bits INTEGER",
+    # Runs made before the server reported its DH exponent per connection.
+    "ALTER TABLE IF EXISTS tls12_handshakes ADD COLUMN IF NOT EXISTS server_dh_private_bits "
+    "INTEGER",
 )
 SUITE12 = "AES128-GCM-SHA256"  # the bulk cipher fixed by the document
 SUITE13 = "TLS_AES_128_GCM_SHA256"
@@ -219,7 +223,7 @@ DDL = [
         connect_to_handshake_ns BIGINT, tcp_connect_ns BIGINT, handshake_ns BIGINT,
         server_handshake_ns BIGINT, negotiated_version TEXT, cipher TEXT, grp TEXT,
         sigalg TEXT, peer_tmp_key_bits INTEGER, bytes_received BIGINT, bytes_sent BIGINT,
-        host_pair TEXT)""",
+        host_pair TEXT, server_dh_private_bits INTEGER)""",
     """CREATE TABLE IF NOT EXISTS tls12_cells (
         cell_id TEXT, version TEXT, kex TEXT, cert TEXT, suite TEXT, grp TEXT,
         dh_bits INTEGER, n INTEGER, note TEXT, server_cpu DOUBLE, cpu_mechanism TEXT,
@@ -425,6 +429,7 @@ def _run_cell(hosts, spec: CellSpec, plan: Plan, inputs, quota):
         srv = server_by_idx.get(c["index"] + plan.warmup, {})
         runner_check(c, srv, expected, what)
         _check_kex(spec, c, what)
+        _check_server_exponent(spec, srv, dh_rec, what)
         level = c.get("security_level")
         neg = c["negotiated"]
         tmp = neg.get("peer_tmp_key") or {}
@@ -447,6 +452,7 @@ def _run_cell(hosts, spec: CellSpec, plan: Plan, inputs, quota):
                 "peer_tmp_key_bits": tmp.get("bits"),
                 "bytes_received": c.get("bytes_received"),
                 "bytes_sent": c.get("bytes_sent"),
+                "server_dh_private_bits": srv.get("dh_private_bits"),
             }
         )
     return rows, used, level
@@ -472,6 +478,21 @@ def _check_kex(spec: CellSpec, c: dict, where: str) -> None:
         raise CheckError(f"{where}: server DH key {tmp}, asked for {spec.kex.dh_bits}-bit DHE")
 
 
+def _check_server_exponent(spec: CellSpec, srv: dict, dh_rec: dict | None, where: str) -> None:
+    """DHE: the server reported the private exponent it drew, and it is no longer than the
+    exponents the engine's `dhparams` drew with the same parameters (the largest of many)."""
+    if spec.kex.family != "dhe" or dh_rec is None:
+        return
+    bits = srv.get("dh_private_bits")
+    if bits is None:
+        raise CheckError(f"{where}: the server reported no DH private exponent length")
+    if not 0 < bits <= dh_rec["private_bits"]:
+        raise CheckError(
+            f"{where}: the server drew a {bits}-bit DH exponent; its parameters give at most "
+            f"{dh_rec['private_bits']} bits"
+        )
+
+
 # --- export --------------------------------------------------------------------------------
 
 
@@ -488,7 +509,9 @@ def _summary_rows(store) -> list[dict]:
         for r in store.query(
             "SELECT cell_id, any_value(sigalg) AS sigalg, any_value(grp) AS grp, "
             "any_value(cipher) AS cipher, any_value(peer_tmp_key_bits) AS tmp_bits, "
-            "median(bytes_received) AS server_bytes FROM tls12_handshakes GROUP BY cell_id"
+            "median(bytes_received) AS server_bytes, "
+            "max(server_dh_private_bits) AS server_dh_bits "
+            "FROM tls12_handshakes GROUP BY cell_id"
         )
     }
     bases = {}  # per host pair (None: this machine): the TLS 1.2 RSA / RSA-2048 cell
@@ -504,8 +527,12 @@ def _summary_rows(store) -> list[dict]:
         key=lambda c: (order.get((c["version"], c["kex"]), 999), list(CERTS).index(c["cert"])),
     ):
         row = {"version": c["version"], "kex": c["kex"], "cert": c["cert"], "n": c["n"]}
+        row["host_pair"] = c.get("host_pair")
         row["dh_params"] = c.get("dh_params")
-        row["dh_private_bits"] = c.get("dh_private_bits")
+        # The longest exponent the server drew in the cell (older runs: what `dhparams`
+        # drew with the same parameters).
+        m = meta.get(c["cell_id"]) or {}
+        row["dh_private_bits"] = m.get("server_dh_bits") or c.get("dh_private_bits")
         base_kex = c["kex"].removesuffix("-generated")
         row["document_ratio_vs_rsa"] = (
             DOCUMENT_RATIOS.get((base_kex, c["cert"])) if c["version"] == "1.2" else None
@@ -513,7 +540,8 @@ def _summary_rows(store) -> list[dict]:
         base = bases.get(c.get("host_pair"))
         s = samples.get(c["cell_id"])
         if s:
-            summ = stats.summarize([x["ns"] / 1e6 for x in s])
+            row["_ms"] = [x["ns"] / 1e6 for x in s]
+            summ = stats.summarize(row["_ms"])
             srv = [x["sns"] / 1e6 for x in s if x["sns"] is not None]
             m = meta[c["cell_id"]]
             row.update(
@@ -594,6 +622,10 @@ def export(store) -> Section | None:
         level=html.escape(str(cpu.get("client_security_level"))),
     )
     section.table(csv_path, "Handshake time per key exchange and certificate (ms)")
+    dhe = tls12_dhe.table(rows)
+    if dhe:
+        section.text(tls12_dhe.text(dhe))
+        section.table(store.export_rows("tls12_dhe", dhe, tls12_dhe.COLUMNS), tls12_dhe.CAPTION)
     _figure(store, section, rows)
     return section
 

@@ -53,6 +53,8 @@ class Stack:
     cipher_suites: tuple[str, ...] = ()  # TLS 1.3 suites it can negotiate (RFC names)
     # the library's own programs this build has (e.g. "tls_bench"), by role, with their paths
     tools: dict[str, str] = field(default_factory=dict)
+    # how the library was configured, when the engine built it itself (wolfSSL's options)
+    build_options: tuple[str, ...] = ()
 
     def group_name(self, alg) -> str:
         return self.groups[alg.tls_group]
@@ -283,6 +285,7 @@ def parse(info: dict) -> dict[str, Stack]:
             fixed_random=bool(s.get("fixed_random", True)),
             cipher_suites=tuple(str(c["name"]) for c in s.get("cipher_suites") or []),
             tools={str(k): str(v) for k, v in (s.get("tools") or {}).items()},
+            build_options=tuple(str(o) for o in s.get("build_options") or ()),
         )
     return out
 

@@ -15,6 +15,9 @@ pub const SSL_CTRL_GET_MAX_CERT_LIST: libc::c_int = 50;
 pub const SSL_CTRL_SET_MSG_CALLBACK_ARG: libc::c_int = 16;
 /// SSL_get_peer_tmp_key: the peer's ephemeral key.
 pub const SSL_CTRL_GET_PEER_TMP_KEY: libc::c_int = 109;
+/// SSL_get_tmp_key: this side's ephemeral key (only while the key exchange is under way:
+/// libssl frees it once the peer's share is processed).
+pub const SSL_CTRL_GET_TMP_KEY: libc::c_int = 133;
 /// SSL_get_negotiated_group: NID of the group, or TLSEXT_nid_unknown | code point for
 /// groups without a NID.
 pub const SSL_CTRL_GET_NEGOTIATED_GROUP: libc::c_int = 134;
@@ -34,6 +37,8 @@ const SSL3_RT_ALERT: libc::c_int = 21;
 const SSL3_RT_HANDSHAKE: libc::c_int = 22;
 const SSL3_RT_HEADER: libc::c_int = 256;
 const SSL3_RT_INNER_CONTENT_TYPE: libc::c_int = 257;
+/// Handshake message type ServerKeyExchange (TLS 1.2).
+const SSL3_MT_SERVER_KEY_EXCHANGE: u8 = 12;
 
 type MsgCallback = unsafe extern "C" fn(
     libc::c_int,
@@ -73,7 +78,7 @@ unsafe extern "C" fn msg_cb(
     content_type: libc::c_int,
     buf: *const libc::c_void,
     len: libc::size_t,
-    _ssl: *mut openssl_sys::SSL,
+    ssl: *mut openssl_sys::SSL,
     arg: *mut libc::c_void,
 ) {
     if arg.is_null() {
@@ -87,7 +92,42 @@ unsafe extern "C" fn msg_cb(
     };
     if let Ok(mut r) = cell.try_borrow_mut() {
         observe(&mut r, write_p != 0, content_type, slice);
+        // A TLS 1.2 server's ephemeral DH key exists from its ServerKeyExchange until the
+        // client's share arrives: read the private exponent's length now.
+        if write_p != 0
+            && content_type == SSL3_RT_HANDSHAKE
+            && slice.first() == Some(&SSL3_MT_SERVER_KEY_EXCHANGE)
+        {
+            if let Some(bits) = own_dh_private_bits(ssl) {
+                r.dh_private_bits = Some(bits);
+            }
+        }
     }
+}
+
+/// The length in bits of this side's ephemeral finite-field DH private exponent, while the
+/// key exists; None for any other key type.
+unsafe fn own_dh_private_bits(ssl: *mut openssl_sys::SSL) -> Option<i32> {
+    let mut pk: *mut openssl_sys::EVP_PKEY = std::ptr::null_mut();
+    let got = openssl_sys::SSL_ctrl(
+        ssl,
+        SSL_CTRL_GET_TMP_KEY,
+        0,
+        &mut pk as *mut _ as *mut libc::c_void,
+    );
+    if got <= 0 || pk.is_null() {
+        return None;
+    }
+    let mut bits = None;
+    if openssl_sys::EVP_PKEY_get_id(pk) == openssl_sys::EVP_PKEY_DH {
+        let mut bn: *mut openssl_sys::BIGNUM = std::ptr::null_mut();
+        if openssl_sys::EVP_PKEY_get_bn_param(pk, c"priv".as_ptr(), &mut bn) == 1 && !bn.is_null() {
+            bits = Some(openssl_sys::BN_num_bits(bn));
+            openssl_sys::BN_clear_free(bn);
+        }
+    }
+    openssl_sys::EVP_PKEY_free(pk);
+    bits
 }
 
 /// Hook the recorder into this connection's message callback. The recorder must outlive
