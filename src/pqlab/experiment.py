@@ -46,6 +46,7 @@ EXPERIMENT_MODULES = (
     "memory",
     "capacity",
     "throughput",
+    "probe",
 )
 
 

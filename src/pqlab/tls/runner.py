@@ -388,15 +388,22 @@ def connection_errors(*procs: EngineProcess) -> list[dict]:
 
 
 def start_capture(
-    topo, side: str, port: int, pcap_path: Path, snaplen: int, max_seconds: float
+    topo,
+    side: str,
+    port: int,
+    pcap_path: Path,
+    snaplen: int,
+    max_seconds: float,
+    interface: str | None = None,
 ) -> EngineProcess:
     """The engine's packet capture on one host's interface (TCP port `port`), capturing
-    once its `capturing` record arrived. Stop it with `stop_capture`."""
+    once its `capturing` record arrived. Stop it with `stop_capture`. Without a topology
+    (`topo` None) it captures on this machine's `interface`."""
     proc = EngineProcess(
         [
             "capture",
             "--interface",
-            topo.ifname(side),
+            interface or topo.ifname(side),
             "--port",
             port,
             "--pcap",

@@ -309,9 +309,7 @@ def parse(info: dict) -> dict[str, Stack]:
             fixed_random=bool(s.get("fixed_random", True)),
             cipher_suites=tuple(str(c["name"]) for c in s.get("cipher_suites") or []),
             key_shares=str(s.get("key_shares", "any")),
-            key_share_companions={
-                int(a): int(b) for a, b in s.get("key_share_companions") or []
-            },
+            key_share_companions={int(a): int(b) for a, b in s.get("key_share_companions") or []},
         )
     return out
 
