@@ -130,7 +130,6 @@ def raw_row(plan: Plan, cell: Cell, idx: int, rec: dict, w: wires.Wire, agree) -
     rtt_ms = _ms(w.rtt_ns) if w.rtt_ns else (info.get("rtt_us") or 0) / 1e3 or None
     http = rec.get("http") or {}
     out = outcome(rec, w)
-    stalls = w.stalls
     return {
         "probe": plan.name,
         "target": plan.target.text,
@@ -165,9 +164,10 @@ def raw_row(plan: Plan, cell: Cell, idx: int, rec: dict, w: wires.Wire, agree) -
         "certificate_bytes": w.certificate_bytes,
         "session_tickets": w.session_tickets if w.source != "none" else None,
         "round_trips": round_trips(w) if out in COMPLETED and w.source == "capture" else None,
-        "cwnd_stalls": stalls,
-        "cwnd_stall_wait_ms": _ms(w.stall_wait_ns),
-        "flight_before_stall_bytes": w.before_stall_bytes,
+        "ack_waits": w.ack_waits,
+        "ack_wait_ms": _ms(w.ack_wait_ns),
+        "flight_before_wait_segments": w.before_wait_segments,
+        "flight_before_wait_bytes": w.before_wait_bytes,
         "tcp_rtt_ms": rtt_ms,
         **_durations(rec),
         "hello_retry_ms": _ms(w.hello_retry_ns),
@@ -195,7 +195,7 @@ def round_trips(w: wires.Wire) -> int:
     """Round trips the handshake took, as the client waited for them: the TCP handshake,
     the ClientHello's answer, one more for a HelloRetryRequest and one per time the
     server's flight waited for an ACK."""
-    return 2 + int(w.hello_retry) + (w.stalls or 0)
+    return 2 + int(w.hello_retry) + (w.ack_waits or 0)
 
 
 def message_rows(plan: Plan, cell: Cell, idx: int, rec: dict, w: wires.Wire) -> list[dict]:

@@ -10,7 +10,6 @@ from pathlib import Path
 from pqlab.errors import EngineError
 from pqlab.experiments.probe import analyse, schema, verdict
 from pqlab.experiments.probe.plan import AWAIT_CLOSE_MS, CELLS, NAME, Cell, Plan
-from pqlab.figures import safe_name
 from pqlab.progress import CellProgress
 from pqlab.stats import Cause, Warning_
 from pqlab.tls import runner
@@ -68,9 +67,17 @@ def run_client(spec: runner.ClientSpec) -> tuple[list[dict], EngineError | None]
     return records, error
 
 
+def capture_stem(stack: str, config: str, sig: str) -> str:
+    """The file name (without suffix) of a configuration's pcap and key log: its stack,
+    configuration and signature choice, with '/' spelled out so that no two configurations
+    share one."""
+    text = f"{stack}_{config}_{sig}".replace("/", "_no-share_")
+    return "".join(c if c.isalnum() or c in "-_.+" else "_" for c in text)
+
+
 def measure_cell(plan: Plan, cell: Cell, directory: Path) -> dict:
     """One configuration: its rows and its verdict (not yet stored)."""
-    slug = safe_name(f"{cell.stack}_{cell.config.name}_{cell.sig_name}")
+    slug = capture_stem(cell.stack, cell.config.name, cell.sig_name)
     pcap_path = directory / f"{slug}.pcap"
     keylog_path = directory / f"{slug}.keys.log"
     for stale in (pcap_path, keylog_path):  # a cell measured again starts afresh
@@ -178,7 +185,7 @@ def _announce(plan: Plan, store) -> None:
     else:
         _say(
             f"not capturing ({plan.no_capture_reason}): no segments, round trips or "
-            "congestion-window stalls; message sizes come from the client's own events "
+            "waits for an ACK; message sizes come from the client's own events "
             "where its stack reports them"
         )
     for note in plan.skipped:

@@ -4,6 +4,7 @@ accepts). The same lines go to the terminal, the `probe_configs` table and the r
 
 from __future__ import annotations
 
+import re
 import statistics
 
 from pqlab import catalog
@@ -30,7 +31,7 @@ def _chain(chain_rows: list[dict]) -> str:
 
 
 def _costs(rows: list[dict]) -> str:
-    """What a completed handshake cost: flight, round trips, stalls, times."""
+    """What a completed handshake cost: flight, round trips, waits for an ACK, times."""
     first = rows[0]
     parts = []
     if first.get("server_flight_bytes") is not None:
@@ -41,13 +42,15 @@ def _costs(rows: list[dict]) -> str:
         )
     if first.get("round_trips") is not None:
         parts.append(f"{first['round_trips']} RTT")
-    stalls = [r for r in rows if r.get("cwnd_stalls")]
-    if stalls:
-        wait = _median(stalls, "cwnd_stall_wait_ms")
+    waited = [r for r in rows if r.get("ack_waits")]
+    if waited:
+        wait = _median(waited, "ack_wait_ms")
+        segs = _median(waited, "flight_before_wait_segments")
         parts.append(
-            f"waited {wait:.1f} ms for an ACK (congestion window) in {len(stalls)}/{len(rows)}"
+            f"waited {wait:.1f} ms for an ACK after {segs:.0f} segments (congestion window) "
+            f"in {len(waited)}/{len(rows)}"
         )
-    elif first.get("cwnd_stalls") == 0:
+    elif first.get("ack_waits") == 0:
         parts.append("no wait for an ACK")
     ttfb = _median(rows, "ttfb_ms")
     if ttfb is not None:
@@ -119,13 +122,29 @@ def _failure(row: dict, timeout: int) -> str:
     if out == "timeout":
         return f"no answer within --timeout {timeout} s{after.replace('after', 'to')}"
     if out == "unreachable":
-        return f"cannot connect: {row.get('error')}"
-    got = row.get("bytes_received")
-    return (
-        "failed"
-        + (f" after receiving {got:,} B from the server" if got else "")
-        + f": {row.get('error')}"
+        return f"cannot connect: {reason(row.get('error'))}"
+    got = row.get("bytes_received") or 0
+    cert = row.get("certificate_bytes")
+    seen = (
+        f" (the server's Certificate message is {cert:,} B; the client read {got:,} B)"
+        if cert
+        else f" (after receiving {got:,} B from the server)"
+        if got
+        else ""
     )
+    return f"failed: {reason(row.get('error'))}{seen}"
+
+
+# OpenSSL's error strings: error:CODE:LIBRARY:FUNCTION:REASON:FILE:LINE:
+_OPENSSL_ERROR = re.compile(r"error:[0-9A-Fa-f]+:[^:]*:[^:]*:([^:]+):[^:]*:\d+:?")
+_CONNECTION = re.compile(r"^connection \d+ to \S+: ")
+
+
+def reason(message: str | None) -> str:
+    """An engine error as one short phrase: without the connection's address, and with
+    OpenSSL's error strings cut to their reason."""
+    text = _CONNECTION.sub("", message or "unknown error")
+    return _OPENSSL_ERROR.sub(lambda m: m.group(1), text).strip()
 
 
 def config_verdict(

@@ -69,9 +69,10 @@ class Wire:
     client_hello_bytes: int | None = None
     flight_bytes: int | None = None
     flight_segments: int | None = None
-    stalls: int | None = None
-    stall_wait_ns: int | None = None
-    before_stall_bytes: int | None = None
+    ack_waits: int | None = None  # times the flight waited for the client's ACK
+    ack_wait_ns: int | None = None
+    before_wait_bytes: int | None = None
+    before_wait_segments: int | None = None
     server_wait_ns: int | None = None  # inferred server time before its ServerHello
     server_records: list[TlsRecord] = field(default_factory=list)
     client_records: list[TlsRecord] = field(default_factory=list)
@@ -194,17 +195,31 @@ def from_capture(conn: pcap.Connection, keys: kl.KeyLog, mss: int) -> Wire:
         _messages(w, conn)
         return w
     try:
+        # A connection cut short (the client gave up, the server reset it) may stop in the
+        # middle of a record: its whole records are read.
         w.client_records, w.server_records = kl.decrypt_streams(
-            client_stream, server_stream, keys, f"connection {pcap.describe(conn)}"
+            whole_records(client_stream),
+            whole_records(server_stream),
+            keys,
+            f"connection {pcap.describe(conn)}",
         )
     except kl.KeyLogError as e:
-        # A connection cut short (the client gave up, the server reset it) may end in the
-        # middle of a record: keep its whole plaintext records.
         w.note = str(e)
         w.client_records, w.server_records = _plaintext_records(client_stream, server_stream)
     _messages(w, conn)
     _flight(w, conn, mss)
     return w
+
+
+def whole_records(stream: bytes) -> bytes:
+    """The stream up to the end of its last whole TLS record."""
+    pos = 0
+    while pos + kl.RECORD_HEADER <= len(stream):
+        end = pos + kl.RECORD_HEADER + int.from_bytes(stream[pos + 3 : pos + 5], "big")
+        if end > len(stream):
+            break
+        pos = end
+    return stream[:pos]
 
 
 def _plaintext_records(client: bytes, server: bytes) -> tuple[list, list]:
@@ -292,20 +307,22 @@ def _flight(w: Wire, conn: pcap.Connection, mss: int) -> None:
     w.flight_bytes = end - start
     w.flight_segments = phases.segments_carrying(conn, False, start, end)
     if w.rtt_ns:
-        w.stalls, w.stall_wait_ns, w.before_stall_bytes = flight_stalls(
-            conn, start, end, w.rtt_ns, mss
-        )
+        w.ack_waits, w.ack_wait_ns, before = flight_waits(conn, start, end, w.rtt_ns, mss)
+        if before is not None:
+            w.before_wait_segments, w.before_wait_bytes = before
     sh = [m for m in w.messages if m.sender == "server" and m.name == "ServerHello"]
     hellos = [m for m in w.messages if m.sender == "client" and m.name == "ClientHello"]
     if sh and hellos and sh[-1].at_ns and hellos[-1].at_ns and w.rtt_ns:
         w.server_wait_ns = max(0, sh[-1].at_ns - hellos[-1].at_ns - w.rtt_ns)
 
 
-def flight_stalls(
+def flight_waits(
     conn: pcap.Connection, start: int, end: int, rtt_ns: int, mss: int
-) -> tuple[int, int, int | None]:
-    """(stalls, ns the client waited in them, flight bytes received before the first) of
-    the server's flight [start, end), from the client's capture (module docstring)."""
+) -> tuple[int, int, tuple[int, int] | None]:
+    """(times the server's flight [start, end) waited for the client's ACK, ns the client
+    waited in them, (segments, bytes) of the flight received before the first wait), from
+    the client's capture (module docstring): the segments before the first wait are the
+    server's initial congestion window as the client saw it."""
     data, seen = [], start
     for s in conn.segments:
         if s.from_client or s.payload_len == 0 or s.end <= seen or s.start >= end:
@@ -313,10 +330,10 @@ def flight_stalls(
         data.append(s)
         seen = s.end
     acks = [s for s in conn.segments if s.from_client and s.flags & ACK and not s.flags & SYN]
-    stalls, waited, before = 0, 0, None
+    waits, waited, before = 0, 0, None
     epoch = data[0].ts_ns if data else 0  # ACKs before this belong to an earlier window
-    received = 0  # flight bytes received since the flight (or the last stall) began
-    for prev, cur in zip(data, data[1:], strict=False):
+    received = 0  # flight bytes received since the flight (or the last wait) began
+    for i, (prev, cur) in enumerate(zip(data, data[1:], strict=False)):
         received += prev.end - max(prev.start, start)
         gap = cur.ts_ns - prev.ts_ns
         first_ack = next(
@@ -326,12 +343,12 @@ def flight_stalls(
         if first_ack is None or gap < MIN_GAP_RTT * rtt_ns or received < 2 * mss:
             continue
         if abs(cur.ts_ns - first_ack.ts_ns - rtt_ns) <= RTT_TOLERANCE * rtt_ns:
-            stalls += 1
+            waits += 1
             waited += gap
             if before is None:
-                before = cur.start - start
+                before = (i + 1, cur.start - start)
             epoch, received = cur.ts_ns, 0
-    return stalls, waited, before
+    return waits, waited, before
 
 
 # --- the client's own events ------------------------------------------------------------------
