@@ -126,6 +126,11 @@ def test_openssl_s_server(tmp_path):
         assert v[config].startswith("refused"), v[config]
     assert v["X25519/X25519MLKEM768"].startswith("HelloRetryRequest for X25519MLKEM768")
     assert assert_messages_equal_tshark(out, port) == 3 * 2
+    # On loopback (64 KiB segments) no flight fills a window: nothing waits for an ACK, and
+    # the server's signing between its writes is not taken for such a wait.
+    done = rows(out, "SELECT * FROM probe_raw WHERE outcome IN ('accepted', 'hello-retry')")
+    assert all(r["ack_waits"] == 0 for r in done)
+    assert {(r["outcome"], r["round_trips"]) for r in done} == {("accepted", 2), ("hello-retry", 3)}
     # Told to take them, it takes them.
     groups = "X25519MLKEM768:SecP256r1MLKEM768:MLKEM768:X25519"
     with s_server(chain.chain, chain.key, "-groups", groups) as port:

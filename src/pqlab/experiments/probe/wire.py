@@ -331,15 +331,14 @@ def flight_waits(
         seen = s.end
     acks = [s for s in conn.segments if s.from_client and s.flags & ACK and not s.flags & SYN]
     waits, waited, before = 0, 0, None
-    epoch = data[0].ts_ns if data else 0  # ACKs before this belong to an earlier window
-    received = 0  # flight bytes received since the flight (or the last wait) began
+    epoch = data[0].ts_ns if data else 0  # when the current window's first segment came
+    acked = start  # flight bytes the client had acknowledged when that window began
+    received = 0  # flight bytes received in the current window
     for i, (prev, cur) in enumerate(zip(data, data[1:], strict=False)):
         received += prev.end - max(prev.start, start)
         gap = cur.ts_ns - prev.ts_ns
-        first_ack = next(
-            (a for a in acks if epoch <= a.ts_ns < cur.ts_ns and a.ack > max(start, prev.start)),
-            None,
-        )
+        # The client's first ACK of this window's data: what released the next window.
+        first_ack = next((a for a in acks if epoch <= a.ts_ns < cur.ts_ns and a.ack > acked), None)
         if first_ack is None or gap < MIN_GAP_RTT * rtt_ns or received < 2 * mss:
             continue
         if abs(cur.ts_ns - first_ack.ts_ns - rtt_ns) <= RTT_TOLERANCE * rtt_ns:
@@ -347,6 +346,7 @@ def flight_waits(
             waited += gap
             if before is None:
                 before = (i + 1, cur.start - start)
+            acked = max([a.ack for a in acks if a.ts_ns < cur.ts_ns] + [acked])
             epoch, received = cur.ts_ns, 0
     return waits, waited, before
 
