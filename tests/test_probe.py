@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import subprocess
 
 import pytest
 
@@ -126,6 +127,15 @@ def test_a_server_computing_between_writes_is_no_wait_for_an_ack():
     # On loopback (64 KiB segments) a 20 KB flight never fills a window either.
     conn, end = _flight([100, 20_110], [16_000, 5_000], [(105, 16_000)])
     assert wire.flight_waits(conn, 0, end, RTT, 65_483)[0] == 0
+
+
+def test_segments_merged_by_receive_offload_are_counted_by_their_bytes():
+    # Three 1448-byte segments merged into one packet, then two more alone.
+    conn, end = _flight([100, 110, 120], [4344, 1448, 1000], [])
+    assert wire.coalesced_segment_size(conn, 1460) == 1448
+    conn2, _ = _flight([100, 110], [1448, 1000], [])
+    assert wire.coalesced_segment_size(conn2, 1460) is None
+    assert wire.coalesced_segment_size(conn2, 65483) is None  # loopback's segments
 
 
 def test_two_waits_in_a_long_flight():
@@ -350,6 +360,28 @@ def test_without_a_capture_the_client_tells_what_it_knows(tmp_path, served):
                               "WHERE idx = 0 ORDER BY seq")  # fmt: skip
         assert captured == msgs
         assert rows(out2, "SELECT messages_agree FROM probe_raw")[0]["messages_agree"] is True
+
+
+def test_without_cap_net_raw_it_runs_and_says_what_it_cannot_see(tmp_path, served):
+    import shutil
+    import sys
+
+    from conftest import pqlab_env
+
+    if not is_root() or shutil.which("setpriv") is None:
+        pytest.skip("needs root and setpriv to drop CAP_NET_RAW alone")
+    port, root = served
+    out = tmp_path / "run"
+    proc = subprocess.run(
+        ["setpriv", "--bounding-set=-net_raw", sys.executable, "-m", "pqlab", "probe",
+         f"127.0.0.1:{port}", "--servername", "localhost", "--ca", root, "--groups",
+         "X25519MLKEM768", "-n", "1", "--out", out],
+        capture_output=True, text=True, env=pqlab_env(), timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert "not capturing (this process lacks CAP_NET_RAW" in proc.stdout
+    assert verdicts(out)["X25519MLKEM768"].startswith("accepted X25519MLKEM768")
+    assert not list((out / "captures").iterdir())  # no pcap, and no secrets written
 
 
 def test_suite_resume_report_and_compare(tmp_path, served):

@@ -256,8 +256,10 @@ def wires_of(records: list[dict], pcap_path: Path | None, keylog_path: Path, por
         captured = None
         cport = _port(rec)
         if keys is not None and cport is not None and conns.get(cport):
-            mss = int((rec.get("tcp_info") or {}).get("rcv_mss") or 0) or 1448
-            captured = wires.from_capture(conns[cport].pop(0), keys, mss)
+            info = rec.get("tcp_info") or {}
+            mss = int(info.get("rcv_mss") or 0) or 1448
+            advmss = int(info.get("advmss") or 0) or 1460
+            captured = wires.from_capture(conns[cport].pop(0), keys, mss, advmss)
         elif note is not None:
             events.note = note
         out.append((rec, captured, events))

@@ -19,7 +19,7 @@ from pqlab.tls.negotiation import Expected
 SNAPLEN = 262144  # whole packets: the key log decrypts their payloads
 
 
-def client_spec(plan: Plan, cell: Cell, keylog: Path) -> runner.ClientSpec:
+def client_spec(plan: Plan, cell: Cell, keylog: Path | None) -> runner.ClientSpec:
     """The engine client of one configuration: its groups and key shares, its signature
     scheme, every chain reported (never required), the server's certificates recorded."""
     tls = runner.Tls(
@@ -82,8 +82,10 @@ def measure_cell(plan: Plan, cell: Cell, directory: Path) -> dict:
     keylog_path = directory / f"{slug}.keys.log"
     for stale in (pcap_path, keylog_path):  # a cell measured again starts afresh
         stale.unlink(missing_ok=True)
-    secret_file(keylog_path)
-    spec = client_spec(plan, cell, keylog_path)
+    # The key log only serves to read the capture: no capture, no secrets written.
+    if plan.capture is not None:
+        secret_file(keylog_path)
+    spec = client_spec(plan, cell, keylog_path if plan.capture is not None else None)
     capture = None
     if plan.capture is not None:
         capture = runner.start_capture(

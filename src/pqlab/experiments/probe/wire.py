@@ -167,8 +167,9 @@ def _tcp(conn: pcap.Connection, w: Wire) -> None:
         w.closed_by_server = "rst" if ends[0].flags & RST else "fin"
 
 
-def from_capture(conn: pcap.Connection, keys: kl.KeyLog, mss: int) -> Wire:
-    """One connection from the client's capture and key log."""
+def from_capture(conn: pcap.Connection, keys: kl.KeyLog, mss: int, advmss: int) -> Wire:
+    """One connection from the client's capture and key log (`mss`: the segment size the
+    client sees from the server; `advmss`: the MSS it advertised)."""
     w = Wire(source="capture")
     _tcp(conn, w)
     try:
@@ -207,7 +208,7 @@ def from_capture(conn: pcap.Connection, keys: kl.KeyLog, mss: int) -> Wire:
         w.note = str(e)
         w.client_records, w.server_records = _plaintext_records(client_stream, server_stream)
     _messages(w, conn)
-    _flight(w, conn, mss)
+    _flight(w, conn, mss, advmss)
     return w
 
 
@@ -299,17 +300,37 @@ def _flight_span(w: Wire) -> tuple[int, int] | None:
     return start, fin.record_end
 
 
-def _flight(w: Wire, conn: pcap.Connection, mss: int) -> None:
+def coalesced_segment_size(conn: pcap.Connection, advmss: int) -> int | None:
+    """When the client's interface merged received segments before the capture saw them
+    (GRO on a real NIC: a packet from the server longer than the MSS the client
+    advertised), the segment size the other packets show; None when nothing was merged."""
+    sizes = [s.payload_len for s in conn.segments if not s.from_client and s.payload_len]
+    if not sizes or max(sizes) <= advmss:
+        return None
+    return max((n for n in sizes if n <= advmss), default=advmss)
+
+
+def _flight(w: Wire, conn: pcap.Connection, mss: int, advmss: int) -> None:
     span = _flight_span(w)
     if span is None:
         return
     start, end = span
     w.flight_bytes = end - start
-    w.flight_segments = phases.segments_carrying(conn, False, start, end)
+    size = coalesced_segment_size(conn, advmss)
+    if size is None:
+        w.flight_segments = phases.segments_carrying(conn, False, start, end)
+    else:  # merged packets: the segments their bytes needed
+        w.flight_segments = -(-w.flight_bytes // size)
+        w.note = (
+            f"the capture holds merged packets (receive offload on the client's interface): "
+            f"segments counted as bytes / {size}"
+        )
     if w.rtt_ns:
         w.ack_waits, w.ack_wait_ns, before = flight_waits(conn, start, end, w.rtt_ns, mss)
         if before is not None:
-            w.before_wait_segments, w.before_wait_bytes = before
+            segments, before_bytes = before
+            w.before_wait_bytes = before_bytes
+            w.before_wait_segments = segments if size is None else -(-before_bytes // size)
     sh = [m for m in w.messages if m.sender == "server" and m.name == "ServerHello"]
     hellos = [m for m in w.messages if m.sender == "client" and m.name == "ClientHello"]
     if sh and hellos and sh[-1].at_ns and hellos[-1].at_ns and w.rtt_ns:
