@@ -250,6 +250,11 @@ def test_outcomes_from_the_engine_and_the_wire():
         )
         == "handshake failed: excessive message size"
     )
+    checked = _row(outcome="failed", error_kind="check", certificate_bytes=4186,
+                   error="connection 0: server signed with mldsa44, asked for ecdsa")  # fmt: skip
+    assert verdict.config_verdict(_cell("X25519"), [checked], [], 10)[1] == (
+        "completed, but failed the probe's check: server signed with mldsa44, asked for ecdsa"
+    )
 
 
 def test_certificates_are_named_by_their_algorithms(tmp_path):

@@ -143,6 +143,33 @@ def test_openssl_s_server(tmp_path):
     assert assert_messages_equal_tshark(out, port) == 2
 
 
+def test_the_probe_client_on_every_stack_and_signature(tmp_path):
+    """The probe's own client on each stack against OpenSSL's s_server with an ML-DSA-44
+    chain; each signature offered alone: the server has no ECDSA certificate."""
+    chain = make_chain(tmp_path / "certs", "ML-DSA-44", "ML-DSA-44")
+    every = "openssl,rustls,rustls-aws-lc-rs,wolfssl"
+    with s_server(chain.chain, chain.key) as port:
+        out = tmp_path / "run"
+        proc = probe(out, f"127.0.0.1:{port}", "--servername", "localhost", "--ca", chain.root,
+                     "-n", "2", "--stack", every, "--groups", "X25519MLKEM768+X25519",
+                     "--sig", "ML-DSA-44,ECDSA-P256")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    configs = {(r["stack"], r["sig"]): r for r in rows(out, "SELECT * FROM probe_configs")}
+    assert len(configs) == 8
+    for stack in every.split(","):
+        ok = configs[(stack, "ML-DSA-44")]
+        assert ok["verdict"].startswith("accepted X25519MLKEM768 (post-quantum)"), ok
+        assert "signed mldsa44" in ok["verdict"]
+        assert configs[(stack, "ECDSA-P256")]["outcome"] != "accepted"
+    # A stack that can name the scheme it offers is refused; wolfSSL's client cannot leave
+    # ML-DSA out of its list, so the server signs with it and the probe's check says so.
+    for stack in ("openssl", "rustls", "rustls-aws-lc-rs"):
+        assert configs[(stack, "ECDSA-P256")]["outcome"] == "refused"
+    raw = rows(out, "SELECT stack, messages_from FROM probe_raw WHERE outcome = 'accepted'")
+    assert {r["messages_from"] for r in raw} == {"capture"}
+    assert assert_messages_equal_tshark(out, port) == 4 * 2
+
+
 @pytest.mark.parametrize("stack", ["openssl", "rustls", "rustls-aws-lc-rs", "wolfssl"])
 def test_pqlab_serve_on_every_stack(tmp_path, stack):
     sig = "ML-DSA-44"

@@ -298,13 +298,15 @@ def _sigs(values, chosen: list[stacks.Stack]) -> list[Algorithm | None]:
     out: list[Algorithm | None] = []
     for n in names:
         if n.lower() == DEFAULT_SIG:
-            out.append(None)
+            if None not in out:
+                out.append(None)
             continue
         alg = catalog.resolve(n, "sig")
         for st in chosen:
             stacks.require([alg], st, "server", "--sig")
-        out.append(alg)
-    return list(dict.fromkeys(out))
+        if alg not in out:
+            out.append(alg)
+    return out
 
 
 def _ca(text: str | None) -> Path:

@@ -123,6 +123,8 @@ def _failure(row: dict, timeout: int) -> str:
         return f"no answer within --timeout {timeout} s{after.replace('after', 'to')}"
     if out == "unreachable":
         return f"cannot connect: {reason(row.get('error'))}"
+    if row.get("error_kind") == "check":
+        return f"completed, but failed the probe's check: {reason(row.get('error'))}"
     got = row.get("bytes_received") or 0
     cert = row.get("certificate_bytes")
     seen = (
@@ -137,7 +139,7 @@ def _failure(row: dict, timeout: int) -> str:
 
 # OpenSSL's error strings: error:CODE:LIBRARY:FUNCTION:REASON:FILE:LINE:
 _OPENSSL_ERROR = re.compile(r"error:[0-9A-Fa-f]+:[^:]*:[^:]*:([^:]+):[^:]*:\d+:?")
-_CONNECTION = re.compile(r"^connection \d+ to \S+: ")
+_CONNECTION = re.compile(r"^connection \d+( to \S+)?: ")
 
 
 def reason(message: str | None) -> str:
