@@ -33,6 +33,7 @@ def test_configurations_name_their_groups_and_key_shares():
     for bad, why in [
         ("X25519+", "empty group"),
         ("A/B/C", "one '/' at most"),
+        ("X25519/", "after '/'"),
         ("X25519+x25519", "twice"),
         ("X25519+NOPE", "unknown KEM or key exchange 'NOPE'"),
         ("ML-DSA-44", "is a signature algorithm"),
@@ -51,7 +52,8 @@ def test_targets():
     t = plan.parse_target("https://localhost/index.html?a=1")
     assert (t.host, t.port, t.path) == ("localhost", 443, "/index.html?a=1")
     assert plan.parse_target("https://127.0.0.1:9443").path == "/"
-    for bad in ["example.com", "127.0.0.1:0", "127.0.0.1:70000", "http://x/", "https://:4/"]:
+    for bad in ["example.com", "127.0.0.1:0", "127.0.0.1:70000", "http://x/", "https://:4/",
+                "[::1", "::1:443", "[::1]443", "host:port"]:  # fmt: skip
         with pytest.raises(UserError):
             plan.parse_target(bad)
     with pytest.raises(UserError, match="cannot resolve"):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import re
 import socket
 import subprocess
 from dataclasses import dataclass, field
@@ -144,7 +145,9 @@ def is_post_quantum(alg: Algorithm | None) -> bool:
 
 def parse_config(text: str) -> Config:
     """`A+B/C`: A and B with key shares, C offered without one, in that order."""
-    shared_text, _, other_text = text.partition("/")
+    shared_text, slash, other_text = text.partition("/")
+    if slash and not other_text.strip():
+        raise UserError(f"--groups {text!r}: name the groups offered without a key share after '/'")
     if "/" in other_text:
         raise UserError(f"--groups {text!r}: one '/' at most (groups after it have no key share)")
     parts = [(p, True) for p in shared_text.split("+")]
@@ -196,11 +199,12 @@ def parse_target(text: str | None) -> Target:
         host = url.hostname
         path = (url.path or "/") + (f"?{url.query}" if url.query else "")
     else:
-        host, sep, port_text = text.rpartition(":")
-        host = host.strip("[]")
-        if not sep or not host or not port_text.isdigit() or not 0 < int(port_text) < 65536:
-            raise UserError(f"{text!r} is not HOST:PORT (e.g. 127.0.0.1:4433 or example.com:443)")
-        port = int(port_text)
+        m = re.fullmatch(r"\[([^\[\]]+)\]:(\d{1,5})|([^:\[\]]+):(\d{1,5})", text)
+        if not m or not 0 < int(m.group(2) or m.group(4)) < 65536:
+            raise UserError(
+                f"{text!r} is not HOST:PORT (e.g. 127.0.0.1:4433, example.com:443, [::1]:443)"
+            )
+        host, port = m.group(1) or m.group(3), int(m.group(2) or m.group(4))
     return Target(text, host, port, _resolve(host, text), path)
 
 
