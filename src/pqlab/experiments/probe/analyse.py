@@ -180,9 +180,21 @@ def raw_row(plan: Plan, cell: Cell, idx: int, rec: dict, w: wires.Wire, agree) -
         "messages_agree": agree,
         "capture_note": w.note,
         "server_first_bytes": _shown(w.first_server_bytes) if w.not_tls else None,
+        "failed_at_ms": _failed_at_ms(rec, w),
         "t_connect_start_ns": rec.get("t_connect_start"),
         "record": json.dumps({k: v for k, v in rec.items() if k not in ("events", "peer_chain")}),
     }
+
+
+def _origin(rec: dict, w: wires.Wire) -> int | None:
+    """The connection's time zero: the client's SYN in the capture, else the start of the
+    TCP connect (the client's clock; both are CLOCK_REALTIME)."""
+    return w.syn_ns if w.syn_ns is not None else rec.get("t_connect_start")
+
+
+def _failed_at_ms(rec: dict, w: wires.Wire) -> float | None:
+    origin, failed = _origin(rec, w), rec.get("t_failed")
+    return _ms(failed - origin) if failed and origin else None
 
 
 def _shown(data: bytes) -> str:
@@ -199,7 +211,7 @@ def round_trips(w: wires.Wire) -> int:
 
 
 def message_rows(plan: Plan, cell: Cell, idx: int, rec: dict, w: wires.Wire) -> list[dict]:
-    origin = w.syn_ns if w.syn_ns is not None else rec.get("t_connect_start")
+    origin = _origin(rec, w)
     rows = []
     for seq, m in enumerate(w.messages):
         rows.append(

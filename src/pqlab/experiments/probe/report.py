@@ -58,9 +58,10 @@ def export(store):
     if png is not None:
         section.figure(
             png,
-            "Each configuration's first handshake as the client saw it: when each message "
-            "left or arrived, from the client's SYN (a HelloRetryRequest and a flight that "
-            "waited for an ACK each add a round trip)",
+            "Each configuration's first connection as the client saw it: left, when each "
+            "message left or arrived, from the client's SYN (a HelloRetryRequest and a flight "
+            "that waited for an ACK each add a round trip; x: where a failed one ended); "
+            "right, the bytes each way",
         )
     csv = store.export_table(
         "probe_messages",
@@ -97,47 +98,96 @@ def _server_lines(store) -> list[str]:
     ]
 
 
+FIRST_CONNECTIONS = """
+    SELECT * FROM probe_raw r
+    WHERE r.idx = (SELECT min(idx) FROM probe_raw x WHERE x.cell_id = r.cell_id)
+    ORDER BY r.probe, r.stack, r.config, r.sig"""
+
+
+def _label(row: dict, several_probes: bool, several_stacks: bool) -> str:
+    parts = [row["probe"]] if several_probes else []
+    parts.append(row["config"] + ("" if row["sig"] == "default" else f" {row['sig']}"))
+    if several_stacks:
+        parts.append(f"({row['stack']})")
+    return " ".join(parts)
+
+
 def _figure(store):
-    """Per configuration, the first connection's messages on a time line."""
+    """Per configuration, its first connection: the messages on a time line (left) and the
+    bytes each way (right)."""
     import matplotlib.pyplot as plt
 
-    msgs = store.query(
-        """SELECT m.probe, m.stack, m.config, m.sig, m.sender, m.message, m.at_ms,
-                  m.length_bytes
-           FROM probe_messages m
-           WHERE m.at_ms IS NOT NULL AND m.idx = (
-               SELECT min(idx) FROM probe_messages x WHERE x.cell_id = m.cell_id)
-           ORDER BY m.probe, m.stack, m.config, m.sig, m.seq"""
-    )
-    if not msgs:
+    firsts = store.query(FIRST_CONNECTIONS)
+    if not firsts:
         return None
-    keys = list(dict.fromkeys((m["probe"], m["stack"], m["config"], m["sig"]) for m in msgs))
-    fig, ax = plt.subplots(figsize=(9, 0.55 * len(keys) + 1.4))
-    colors = {"client": "tab:blue", "server": "tab:orange"}
-    for y, key in enumerate(keys):
-        mine = [m for m in msgs if (m["probe"], m["stack"], m["config"], m["sig"]) == key]
-        for m in mine:
-            ax.plot(m["at_ms"], y, "|" if m["sender"] == "client" else "o",
-                    color=colors[m["sender"]], markersize=9)  # fmt: skip
-        last = max(m["at_ms"] for m in mine)
-        ax.annotate(
-            ", ".join(
-                f"{m['message']} {m['length_bytes']:,}" for m in mine if m["sender"] == "server"
-            )[:110],
-            (last, y),
-            xytext=(6, -3),
-            textcoords="offset points",
-            fontsize=6,
-        )
-    ax.set_yticks(range(len(keys)))
-    ax.set_yticklabels(
-        [f"{p} {c}" + ("" if s == "default" else f" {s}") + f" ({st})" for p, st, c, s in keys],
-        fontsize=7,
+    msgs = store.query(
+        "SELECT cell_id, idx, sender, message, at_ms FROM probe_messages WHERE at_ms IS NOT NULL"
     )
+    several = (len({r["probe"] for r in firsts}) > 1, len({r["stack"] for r in firsts}) > 1)
+    fig, (ax, bx) = plt.subplots(
+        1, 2, figsize=(11, 0.45 * len(firsts) + 1.6), sharey=True,
+        gridspec_kw={"width_ratios": [3, 2]},
+    )  # fmt: skip
+    for y, r in enumerate(firsts):
+        _timeline_row(
+            ax, y, r, [m for m in msgs if (m["cell_id"], m["idx"]) == (r["cell_id"], r["idx"])]
+        )
+        _bytes_row(bx, y, r)
+    ax.set_yticks(range(len(firsts)))
+    ax.set_yticklabels([_label(r, *several) for r in firsts], fontsize=7)
     ax.invert_yaxis()
-    ax.set_xlabel("ms since the client's SYN (| sent by the client, o received from the server)")
+    ax.set_xlabel("ms since the client's SYN: | client sent, o server message arrived, x ended")
+    bx.set_xlabel("bytes")
+    widest = max(sum(r.get(k) or 0 for k, _, _ in BYTES) for r in firsts)
+    bx.set_xlim(0, 1.35 * widest or 1)
+    from matplotlib.patches import Patch
+
+    bx.legend(
+        handles=[Patch(color=c, label=n) for _, c, n in BYTES],
+        loc="upper center",
+        bbox_to_anchor=(0.5, -0.12 - 0.6 / (len(firsts) + 2)),
+        ncol=3,
+        fontsize=7,
+        frameon=False,
+    )
     fig.tight_layout()
     return figures.save(fig, store, "probe_timeline")
+
+
+def _timeline_row(ax, y: int, row: dict, msgs: list[dict]) -> None:
+    for m in msgs:
+        client = m["sender"] == "client"
+        ax.plot(m["at_ms"], y, "|" if client else "o", color="tab:blue" if client else "tab:orange",
+                markersize=10 if client else 5, alpha=0.8)  # fmt: skip
+    if row["outcome"] not in ("accepted", "hello-retry"):
+        at = row.get("failed_at_ms")
+        if at is not None:
+            ax.plot(at, y, "x", color="tab:red", markersize=8)
+            ax.annotate(row["outcome"], (at, y), xytext=(5, -3), textcoords="offset points",
+                        fontsize=7, color="tab:red")  # fmt: skip
+    elif row.get("ack_waits"):
+        ax.annotate(f"waited {row['ack_wait_ms']:.1f} ms for an ACK", (0, y), xytext=(0, 6),
+                    textcoords="offset points", fontsize=6)  # fmt: skip
+
+
+BYTES = (
+    ("client_hello_bytes", "tab:blue", "ClientHello"),
+    ("hello_retry_bytes", "tab:gray", "HelloRetryRequest + 2nd ClientHello"),
+    ("server_flight_bytes", "tab:orange", "server flight"),
+)
+
+
+def _bytes_row(bx, y: int, row: dict) -> None:
+    left = 0
+    for key, color, _ in BYTES:
+        width = row.get(key) or 0
+        if width:
+            bx.barh(y, width, left=left, color=color, height=0.6)
+            left += width
+    if row.get("server_flight_bytes"):
+        segs = row.get("server_flight_segments")
+        bx.annotate(f"{row['server_flight_bytes']:,} B" + (f", {segs} seg" if segs else ""),
+                    (left, y), xytext=(3, -3), textcoords="offset points", fontsize=7)  # fmt: skip
 
 
 def summarize(store) -> Summary | None:

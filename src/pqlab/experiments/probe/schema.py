@@ -18,6 +18,7 @@ CREATE TABLE IF NOT EXISTS probe_raw (
     first_byte_ms DOUBLE, ttlb_ms DOUBLE, hello_retry_ms DOUBLE, server_wait_ms DOUBLE,
     http_status INTEGER, response_bytes BIGINT, bytes_sent BIGINT, bytes_received BIGINT,
     messages_from TEXT, messages_agree BOOLEAN, capture_note TEXT, server_first_bytes TEXT,
+    failed_at_ms DOUBLE,
     t_connect_start_ns BIGINT, record JSON)
 """
 
