@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 
 from cryptography import x509
+from cryptography.exceptions import UnsupportedAlgorithm
 from cryptography.hazmat.primitives.asymmetric import ec, ed448, ed25519, rsa
 
 from pqlab import catalog
@@ -28,7 +29,7 @@ def key_algorithm(cert: x509.Certificate, names: dict[str, str]) -> str:
     name of its SubjectPublicKeyInfo OID (ML-DSA-44, ...), else the OID itself."""
     try:
         key = cert.public_key()
-    except Exception:  # a key type this cryptography build cannot load
+    except (ValueError, TypeError, UnsupportedAlgorithm):  # a key this build cannot load
         key = None
     if isinstance(key, rsa.RSAPublicKey):
         return f"RSA-{key.key_size}"

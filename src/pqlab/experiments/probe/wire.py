@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pqlab import pcap
+from pqlab.errors import UserError
 from pqlab.experiments.handshake import phases
 from pqlab.pcap import ACK, RST, SYN
 from pqlab.tls import keylog as kl
@@ -175,7 +176,7 @@ def from_capture(conn: pcap.Connection, keys: kl.KeyLog, mss: int, advmss: int) 
     try:
         client_stream = pcap.reassemble(conn, True)
         server_stream = pcap.reassemble(conn, False)
-    except Exception as e:  # a capture with gaps: say so, keep what the client knows
+    except UserError as e:  # a capture with gaps: say so, keep what the client knows
         w.note = str(e)
         return w
     plaintext_only = False
