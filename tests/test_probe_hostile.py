@@ -137,9 +137,13 @@ def test_a_server_that_sends_a_100_kb_chain(tmp_path, capture_or_not):
         v, _ = _one_line(tmp_path, port, *capture_or_not)
     assert v.startswith("failed: handshake failed: excessive message size"), v
     row = rows(tmp_path / "run", "SELECT * FROM probe_raw")[0]
-    if not capture_or_not:  # the capture saw the whole message the client refused to read
+    # The capture holds the whole message the client refused to read when the server wrote
+    # all of it before the client's reset reached it (on a busy machine it may not have).
+    if not capture_or_not and row["certificate_bytes"] is not None:
         assert row["certificate_bytes"] > 100_000
         assert f"the server's Certificate message is {row['certificate_bytes']:,} B" in v
+    else:
+        assert "after receiving" in v, v
     assert 0 < row["bytes_received"] < 100_000
 
 
