@@ -28,6 +28,9 @@ command -v perl >/dev/null || need+=(perl)
 command -v ssh-keygen >/dev/null || need+=(openssh-client)
 # valgrind: the memory benchmark's independent instrument (benchmarks/memory_vs_valgrind.py).
 command -v valgrind >/dev/null || need+=(valgrind)
+# nginx: a server pqlab did not write, for `pqlab probe`'s tests (tests/test_probe.py starts
+# its own, with its own configuration and port; the system service is turned off again).
+[ -x /usr/sbin/nginx ] || need+=(nginx)
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then SUDO=""; elif command -v sudo >/dev/null; then SUDO="sudo"; else
     echo "error: missing packages ${need[*]}; install them (apt-get install ${need[*]}) and rerun" >&2
@@ -40,6 +43,13 @@ if [ ${#need[@]} -gt 0 ]; then
     # Only the sshd binary is needed (the tests start their own, in namespaces): the
     # system ssh service the package enables is turned off again.
     $SUDO systemctl disable --now ssh.service ssh.socket >/dev/null 2>&1 || true
+  fi
+  if [[ " ${need[*]} " == *" nginx "* ]]; then
+    if command -v systemctl >/dev/null; then
+      $SUDO systemctl disable --now nginx.service >/dev/null 2>&1 || true
+    fi
+    # Without systemd the package's own start script may have started it.
+    $SUDO /usr/sbin/nginx -s quit >/dev/null 2>&1 || true
   fi
 fi
 

@@ -515,6 +515,27 @@ def test_hello_retry_request_is_followed_to_the_real_server_hello():
     assert [m for r in got_s for m, _ in r.messages].count("ServerHello") == 2
 
 
+def test_a_connection_that_ended_at_its_handshake_needs_no_application_secrets():
+    """A client that gave up after the server's flight (a chain too large, a failed check)
+    logged only the handshake secrets: its handshake still decrypts; a record that needs
+    the application keys still names the missing secret."""
+    client, server, text = build_connection(0x1301, key_update=False)
+    handshake_only = "".join(line + "\n" for line in text.splitlines() if "HANDSHAKE" in line)
+    keys = kl.parse_keylog(handshake_only)
+
+    def through(side, name):
+        end = next(r.end for r in side.expected if any(m == name for m, _ in r.messages))
+        return side.stream[:end], [r for r in side.expected if r.end <= end]
+
+    (c_stream, c_want), (s_stream, s_want) = (
+        through(client, "Finished"),
+        through(server, "Finished"),
+    )
+    assert kl.decrypt_streams(c_stream, s_stream, keys) == (c_want, s_want)
+    with pytest.raises(kl.KeyLogError, match="no SERVER_TRAFFIC_SECRET_0"):
+        kl.decrypt_streams(c_stream, server.stream, keys)
+
+
 def test_tls12_server_hello_is_refused():
     random = bytes(32)
     ch, sh = client_hello(random), server_hello(bytes(range(32)), 0xC02F, version=None)

@@ -71,6 +71,8 @@ DERIVED = {
 
 def every_field_set(chain, tmp_path):
     """One instance of each spec with every field set (nested specs included)."""
+    import dataclasses
+
     stack = "openssl"
     tls = runner.Tls(
         stack=stack,
@@ -83,11 +85,14 @@ def every_field_set(chain, tmp_path):
         events=False,
         keylog=tmp_path / "keys.log",
         io_timeout=7,
+        key_shares=(alg("X25519MLKEM768", "kem"),),
+        verify="report",
     )
     auth = runner.ClientAuth(stack, ca=chain.root, sigalgs=(alg("ML-DSA-44"),))
     ident = runner.Identity(stack, chain.chain, chain.key, sigalg=alg("ML-DSA-44"))
     server = runner.ServerSpec(
-        tls=tls,
+        # The client-only fields stay with the clients (a server refuses them).
+        tls=dataclasses.replace(tls, key_shares=(), verify=None),
         chain=chain,
         listen="127.0.0.1:0",
         max_connections=5,
@@ -112,6 +117,9 @@ def every_field_set(chain, tmp_path):
         time_limit=77,
         expected=Expected(group=alg("X25519", "kem"), sigalg=alg("ECDSA-P256")),
         identity=ident,
+        request_path="/x?y=1",
+        await_close_ms=250,
+        peer_chain=True,
     )
     load = runner.LoadSpec(client, mode="open", clients=6, duration_ms=1500, rate=321.5)
     bulk = runner.BulkSpec(client, push_bytes=1 << 20, pull_bytes=1 << 21)
@@ -244,14 +252,21 @@ def test_every_flag_of_every_spec_is_what_the_engine_ran_with(chain, tmp_path):
         runs = [
             (replace(server, concurrent=False, max_concurrent=None, dh_bits=None), "listening"),
             (replace(server, threads=None, dh_params=None), "listening"),
-            (client, "config"),
+            # --request-bytes and --request-path exclude each other: each in one run.
+            (replace(client, request_path=None), "config"),
+            (replace(client, request_bytes=None), "config"),
             # The load generator paces with --rate, not the client's --gap-ms.
-            (replace(by_type[runner.LoadSpec], client=replace(client, gap_ms=0)), None),
+            (
+                replace(
+                    by_type[runner.LoadSpec], client=replace(client, gap_ms=0, request_path=None)
+                ),
+                None,
+            ),
             # Bulk transfers use --push-bytes and --pull-bytes instead.
             (
                 replace(
                     by_type[runner.BulkSpec],
-                    client=replace(client, gap_ms=0, request_bytes=None),
+                    client=replace(client, gap_ms=0, request_bytes=None, request_path=None),
                 ),
                 None,
             ),

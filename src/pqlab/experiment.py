@@ -46,6 +46,7 @@ EXPERIMENT_MODULES = (
     "memory",
     "capacity",
     "throughput",
+    "probe",
 )
 
 
@@ -65,12 +66,18 @@ class Option:
     short: str | None = None  # e.g. "-n"
     aliases: tuple[str, ...] = ()  # other long flags, e.g. ("--connections",)
     choices: tuple[str, ...] | None = None  # shown in help; checked by argparse and suites
+    positional: bool = False  # the command's argument (`pqlab probe HOST:PORT`), not a flag
 
     @property
     def dest(self) -> str:
         return self.name.replace("-", "_")
 
     def add_to(self, parser: argparse.ArgumentParser) -> None:
+        if self.positional:
+            parser.add_argument(
+                self.dest, metavar=self.metavar or self.name.upper(), help=self.help
+            )
+            return
         flags = [f"--{self.name}", *self.aliases]
         if self.short:
             flags.insert(0, self.short)

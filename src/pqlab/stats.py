@@ -138,6 +138,18 @@ class Cause(enum.Enum):
         "are marked below_clock_uncertainty; read the one-host phases, or synchronise the "
         "clocks better (PTP) for the cross-host ones",
     )
+    PROBE_UNSEEN = (
+        "probe-unseen",
+        "A probe that saw only what its client knows",
+        "run the probe as root (CAP_NET_RAW) so it captures the connection: message sizes "
+        "and times, segments, round trips and congestion-window stalls come from the capture",
+    )
+    PROBE_SOURCES_DISAGREE = (
+        "probe-sources-disagree",
+        "A probe's capture and its client's own events disagree",
+        "the capture lost packets or holds another connection; rerun the probe, and read "
+        "its pcap with the key log in Wireshark",
+    )
     CPU_CONTENDED = (
         "cpu-contended",
         "The CPU was shared during timing",

@@ -6,6 +6,10 @@
 //! capture ...`). Records: `capturing` once the socket is bound (the caller may start
 //! traffic), optional `packet` lines, and a final `capture_summary` with the kernel's
 //! PACKET_STATISTICS (packets seen by the filter, drops).
+//!
+//! On a loopback interface every packet passes the socket twice, once leaving and once
+//! arriving; the capture keeps the arriving copy only, so each packet is in the pcap once
+//! (`loopback_copies_skipped` counts the others).
 
 mod bpf;
 mod pcap;
@@ -54,6 +58,15 @@ const PACKET_OUTGOING: u8 = 4;
 struct TpacketStats {
     tp_packets: u32,
     tp_drops: u32,
+}
+
+/// ARPHRD_LOOPBACK in /sys/class/net/*/type.
+const ARPHRD_LOOPBACK: &str = "772";
+
+/// Whether an interface is a loopback device.
+fn is_loopback(interface: &str) -> bool {
+    std::fs::read_to_string(format!("/sys/class/net/{interface}/type"))
+        .is_ok_and(|t| t.trim() == ARPHRD_LOOPBACK)
 }
 
 /// The link type of an interface, from /sys (ip netns exec mounts the namespace's /sys).
@@ -245,6 +258,7 @@ pub fn run(a: Args) -> Result<()> {
         );
     }
     let (linktype, framing) = link_type(&a.interface)?;
+    let loopback = is_loopback(&a.interface);
     unsafe {
         libc::signal(libc::SIGTERM, on_signal as *const () as libc::sighandler_t);
         libc::signal(libc::SIGINT, on_signal as *const () as libc::sighandler_t);
@@ -255,17 +269,22 @@ pub fn run(a: Args) -> Result<()> {
     emit(&json!({
         "type": "capturing", "interface": a.interface, "port": a.port,
         "pcap": a.pcap.display().to_string(), "linktype": linktype, "snaplen": a.snaplen,
-        "timestamps": "SO_TIMESTAMPNS", "clock": "CLOCK_REALTIME",
+        "timestamps": "SO_TIMESTAMPNS", "clock": "CLOCK_REALTIME", "loopback": loopback,
     }));
     let deadline = Instant::now() + Duration::from_secs_f64(a.max_seconds);
     let mut buf = vec![0u8; a.snaplen as usize];
     let (mut packets, mut bytes, mut outgoing, mut user_ts) = (0u64, 0u64, 0u64, 0u64);
     let (mut kernel_packets, mut kernel_drops) = (0u64, 0u64);
+    let mut skipped = 0u64;
     let mut stopped_by = "signal";
     loop {
         // Drain what is queued; after a stop request this also collects the packets that
         // arrived before the signal, so the tail of the last handshake is not lost.
         while let Some(p) = receive(sock.0, &mut buf)? {
+            if loopback && p.outgoing {
+                skipped += 1;
+                continue;
+            }
             writer.write(p.ts_ns, &buf[..p.caplen as usize], p.orig_len)?;
             packets += 1;
             bytes += p.orig_len as u64;
@@ -292,6 +311,10 @@ pub fn run(a: Args) -> Result<()> {
     }
     // Final drain and statistics.
     while let Some(p) = receive(sock.0, &mut buf)? {
+        if loopback && p.outgoing {
+            skipped += 1;
+            continue;
+        }
         writer.write(p.ts_ns, &buf[..p.caplen as usize], p.orig_len)?;
         packets += 1;
         bytes += p.orig_len as u64;
@@ -308,6 +331,7 @@ pub fn run(a: Args) -> Result<()> {
         "outgoing": outgoing, "incoming": packets - outgoing,
         "kernel_packets": kernel_packets, "kernel_drops": kernel_drops,
         "userspace_timestamps": user_ts, "stopped_by": stopped_by,
+        "loopback_copies_skipped": skipped,
     }));
     Ok(())
 }

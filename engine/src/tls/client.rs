@@ -6,7 +6,7 @@ use super::options::TlsOpts;
 use super::record::{self, Recorder, SharedRecorder, Sink, Stamp, Wire};
 use super::stack::{
     ClientContext, ClientSetup, Identity, ReadOutcome, ServerName, Session, Stack, TlsVersion,
-    Verification,
+    Verification, VerifyMode,
 };
 use crate::out::Result;
 use serde_json::{json, Value};
@@ -40,8 +40,22 @@ pub struct Args {
     pub warmup: u64,
     /// After the handshake, ask the server for this many bytes (`GET <n>`) and read them
     /// to the end (time to first / last byte).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "request_path")]
     pub request_bytes: Option<u64>,
+    /// After the handshake, send an HTTP/1.1 GET of this path (Host: the server name) and
+    /// read the response to its end (Content-Length, chunked, or the server's close): time
+    /// to first / last byte, status and sizes.
+    #[arg(long)]
+    pub request_path: Option<String>,
+    /// At the end of each connection, after sending close_notify, wait at most this many
+    /// milliseconds (0-60000) for the server's: what it sends meanwhile (session tickets) is
+    /// read and recorded. 0: close at once.
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=60_000))]
+    pub await_close_ms: u64,
+    /// Record the certificates the server sent (DER, hex, leaf first) in every connection
+    /// record (`peer_chain`).
+    #[arg(long)]
+    pub peer_chain: bool,
     /// Group the handshake must negotiate (default: --groups when it names exactly one).
     #[arg(long)]
     pub expect_group: Option<String>,
@@ -134,6 +148,8 @@ impl Expected {
 /// What every connection is checked against.
 pub(super) struct Checks {
     version: TlsVersion,
+    /// Whether the chain must validate (else it is only reported).
+    verify: VerifyMode,
     group: Option<Expected>,
     sigalg: Option<Expected>,
     /// Mutual TLS: the scheme the client must have signed with.
@@ -165,8 +181,12 @@ pub(super) fn setup(
             .map(|(cert_chain, key)| Identity { cert_chain, key }),
     })?;
     let target = resolve(a)?;
+    if let Some(path) = &a.request_path {
+        super::http::check_path(path)?;
+    }
     let checks = Checks {
         version: a.tls.version()?,
+        verify: a.tls.protocol()?.verify,
         group: a
             .expect_group
             .clone()
@@ -229,11 +249,18 @@ pub fn run_with(stack: &dyn Stack, a: &Args, sink: &dyn Sink) -> Result<()> {
             }
             Err(_) => None,
         };
-        let negotiated = match res {
-            Ok(n) => n,
-            Err(e) => return Err(e.context(format!("connection {i} to {}", target.addr))),
-        };
-        check(stack, &checks, &negotiated, i)?;
+        // A connection that failed, or failed its check, is recorded with what it got
+        // before the run ends: a `connection_error` record, then the error.
+        let outcome = res
+            .map_err(|e| e.context(format!("connection {i} to {}", target.addr)))
+            .and_then(|n| check(stack, &checks, &n, i));
+        if let Err(e) = outcome {
+            out["type"] = json!("connection_error");
+            out["kind"] = json!(e.kind());
+            out["message"] = json!(e.message());
+            sink.connection(&out, events.as_deref());
+            return Err(e);
+        }
         sink.connection(&out, events.as_deref());
         if a.gap_ms > 0 && i + 1 < total {
             std::thread::sleep(Duration::from_millis(a.gap_ms));
@@ -265,6 +292,7 @@ pub(super) fn check(stack: &dyn Stack, c: &Checks, neg: &Negotiation, i: u64) ->
     }
     match &neg.verification {
         Verification::Verified => {}
+        Verification::Failed(_) if c.verify == VerifyMode::Report => {}
         Verification::Failed(why) => {
             crate::bail!(
                 Check,
@@ -372,6 +400,25 @@ pub(super) fn one(
     out["local"] = json!(tcp.local_addr()?.to_string());
     out["congestion_control"] = json!(record::congestion_control(&tcp));
     let tcp = Rc::new(tcp);
+    let result = connected(ctx, a, target, rec, out, &tcp, (t0, t1));
+    if result.is_err() {
+        // What TCP saw of a failed connection (its RTT, what was acknowledged).
+        out["tcp_info"] = record::tcp_info(&tcp);
+        out["t_failed"] = json!(record::realtime_ns());
+    }
+    result
+}
+
+/// The rest of `one` on a connected socket: handshake, request, close.
+fn connected(
+    ctx: &dyn ClientContext,
+    a: &Args,
+    target: &Target,
+    rec: &SharedRecorder,
+    out: &mut Value,
+    tcp: &Rc<TcpStream>,
+    (t0, t1): (Stamp, Stamp),
+) -> Result<Negotiation> {
     let handshake = ctx.start(
         Wire {
             tcp: tcp.clone(),
@@ -387,28 +434,124 @@ pub(super) fn one(
     out["t_handshake_done"] = json!(t2.real);
     let verification = session.verification();
     if let Verification::Failed(why) = &verification {
-        crate::bail!(Check, "certificate verification failed: {why}");
+        if a.tls.protocol()?.verify == VerifyMode::Require {
+            crate::bail!(Check, "certificate verification failed: {why}");
+        }
     }
     let negotiated = session.negotiated();
     out["negotiated"] = serde_json::to_value(&negotiated).unwrap_or(Value::Null);
     out["verified"] = json!(verification == Verification::Verified);
+    if let Verification::Failed(why) = &verification {
+        out["verify_error"] = json!(why);
+    }
     out["peer_chain_der_bytes"] = json!(session.peer_chain_der_bytes());
+    if a.peer_chain {
+        out["peer_chain"] = json!(session
+            .peer_chain_der()
+            .map(|c| c.iter().map(|d| hex(d)).collect::<Vec<_>>()));
+    }
     let mut durations = json!({
         "tcp_connect_ns": t1.mono - t0.mono,
         "handshake_ns": t2.mono - t1.mono,
         "connect_to_handshake_ns": t2.mono - t0.mono,
     });
+    out["durations"] = durations.clone();
     if let Some(n) = a.request_bytes {
         fetch(&mut *session, n, t0, out, &mut durations)?;
     }
+    if let Some(path) = &a.request_path {
+        fetch_http(&mut *session, path, target, t0, out, &mut durations)?;
+    }
     out["durations"] = durations;
-    out["tcp_info"] = record::tcp_info(&tcp);
-    session.close(false);
+    out["tcp_info"] = record::tcp_info(tcp);
+    if a.await_close_ms > 0 {
+        // The wait is bounded by the socket's read timeout, set to the wait.
+        tcp.set_read_timeout(Some(Duration::from_millis(a.await_close_ms)))?;
+        let t = Stamp::now();
+        session.close(true);
+        out["close_wait_ns"] = json!(Stamp::now().mono - t.mono);
+    } else {
+        session.close(false);
+    }
     out["t_closed"] = json!(record::realtime_ns());
     Ok(Negotiation {
         negotiated,
         verification,
     })
+}
+
+/// Lower-case hex of bytes.
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Most bytes of one HTTP response read (a bound on what a server can make the client
+/// read; the body is counted, not kept).
+const MAX_HTTP_RESPONSE: u64 = 1 << 30;
+
+/// Send an HTTP/1.1 GET of `path` and read the response to its end.
+fn fetch_http(
+    session: &mut dyn Session,
+    path: &str,
+    target: &Target,
+    t0: Stamp,
+    out: &mut Value,
+    durations: &mut Value,
+) -> Result<()> {
+    let head = super::http::request_head(path, &target.name, target.addr.port());
+    session.write_all(head.as_bytes())?;
+    session.flush()?;
+    let t_req = Stamp::now();
+    out["t_request_sent"] = json!(t_req.real);
+    out["http_path"] = json!(path);
+    let mut response = super::http::Response::new();
+    let mut buf = vec![0u8; 65536];
+    let mut first: Option<Stamp> = None;
+    let mut last = t_req;
+    let mut ended_by = None;
+    while !response.is_complete() {
+        let outcome = session.read(&mut buf).map_err(|e| {
+            e.context(format!(
+                "reading the HTTP response failed after {} bytes",
+                response.total_bytes
+            ))
+        })?;
+        match outcome {
+            ReadOutcome::Data(k) => {
+                let now = Stamp::now();
+                first.get_or_insert(now);
+                last = now;
+                response.push(&buf[..k])?;
+                if response.total_bytes > MAX_HTTP_RESPONSE {
+                    crate::bail!(
+                        Peer,
+                        "the HTTP response is longer than {MAX_HTTP_RESPONSE} bytes"
+                    );
+                }
+            }
+            ReadOutcome::Closed | ReadOutcome::Eof => {
+                ended_by = Some(if outcome == ReadOutcome::Closed {
+                    "close_notify"
+                } else {
+                    "eof"
+                });
+                response.closed()?;
+            }
+        }
+    }
+    let first = first.unwrap_or(t_req);
+    out["t_first_byte"] = json!(first.real);
+    out["t_last_byte"] = json!(last.real);
+    out["app_bytes_received"] = json!(response.total_bytes);
+    out["http"] = json!({
+        "status": response.status, "framing": response.framing.map(|f| f.name()),
+        "head_bytes": response.head_bytes, "body_bytes": response.body_bytes,
+        "ended_by": ended_by.or(response.framing.map(|f| f.name())),
+    });
+    durations["first_byte_ns"] = json!(first.mono - t0.mono);
+    durations["last_byte_ns"] = json!(last.mono - t0.mono);
+    durations["request_to_last_byte_ns"] = json!(last.mono - t_req.mono);
+    Ok(())
 }
 
 /// Send `GET <n>\n` and read exactly n filler bytes, then close_notify.

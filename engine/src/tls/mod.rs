@@ -9,7 +9,10 @@ pub mod certkey;
 mod certs;
 mod client;
 #[cfg(test)]
+mod client_tests;
+#[cfg(test)]
 mod fake;
+mod http;
 pub mod ids;
 mod load;
 mod memory;

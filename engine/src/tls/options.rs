@@ -1,7 +1,7 @@
 //! The command-line options `tls server` and `tls client` share, and their translation into
 //! the typed `Protocol` every stack is configured with.
 
-use super::stack::{self, Protocol, Stack, TlsVersion};
+use super::stack::{self, Protocol, Stack, TlsVersion, VerifyMode};
 use crate::out::Result;
 use std::path::PathBuf;
 
@@ -39,6 +39,16 @@ pub struct TlsOpts {
     /// Per-message events in connection records: on (default) or off.
     #[arg(long, default_value = "on")]
     pub events: String,
+    /// Client: send key shares for these groups (a subset of --groups, stack names, colon or
+    /// comma separated); default: the stack's choice (what `info` says it can send is in
+    /// `tls_stacks[].key_shares`).
+    #[arg(long, requires = "groups")]
+    pub key_shares: Option<String>,
+    /// Client: how the server's chain and name are judged: require (a chain that does not
+    /// validate under --ca ends the handshake) or report (the handshake goes on; the record
+    /// says whether the chain validated and why not).
+    #[arg(long, default_value = "require")]
+    pub verify: String,
     /// Socket read/write timeout in seconds, 1-86400 (bounds every wait on the peer).
     #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=86_400))]
     pub io_timeout: u64,
@@ -85,7 +95,38 @@ impl TlsOpts {
             ciphersuites: list("--ciphersuites", &self.ciphersuites)?,
             security_level: self.security_level,
             keylog: self.keylog.clone(),
+            key_shares: self.key_shares()?,
+            verify: VerifyMode::parse(&self.verify)?,
         })
+    }
+
+    /// `--key-shares`, each name one of `--groups`.
+    fn key_shares(&self) -> Result<Option<Vec<String>>> {
+        let Some(shares) = list("--key-shares", &self.key_shares)? else {
+            return Ok(None);
+        };
+        let groups = list("--groups", &self.groups)?.unwrap_or_default();
+        for s in &shares {
+            if !groups.iter().any(|g| g.eq_ignore_ascii_case(s)) {
+                crate::bail!(
+                    Usage,
+                    "--key-shares {s:?} is not one of --groups {:?}",
+                    groups.join(":")
+                );
+            }
+        }
+        Ok(Some(shares))
+    }
+
+    /// Refuse the options only a client takes (for the server commands).
+    pub fn server_only(&self) -> Result<()> {
+        if self.key_shares.is_some() {
+            crate::bail!(Usage, "--key-shares is a client option");
+        }
+        if VerifyMode::parse(&self.verify)? != VerifyMode::Require {
+            crate::bail!(Usage, "--verify is a client option");
+        }
+        Ok(())
     }
 }
 
@@ -99,5 +140,40 @@ mod tests {
         assert_eq!(l.unwrap(), ["X25519MLKEM768", "x25519", "P-256"]);
         assert!(list("--groups", &Some(":,".into())).is_err());
         assert_eq!(list("--groups", &None).unwrap(), None);
+    }
+
+    fn opts(groups: Option<&str>, shares: Option<&str>) -> TlsOpts {
+        TlsOpts {
+            stack: "openssl".into(),
+            groups: groups.map(String::from),
+            sigalgs: None,
+            tls_version: "1.3".into(),
+            ciphers: None,
+            ciphersuites: None,
+            security_level: None,
+            keylog: None,
+            events: "on".into(),
+            key_shares: shares.map(String::from),
+            verify: "require".into(),
+            io_timeout: 30,
+        }
+    }
+
+    #[test]
+    fn key_shares_must_be_offered_groups() {
+        let p = opts(Some("X25519MLKEM768:x25519"), Some("x25519mlkem768,X25519"))
+            .protocol()
+            .unwrap();
+        assert_eq!(p.key_shares.unwrap(), ["x25519mlkem768", "X25519"]);
+        let e = opts(Some("X25519"), Some("P-256")).protocol().unwrap_err();
+        assert!(e.message().contains("not one of --groups"), "{e}");
+        assert!(opts(Some("X25519"), Some("X25519")).server_only().is_err());
+        assert!(opts(Some("X25519"), None).server_only().is_ok());
+        let mut o = opts(None, None);
+        o.verify = "report".into();
+        assert_eq!(o.protocol().unwrap().verify, VerifyMode::Report);
+        assert!(o.server_only().is_err());
+        o.verify = "maybe".into();
+        assert!(o.protocol().is_err());
     }
 }

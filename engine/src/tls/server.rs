@@ -137,6 +137,7 @@ const VICTIMS_UNWIND: Duration = Duration::from_secs(1);
 /// Check the arguments and configure the stack, before anything listens.
 pub fn prepare(a: &Args) -> Result<(&'static dyn Stack, Arc<dyn ServerContext>)> {
     a.tls.events_on()?;
+    a.tls.server_only()?;
     if a.response_mode != "echo-size" && a.response_mode != "none" {
         crate::bail!(
             Usage,

@@ -56,6 +56,33 @@ pub struct Protocol {
     pub security_level: Option<u32>,
     /// Append secrets in SSLKEYLOGFILE format to this file.
     pub keylog: Option<PathBuf>,
+    /// Client: the groups (stack names, a subset of `groups`) its ClientHello carries key
+    /// shares for; None: the stack's choice. What a stack can send is in its `info`
+    /// (`key_shares`); a set it cannot send is a usage error.
+    pub key_shares: Option<Vec<String>>,
+    /// Client: how the server's chain is judged.
+    pub verify: VerifyMode,
+}
+
+/// How a client judges the server's certificate chain and name (`--verify`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum VerifyMode {
+    /// A chain that does not validate under the CA, or a name it does not match, ends the
+    /// handshake (the default).
+    Require,
+    /// The handshake goes on whatever the chain (the CertificateVerify signature is still
+    /// checked); whether the chain validated is reported (`Verification`).
+    Report,
+}
+
+impl VerifyMode {
+    pub fn parse(text: &str) -> Result<VerifyMode> {
+        match text {
+            "require" => Ok(VerifyMode::Require),
+            "report" => Ok(VerifyMode::Report),
+            v => crate::bail!(Usage, "--verify {v:?}: use require or report"),
+        }
+    }
 }
 
 pub struct ServerSetup {
@@ -245,6 +272,11 @@ pub trait Session {
     fn server_name(&self) -> Option<String>;
     /// DER sizes of the certificates the peer sent, leaf first.
     fn peer_chain_der_bytes(&self) -> Option<Vec<usize>>;
+    /// The certificates the peer sent (DER), leaf first, in the order it sent them; None
+    /// when the stack cannot give them.
+    fn peer_chain_der(&self) -> Option<Vec<Vec<u8>>> {
+        None
+    }
     fn verification(&self) -> Verification;
 }
 
@@ -300,6 +332,13 @@ pub struct StackInfo {
     /// benchmark), with their paths: the lab runs them beside its own measurement of the
     /// same cells. Only programs that exist are listed.
     pub tools: std::collections::BTreeMap<&'static str, String>,
+    /// Which key shares its client can send (`--key-shares`): "any" (any subset of the
+    /// offered groups), or "first" (the first offered group's, and for a hybrid first group
+    /// also its classical half's when that group is offered too).
+    pub key_shares: &'static str,
+    /// With "first": (group, group) pairs of a hybrid and its classical half, whose key
+    /// share the client sends along with the hybrid's when that half is offered too.
+    pub key_share_companions: Vec<(u16, u16)>,
 }
 
 /// How a stack writes a handshake flight: what the lab's flight model (pqlab.tls.flight)

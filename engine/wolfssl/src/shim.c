@@ -86,6 +86,38 @@ void pqlab_wolf_verify(WOLFSSL_CTX *ctx, int require_peer_cert)
                           : WOLFSSL_VERIFY_NONE, NULL);
 }
 
+/* A client that only reports the server's chain (`--verify report`): the first failure
+ * wolfSSL's verification finds on this thread's handshake, as an X509_V_ERR code (-1 when
+ * the store names none); 0 when the chain validated. */
+static __thread int report_failure;
+
+static int report_verify_cb(int preverify, WOLFSSL_X509_STORE_CTX *store)
+{
+    if (!preverify && report_failure == 0) {
+        int err = wolfSSL_X509_STORE_CTX_get_error(store);
+        report_failure = err != 0 ? err : -1;
+    }
+    return 1; /* go on with the handshake */
+}
+
+void pqlab_wolf_verify_report(WOLFSSL_CTX *ctx)
+{
+    wolfSSL_CTX_set_verify(ctx, WOLFSSL_VERIFY_PEER, report_verify_cb);
+}
+
+/* The failure noted since the last call (then cleared), and its text. */
+int pqlab_wolf_take_report_failure(void)
+{
+    int f = report_failure;
+    report_failure = 0;
+    return f;
+}
+
+const char *pqlab_wolf_verify_error_string(int err)
+{
+    return wolfSSL_X509_verify_cert_error_string(err);
+}
+
 void pqlab_wolf_set_wire(WOLFSSL *ssl, void *wire)
 {
     wolfSSL_SetIOReadCtx(ssl, wire);
@@ -167,4 +199,10 @@ int pqlab_wolf_peer_chain_length(WOLFSSL *ssl, int i)
 {
     WOLFSSL_X509_CHAIN *chain = wolfSSL_get_peer_chain(ssl);
     return chain ? wolfSSL_get_chain_length(chain, i) : 0;
+}
+
+const unsigned char *pqlab_wolf_peer_chain_der(WOLFSSL *ssl, int i)
+{
+    WOLFSSL_X509_CHAIN *chain = wolfSSL_get_peer_chain(ssl);
+    return chain ? wolfSSL_get_chain_cert(chain, i) : NULL;
 }

@@ -8,7 +8,8 @@ use pqlab_engine::out::{Error, Result};
 use pqlab_engine::tls::record::{Negotiated, Wire};
 use pqlab_engine::tls::stack::{
     ClientContext, ClientSetup, Handshake, NamedCode, Protocol, ReadOutcome, ServerContext,
-    ServerName, ServerSetup, Session, Stack, StackInfo, TlsVersion, Verification, WriteModel,
+    ServerName, ServerSetup, Session, Stack, StackInfo, TlsVersion, Verification, VerifyMode,
+    WriteModel,
 };
 use std::ffi::{c_char, c_int, c_long, c_ulong, c_void, CStr, CString};
 use std::io::{Read, Write};
@@ -76,6 +77,10 @@ extern "C" {
     fn pqlab_wolf_cipher_iana(ssl: *mut Ssl) -> *const c_char;
     fn pqlab_wolf_peer_chain_count(ssl: *mut Ssl) -> c_int;
     fn pqlab_wolf_peer_chain_length(ssl: *mut Ssl, i: c_int) -> c_int;
+    fn pqlab_wolf_peer_chain_der(ssl: *mut Ssl, i: c_int) -> *const u8;
+    fn pqlab_wolf_verify_report(ctx: *mut Ctx);
+    fn pqlab_wolf_take_report_failure() -> c_int;
+    fn pqlab_wolf_verify_error_string(err: c_int) -> *const c_char;
 }
 
 fn init() {
@@ -422,9 +427,11 @@ struct Server {
 struct Client {
     ctx: CtxPtr,
     identity: bool,
-    /// The first group asked for: the one the ClientHello carries a key share for, so the
-    /// handshake takes no extra round trip for a HelloRetryRequest.
-    key_share: Option<u16>,
+    /// The groups the ClientHello carries key shares for: `--key-shares`, or else the first
+    /// group asked for, so the handshake takes no extra round trip for a HelloRetryRequest.
+    key_shares: Vec<u16>,
+    /// `--verify report`: the chain's verification is noted, not enforced.
+    report: bool,
 }
 
 impl Stack for WolfSsl {
@@ -462,18 +469,31 @@ impl Stack for WolfSsl {
         if let Some(id) = &setup.identity {
             load_identity(&ctx, &id.cert_chain, &id.key)?;
         }
+        let report = setup.protocol.verify == VerifyMode::Report;
         // SAFETY: valid context.
-        unsafe { pqlab_wolf_verify(ctx.0, 1) };
-        let key_share = setup
-            .protocol
-            .groups
-            .as_ref()
-            .and_then(|g| g.first())
-            .and_then(|n| group(n));
+        unsafe {
+            if report {
+                pqlab_wolf_verify_report(ctx.0)
+            } else {
+                pqlab_wolf_verify(ctx.0, 1)
+            }
+        };
+        let p = &setup.protocol;
+        let key_shares = match &p.key_shares {
+            Some(names) => names.iter().filter_map(|n| group(n)).collect(),
+            None => p
+                .groups
+                .iter()
+                .flatten()
+                .take(1)
+                .filter_map(|n| group(n))
+                .collect(),
+        };
         Ok(Box::new(Client {
             ctx,
             identity: setup.identity.is_some(),
-            key_share,
+            key_shares,
+            report,
         }))
     }
 
@@ -538,6 +558,9 @@ impl Stack for WolfSsl {
             },
             server_name_ack: false,
             change_cipher_spec: false,
+            // wolfSSL_UseKeyShare, once per group.
+            key_shares: "any",
+            key_share_companions: Vec::new(),
             build_options: env!("PQLAB_WOLFSSL_OPTIONS")
                 .split("\\n")
                 .map(String::from)
@@ -563,7 +586,7 @@ impl ServerContext for Server {
     }
 
     fn start(&self, wire: Wire) -> Result<Box<dyn Handshake>> {
-        Pending::start(&self.ctx, wire, true, self.client_auth, None, None)
+        Pending::start(&self.ctx, wire, true, self.client_auth, None, &[], false)
     }
 }
 
@@ -579,7 +602,8 @@ impl ClientContext for Client {
             false,
             self.identity,
             Some(name),
-            self.key_share,
+            &self.key_shares,
+            self.report,
         )
     }
 }
@@ -592,6 +616,10 @@ struct Conn {
     server: bool,
     /// Server: client certificates are required; client: it has one to present.
     client_auth: bool,
+    /// Client, `--verify report`: the chain's verification was noted, not enforced.
+    report: bool,
+    /// Client, `--verify report`: why the chain did not validate.
+    chain_failure: Option<String>,
 }
 
 impl Drop for Conn {
@@ -622,10 +650,12 @@ impl Conn {
         // SAFETY: valid WOLFSSL.
         let verify = unsafe { wolfSSL_get_verify_result(self.ssl) };
         let lower = reason.to_ascii_lowercase();
-        if verify != 0
-            || lower.contains("verify")
-            || lower.contains("signer")
-            || lower.contains("domain")
+        // A chain only reported on cannot have ended the handshake.
+        if !self.report
+            && (verify != 0
+                || lower.contains("verify")
+                || lower.contains("signer")
+                || lower.contains("domain"))
         {
             return Error::Check(format!(
                 "{what}: certificate verification failed: {reason} (wolfSSL {code})"
@@ -647,7 +677,8 @@ impl Pending {
         server: bool,
         client_auth: bool,
         name: Option<&ServerName>,
-        key_share: Option<u16>,
+        key_shares: &[u16],
+        report: bool,
     ) -> Result<Box<dyn Handshake>> {
         // SAFETY: a new WOLFSSL from a configured context.
         let ssl = unsafe { wolfSSL_new(ctx.0) };
@@ -659,10 +690,12 @@ impl Pending {
             wire: Box::new(wire),
             server,
             client_auth,
+            report,
+            chain_failure: None,
         };
         // SAFETY: the Box keeps the Wire at one address for the WOLFSSL's life.
         unsafe { pqlab_wolf_set_wire(ssl, &mut *conn.wire as *mut Wire as *mut c_void) };
-        if let Some(g) = key_share {
+        for &g in key_shares {
             // SAFETY: valid WOLFSSL.
             if unsafe { wolfSSL_UseKeyShare(ssl, g) } != SUCCESS {
                 pqlab_engine::bail!(
@@ -699,8 +732,10 @@ impl Pending {
 
 impl Handshake for Pending {
     fn run(self: Box<Self>) -> Result<Box<dyn Session>> {
-        let conn = self.0;
+        let mut conn = self.0;
         IO_ERROR.with(|s| s.borrow_mut().take());
+        // SAFETY: clears this thread's note of an earlier handshake.
+        unsafe { pqlab_wolf_take_report_failure() };
         // SAFETY: valid WOLFSSL; the I/O callbacks block on the Wire.
         let ret = unsafe {
             if conn.server {
@@ -711,6 +746,21 @@ impl Handshake for Pending {
         };
         if ret != SUCCESS {
             return Err(conn.error("handshake failed", ret));
+        }
+        if conn.report {
+            // SAFETY: reads and clears this thread's note; the text is static.
+            let failure = unsafe { pqlab_wolf_take_report_failure() };
+            if failure != 0 {
+                let text =
+                    c_text(unsafe { pqlab_wolf_verify_error_string(failure) }).unwrap_or_default();
+                // wolfSSL's store reports its own (negative) error codes or X509_V_ERR ones.
+                let code = if failure < 0 {
+                    "wolfSSL error"
+                } else {
+                    "X509_V_ERR"
+                };
+                conn.chain_failure = Some(format!("{text} ({code} {failure})"));
+            }
         }
         Ok(Box::new(Connection { conn, eof: false }))
     }
@@ -852,9 +902,29 @@ impl Session for Connection {
         })
     }
 
+    fn peer_chain_der(&self) -> Option<Vec<Vec<u8>>> {
+        let lengths = self.peer_chain_der_bytes()?;
+        let mut out = Vec::new();
+        for (i, len) in lengths.into_iter().enumerate() {
+            // SAFETY: valid WOLFSSL; the chain's i-th DER is `len` bytes owned by wolfSSL.
+            let p = unsafe { pqlab_wolf_peer_chain_der(self.conn.ssl, i as c_int) };
+            if p.is_null() {
+                return None;
+            }
+            out.push(unsafe { std::slice::from_raw_parts(p, len) }.to_vec());
+        }
+        Some(out)
+    }
+
     fn verification(&self) -> Verification {
         if self.conn.server && !self.conn.client_auth {
             return Verification::NotChecked;
+        }
+        if self.conn.report {
+            return match &self.conn.chain_failure {
+                Some(why) => Verification::Failed(why.clone()),
+                None => Verification::Verified,
+            };
         }
         // SAFETY: valid WOLFSSL.
         match unsafe { wolfSSL_get_verify_result(self.conn.ssl) } {

@@ -15,11 +15,6 @@ from pqlab.tls import runner, stacks
 from pqlab.tls.chains import secret_file
 from pqlab.tls.negotiation import Expected
 
-SYSTEM_CAS = (
-    "/etc/ssl/certs/ca-certificates.crt",
-    "/etc/pki/tls/certs/ca-bundle.crt",
-    "/etc/ssl/cert.pem",
-)
 MAX_CONNECTIONS = 1_000_000
 
 
@@ -75,7 +70,7 @@ def _spec(args) -> runner.ClientSpec:
         stacks.require([group], stack, "group", "--group")
     if sig is not None:
         stacks.require([sig], stack, "server", "--sig")
-    ca = args.ca or next((c for c in SYSTEM_CAS if os.path.exists(c)), None)
+    ca = args.ca or runner.system_ca_bundle()
     if ca is None:
         raise UserError("no --ca given and no system CA bundle found; pass --ca ROOT.pem")
     if not os.path.isfile(ca):

@@ -51,6 +51,13 @@ def register(sub) -> None:
     )
     p.add_argument("--ca", default=None, help="CA signature algorithm (default: the same as --sig)")
     p.add_argument("--stack", default=stacks.DEFAULT_STACK, help="TLS stack (default %(default)s)")
+    p.add_argument(
+        "--send-root",
+        action="store_true",
+        help="send the root CA certificate after the server certificate (as document 000's "
+        "servers did, and as a chain with an intermediate costs); default: the server "
+        "certificate only",
+    )
     p.add_argument("--port", default="4433", help="TCP port (default %(default)s)")
     p.add_argument("--listen", default="127.0.0.1", help="address (default %(default)s)")
     p.add_argument("--tls-version", choices=["1.2", "1.3"], default="1.3")
@@ -166,7 +173,7 @@ def _plan(args):
     stacks.require([group], stack, "group", "--group")
     stacks.require([sig], stack, "server", "--sig")
     stacks.require([ca], stack, "ca", "--ca")
-    stacks.require_chains([sig], [ca], stack, option="--sig")
+    stacks.require_chains([sig], [ca], stack, send_root=args.send_root, option="--sig")
     client_sig = client_ca = None
     if args.client_sig:
         client_sig = catalog.resolve(args.client_sig, "sig")
@@ -200,7 +207,7 @@ def run(args) -> int:
         private_dir(cert_dir)
         if keylog is not None:
             secret_file(keylog)
-        chain = make_chain(cert_dir, ca, sig, stack.name)
+        chain = make_chain(cert_dir, ca, sig, stack.name, send_root=args.send_root)
         client_sig, client_ca = client
         client_chain = auth = None
         if client_sig is not None:
@@ -272,7 +279,8 @@ def _banner(listening: dict, args, group, sig, ca, chain, client_chain=None) -> 
     host = args.listen if args.listen not in ("0.0.0.0", "::") else "localhost"
     print(
         f"listening on {listening['address']} ({sig.name} certificate signed by a "
-        f"{ca.name} root, group {group.name}, TLS {args.tls_version}, stack {args.stack})"
+        f"{ca.name} root{', root sent too' if chain.sends_root else ''}, group {group.name}, "
+        f"TLS {args.tls_version}, stack {args.stack})"
     )
     print(f"root certificate: {chain.root}")
     print(

@@ -8,6 +8,7 @@ import shutil
 from pqlab.errors import PrivilegeError
 
 CAP_NET_ADMIN = 12
+CAP_NET_RAW = 13  # packet captures (AF_PACKET sockets)
 CAP_SYS_ADMIN = 21  # `ip netns add` mounts the namespace file under /run/netns
 TOOLS = ("ip", "ethtool")
 
@@ -46,6 +47,19 @@ def can_admin_network() -> tuple[bool, str]:
             "(e.g. apt-get install iproute2 ethtool)"
         )
     return True, f"CAP_NET_ADMIN present (uid {os.geteuid()}); ip and ethtool found"
+
+
+def can_capture() -> tuple[bool, str]:
+    """(True, what was found) if this process may capture packets, else (False, why)."""
+    caps = _effective_caps()
+    if caps is None:
+        return False, "cannot read /proc/self/status to check capabilities (not Linux?)"
+    if not caps >> CAP_NET_RAW & 1:
+        return False, (
+            "this process lacks CAP_NET_RAW, which packet captures need; run as root "
+            "(sudo pqlab ...) to capture"
+        )
+    return True, f"CAP_NET_RAW present (uid {os.geteuid()})"
 
 
 def require_net_admin() -> None:

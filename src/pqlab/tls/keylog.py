@@ -469,7 +469,11 @@ class _Direction:
                     "after encryption started"
                 )
             if self.protection is None:
-                self._use(suite, "handshake", *self._secret(keylog, client_random, "handshake"))
+                # The handshake keys first; the application keys once this side's Finished
+                # is read, looked up only when a record needs them (a connection that ended
+                # at its handshake has no application secrets in the key log).
+                epoch = "application" if self.epoch == "handshake" else "handshake"
+                self._use(suite, epoch, *self._secret(keylog, client_random, epoch))
             inner_type, content = self._open(rec, suite, keylog, client_random)
             if inner_type == HANDSHAKE:
                 self._handshake_content(rec, content, suite, keylog, client_random)
@@ -529,7 +533,7 @@ class _Direction:
                 )
             self._key_change(rec, why)
             if msg.type == FINISHED:
-                self._use(suite, "application", *self._secret(keylog, client_random, "application"))
+                self.protection = None  # the application keys, when a record needs them
             else:
                 old = self.protection
                 self._use(

@@ -31,13 +31,14 @@ class TlsRecord:
     messages: tuple[tuple[str, int], ...] = ()  # (handshake message name, its length)
 
 
-def from_events(conn_record: dict, sender: str) -> list[TlsRecord]:
+def from_events(conn_record: dict, sender: str, direction: str = "sent") -> list[TlsRecord]:
     """The records one side wrote (dir "sent") with the handshake messages they carried, from
-    an engine connection record's message events."""
+    an engine connection record's message events; with `direction` "recv", the records of
+    `sender` as the side that recorded them read them (offsets in the sender's stream)."""
     out: list[TlsRecord] = []
     messages: dict[int, list] = {}
     for ev in conn_record.get("events", []):
-        if ev.get("dir") != "sent":
+        if ev.get("dir") != direction:
             continue
         if ev.get("ev") == "record":
             out.append(

@@ -24,6 +24,19 @@ from pqlab.tls import stacks
 from pqlab.tls.chains import Chain
 from pqlab.tls.negotiation import Expected
 
+# Where Linux distributions keep the system's trusted CA certificates, in the order tried.
+SYSTEM_CAS = (
+    "/etc/ssl/certs/ca-certificates.crt",
+    "/etc/pki/tls/certs/ca-bundle.crt",
+    "/etc/ssl/cert.pem",
+)
+
+
+def system_ca_bundle() -> Path | None:
+    """The system's bundle of trusted CA certificates, if it has one."""
+    return next((Path(c) for c in SYSTEM_CAS if Path(c).is_file()), None)
+
+
 # --- typed specs ---------------------------------------------------------------------------------
 #
 # Each spec turns into engine arguments through one table (`ARGS`): a row per field, saying
@@ -101,6 +114,11 @@ class Tls(Spec):
     events: bool = True
     keylog: Path | None = None
     io_timeout: int | None = None  # seconds; None: the engine's default (30)
+    # Client only: the groups its ClientHello carries key shares for (a subset of `groups`;
+    # () the stack's choice), and how it judges the server's chain ("require" or "report";
+    # None the engine's default, require).
+    key_shares: tuple[Algorithm, ...] = ()
+    verify: str | None = None
 
     ARGS = (
         Arg("stack", "--stack"),
@@ -113,6 +131,8 @@ class Tls(Spec):
         Arg("events", "--events"),
         Arg("keylog", "--keylog", "secret-out"),
         Arg("io_timeout", "--io-timeout"),
+        Arg("key_shares", "--key-shares", "groups"),
+        Arg("verify", "--verify"),
     )
 
 
@@ -219,6 +239,9 @@ class ClientSpec(Spec):
     time_limit: int = 3600
     expected: Expected = field(default_factory=Expected)
     identity: Identity | None = None  # mutual TLS
+    request_path: str | None = None  # an HTTP/1.1 GET of this path after the handshake
+    await_close_ms: int | None = None  # wait this long for the server's close_notify
+    peer_chain: bool = False  # record the certificates the server sent (DER)
 
     COMMAND = ("tls", "client")
     ARGS = (
@@ -234,6 +257,9 @@ class ClientSpec(Spec):
         Arg("expect_group", "--expect-group", "groups"),
         Arg("expect_sigalg", "--expect-sigalg", "sigalgs"),
         Arg("identity", kind="spec"),
+        Arg("request_path", "--request-path"),
+        Arg("await_close_ms", "--await-close-ms"),
+        Arg("peer_chain", "--peer-chain", "switch"),
     )
 
     @property
@@ -362,15 +388,22 @@ def connection_errors(*procs: EngineProcess) -> list[dict]:
 
 
 def start_capture(
-    topo, side: str, port: int, pcap_path: Path, snaplen: int, max_seconds: float
+    topo,
+    side: str,
+    port: int,
+    pcap_path: Path,
+    snaplen: int,
+    max_seconds: float,
+    interface: str | None = None,
 ) -> EngineProcess:
     """The engine's packet capture on one host's interface (TCP port `port`), capturing
-    once its `capturing` record arrived. Stop it with `stop_capture`."""
+    once its `capturing` record arrived. Stop it with `stop_capture`. Without a topology
+    (`topo` None) it captures on this machine's `interface`."""
     proc = EngineProcess(
         [
             "capture",
             "--interface",
-            topo.ifname(side),
+            interface or topo.ifname(side),
             "--port",
             port,
             "--pcap",

@@ -55,6 +55,11 @@ class Stack:
     tools: dict[str, str] = field(default_factory=dict)
     # how the library was configured, when the engine built it itself (wolfSSL's options)
     build_options: tuple[str, ...] = ()
+    # which key shares its client can send: "any" subset of the offered groups, or "first"
+    # (the first group's, plus its companion's: hybrid group code -> classical half's code,
+    # sent along when that half is offered too)
+    key_shares: str = "any"
+    key_share_companions: dict[int, int] = field(default_factory=dict)
 
     def group_name(self, alg) -> str:
         return self.groups[alg.tls_group]
@@ -122,6 +127,29 @@ class Stack:
         if not self._version_ok("sigalg", alg.tls_sigscheme, version):
             return f"{alg.name} is not a TLS {version} signature scheme of {where}"
         return None
+
+    def key_shares_sent(self, groups) -> tuple | None:
+        """The groups (of `groups`, offered in that order) a "first" stack's client sends
+        key shares for; None for a stack that sends any subset asked for."""
+        if self.key_shares != "first":
+            return None
+        if not groups:
+            return ()
+        first = groups[0]
+        half = self.key_share_companions.get(first.tls_group)
+        return (first, *(g for g in groups[1:] if half is not None and g.tls_group == half))
+
+    def key_shares_why_not(self, groups, shares) -> str | None:
+        """None if this stack's client can offer `groups` with key shares for exactly
+        `shares`, else why not."""
+        sent = self.key_shares_sent(groups)
+        if sent is None or {g.tls_group for g in sent} == {g.tls_group for g in shares}:
+            return None
+        return (
+            f"the {self.name} TLS stack sends key shares for the first group offered only "
+            f"(and for a hybrid first group also its classical half when that is offered): "
+            f"here {' and '.join(g.name for g in sent)}"
+        )
 
     def certificate_limit(self) -> int | None:
         """The largest certificate (DER bytes) the stack takes, when it has a limit."""
@@ -286,6 +314,8 @@ def parse(info: dict) -> dict[str, Stack]:
             cipher_suites=tuple(str(c["name"]) for c in s.get("cipher_suites") or []),
             tools={str(k): str(v) for k, v in (s.get("tools") or {}).items()},
             build_options=tuple(str(o) for o in s.get("build_options") or ()),
+            key_shares=str(s.get("key_shares", "any")),
+            key_share_companions={int(a): int(b) for a, b in s.get("key_share_companions") or []},
         )
     return out
 

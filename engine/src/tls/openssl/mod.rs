@@ -8,7 +8,7 @@ pub mod ffi;
 use super::record::{Negotiated, Wire};
 use super::stack::{
     ClientContext, ClientSetup, Handshake, Protocol, ReadOutcome, ServerContext, ServerName,
-    ServerSetup, Session, Stack, StackInfo, TlsVersion, Verification,
+    ServerSetup, Session, Stack, StackInfo, TlsVersion, Verification, VerifyMode,
 };
 use crate::out::{Error, Result};
 use openssl::ssl::{
@@ -46,7 +46,10 @@ impl Stack for OpenSsl {
     fn client(&self, setup: &ClientSetup) -> Result<Box<dyn ClientContext>> {
         let ctx = client_context(setup)?;
         caps::codes();
-        Ok(Box::new(Client { ctx }))
+        Ok(Box::new(Client {
+            ctx,
+            verify: setup.protocol.verify,
+        }))
     }
 
     fn group_code(&self, name: &str) -> Option<u16> {
@@ -129,6 +132,9 @@ impl Stack for OpenSsl {
             },
             server_name_ack: false,
             change_cipher_spec: true,
+            // `*` before a group in libssl's groups list asks for its key share.
+            key_shares: "any",
+            key_share_companions: Vec::new(),
             build_options: Vec::new(),
             heap_counting: self.heap_counting(),
             fixed_random: self.fixed_random(),
@@ -280,13 +286,42 @@ fn server_context(s: &ServerSetup) -> Result<SslContext> {
     Ok(b.build())
 }
 
+/// The groups list with `*` before each group that gets a key share (libssl 3.5's syntax).
+fn groups_with_shares(groups: &[String], shares: &[String]) -> String {
+    groups
+        .iter()
+        .map(|g| {
+            if shares.iter().any(|s| s.eq_ignore_ascii_case(g)) {
+                format!("*{g}")
+            } else {
+                g.clone()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(":")
+}
+
 fn client_context(c: &ClientSetup) -> Result<SslContext> {
     let mut b = SslConnector::builder(SslMethod::tls_client())?;
-    b.set_verify(SslVerifyMode::PEER);
+    // Report: libssl still verifies the chain and the name (SSL_get_verify_result) but
+    // goes on with the handshake whatever the outcome.
+    b.set_verify(match c.protocol.verify {
+        VerifyMode::Require => SslVerifyMode::PEER,
+        VerifyMode::Report => SslVerifyMode::NONE,
+    });
     b.set_session_cache_mode(SslSessionCacheMode::OFF);
     b.set_ca_file(&c.ca)
         .map_err(|e| crate::err!(Io, "cannot load --ca {}: {e}", c.ca.display()))?;
     apply(&c.protocol, &mut b, None)?;
+    if let (Some(groups), Some(shares)) = (&c.protocol.groups, &c.protocol.key_shares) {
+        let list = groups_with_shares(groups, shares);
+        b.set_groups_list(&list).map_err(|e| {
+            crate::err!(
+                Usage,
+                "--key-shares: the groups list {list:?} is not accepted by OpenSSL: {e}"
+            )
+        })?;
+    }
     if let Some(id) = &c.identity {
         b.set_certificate_chain_file(&id.cert_chain).map_err(|e| {
             crate::err!(
@@ -325,12 +360,14 @@ impl ServerContext for Server {
             stream,
             role: Role::Server,
             client_auth: self.client_auth,
+            verify: VerifyMode::Require,
         }))
     }
 }
 
 struct Client {
     ctx: SslContext,
+    verify: VerifyMode,
 }
 
 impl ClientContext for Client {
@@ -353,6 +390,7 @@ impl ClientContext for Client {
             stream,
             role: Role::Client,
             client_auth: false,
+            verify: self.verify,
         }))
     }
 }
@@ -369,6 +407,8 @@ struct Pending {
     role: Role,
     /// Server side of mutual TLS: the client's chain is verified.
     client_auth: bool,
+    /// Client: whether a chain that does not validate ends the handshake.
+    verify: VerifyMode,
 }
 
 impl Handshake for Pending {
@@ -378,7 +418,12 @@ impl Handshake for Pending {
             Role::Client => self.stream.connect(),
         };
         if let Err(e) = result {
-            if self.role == Role::Client || self.client_auth {
+            // Only a verification that was required can have ended the handshake.
+            let required = match self.role {
+                Role::Client => self.verify == VerifyMode::Require,
+                Role::Server => self.client_auth,
+            };
+            if required {
                 let v = self.stream.ssl().verify_result();
                 if v != X509VerifyResult::OK {
                     let whose = if self.role == Role::Client {
@@ -581,6 +626,22 @@ impl Session for Connection {
         }
     }
 
+    fn peer_chain_der(&self) -> Option<Vec<Vec<u8>>> {
+        let ssl = self.stream.ssl();
+        let chain: Vec<Vec<u8>> = ssl
+            .peer_cert_chain()
+            .map(|c| c.iter().filter_map(|x| x.to_der().ok()).collect())
+            .unwrap_or_default();
+        match self.role {
+            Role::Client => Some(chain).filter(|c| !c.is_empty()),
+            Role::Server => ssl.peer_certificate().and_then(|leaf| {
+                let mut all = vec![leaf.to_der().ok()?];
+                all.extend(chain);
+                Some(all)
+            }),
+        }
+    }
+
     fn verification(&self) -> Verification {
         if self.role == Role::Server && !self.client_auth {
             return Verification::NotChecked;
@@ -603,6 +664,23 @@ mod tests {
         use crate::dhparams::rfc;
         assert!(rfc(1024).is_ok() && rfc(4096).is_ok());
         assert!(matches!(rfc(1536), Err(Error::Usage(_))));
+    }
+
+    #[test]
+    fn key_shares_are_marked_in_the_groups_list() {
+        let groups = [
+            "X25519MLKEM768".to_string(),
+            "X25519".into(),
+            "P-256".into(),
+        ];
+        assert_eq!(
+            groups_with_shares(&groups, &["x25519mlkem768".into(), "X25519".into()]),
+            "*X25519MLKEM768:*X25519:P-256"
+        );
+        assert_eq!(
+            groups_with_shares(&groups, &["X25519".into()]),
+            "X25519MLKEM768:*X25519:P-256"
+        );
     }
 
     #[test]

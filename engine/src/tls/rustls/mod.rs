@@ -22,7 +22,7 @@ use super::record::{Negotiated, Wire};
 use super::stack::{
     ClientContext, ClientSetup, Handshake, NamedCode, Protocol, ReadOutcome, ReferenceHandshake,
     ReferenceRun, ServerContext, ServerName, ServerSetup, Session, Stack, StackInfo, TlsVersion,
-    Transport, Verification,
+    Transport, Verification, VerifyMode,
 };
 use crate::cputime::thread_cpu_ns;
 use crate::out::{Error, Result};
@@ -308,11 +308,15 @@ impl Tables {
 thread_local! {
     static SIGNED: Cell<Option<u16>> = const { Cell::new(None) };
     static VERIFIED: Cell<Option<u16>> = const { Cell::new(None) };
+    /// `--verify report`: why the server's chain did not validate (the handshake went on).
+    static CHAIN_FAILURE: std::cell::RefCell<Option<String>> =
+        const { std::cell::RefCell::new(None) };
 }
 
 fn reset_notes() {
     SIGNED.with(|c| c.set(None));
     VERIFIED.with(|c| c.set(None));
+    CHAIN_FAILURE.with(|c| c.borrow_mut().take());
 }
 
 #[derive(Debug)]
@@ -527,6 +531,9 @@ impl rustls::KeyLog for KeyLogFile {
 struct ServerVerifier {
     inner: Arc<rustls::client::WebPkiServerVerifier>,
     schemes: Vec<SignatureScheme>,
+    /// `--verify report`: a chain that does not validate is noted, not refused (the
+    /// CertificateVerify signature is still checked against the leaf's key).
+    report: bool,
 }
 
 impl ServerCertVerifier for ServerVerifier {
@@ -538,8 +545,16 @@ impl ServerCertVerifier for ServerVerifier {
         ocsp: &[u8],
         now: UnixTime,
     ) -> std::result::Result<ServerCertVerified, rustls::Error> {
-        self.inner
+        match self
+            .inner
             .verify_server_cert(end_entity, intermediates, server_name, ocsp, now)
+        {
+            Err(e) if self.report => {
+                CHAIN_FAILURE.with(|c| *c.borrow_mut() = Some(e.to_string()));
+                Ok(ServerCertVerified::assertion())
+            }
+            other => other,
+        }
     }
 
     fn verify_tls12_signature(
@@ -695,9 +710,13 @@ impl Rustls {
         )
         .build()
         .map_err(|e| crate::err!(Usage, "--ca: {e}"))?;
+        if let Some(shares) = &p.key_shares {
+            check_key_shares(self.0, &provider, shares)?;
+        }
         let verifier = Arc::new(ServerVerifier {
             inner,
             schemes: allowed_schemes(self.0, &p.sigalgs)?,
+            report: p.verify == VerifyMode::Report,
         });
         let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
             .with_protocol_versions(versions(p))
@@ -717,6 +736,81 @@ impl Rustls {
         }
         Ok(Arc::new(config))
     }
+}
+
+/// The groups (codes) whose key shares rustls's ClientHello carries: the first offered
+/// group's, and when that group is a hybrid whose classical half is offered too, that
+/// half's as well (rustls sends it "for free", sharing the hybrid's key).
+fn key_shares_sent(provider: &CryptoProvider) -> Result<Vec<u16>> {
+    let Some(first) = provider.kx_groups.first() else {
+        return Ok(Vec::new());
+    };
+    let mut out = vec![u16::from(first.name())];
+    let active = first
+        .start()
+        .map_err(|e| rustls_err("starting a key exchange", e))?;
+    if let Some((half, _)) = active.hybrid_component() {
+        if provider.kx_groups.iter().any(|g| g.name() == half) {
+            out.push(u16::from(half));
+        }
+    }
+    Ok(out)
+}
+
+/// (hybrid, its classical half) for the stack's hybrids whose half is a group of the stack:
+/// rustls sends the half's key share along with the hybrid's when both are offered. Only
+/// aws-lc-rs's groups have halves (pqlab's liboqs hybrids report none), so only those are
+/// started (a key generation each, well under a millisecond).
+fn key_share_companions(t: &Tables) -> Vec<(u16, u16)> {
+    let aws_codes: Vec<u16> = aws()
+        .kx_groups
+        .iter()
+        .map(|g| u16::from(g.name()))
+        .collect();
+    t.groups
+        .iter()
+        .filter(|(e, _)| aws_codes.contains(&e.code))
+        .filter_map(|(e, g)| {
+            let half = u16::from(g.start().ok()?.hybrid_component()?.0);
+            t.groups
+                .iter()
+                .any(|(h, _)| h.code == half)
+                .then_some((e.code, half))
+        })
+        .collect()
+}
+
+/// `--key-shares` must be what rustls sends by itself: it has no way to choose.
+fn check_key_shares(flavor: Flavor, provider: &CryptoProvider, shares: &[String]) -> Result<()> {
+    let t = tables(flavor);
+    let sent = key_shares_sent(provider)?;
+    let mut asked: Vec<u16> = shares
+        .iter()
+        .filter_map(|s| t.group(s).map(|(e, _)| e.code))
+        .collect();
+    let mut want = sent.clone();
+    want.sort();
+    asked.sort();
+    asked.dedup();
+    if asked != want {
+        let names: Vec<String> = sent
+            .iter()
+            .map(|c| {
+                t.group_name(*c)
+                    .map(String::from)
+                    .unwrap_or(format!("{c:#06x}"))
+            })
+            .collect();
+        crate::bail!(
+            Usage,
+            "--key-shares {}: rustls sends a key share for the first group of --groups (and \
+             for a hybrid first group also its classical half when that group is offered \
+             too), here {}; order --groups so that is what you ask for",
+            shares.join(":"),
+            names.join(" and ")
+        );
+    }
+    Ok(())
 }
 
 // --- the stack ---------------------------------------------------------------------------------
@@ -844,6 +938,8 @@ impl Stack for Rustls {
             },
             server_name_ack: true,
             change_cipher_spec: true,
+            key_shares: "first",
+            key_share_companions: key_share_companions(t),
             build_options: Vec::new(),
             heap_counting: self.heap_counting(),
             fixed_random: self.fixed_random(),
@@ -1168,6 +1264,7 @@ impl Handshake for Pending {
         }
         let signed = SIGNED.with(|c| c.get());
         let verified = VERIFIED.with(|c| c.get());
+        let chain_failure = CHAIN_FAILURE.with(|c| c.borrow_mut().take());
         Ok(Box::new(Connection {
             conn: self.conn,
             wire: self.wire,
@@ -1175,6 +1272,7 @@ impl Handshake for Pending {
             flavor: self.flavor,
             signed,
             verified,
+            chain_failure,
             plain_eof: false,
         }))
     }
@@ -1189,6 +1287,8 @@ struct Connection {
     signed: Option<u16>,
     /// The scheme of the peer's CertificateVerify this side verified.
     verified: Option<u16>,
+    /// Client, `--verify report`: why the server's chain did not validate.
+    chain_failure: Option<String>,
     plain_eof: bool,
 }
 
@@ -1328,10 +1428,20 @@ impl Session for Connection {
             .filter(|c: &Vec<usize>| !c.is_empty())
     }
 
+    fn peer_chain_der(&self) -> Option<Vec<Vec<u8>>> {
+        self.conn
+            .peer_certificates()
+            .map(|c| c.iter().map(|d| d.as_ref().to_vec()).collect())
+            .filter(|c: &Vec<Vec<u8>>| !c.is_empty())
+    }
+
     fn verification(&self) -> Verification {
         // A completed handshake is a verified one: rustls aborts on any chain or signature
-        // it cannot verify. A server that asked for no certificate checked nothing.
-        if self.is_server() && !self.client_auth {
+        // it cannot verify, unless the client only reports the chain (`--verify report`).
+        // A server that asked for no certificate checked nothing.
+        if let Some(why) = &self.chain_failure {
+            Verification::Failed(why.clone())
+        } else if self.is_server() && !self.client_auth {
             Verification::NotChecked
         } else {
             Verification::Verified

@@ -1,0 +1,81 @@
+"""The certificates a server sent, as the probe's client received them (DER, leaf first):
+each one's size, key and signature algorithms (catalogue names where the catalogue knows the
+OID), subject and issuer, and whether it is a self-signed root (a server that sends its
+root spends bytes on a certificate every client already has or will not trust)."""
+
+from __future__ import annotations
+
+import hashlib
+
+from cryptography import x509
+from cryptography.exceptions import UnsupportedAlgorithm
+from cryptography.hazmat.primitives.asymmetric import ec, ed448, ed25519, rsa
+
+from pqlab import catalog
+
+
+def _by_oid() -> dict[str, str]:
+    """OID (dotted) -> catalogue name, for signature algorithms and their key OIDs."""
+    out: dict[str, str] = {}
+    for alg in catalog.all_algorithms("sig"):
+        for oid in (alg.oid, alg.key_oid):
+            if oid:
+                out.setdefault(oid, alg.name)
+    return out
+
+
+def key_algorithm(cert: x509.Certificate, names: dict[str, str]) -> str:
+    """The certificate's key: RSA-<bits>, ECDSA-P<bits>, Ed25519, Ed448, or the catalogue
+    name of its SubjectPublicKeyInfo OID (ML-DSA-44, ...), else the OID itself."""
+    try:
+        key = cert.public_key()
+    except (ValueError, TypeError, UnsupportedAlgorithm):  # a key this build cannot load
+        key = None
+    if isinstance(key, rsa.RSAPublicKey):
+        return f"RSA-{key.key_size}"
+    if isinstance(key, ec.EllipticCurvePublicKey):
+        return f"ECDSA-P{key.curve.key_size}"
+    if isinstance(key, ed25519.Ed25519PublicKey):
+        return "Ed25519"
+    if isinstance(key, ed448.Ed448PublicKey):
+        return "Ed448"
+    oid = cert.public_key_algorithm_oid.dotted_string
+    return names.get(oid, oid)
+
+
+def signature_algorithm(cert: x509.Certificate, names: dict[str, str]) -> str:
+    """The algorithm the issuer signed the certificate with: the catalogue's name for a
+    post-quantum OID, else the X.509 name (sha256WithRSAEncryption, ecdsa-with-SHA256)."""
+    oid = cert.signature_algorithm_oid
+    name = getattr(oid, "_name", None)
+    if oid.dotted_string in names and (not name or name == "Unknown OID"):
+        return names[oid.dotted_string]
+    return (
+        name if name and name != "Unknown OID" else names.get(oid.dotted_string, oid.dotted_string)
+    )
+
+
+def describe(chain_der: list[bytes]) -> list[dict]:
+    """One row per certificate, in the order the server sent them."""
+    names = _by_oid()
+    rows = []
+    for position, der in enumerate(chain_der):
+        row = {
+            "position": position,
+            "der_bytes": len(der),
+            "sha256": hashlib.sha256(der).hexdigest(),
+        }
+        try:
+            cert = x509.load_der_x509_certificate(der)
+        except ValueError as e:
+            rows.append({**row, "subject": f"(not a certificate: {e})"})
+            continue
+        row.update(
+            subject=cert.subject.rfc4514_string(),
+            issuer=cert.issuer.rfc4514_string(),
+            key_algorithm=key_algorithm(cert, names),
+            signature_algorithm=signature_algorithm(cert, names),
+            self_signed=cert.subject == cert.issuer,
+        )
+        rows.append(row)
+    return rows
