@@ -625,6 +625,12 @@ pub struct HoldArgs {
     /// Keep them all open this long after the last one is up (milliseconds, 0-600000).
     #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u64).range(0..=600_000))]
     pub hold_ms: u64,
+    /// Pause after each connection is up before opening the next (milliseconds, 0-10000):
+    /// a TLS 1.3 client is done when it has sent its Finished, the server only once it has
+    /// read and checked it (and, in mutual TLS, the client's chain), so without a pause the
+    /// next handshake can start on the server while the last one is still finishing.
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=10_000))]
+    pub gap_ms: u64,
 }
 
 /// `tls hold`: N verified connections, opened one after the other and all kept open.
@@ -669,6 +675,9 @@ pub fn hold(a: HoldArgs) -> Result<()> {
             .map_err(|e| e.context(format!("connection {i}")))?;
         check(&expect, "client", &s.negotiated(), &s.verification(), i)?;
         open.push(s);
+        if i + 1 < a.count {
+            std::thread::sleep(Duration::from_millis(a.gap_ms));
+        }
     }
     std::thread::sleep(Duration::from_millis(a.hold_ms));
     crate::out::emit(
