@@ -39,6 +39,9 @@ COLUMNS = [
     "server_cpus",
     "client_cpus",
     "duration_ms",
+    "server_cpus_busy",
+    "loadgen_cpus_busy",
+    "host_pair",
 ]
 
 
@@ -58,6 +61,15 @@ def _cpus(text) -> list[int] | None:
     return [int(c) for c in str(text).split(",") if c.strip()] if text else None
 
 
+def _json(text) -> dict | None:
+    return json.loads(text) if text else None
+
+
+def _all_cpus(machine: dict | None) -> list[int]:
+    """Every CPU of a host, from its /proc/stat columns (this machine's without them)."""
+    return list(machine["cpu"]) if machine else list(range(os.cpu_count() or 1))
+
+
 def point_row(p: dict, raw: dict) -> dict:
     """One load point's table row from its `capacity_points` row and raw samples: rates,
     latencies, each side's CPU utilisation and what limited the rate."""
@@ -66,14 +78,22 @@ def point_row(p: dict, raw: dict) -> dict:
     )
     cpu = p["server_cpu_s"]
     conns = p["server_connections"]
-    machine = json.loads(p["machine_cpu"]) if p.get("machine_cpu") else None
-    everything = list(machine["cpu"]) if machine else list(range(os.cpu_count() or 1))
-    server_cpus = _cpus(p["server_cpus"]) or everything
-    client_cpus = _cpus(p["client_cpus"]) or everything
+    # The load generator's machine, from its own report; the server's host: the same
+    # machine, or across hosts its /proc/stat read over the pair's connection.
+    machine = _json(p.get("machine_cpu"))
+    server_machine = _json(p.get("server_machine_cpu")) or machine
+    server_cpus = _cpus(p["server_cpus"]) or _all_cpus(server_machine)
+    client_cpus = _cpus(p["client_cpus"]) or _all_cpus(machine)
     server_util = analyse.utilisation(cpu, p.get("server_span_ns"), len(server_cpus))
     loadgen_util = analyse.utilisation(
         p.get("loadgen_cpu_s"), p.get("loadgen_span_ns"), len(client_cpus)
     )
+    if p.get("server_machine_cpu"):
+        hosts = [(server_machine, (cpu,)), (machine, (p.get("loadgen_cpu_s"),))]
+    else:
+        hosts = [(machine, (cpu, p.get("loadgen_cpu_s")))]
+    server_busy = analyse.machine_busy(server_machine, server_cpus)
+    loadgen_busy = analyse.machine_busy(machine, client_cpus)
     blocked = p.get("server_output_blocked_ns")
     span = p.get("server_span_ns")
     limit = analyse.limited_by(
@@ -82,8 +102,8 @@ def point_row(p: dict, raw: dict) -> dict:
         offered=p["rate"],
         server_util=server_util,
         loadgen_util=loadgen_util,
-        server_cpus_busy=analyse.machine_busy(machine, server_cpus),
-        loadgen_cpus_busy=analyse.machine_busy(machine, client_cpus),
+        server_cpus_busy=server_busy,
+        loadgen_cpus_busy=loadgen_busy,
         output_blocked_share=blocked / span if blocked is not None and span else None,
         cpu_work_share=analyse.work_share(
             server_util, len(server_cpus), loadgen_util, len(client_cpus), p["clients"] or 0
@@ -107,9 +127,7 @@ def point_row(p: dict, raw: dict) -> dict:
             "server_cpu_us_per_handshake": _r(cpu / conns * 1e6, 1) if cpu and conns else None,
             "server_cpu_utilisation": _r(server_util, 3),
             "loadgen_cpu_utilisation": _r(loadgen_util, 3),
-            "other_cpu_utilisation": _r(
-                analyse.other_utilisation(machine, cpu, p.get("loadgen_cpu_s")), 3
-            ),
+            "other_cpu_utilisation": _r(analyse.other_utilisation(hosts), 3),
             "rate_x_latency_mean": _r(
                 analyse.little_ratio(
                     st["handshakes_per_s"], st["latency_mean_ms"], p["clients"] or 0
@@ -124,6 +142,9 @@ def point_row(p: dict, raw: dict) -> dict:
             "server_cpus": p["server_cpus"],
             "client_cpus": p["client_cpus"],
             "duration_ms": p["duration_ms"],
+            "server_cpus_busy": _r(server_busy, 3),
+            "loadgen_cpus_busy": _r(loadgen_busy, 3),
+            "host_pair": p.get("host_pair"),
         }
     )
     return row
@@ -221,14 +242,25 @@ def export(store) -> Section | None:
         return None
     csv_path = store.export_rows("capacity", table, COLUMNS)
     section = Section(title="Capacity: handshakes per second and latency under load")
-    cpus = {(r["server_cpus"], r["client_cpus"]) for r in table}
-    section.intro = template(
-        "capacity_intro",
-        cpus=html.escape("; ".join(f"server on CPU {s}, clients on CPU {c}" for s, c in cpus)),
-    )
+    section.intro = template("capacity_intro", cpus=html.escape(_where(table)))
     section.table(csv_path, "Capacity per cell and load point (tables/capacity.csv)")
     _figure(store, section, table)
     return section
+
+
+def _where(table: list[dict]) -> str:
+    """Which CPUs each side ran on, per host pair (one machine: its two halves)."""
+    out = []
+    for s, c, pair in sorted({(r["server_cpus"], r["client_cpus"], r["host_pair"]) for r in table}):
+        if pair:
+            client, _, server = pair.partition("->")
+            out.append(
+                f"{pair}: server on CPU {s or 'any'} of {server}, load generator on CPU "
+                f"{c or 'any'} of {client}"
+            )
+        else:
+            out.append(f"server on CPU {s or 'any'}, clients on CPU {c or 'any'}")
+    return "; ".join(out)
 
 
 def _figure(store, section: Section, table: list[dict]) -> None:
