@@ -17,7 +17,7 @@ import pytest
 
 from conftest import is_root, netns_list, pqlab_env, run_pqlab
 from pqlab.errors import UserError
-from pqlab.experiments.capacity import analyse
+from pqlab.experiments.capacity import analyse, report
 from pqlab.experiments.capacity import plan as cap_plan
 
 
@@ -147,6 +147,20 @@ def test_a_hosts_proc_stat_read_twice_gives_its_busy_cpus():
     other = analyse.other_utilisation([(d, (0.85,)), (loadgen_host, (0.5,))])
     assert other == pytest.approx((0.9 + 0.34 - 0.85) / 3.94)
     assert analyse.other_utilisation([(d, (None,))]) is None
+
+
+def test_each_host_pair_has_its_own_maximum():
+    def row(pair, rate):
+        return {"stack_impl": "OpenSSL", "group": "X25519", "server_sig": "ECDSA-P256",
+                "ca_sig": "ECDSA-P256", "server_threads": 1, "mode": "closed",
+                "handshakes_per_s": rate, "host_pair": pair, "clients_or_rate": "2",
+                "server_cpu_utilisation": 0.9, "loadgen_cpu_utilisation": 0.5,
+                "limited_by": analyse.SERVER_CPU}  # fmt: skip
+
+    table = [row("a->b", 900.0), row("a->b", 1000.0), row("c->b", 400.0), row(None, 1200.0)]
+    best = {r["host_pair"]: r["handshakes_per_s"] for r in report.maxima(table)}
+    assert best == {"a->b": 1000.0, "c->b": 400.0, None: 1200.0}
+    assert "(c->b)" in report.describe_maximum(row("c->b", 400.0))
 
 
 def test_open_loop_wait_for_a_worker_and_handshake_time():

@@ -827,6 +827,45 @@ def test_memory_across_hosts_counts_each_role_on_its_host(lab, clean, tmp_path):
     assert len(allocations) == 8 and all(x["change_pct"] == 0 for x in allocations)
 
 
+def test_memory_on_two_pairs_of_an_inventory(lab, clean, tmp_path):
+    """Two pairs: this machine's client with the server host, and the server host's client
+    with the client host's server (both sides remote). Each cell once per pair, its id
+    carrying the pair; each pair's rows in the table."""
+    inv = tmp_path / "hosts.ini"
+    inv.write_text(
+        "lab ansible_connection=local\n\n[far]\n"
+        f"c ansible_host={CLIENT_IP}\ns ansible_host={SERVER_IP}\n\n[far:vars]\n"
+        f"ansible_user=root\nansible_ssh_private_key_file={lab.dir}/client_key\n"
+        f"ansible_ssh_common_args='-o UserKnownHostsFile={lab.dir}/known_hosts "
+        "-o IdentitiesOnly=yes'\n"
+    )
+    out = tmp_path / "pairs"
+    r = pqlab_in(
+        lab, "memory", "--groups", "X25519", "--server-sig", "ECDSA-P256", "-n", "2",
+        "--idle", "2", "--certs", tmp_path / "certs", "--inventory", inv, "--pairs", "lab:s",
+        "--pairs", "s:c", "--out", out,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    got = sorted((x["host_pair"], x["role"], x["n"]) for x in rows(out / "tables" / "memory.csv"))
+    assert got == [
+        ("local->s", "client", "2"),
+        ("local->s", "server", "2"),
+        ("s->c", "client", "2"),
+        ("s->c", "server", "2"),
+    ]
+    idle = sorted(x["host_pair"] for x in rows(out / "tables" / "memory_idle.csv"))
+    assert idle == ["local->s", "s->c"]
+    con = duckdb.connect(str(out / "results.duckdb"), read_only=True)
+    try:
+        cells = sorted(c for (c,) in con.execute("SELECT cell_id FROM cells").fetchall())
+    finally:
+        con.close()
+    assert cells == [
+        "X25519|ECDSA-P256|ECDSA-P256|none|openssl@local->s",
+        "X25519|ECDSA-P256|ECDSA-P256|none|openssl@s->c",
+    ]
+
+
 def run_pqlab_here(*args, timeout: float = 600):
     """The real CLI on this machine, outside the two hosts."""
     return subprocess.run(

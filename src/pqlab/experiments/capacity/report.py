@@ -172,12 +172,19 @@ def rows(store, cell_id: str | None = None) -> list[dict]:
 
 
 def maxima(table: list[dict]) -> list[dict]:
-    """Each cell's closed-loop maximum: its row with the highest rate."""
+    """Each cell's closed-loop maximum (per host pair): its row with the highest rate."""
     best: dict[tuple, dict] = {}
     for r in table:
         if r["mode"] != "closed" or not r["handshakes_per_s"]:
             continue
-        key = (r["stack_impl"], r["group"], r["server_sig"], r["ca_sig"], r["server_threads"])
+        key = (
+            r["stack_impl"],
+            r["group"],
+            r["server_sig"],
+            r["ca_sig"],
+            r["server_threads"],
+            r["host_pair"],
+        )
         if key not in best or r["handshakes_per_s"] > best[key]["handshakes_per_s"]:
             best[key] = r
     return list(best.values())
@@ -185,6 +192,7 @@ def maxima(table: list[dict]) -> list[dict]:
 
 def describe_maximum(r: dict) -> str:
     ca = f" / CA {r['ca_sig']}" if r["ca_sig"] != r["server_sig"] else ""
+    ca += f" ({r['host_pair']})" if r["host_pair"] else ""
     util = r["server_cpu_utilisation"]
     load = r["loadgen_cpu_utilisation"]
     return (
@@ -268,10 +276,10 @@ def _figure(store, section: Section, table: list[dict]) -> None:
 
     series: dict[tuple, list[dict]] = {}
     for r in table:
-        key = (r["group"], r["server_sig"], r["ca_sig"], r["server_threads"])
+        key = (r["group"], r["server_sig"], r["ca_sig"], r["server_threads"], r["host_pair"])
         series.setdefault(key, []).append(r)
     fig, (ax50, ax99) = plt.subplots(1, 2, figsize=(10, 4))
-    for (g, s, c, t), rs in series.items():
+    for (g, s, c, t, pair), rs in series.items():
         pts = sorted(
             (
                 (
@@ -286,6 +294,7 @@ def _figure(store, section: Section, table: list[dict]) -> None:
         if not pts:
             continue
         label = f"{g} / {s}" + (f" / CA {c}" if c != s else "") + (f" / {t} thr" if t > 1 else "")
+        label += f" ({pair})" if pair else ""
         x = [p[0] for p in pts]
         ax50.plot(x, [p[1] for p in pts], marker="o", label=label)
         ax99.plot(x, [p[2] for p in pts], marker="o", label=label)
