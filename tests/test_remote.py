@@ -9,6 +9,11 @@ is recovered within the stated uncertainty and the corrected cross-host phases a
 the one-machine run's; Ctrl-C (and a lab killed outright) leaves no process, namespace or
 file on either host. Plus: validation errors before anything is created, ttlb and tls12
 across hosts, an Ansible inventory with two pairs, and the remote process supervision.
+
+memory and capacity across hosts: each memory role counted on its own host with the
+one-machine run's counts, the idle slope on the server's host; capacity's server pinned on
+its host, its CPU time held by its CPU's busy time read from its host's /proc/stat; both
+with --resume, compare, an inventory's pairs and Ctrl-C.
 """
 
 from __future__ import annotations
