@@ -17,7 +17,7 @@ import pytest
 
 from conftest import is_root, netns_list, pqlab_env, run_pqlab
 from pqlab.errors import UserError
-from pqlab.experiments.capacity import analyse
+from pqlab.experiments.capacity import analyse, report
 from pqlab.experiments.capacity import plan as cap_plan
 
 
@@ -99,6 +99,8 @@ def test_limits_are_named_by_who_was_busy():
 
 
 def test_server_cpu_over_the_window_starts_after_the_warmups():
+    """CPU time and span both from the server's own records (its host, its clock): from the
+    last warm-up's record to the last record."""
     t0 = 1_000_000_000
     recs = [
         {"process_cpu_ns": 5_000_000, "t_closed": t0 - 900},  # warm-ups
@@ -106,12 +108,59 @@ def test_server_cpu_over_the_window_starts_after_the_warmups():
         {"process_cpu_ns": 7_000_000, "t_closed": t0 + 400_000_000},
         {"process_cpu_ns": 8_500_000, "t_closed": t0 + 1_000_000_000},
     ]
-    w = analyse.server_window(recs, warmups=2, t_start_ns=t0)
+    w = analyse.server_window(recs, warmups=2)
     assert w["cpu_s"] == pytest.approx(0.0025)
-    assert w["span_ns"] == 1_000_000_000 and w["connections"] == 2
-    assert analyse.utilisation(w["cpu_s"], w["span_ns"], 1) == pytest.approx(0.0025)
+    assert w["span_ns"] == 1_000_000_500 and w["connections"] == 2
+    assert analyse.utilisation(w["cpu_s"], w["span_ns"], 1) == pytest.approx(0.0025, rel=1e-6)
     assert analyse.utilisation(1.5, 1_000_000_000, 2) == pytest.approx(0.75)
-    assert analyse.server_window(recs[:2], warmups=2, t_start_ns=t0)["cpu_s"] is None
+    assert analyse.server_window(recs[:2], warmups=2)["cpu_s"] is None
+    # Another host's clock never enters: shifting every server timestamp by an hour (a
+    # server host whose clock is an hour off) changes nothing.
+    shifted = [{**r, "t_closed": r["t_closed"] + 3600 * 10**9} for r in recs]
+    assert analyse.server_window(shifted, warmups=2) == w
+
+
+def test_a_hosts_proc_stat_read_twice_gives_its_busy_cpus():
+    """The server's host read over SSH before and after a point: per-CPU seconds as the
+    load generator reports its own machine, so the same busy/other logic applies."""
+    before = analyse.proc_stat(
+        "100\ncpu  1 1 1 1 1 1 1 1 0 0\n"
+        "cpu0 100 0 50 1000 0 0 10 0 0 0\ncpu1 200 10 40 900 5 3 7 2 0 0\nintr 5 6\n"
+    )
+    after = analyse.proc_stat(
+        "100\ncpu  1 1 1 1 1 1 1 1 0 0\n"
+        "cpu0 180 0 60 1010 0 0 10 0 0 0\ncpu1 220 10 50 1060 5 5 9 2 0 0\n"
+    )
+    assert before["hz"] == 100 and sorted(before["cpus"]) == [0, 1]
+    d = analyse.stat_delta(before, after)
+    assert d == {
+        "cpu": [0, 1],
+        "tasks_s": [0.9, 0.3],
+        "interrupts_s": [0.0, 0.04],
+        "steal_s": [0.0, 0.0],
+        "total_s": [1.0, 1.94],
+    }
+    assert analyse.machine_busy(d, [0]) == pytest.approx(0.9)
+    # The server (0.85 s of CPU) on CPU 0 of its host; the load generator on another host.
+    loadgen_host = {"cpu": [0], "tasks_s": [0.5], "interrupts_s": [0.0], "steal_s": [0.0],
+                    "total_s": [1.0]}  # fmt: skip
+    other = analyse.other_utilisation([(d, (0.85,)), (loadgen_host, (0.5,))])
+    assert other == pytest.approx((0.9 + 0.34 - 0.85) / 3.94)
+    assert analyse.other_utilisation([(d, (None,))]) is None
+
+
+def test_each_host_pair_has_its_own_maximum():
+    def row(pair, rate):
+        return {"stack_impl": "OpenSSL", "group": "X25519", "server_sig": "ECDSA-P256",
+                "ca_sig": "ECDSA-P256", "server_threads": 1, "mode": "closed",
+                "handshakes_per_s": rate, "host_pair": pair, "clients_or_rate": "2",
+                "server_cpu_utilisation": 0.9, "loadgen_cpu_utilisation": 0.5,
+                "limited_by": analyse.SERVER_CPU}  # fmt: skip
+
+    table = [row("a->b", 900.0), row("a->b", 1000.0), row("c->b", 400.0), row(None, 1200.0)]
+    best = {r["host_pair"]: r["handshakes_per_s"] for r in report.maxima(table)}
+    assert best == {"a->b": 1000.0, "c->b": 400.0, None: 1200.0}
+    assert "(c->b)" in report.describe_maximum(row("c->b", 400.0))
 
 
 def test_open_loop_wait_for_a_worker_and_handshake_time():
@@ -140,7 +189,7 @@ def test_the_machine_split_into_who_was_busy():
     }
     assert analyse.machine_busy(machine, [0]) == pytest.approx(0.95)
     assert analyse.machine_busy(machine) == pytest.approx(0.75)
-    assert analyse.other_utilisation(machine, 0.5, 0.9) == pytest.approx(0.05)
+    assert analyse.other_utilisation([(machine, (0.5, 0.9))]) == pytest.approx(0.05)
     assert analyse.machine_busy(None) is None
 
 

@@ -13,6 +13,7 @@ import pytest
 
 from conftest import pqlab_env, run_pqlab
 from pqlab import engine
+from pqlab.experiments import memory
 
 COLUMNS = {
     "stack_impl",
@@ -158,6 +159,24 @@ def test_mutual_tls_cells_sign_with_the_client_certificate(tmp_path):
     # Raw samples are kept: one row per handshake and role, warm-ups marked.
     n = con.execute("SELECT count(*), count(*) FILTER (WHERE warmup) FROM memory_raw").fetchone()
     assert n == (2 * 2 * (2 + 2), 2 * 2 * 2)
+
+
+def test_an_idle_point_taken_during_another_handshake_is_refused():
+    """The server counts its whole heap after each handshake; a point taken while the next
+    connection was between its accept and the end of its handshake holds part of that
+    handshake too. Measured: without a pause between connections most points of a mutual
+    TLS cell were such points (and some of a plain one); the idle client now pauses."""
+    conns = [
+        {"index": 0, "t_accept": 100, "t_handshake_done": 200},
+        {"index": 1, "t_accept": 250, "t_handshake_done": 400},
+        {"index": 2, "t_accept": 420, "t_handshake_done": 500},
+    ]
+    heap = [{"index": 0, "t": 210}, {"index": 1, "t": 405}, {"index": 2, "t": 510}]
+    assert memory.overlapping(heap, conns) == []
+    heap[0]["t"] = 260  # connection 1 accepted before connection 0's heap was counted
+    heap[1]["t"] = 450  # connection 2 in its handshake
+    assert memory.overlapping(heap, conns) == [0, 1]
+    assert memory.IDLE_GAP_MS > 0
 
 
 @pytest.mark.parametrize(

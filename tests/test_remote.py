@@ -9,6 +9,11 @@ is recovered within the stated uncertainty and the corrected cross-host phases a
 the one-machine run's; Ctrl-C (and a lab killed outright) leaves no process, namespace or
 file on either host. Plus: validation errors before anything is created, ttlb and tls12
 across hosts, an Ansible inventory with two pairs, and the remote process supervision.
+
+memory and capacity across hosts: each memory role counted on its own host with the
+one-machine run's counts, the idle slope on the server's host; capacity's server pinned on
+its host, its CPU time held by its CPU's busy time read from its host's /proc/stat; both
+with --resume, compare, an inventory's pairs and Ctrl-C.
 """
 
 from __future__ import annotations
@@ -718,3 +723,291 @@ ssh.close_all()
     assert lines["lifetime"].split()[0] == "124" or lines["lifetime"].startswith("-15")
     assert lines["lifetime"].endswith("False")
     assert lines["cpu"] == "True"
+
+
+# --- memory and capacity across hosts -----------------------------------------------------------
+
+MEMORY = [
+    "--groups",
+    "X25519",
+    "--server-sig",
+    "ECDSA-P256,ML-DSA-44",
+    "--ca-sig",
+    "ECDSA-P256",
+    "--client-sig",
+    "none,ECDSA-P256",
+    "-n",
+    "5",
+    "--idle",
+    "4",
+]
+# Counted by OpenSSL's hooks with the fixed-seed generator and the same keys: a handshake's
+# allocations do not depend on where its peer runs.
+SAME_COUNTS = (
+    "heap_total_bytes",
+    "heap_peak_bytes",
+    "heap_retained_bytes",
+    "allocations",
+    "allocations_min",
+    "allocations_max",
+    "frees",
+    "reallocations",
+)
+
+
+def _memory_key(r: dict) -> tuple:
+    return (r["role"], r["group"], r["server_sig"], r["ca_sig"], r["client_sig"])
+
+
+def test_memory_across_hosts_counts_each_role_on_its_host(lab, clean, tmp_path):
+    """The server role on the server's host, the client role here: the same table as the
+    one-machine run, every OpenSSL count of both roles equal to it, the host pair filled,
+    the idle connections held on the server's host; --resume and compare work."""
+    certs = tmp_path / "certs"  # the same keys for both runs
+    one, far = tmp_path / "one-machine", tmp_path / "remote"
+    r = run_pqlab_here("memory", *MEMORY, "--certs", certs, "--out", one)
+    assert r.returncode == 0, r.stderr
+    pair = f"local->root@{SERVER_IP}"
+    remote_args = [*MEMORY, "--certs", certs, "--server-host", f"root@{SERVER_IP}", *ssh_opts(lab)]
+    r = pqlab_in(lab, "memory", *remote_args, "--out", far)
+    assert r.returncode == 0, r.stderr
+
+    a = {_memory_key(x): x for x in rows(one / "tables" / "memory.csv")}
+    b = {_memory_key(x): x for x in rows(far / "tables" / "memory.csv")}
+    assert a.keys() == b.keys() and len(a) == 2 * 2 * 2
+    assert list(next(iter(a.values()))) == list(next(iter(b.values())))
+    for k, x in a.items():
+        y = b[k]
+        assert x["host_pair"] == "" and y["host_pair"] == pair, k
+        assert y["heap_counting"] == "openssl-hooks" and y["fixed_random"] == "true"
+        for col in SAME_COUNTS:
+            assert x[col] == y[col], (k, col, x[col], y[col])
+        # The thread's stack: the same loop of the same build, whichever host runs it.
+        assert abs(int(x["stack_bytes"]) - int(y["stack_bytes"])) <= 256, k
+        print(f"{k}: {y['allocations']} allocations, {y['heap_peak_bytes']} B peak (both runs)")
+
+    con = duckdb.connect(str(far / "results.duckdb"), read_only=True)
+    try:
+        per_role = con.execute(
+            "SELECT role, count(*), count(DISTINCT cell_id), bool_and(host_pair = ?) "
+            "FROM memory_raw GROUP BY role ORDER BY role",
+            [pair],
+        ).fetchall()
+        mutual = con.execute(
+            "SELECT DISTINCT role, negotiated_client_sigalg FROM memory_raw "
+            "WHERE client_sig = 'ECDSA-P256' ORDER BY 1"
+        ).fetchall()
+    finally:
+        con.close()
+    assert per_role == [("client", 4 * 7, 4, True), ("server", 4 * 7, 4, True)]
+    assert mutual == [("client", "ecdsa_secp256r1_sha256"), ("server", "ecdsa_secp256r1_sha256")]
+
+    idle_a = {tuple(x[k] for k in ("group", "server_sig", "client_sig")): x
+              for x in rows(one / "tables" / "memory_idle.csv")}  # fmt: skip
+    idle_b = rows(far / "tables" / "memory_idle.csv")
+    assert len(idle_b) == len(idle_a) == 4
+    for y in idle_b:
+        x = idle_a[(y["group"], y["server_sig"], y["client_sig"])]
+        assert y["host_pair"] == pair and int(y["connections"]) == 4
+        # The server's counted heap per held connection: the same library state there.
+        assert (
+            abs(int(y["heap_bytes_per_connection"]) / int(x["heap_bytes_per_connection"]) - 1) < 0.1
+        )
+    assert "Across hosts" in (far / "report.html").read_text()
+
+    meta = json.loads((far / "metadata.json").read_text())
+    assert meta["remote"]["pairs"] == [pair]
+    assert meta["remote"]["hosts"][f"root@{SERVER_IP}"]["cpu"]["count"]
+    assert meta["topologies"][pair]["sides"]["server"]["host"] == f"root@{SERVER_IP}"
+    assert meta["memory"]["library_tracker"] is False
+
+    r = pqlab_in(lab, "memory", *remote_args, "--out", far, "--resume")
+    assert r.returncode == 0, r.stderr
+    assert len(rows(far / "tables" / "memory.csv")) == 8
+    r = run_pqlab_here("compare", one, far, "--json")
+    assert r.returncode == 0, r.stderr
+    got = json.loads(r.stdout)
+    assert got["structure_changes"] == []  # the same tables, columns, rows and cells
+    allocations = [x for x in got["rows"] if x["experiment"] == "memory allocations"]
+    assert len(allocations) == 8 and all(x["change_pct"] == 0 for x in allocations)
+
+
+def test_memory_on_two_pairs_of_an_inventory(lab, clean, tmp_path):
+    """Two pairs: this machine's client with the server host, and the server host's client
+    with the client host's server (both sides remote). Each cell once per pair, its id
+    carrying the pair; each pair's rows in the table."""
+    inv = tmp_path / "hosts.ini"
+    inv.write_text(
+        "lab ansible_connection=local\n\n[far]\n"
+        f"c ansible_host={CLIENT_IP}\ns ansible_host={SERVER_IP}\n\n[far:vars]\n"
+        f"ansible_user=root\nansible_ssh_private_key_file={lab.dir}/client_key\n"
+        f"ansible_ssh_common_args='-o UserKnownHostsFile={lab.dir}/known_hosts "
+        "-o IdentitiesOnly=yes'\n"
+    )
+    out = tmp_path / "pairs"
+    r = pqlab_in(
+        lab, "memory", "--groups", "X25519", "--server-sig", "ECDSA-P256", "-n", "2",
+        "--idle", "2", "--certs", tmp_path / "certs", "--inventory", inv, "--pairs", "lab:s",
+        "--pairs", "s:c", "--out", out,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    got = sorted((x["host_pair"], x["role"], x["n"]) for x in rows(out / "tables" / "memory.csv"))
+    assert got == [
+        ("local->s", "client", "2"),
+        ("local->s", "server", "2"),
+        ("s->c", "client", "2"),
+        ("s->c", "server", "2"),
+    ]
+    idle = sorted(x["host_pair"] for x in rows(out / "tables" / "memory_idle.csv"))
+    assert idle == ["local->s", "s->c"]
+    con = duckdb.connect(str(out / "results.duckdb"), read_only=True)
+    try:
+        cells = sorted(c for (c,) in con.execute("SELECT cell_id FROM cells").fetchall())
+    finally:
+        con.close()
+    assert cells == [
+        "X25519|ECDSA-P256|ECDSA-P256|none|openssl@local->s",
+        "X25519|ECDSA-P256|ECDSA-P256|none|openssl@s->c",
+    ]
+
+
+def run_pqlab_here(*args, timeout: float = 600):
+    """The real CLI on this machine, outside the two hosts."""
+    return subprocess.run(
+        [sys.executable, "-m", "pqlab", *map(str, args)],
+        capture_output=True,
+        text=True,
+        env=pqlab_env(),
+        timeout=timeout,
+    )
+
+
+CAPACITY = [
+    "--groups",
+    "X25519",
+    "--server-sig",
+    "ECDSA-P256",
+    "--mode",
+    "closed,open",
+    "--clients",
+    "1,2",
+    "--rates",
+    "50%",
+    "--duration",
+    "1s",
+    "--server-threads",
+    "1",
+]
+
+
+def test_capacity_across_hosts_reads_the_servers_cpu_on_its_host(lab, clean, tmp_path):
+    """The server on the server's host pinned to one of its CPUs, the load generator here:
+    the table filled with the host pair; the server's CPU time from its own records and its
+    CPU's busy time from its host's /proc/stat, which must hold the server's time; --resume
+    and compare work."""
+    far = tmp_path / "remote"
+    pair = f"local->root@{SERVER_IP}"
+    args = [*CAPACITY, "--server-host", f"root@{SERVER_IP}", *ssh_opts(lab), "--out", far]
+    r = pqlab_in(lab, "capacity", *args)
+    assert r.returncode == 0, r.stderr
+    got = rows(far / "tables" / "capacity.csv")
+    assert [(g["mode"], g["host_pair"]) for g in got] == [
+        ("closed", pair),
+        ("closed", pair),
+        ("open", pair),
+    ]
+    top = sorted(os.sched_getaffinity(0))[-1]  # the server host's highest CPU
+    every = ",".join(map(str, sorted(os.sched_getaffinity(0))))
+    for g in got:
+        print({k: g[k] for k in ("mode", "clients_or_rate", "handshakes_per_s", "limited_by",
+                                 "server_cpu_utilisation", "server_cpus_busy")})  # fmt: skip
+        assert g["server_cpus"] == str(top) and g["client_cpus"] == every, g
+        assert float(g["handshakes_per_s"]) > 0 and int(g["errors"]) == 0
+        assert float(g["server_cpu_us_per_handshake"]) > 0 and g["limited_by"]
+        assert 0 < float(g["server_cpus_busy"]) <= 1.0 and g["loadgen_cpus_busy"]
+
+    con = duckdb.connect(str(far / "results.duckdb"), read_only=True)
+    try:
+        points = con.execute(
+            "SELECT server_cpu_s, server_machine_cpu, machine_cpu, host_pair FROM capacity_points"
+        ).fetchall()
+        raw_pairs = con.execute("SELECT DISTINCT host_pair FROM capacity_raw").fetchall()
+        cells = con.execute("SELECT cell_id FROM cells").fetchall()
+    finally:
+        con.close()
+    assert raw_pairs == [(pair,)] and cells == [("X25519|ECDSA-P256|ECDSA-P256|t1|openssl",)]
+    for cpu_s, server_machine, machine, host_pair in points:
+        host = json.loads(server_machine)
+        assert host_pair == pair and host["cpu"] == sorted(os.sched_getaffinity(0))
+        assert server_machine != machine  # two reads: the server's host and the client's
+        # The server ran only on its pinned CPU: the kernel's accounting of that CPU over the
+        # point holds the server's own CPU time (two clock ticks of rounding).
+        i = host["cpu"].index(top)
+        busy = host["tasks_s"][i] + host["interrupts_s"][i] + host["steal_s"][i]
+        assert busy + 0.02 >= cpu_s > 0, (busy, cpu_s)
+
+    meta = json.loads((far / "metadata.json").read_text())
+    assert meta["capacity"]["cpus"][pair]["1"]["server"] == [top]
+    assert meta["capacity"]["cpus"][pair]["1"]["server_pinned"] is True
+    assert meta["remote"]["hosts"][f"root@{SERVER_IP}"]["kernel"]
+    assert meta["topologies"][pair]["sides"]["client"]["kind"] == "local"
+
+    r = pqlab_in(lab, "capacity", *args, "--resume")
+    assert r.returncode == 0, r.stderr
+    assert len(rows(far / "tables" / "capacity.csv")) == 3
+    # Against the same cell in this machine's two namespaces: the same tables and columns,
+    # the latencies compared point by point.
+    one = tmp_path / "one-machine"
+    r = run_pqlab_here("capacity", *CAPACITY, "--out", one)
+    assert r.returncode == 0, r.stderr
+    assert list(rows(one / "tables" / "capacity.csv")[0]) == list(got[0])
+    r = run_pqlab_here("compare", one, far, "--json")
+    assert r.returncode == 0, r.stderr
+    latency = [x for x in json.loads(r.stdout)["rows"] if x["experiment"] == "capacity latency"]
+    assert len(latency) == 2, latency  # the closed-loop points
+
+
+def test_capacity_refuses_both_sides_on_one_machine(lab, clean, tmp_path):
+    out = tmp_path / "never"
+    r = pqlab_in(
+        lab, "capacity", *CAPACITY, "--server-host", f"root@{LOOP}", *ssh_opts(lab), "--out", out
+    )
+    assert r.returncode == 2, r.stderr
+    line = r.stderr.strip().splitlines()[-1]
+    assert line.startswith("error: ") and "share the server's CPUs" in line, r.stderr
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    "experiment, args, server_role, client_role",
+    [
+        ("memory", ["--groups", "X25519", "--server-sig", "ML-DSA-44", "-n", "10000"],
+         "--role server", "--role client"),
+        ("capacity", ["--groups", "X25519", "--server-sig", "ECDSA-P256", "--mode", "closed",
+                      "--clients", "1", "--duration", "300s"], "tls server", "tls load"),
+    ],
+)  # fmt: skip
+def test_ctrl_c_during_memory_or_capacity_leaves_nothing(
+    lab, clean, tmp_path, experiment, args, server_role, client_role
+):
+    out = tmp_path / "interrupted"
+    proc = subprocess.Popen(
+        ["ip", "netns", "exec", lab.client_ns, sys.executable, "-m", "pqlab", experiment, *args,
+         "--server-host", f"root@{SERVER_IP}", *ssh_opts(lab), "--out", str(out)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=pqlab_env(),
+    )  # fmt: skip
+    deadline = time.monotonic() + 120
+    while not (_engines(lab, "client", client_role) and _engines(lab, "server", server_role)):
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, "the two roles never ran on their hosts"
+        time.sleep(0.1)
+    assert glob.glob("/tmp/pqlab-*-root_198.18.0.2/in/*")  # the server's files are there
+    time.sleep(1.0)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    assert leftovers(lab) == []
+    assert not list(out.rglob("*.fetch"))

@@ -167,12 +167,19 @@ fn every_tls_command_echoes_its_options() {
         &[
             &["tls", "hold"][..],
             &target,
-            &["-n", "2", "--hold-ms", "5"],
+            &["-n", "2", "--hold-ms", "5", "--gap-ms", "3"],
         ]
         .concat(),
     );
     assert_eq!(hold["command"], "tls hold");
-    assert_options(&hold, &[("count", json!(2)), ("hold-ms", json!(5))]);
+    assert_options(
+        &hold,
+        &[
+            ("count", json!(2)),
+            ("hold-ms", json!(5)),
+            ("gap-ms", json!(3)),
+        ],
+    );
 
     let memory = first_record(&[
         "tls",
@@ -201,8 +208,10 @@ fn every_tls_command_echoes_its_options() {
             ("thread-stack", json!(1048576)),
             ("groups", json!("X25519")),
             ("servername", json!("localhost")),
+            ("role", json!("both")),
         ],
     );
+    assert_eq!(memory["role"], "both");
 }
 
 #[test]

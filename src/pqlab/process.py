@@ -195,9 +195,10 @@ class Process:
         # Without JSON lines, stdout is kept as text (`output`), nothing is parsed.
         self.json_lines = json_lines
         self._text: list[str] = []
-        # With batch_s, output is read in chunks at most every batch_s seconds (immediately
-        # again while the pipe stays full), so a process that prints a record per connection
-        # costs the lab a wake-up per batch, not two thread switches per record.
+        # With batch_s, a local process's output is read in chunks at most every batch_s
+        # seconds (immediately again while the pipe stays full), so a process that prints a
+        # record per connection costs the lab a wake-up per batch, not two thread switches
+        # per record.
         self.batch_s = batch_s
         # Set once the process has ended: a batched reader then reads the rest at once.
         self._ended = threading.Event()
@@ -230,7 +231,9 @@ class Process:
     # --- reading ---------------------------------------------------------------------------
     def _read_out(self) -> None:
         assert self.p.stdout is not None
-        if self.batch_s:
+        # Batches are of a local pipe; a remote process's lines arrive one by one from the
+        # SSH connection's thread already.
+        if self.batch_s and self.local:
             self._read_out_batched(self.batch_s)
             return
         with contextlib.suppress(ValueError, OSError):  # pipe closed by stop()

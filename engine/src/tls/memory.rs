@@ -1,5 +1,7 @@
 //! `tls memory`: what full handshakes cost in memory, per role. One process runs a server
-//! thread and a client thread over loopback TCP; each thread has its own stack of
+//! thread and a client thread over loopback TCP (`--role both`), or one of the two roles
+//! against the other role's process on another host (`--role server --listen`, `--role
+//! client --connect`: the same loops, records and checks); each thread has its own stack of
 //! `--thread-stack` bytes, painted before every handshake and scanned after it, and its own
 //! heap counts (`crate::heap`; a thread is a role): the stack's own (`heap_*`: OpenSSL's
 //! allocations through its hooks, installed by `main` before OpenSSL's first allocation, or
@@ -31,33 +33,46 @@ use std::time::Duration;
 #[derive(clap::Args, Clone, serde::Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub struct Args {
-    /// Server certificate chain (PEM) to send.
+    /// The roles this process runs: both (a server and a client thread over 127.0.0.1),
+    /// or one of them, against the other role's process (on another host).
+    #[arg(long, value_enum, default_value = "both")]
+    pub role: Role,
+    /// --role server: the address to listen on, IP:PORT (port 0: any free port; the
+    /// memory_setup record says which).
     #[arg(long)]
-    pub cert_chain: PathBuf,
-    /// Private key (PEM) of --cert-chain.
+    pub listen: Option<SocketAddr>,
+    /// --role client: the server role's address, IP:PORT.
     #[arg(long)]
-    pub key: PathBuf,
-    /// Root certificate (PEM) the client verifies the server chain against.
+    pub connect: Option<SocketAddr>,
+    /// Server certificate chain (PEM) to send (roles both, server).
     #[arg(long)]
-    pub ca: PathBuf,
+    pub cert_chain: Option<PathBuf>,
+    /// Private key (PEM) of --cert-chain (roles both, server).
+    #[arg(long)]
+    pub key: Option<PathBuf>,
+    /// Root certificate (PEM) the client verifies the server chain against (roles both,
+    /// client).
+    #[arg(long)]
+    pub ca: Option<PathBuf>,
     /// Name the client sends and checks (the server certificate's SAN).
     #[arg(long, default_value = "localhost")]
     pub servername: String,
     #[command(flatten)]
     #[serde(flatten)]
     pub tls: TlsOpts,
-    /// Mutual TLS: the client certificate chain (PEM) to present.
-    #[arg(long, requires_all = ["client_key", "client_ca"])]
+    /// Mutual TLS: the client certificate chain (PEM) to present (roles both, client).
+    #[arg(long)]
     pub client_cert_chain: Option<PathBuf>,
     /// Mutual TLS: private key (PEM) of --client-cert-chain.
-    #[arg(long, requires = "client_cert_chain")]
+    #[arg(long)]
     pub client_key: Option<PathBuf>,
-    /// Mutual TLS: root (PEM) the server verifies the client chain against.
-    #[arg(long, requires = "client_cert_chain")]
+    /// Mutual TLS: root (PEM) the server verifies the client chain against (roles both,
+    /// server).
+    #[arg(long)]
     pub client_ca: Option<PathBuf>,
     /// Mutual TLS: the one scheme the client must sign its CertificateVerify with (the
     /// server accepts only it).
-    #[arg(long, requires = "client_cert_chain")]
+    #[arg(long)]
     pub client_sigalg: Option<String>,
     /// Measured handshakes, 1-100000.
     #[arg(short = 'n', long = "count", default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=100_000))]
@@ -75,6 +90,104 @@ pub struct Args {
     /// design: for measurement only.
     #[arg(long)]
     pub fixed_random: bool,
+}
+
+/// The roles one `tls memory` process runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Role {
+    Both,
+    Server,
+    Client,
+}
+
+impl Role {
+    fn serves(self) -> bool {
+        self != Role::Client
+    }
+
+    fn connects(self) -> bool {
+        self != Role::Server
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Role::Both => "both",
+            Role::Server => "server",
+            Role::Client => "client",
+        }
+    }
+}
+
+/// Every option is for a role: one the process does not run is refused, one it needs is
+/// required, and mutual TLS is all or nothing where both roles run.
+fn check_roles(a: &Args) -> Result<()> {
+    let (serves, connects) = (a.role.serves(), a.role.connects());
+    let options = [
+        ("--cert-chain", a.cert_chain.is_some(), serves, serves),
+        ("--key", a.key.is_some(), serves, serves),
+        ("--ca", a.ca.is_some(), connects, connects),
+        (
+            "--listen",
+            a.listen.is_some(),
+            a.role == Role::Server,
+            false,
+        ),
+        (
+            "--connect",
+            a.connect.is_some(),
+            a.role == Role::Client,
+            false,
+        ),
+        (
+            "--client-cert-chain",
+            a.client_cert_chain.is_some(),
+            connects,
+            false,
+        ),
+        ("--client-key", a.client_key.is_some(), connects, false),
+        ("--client-ca", a.client_ca.is_some(), serves, false),
+    ];
+    for (flag, given, used, required) in options {
+        if given && !used {
+            crate::bail!(Usage, "{flag} is not an option of --role {}", a.role.name());
+        }
+        if required && !given {
+            crate::bail!(Usage, "--role {} needs {flag}", a.role.name());
+        }
+    }
+    match a.role {
+        Role::Server if a.listen.is_none() => {
+            crate::bail!(Usage, "--role server needs --listen IP:PORT")
+        }
+        Role::Client if a.connect.is_none() => {
+            crate::bail!(Usage, "--role client needs --connect IP:PORT")
+        }
+        _ => {}
+    }
+    if a.client_cert_chain.is_some() != a.client_key.is_some() {
+        crate::bail!(Usage, "--client-cert-chain and --client-key go together");
+    }
+    let presents = a.client_cert_chain.is_some();
+    let asks = a.client_ca.is_some();
+    if a.role == Role::Both && presents != asks {
+        crate::bail!(
+            Usage,
+            "mutual TLS with --role both needs --client-cert-chain, --client-key and --client-ca"
+        );
+    }
+    if a.client_sigalg.is_some() && !(presents || asks) {
+        crate::bail!(
+            Usage,
+            "--client-sigalg is for mutual TLS (--client-cert-chain or --client-ca)"
+        );
+    }
+    Ok(())
+}
+
+fn required(path: &Option<PathBuf>, flag: &str) -> Result<PathBuf> {
+    path.clone()
+        .ok_or_else(|| crate::err!(Usage, "{flag} is needed here"))
 }
 
 /// What both threads check every handshake against (codes from the stack's tables).
@@ -301,7 +414,7 @@ fn client_loop(job: Job, addr: SocketAddr, identity: Option<Identity>) -> Result
     }
     let ctx = job.stack.client(&ClientSetup {
         protocol,
-        ca: a.ca.clone(),
+        ca: required(&a.ca, "--ca")?,
         identity,
     })?;
     let name = ServerName::parse(&a.servername);
@@ -354,7 +467,7 @@ fn expectations(stack: &'static dyn Stack, a: &Args) -> Result<Expect> {
         group: code(single("--groups", &p.groups)?, true),
         sigalg: code(single("--sigalgs", &p.sigalgs)?, false),
         client_sigalg: code(client_sigalg, false),
-        mutual: a.client_cert_chain.is_some(),
+        mutual: a.client_cert_chain.is_some() || a.client_ca.is_some(),
     })
 }
 
@@ -368,6 +481,31 @@ fn spawn(
         .stack_size(size as usize)
         .spawn(f)
         .map_err(|e| crate::err!(Io, "cannot start the {name} thread: {e}"))
+}
+
+/// The server role's context and listening socket (`--listen`, or any port of 127.0.0.1).
+fn serving(
+    stack: &'static dyn Stack,
+    a: &Args,
+) -> Result<(Arc<dyn super::stack::ServerContext>, TcpListener)> {
+    let client_auth = a.client_ca.clone().map(|ca| ClientAuth {
+        ca,
+        sigalgs: a.client_sigalg.clone().map(|s| vec![s]),
+    });
+    let ctx = stack.server(&ServerSetup {
+        protocol: a.tls.protocol()?,
+        cert_chain: required(&a.cert_chain, "--cert-chain")?,
+        key: required(&a.key, "--key")?,
+        dh_bits: None,
+        dh_params: None,
+        client_auth,
+    })?;
+    let at = a
+        .listen
+        .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 0)));
+    let listener =
+        TcpListener::bind(at).map_err(|e| crate::err!(Io, "cannot listen on {at}: {e}"))?;
+    Ok((ctx, listener))
 }
 
 pub fn run(a: Args) -> Result<()> {
@@ -385,36 +523,33 @@ pub fn run(a: Args) -> Result<()> {
             stack.name()
         );
     }
+    check_roles(&a)?;
     heap::count_malloc(true);
     a.tls.events_on()?;
     let expect = expectations(stack, &a)?;
-    let client_auth = a.client_ca.clone().map(|ca| ClientAuth {
-        ca,
-        sigalgs: a.client_sigalg.clone().map(|s| vec![s]),
-    });
     let identity = a
         .client_cert_chain
         .clone()
         .zip(a.client_key.clone())
         .map(|(cert_chain, key)| Identity { cert_chain, key });
-    let server_ctx = stack.server(&ServerSetup {
-        protocol: a.tls.protocol()?,
-        cert_chain: a.cert_chain.clone(),
-        key: a.key.clone(),
-        dh_bits: None,
-        dh_params: None,
-        client_auth,
-    })?;
-    let listener = TcpListener::bind("127.0.0.1:0")
-        .map_err(|e| crate::err!(Io, "cannot listen on 127.0.0.1: {e}"))?;
-    let addr = listener.local_addr()?;
+    let server_side = if a.role.serves() {
+        Some(serving(stack, &a)?)
+    } else {
+        None
+    };
+    let addr = match (&server_side, a.connect) {
+        (Some((_, listener)), _) => listener.local_addr()?,
+        (None, Some(connect)) => connect,
+        (None, None) => crate::bail!(Usage, "--role client needs --connect IP:PORT"),
+    };
     crate::out::emit(&json!({
-        "type": "memory_setup", "stack": stack.name(), "address": addr.to_string(),
+        "type": "memory_setup", "stack": stack.name(), "role": a.role.name(),
+        "address": addr.to_string(),
         "thread_stack_bytes": a.thread_stack, "warmup": a.warmup, "count": a.count,
         "hooks": "CRYPTO_set_mem_functions", "groups": a.tls.groups, "sigalgs": a.tls.sigalgs,
-        "client_sigalg": a.client_sigalg, "mutual": a.client_cert_chain.is_some(),
-        "security_level": server_ctx.security_level(), "fixed_random": a.fixed_random,
-        "options": super::record::options(&a),
+        "client_sigalg": a.client_sigalg, "mutual": expect.mutual,
+        "security_level": server_side.as_ref().and_then(|(ctx, _)| ctx.security_level()),
+        "fixed_random": a.fixed_random, "options": super::record::options(&a),
     }));
     let (tx, rx) = mpsc::channel::<Value>();
     let job = |tx: mpsc::Sender<Value>| Job {
@@ -423,25 +558,39 @@ pub fn run(a: Args) -> Result<()> {
         expect: expect.clone(),
         tx,
     };
-    let (sjob, cjob) = (job(tx.clone()), job(tx));
-    let server = spawn("memory-server", a.thread_stack, move || {
-        server_loop(sjob, server_ctx, listener)
-    })?;
-    let client = spawn("memory-client", a.thread_stack, move || {
-        let result = client_loop(cjob, addr, identity);
-        if result.is_err() {
-            // The server may be waiting in accept: a connection that closes at once ends
-            // its handshake (and its loop) with an error, so the run can end.
-            let _ = TcpStream::connect(addr);
+    let server = match server_side {
+        Some((ctx, listener)) => {
+            let sjob = job(tx.clone());
+            Some(spawn("memory-server", a.thread_stack, move || {
+                server_loop(sjob, ctx, listener)
+            })?)
         }
-        result
-    })?;
+        None => None,
+    };
+    let client = if a.role.connects() {
+        let cjob = job(tx.clone());
+        let wake = a.role == Role::Both;
+        Some(spawn("memory-client", a.thread_stack, move || {
+            let result = client_loop(cjob, addr, identity);
+            if result.is_err() && wake {
+                // The server thread may be waiting in accept: a connection that closes at
+                // once ends its handshake (and its loop) with an error, so the run can end.
+                let _ = TcpStream::connect(addr);
+            }
+            result
+        })?)
+    } else {
+        None
+    };
+    drop(tx);
     for rec in rx {
         crate::out::emit(&rec);
     }
-    let joined = |h: std::thread::JoinHandle<Result<()>>, who: &str| {
-        h.join()
-            .unwrap_or_else(|_| Err(crate::err!(Library, "the {who} thread panicked")))
+    let joined = |h: Option<std::thread::JoinHandle<Result<()>>>, who: &str| match h {
+        Some(h) => h
+            .join()
+            .unwrap_or_else(|_| Err(crate::err!(Library, "the {who} thread panicked"))),
+        None => Ok(()),
     };
     let c = joined(client, "client");
     let s = joined(server, "server");
@@ -476,6 +625,12 @@ pub struct HoldArgs {
     /// Keep them all open this long after the last one is up (milliseconds, 0-600000).
     #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u64).range(0..=600_000))]
     pub hold_ms: u64,
+    /// Pause after each connection is up before opening the next (milliseconds, 0-10000):
+    /// a TLS 1.3 client is done when it has sent its Finished, the server only once it has
+    /// read and checked it (and, in mutual TLS, the client's chain), so without a pause the
+    /// next handshake can start on the server while the last one is still finishing.
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=10_000))]
+    pub gap_ms: u64,
 }
 
 /// `tls hold`: N verified connections, opened one after the other and all kept open.
@@ -520,6 +675,9 @@ pub fn hold(a: HoldArgs) -> Result<()> {
             .map_err(|e| e.context(format!("connection {i}")))?;
         check(&expect, "client", &s.negotiated(), &s.verification(), i)?;
         open.push(s);
+        if i + 1 < a.count {
+            std::thread::sleep(Duration::from_millis(a.gap_ms));
+        }
     }
     std::thread::sleep(Duration::from_millis(a.hold_ms));
     crate::out::emit(
@@ -544,6 +702,85 @@ mod tests {
         assert!(matches(&by_name, Some("MLDSA44"), None));
         assert!(!matches(&by_name, None, None));
         assert!(matches(&None, None, None));
+    }
+
+    fn args(extra: &[&str]) -> Args {
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            a: Args,
+        }
+        let mut argv = vec!["memory"];
+        argv.extend_from_slice(extra);
+        <Cli as clap::Parser>::try_parse_from(argv).expect("clap").a
+    }
+
+    #[test]
+    fn each_option_belongs_to_a_role() {
+        let both = ["--cert-chain", "c", "--key", "k", "--ca", "r"];
+        assert!(check_roles(&args(&both)).is_ok());
+        let server = [
+            "--role",
+            "server",
+            "--listen",
+            "10.0.0.2:0",
+            "--cert-chain",
+            "c",
+        ];
+        assert!(check_roles(&args(&[&server[..], &["--key", "k"]].concat())).is_ok());
+        let client = [
+            "--role",
+            "client",
+            "--connect",
+            "10.0.0.2:4433",
+            "--ca",
+            "r",
+        ];
+        assert!(check_roles(&args(&client)).is_ok());
+        let usage = |argv: &[&str], words: &[&str]| match check_roles(&args(argv)) {
+            Err(Error::Usage(m)) => assert!(words.iter().all(|w| m.contains(w)), "{m}"),
+            other => panic!("{argv:?}: {:?}", other.err().map(|e| e.to_string())),
+        };
+        // A file of the other role is refused, not ignored (a server key on the client).
+        usage(
+            &[&client[..], &["--key", "k"]].concat(),
+            &["--key", "--role client"],
+        );
+        usage(
+            &[&server[..], &["--key", "k", "--ca", "r"]].concat(),
+            &["--ca"],
+        );
+        usage(&server[..4], &["--role server", "--cert-chain"]);
+        usage(
+            &["--role", "server", "--cert-chain", "c", "--key", "k"],
+            &["--listen"],
+        );
+        usage(&["--role", "client", "--ca", "r"], &["--connect"]);
+        usage(
+            &[&both[..], &["--listen", "127.0.0.1:0"]].concat(),
+            &["--listen", "both"],
+        );
+        usage(
+            &[&both[..], &["--client-ca", "r"]].concat(),
+            &["mutual", "--role both"],
+        );
+        usage(
+            &[&client[..], &["--client-key", "k"]].concat(),
+            &["go together"],
+        );
+        usage(
+            &[&both[..], &["--client-sigalg", "mldsa44"]].concat(),
+            &["mutual"],
+        );
+        // Mutual TLS split over two processes: each role has its half.
+        let mutual = [
+            &client[..],
+            &["--client-cert-chain", "cc", "--client-key", "ck"],
+        ]
+        .concat();
+        assert!(check_roles(&args(&mutual)).is_ok());
+        let asks = [&server[..], &["--key", "k", "--client-ca", "cr"]].concat();
+        assert!(check_roles(&args(&asks)).is_ok());
     }
 
     #[test]

@@ -10,6 +10,11 @@ reached and checked over SSH) or None for a one-machine run; experiments pass it
 
 from __future__ import annotations
 
+import os
+import re
+import shutil
+
+from pqlab import metadata
 from pqlab.errors import UserError
 from pqlab.experiment import Option
 from pqlab.net import remote
@@ -46,10 +51,42 @@ OPTIONS = (
 )
 
 
-def plan(values, needs_capture: bool, what: str):
-    """The validated host pairs (pqlab.net.remote.RemotePlan), or None: one machine."""
+def plan(values, needs_capture: bool, what: str, apart: str | None = None):
+    """The validated host pairs (pqlab.net.remote.RemotePlan), or None: one machine.
+    `apart`: why the experiment refuses a pair whose two sides are one machine."""
 
-    return remote.plan(values, needs_capture, what)
+    return remote.plan(values, needs_capture, what, apart)
+
+
+# The CPUs a process started there may run on, and whether taskset is there.
+CPU_SCRIPT = r"""
+echo "cpus=$(sed -n 's/^Cpus_allowed_list:[[:space:]]*//p' /proc/self/status)"
+echo "taskset=$(command -v taskset)"
+"""
+
+
+def parse_cpu_list(text: str) -> list[int]:
+    """A kernel CPU list ("0-3,6,8-9") as CPU numbers; [] if it is not one."""
+    out: list[int] = []
+    for part in (text or "").strip().split(","):
+        m = re.fullmatch(r"(\d+)(?:-(\d+))?", part.strip())
+        if not m:
+            return []
+        first, last = int(m.group(1)), int(m.group(2) or m.group(1))
+        out.extend(range(first, last + 1))
+    return sorted(set(out))
+
+
+def host_cpus(remote_plan, spec) -> tuple[list[int], bool]:
+    """(the CPUs a process on that host may run on, whether taskset is there) for one side
+    of a pair: `spec` None or local is this machine; a remote host is asked over its SSH
+    connection (opened when the plan checked it)."""
+    if spec is None or spec.local:
+        return sorted(os.sched_getaffinity(0)), shutil.which("taskset") is not None
+    host = remote.remote_host(spec, remote_plan.config)
+    out = host.conn.run(CPU_SCRIPT, what=f"reading the CPUs of {spec.name}").stdout
+    kv = metadata.parse_kv(out)
+    return parse_cpu_list(kv.get("cpus", "")), bool(kv.get("taskset"))
 
 
 def is_remote(values) -> bool:

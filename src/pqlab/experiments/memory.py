@@ -4,8 +4,9 @@ cell: heap allocated in total, peak heap in use, heap still held after it, alloc
 frees, counted the stack's own way (OpenSSL's allocator hooks) and, for every stack alike,
 as every block the handshaking thread takes from the C allocator; and the thread's stack
 high-water mark from a painted stack. Also the server's memory per idle established
-connection (the slope of its RSS and of its counted heap while it holds N connections). See
-docs/memory.md.
+connection (the slope of its RSS and of its counted heap while it holds N connections).
+Across hosts (`--server-host`, `--client-host`, `--inventory --pairs`) each role runs on its
+own host, and the idle connections are held on the server's. See docs/memory.md.
 """
 
 from __future__ import annotations
@@ -13,12 +14,13 @@ from __future__ import annotations
 import html
 import json
 import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 from pqlab import catalog, engine, units
 from pqlab.catalog import Algorithm
-from pqlab.errors import EngineError, UserError
+from pqlab.errors import CheckError, EngineError, UserError
 from pqlab.experiment import (
     CellId,
     Cells,
@@ -28,8 +30,10 @@ from pqlab.experiment import (
     parse_stacks,
     stack_option,
 )
+from pqlab.experiments import hosts as remote_hosts
 from pqlab.experiments import memory_tracker
-from pqlab.process import EngineProcess
+from pqlab.net.shaping import build_hosts
+from pqlab.process import EngineProcess, InFile
 from pqlab.progress import CellProgress
 from pqlab.report.section import Section, template
 from pqlab.tls import stacks
@@ -69,13 +73,14 @@ CREATE TABLE IF NOT EXISTS memory_raw (
     negotiated_group TEXT, negotiated_sigalg TEXT, negotiated_client_sigalg TEXT,
     record JSON, heap_counting TEXT, malloc_total_bytes BIGINT, malloc_peak_bytes BIGINT,
     malloc_retained_bytes BIGINT, malloc_allocations BIGINT, malloc_frees BIGINT,
-    fixed_random BOOLEAN)
+    fixed_random BOOLEAN, host_pair TEXT)
 """
 IDLE_DDL = """
 CREATE TABLE IF NOT EXISTS memory_idle_raw (
     cell_id TEXT, stack TEXT, stack_impl TEXT, "group" TEXT, server_sig TEXT, ca_sig TEXT,
     client_sig TEXT, idx INTEGER, connections_open INTEGER, heap_in_use_bytes BIGINT,
-    vm_rss_bytes BIGINT, record JSON, heap_counting TEXT, malloc_in_use_bytes BIGINT)
+    vm_rss_bytes BIGINT, record JSON, heap_counting TEXT, malloc_in_use_bytes BIGINT,
+    host_pair TEXT)
 """
 ADDED = {
     "memory_raw": [
@@ -86,8 +91,14 @@ ADDED = {
         ("malloc_allocations", "BIGINT"),
         ("malloc_frees", "BIGINT"),
         ("fixed_random", "BOOLEAN"),
+        # Runs made before host pairs: the pair a row ran on (None: this machine).
+        ("host_pair", "TEXT"),
     ],
-    "memory_idle_raw": [("heap_counting", "TEXT"), ("malloc_in_use_bytes", "BIGINT")],
+    "memory_idle_raw": [
+        ("heap_counting", "TEXT"),
+        ("malloc_in_use_bytes", "BIGINT"),
+        ("host_pair", "TEXT"),
+    ],
 }
 MIGRATIONS = tuple(
     f"ALTER TABLE IF EXISTS {table} ADD COLUMN IF NOT EXISTS {name} {kind}"
@@ -109,10 +120,17 @@ class Plan:
     certs: Path | None = None  # certificates reused across runs (default_certs_dir())
     fixed_random: bool = True  # the engine's --fixed-random, on stacks that can
     library_tracker: bool = True  # also run the library's own tracker where it has one
+    remote: object | None = None  # pqlab.net.remote.RemotePlan: the host pairs
+
+    @property
+    def pairs(self) -> list:
+        """The host pairs the cells run on (None: this machine, both roles in one process)."""
+        return list(self.remote.pairs) if self.remote is not None else [None]
 
     def tracker(self, stack) -> bool:
-        """Whether cells on `stack` also run the library's own memory tracker."""
-        return self.library_tracker and memory_tracker.applies(stack)
+        """Whether cells on `stack` also run the library's own memory tracker: on one
+        machine only (its example programs are this machine's, run over its loopback)."""
+        return self.library_tracker and self.remote is None and memory_tracker.applies(stack)
 
     def cells(self):
         for st in self.stacks:
@@ -122,8 +140,10 @@ class Plan:
                         for cl in self.client_sigs:
                             yield st, g, s, c, cl
 
-    def cell_id(self, st, g, s, c, cl) -> CellId:
-        return CELLS.id(g, s, c, cl or NONE, stack=st)
+    def cell_id(self, st, g, s, c, cl, pair=None) -> CellId:
+        # Several pairs: each cell once per pair (one pair: the cell ids of one machine).
+        several = pair is not None and len(self.pairs) > 1
+        return CELLS.id(g, s, c, cl or NONE, stack=st, pair=pair.label if several else None)
 
     def as_dict(self) -> dict:
         return {
@@ -137,7 +157,7 @@ class Plan:
             "stacks": list(self.stacks),
             "certs": str(self.certs) if self.certs else None,
             "fixed_random": self.fixed_random,
-            "library_tracker": self.library_tracker,
+            "library_tracker": self.library_tracker and self.remote is None,
         }
 
 
@@ -166,7 +186,7 @@ def from_values(values) -> Plan:
         stacks.require(server_sigs, stack, "server", "--server-sig")
         stacks.require(ca_sigs, stack, "ca", "--ca-sig")
         stacks.require_chains(server_sigs, ca_sigs, stack)
-    return Plan(
+    plan = Plan(
         groups=groups,
         server_sigs=server_sigs,
         ca_sigs=ca_sigs,
@@ -179,6 +199,16 @@ def from_values(values) -> Plan:
         fixed_random=not values.system_random,
         library_tracker=not values.no_library_tracker,
     )
+    plan.remote = remote_hosts.plan(values, needs_capture=False, what="memory")
+    tracked = [st.name for st in chosen if memory_tracker.applies(st)]
+    if plan.remote is not None and plan.library_tracker and tracked:
+        print(
+            f"memory: across hosts the {', '.join(tracked)} library's own memory tracker is "
+            "not run (its example programs run on this machine only); run without host "
+            "options for it",
+            file=sys.stderr,
+        )
+    return plan
 
 
 def default_certs_dir() -> Path:
@@ -225,21 +255,35 @@ def _tls_args(st, cell: Cell, client_side: bool = False) -> list[str]:
     return ["--groups", st.group_name(cell.group), "--sigalgs", sigalgs, "--events", "off"]
 
 
-def handshake_argv(st, cell: Cell, certs, plan: Plan) -> list[str]:
-    """`pqlab-engine tls memory` for one cell; `certs` is (server chain, client chain|None)."""
+def role_argv(st, cell: Cell, certs, plan: Plan, role: str = "both", address=None) -> list:
+    """`pqlab-engine tls memory` for one cell: both roles in one process, or the `server`
+    role (listening on `address`) or the `client` role (connecting to it), each given only
+    its own files (marked for the host that runs it). `certs` is (server chain, client
+    chain|None). The client checks the name `localhost`, which every chain carries, so a
+    cell's chains and ClientHello are the same on one machine and across hosts."""
     chain, client = certs
-    argv = ["tls", "memory", "--cert-chain", chain.chain, "--key", chain.key]
-    argv += ["--ca", chain.root, *_tls_args(st, cell)]
-    argv += ["-n", plan.n, "--warmup", plan.warmup, "--stack", st.name]
+    serves, connects = role in ("both", "server"), role in ("both", "client")
+    argv: list = ["tls", "memory", "--role", role]
+    if serves:
+        argv += ["--cert-chain", InFile(chain.chain), "--key", InFile(chain.key)]
+    if connects:
+        argv += ["--ca", InFile(chain.root)]
+    if role != "both":
+        argv += ["--listen" if serves else "--connect", address]
+    argv += [*_tls_args(st, cell), "-n", plan.n, "--warmup", plan.warmup, "--stack", st.name]
     if plan.fixed_random and st.fixed_random:
         argv.append("--fixed-random")
     if client is not None:
-        argv += ["--client-cert-chain", client.chain, "--client-key", client.key]
-        argv += ["--client-ca", client.root, "--client-sigalg", st.sigalg_name(cell.client_sig)]
-    return [str(a) for a in argv]
+        if connects:
+            argv += ["--client-cert-chain", InFile(client.chain)]
+            argv += ["--client-key", InFile(client.key)]
+        if serves:
+            argv += ["--client-ca", InFile(client.root)]
+        argv += ["--client-sigalg", st.sigalg_name(cell.client_sig)]
+    return argv
 
 
-def _raw_row(cell: Cell, st, rec: dict, fixed_random: bool) -> dict:
+def _raw_row(cell: Cell, st, rec: dict, fixed_random: bool, pair: str | None) -> dict:
     neg = rec.get("negotiated") or {}
     row = {
         "cell_id": str(cell.cell_id),
@@ -258,36 +302,108 @@ def _raw_row(cell: Cell, st, rec: dict, fixed_random: bool) -> dict:
         "record": json.dumps(rec, sort_keys=True),
         "heap_counting": rec.get("heap_counting"),
         "fixed_random": fixed_random,
+        "host_pair": pair,
     }
     for m in METRICS:
         row[m] = rec.get(m)
     return row
 
 
-def _measure_idle(st, cell: Cell, certs, plan: Plan) -> list[dict]:
-    """Hold plan.idle connections to a `tls server --count-heap`; its heap records."""
+def _handshakes(st, cell: Cell, certs, plan: Plan, hosts) -> list[dict]:
+    """The cell's engine records: both roles in one process on this machine (no hosts),
+    or the server role on the server's host and the client role on the client's."""
+    budget = 120 + 2 * plan.n
+    if hosts is None:
+        return engine.run([str(a) for a in role_argv(st, cell, certs, plan)], timeout=budget)
+    listen = f"{hosts.server_ip}:0"
+    with EngineProcess(
+        role_argv(st, cell, certs, plan, "server", listen),
+        "memory server role",
+        topo=hosts,
+        side="server",
+        lifetime=budget + 120,
+    ) as server:
+        port = server.wait_for("memory_setup", 60)["address"].rsplit(":", 1)[1]
+        with EngineProcess(
+            role_argv(st, cell, certs, plan, "client", f"{hosts.server_ip}:{port}"),
+            "memory client role",
+            topo=hosts,
+            side="client",
+            lifetime=budget + 120,
+        ) as client:
+            client_records = client.finish(budget)
+        return server.finish(60) + client_records
 
+
+# The idle measurement's client pauses this long after each connection, so the server
+# finishes that handshake before the next one starts; a point taken during another
+# handshake anyway is refused, and the measurement repeated (at most IDLE_ATTEMPTS times).
+IDLE_GAP_MS = 20
+IDLE_ATTEMPTS = 3
+
+
+def overlapping(heap: list[dict], connections: list[dict]) -> list[int]:
+    """The server's heap records taken while another connection was between its accept
+    and the end of its handshake: the process-wide count then holds part of that
+    handshake too, so the point is not N idle connections. Both from the server's records
+    (one clock)."""
+    busy = []
+    for h in heap:
+        others = (c for c in connections if c["index"] != h["index"])
+        if any(c["t_accept"] <= h["t"] < c["t_handshake_done"] for c in others):
+            busy.append(h["index"])
+    return busy
+
+
+def _hold(st, cell: Cell, certs, plan: Plan, hosts) -> tuple[list[dict], list[dict]]:
+    """One idle measurement: a `tls server --count-heap` holding plan.idle connections of a
+    `tls hold`; the server's heap and connection records."""
     chain, client = certs
     tls = _tls_args(st, cell)
     server = ["tls", "server", "--listen", "127.0.0.1:0", "--stack", st.name]
-    server += ["--cert-chain", chain.chain]
-    server += ["--key", chain.key, *tls, "--concurrent", "--max-concurrent", plan.idle + 8]
+    server += ["--cert-chain", InFile(chain.chain)]
+    server += ["--key", InFile(chain.key), *tls, "--concurrent", "--max-concurrent", plan.idle + 8]
     server += ["--response-mode", "none", "--count-heap", "--max-connections", plan.idle]
-    hold = ["tls", "hold", "--stack", st.name, "--ca", chain.root, *_tls_args(st, cell, True)]
-    hold += ["-n", plan.idle]
+    hold = ["tls", "hold", "--stack", st.name, "--ca", InFile(chain.root)]
+    hold += [*_tls_args(st, cell, True), "-n", plan.idle, "--gap-ms", IDLE_GAP_MS]
     if client is not None:
-        server += ["--client-ca", client.root]
+        server += ["--client-ca", InFile(client.root)]
         server += ["--client-sigalgs", st.sigalg_name(cell.client_sig)]
-        hold += ["--cert-chain", client.chain, "--key", client.key]
-    with EngineProcess([str(a) for a in server], "memory idle server") as proc:
+        hold += ["--cert-chain", InFile(client.chain), "--key", InFile(client.key)]
+    budget = 60 + plan.idle * (1 + IDLE_GAP_MS / 1000)
+    on_server = {"topo": hosts, "side": "server", "lifetime": 240 + budget}
+    with EngineProcess(server, "memory idle server", **on_server) as proc:
         port = proc.wait_for("listening", 30)["port"]
         hold += ["--connect", f"127.0.0.1:{port}"]
-        engine.run([str(a) for a in hold], timeout=60 + plan.idle)
+        with EngineProcess(hold, "memory idle client", **on_server) as holder:
+            holder.finish(budget)
         proc.finish(60)
-        return proc.take("heap")
+        return proc.take("heap"), proc.take("connection")
 
 
-def _idle_rows(cell: Cell, st, records: list[dict]) -> list[dict]:
+def _measure_idle(st, cell: Cell, certs, plan: Plan, hosts=None) -> list[dict]:
+    """Hold plan.idle connections to a `tls server --count-heap`; its heap records. Both
+    run on the server's host (this machine without hosts) over its loopback: the figure is
+    the server's memory per connection, which the network does not change."""
+    busy: list[int] = []
+    for _ in range(IDLE_ATTEMPTS):
+        heap, connections = _hold(st, cell, certs, plan, hosts)
+        if len(heap) != plan.idle or len(connections) != plan.idle:
+            raise EngineError(
+                f"memory {cell.cell_id}: the idle server wrote {len(heap)} heap and "
+                f"{len(connections)} connection records of {plan.idle}"
+            )
+        busy = overlapping(heap, connections)
+        if not busy:
+            return heap
+    raise CheckError(
+        f"memory {cell.cell_id}: in {IDLE_ATTEMPTS} attempts the idle server never counted "
+        f"its heap without another handshake under way (points {busy}); the machine is too "
+        "busy for the idle measurement: rerun when it is quiet, or with --idle 0"
+    )
+
+
+def _idle_rows(cell: Cell, st, records: list[dict], pair: str | None) -> list[dict]:
     return [
         {
             "cell_id": str(cell.cell_id),
@@ -301,32 +417,55 @@ def _idle_rows(cell: Cell, st, records: list[dict]) -> list[dict]:
             "record": json.dumps(r, sort_keys=True),
             "heap_counting": r.get("heap_counting"),
             "malloc_in_use_bytes": r.get("malloc_in_use_bytes"),
+            "host_pair": pair,
         }
         for r in records
     ]
 
 
-def _measure_cell(store, plan: Plan, st, cell: Cell) -> None:
+def _measure_cell(store, plan: Plan, st, cell: Cell, hosts=None) -> None:
     cert_dir = plan.certs or default_certs_dir()
     chain = make_chain(cert_dir, cell.ca_sig, cell.server_sig, st.name)
     client = None
     if cell.client_sig is not None:
         client = make_chain(cert_dir, cell.ca_sig, cell.client_sig, st.name, purpose="client")
     certs = (chain, client)
-    records = engine.run(handshake_argv(st, cell, certs, plan), timeout=120 + 2 * plan.n)
+    pair = hosts.pair.label if hosts is not None else None
+    records = _handshakes(st, cell, certs, plan, hosts)
     fixed = plan.fixed_random and st.fixed_random
-    rows = [_raw_row(cell, st, r, fixed) for r in records if r.get("type") == "memory"]
-    expected = 2 * (plan.n + plan.warmup)
-    if len(rows) != expected:
-        raise EngineError(
-            f"memory {cell.cell_id}: the engine wrote {len(rows)} of {expected} records"
-        )
-    idle = _idle_rows(cell, st, _measure_idle(st, cell, certs, plan)) if plan.idle else []
+    rows = [_raw_row(cell, st, r, fixed, pair) for r in records if r.get("type") == "memory"]
+    for role in ROLES:
+        got = sum(r["role"] == role for r in rows)
+        if got != plan.n + plan.warmup:
+            raise EngineError(
+                f"memory {cell.cell_id}: the engine wrote {got} {role} records of "
+                f"{plan.n + plan.warmup}"
+            )
+    idle = []
+    if plan.idle:
+        idle = _idle_rows(cell, st, _measure_idle(st, cell, certs, plan, hosts), pair)
     tracker = memory_tracker.measure_cell(st, cell, chain, client) if plan.tracker(st) else []
-    with store.cell(NAME, cell.cell_id, cell.keys()):
+    params = cell.keys() | ({"host_pair": pair} if pair else {})
+    with store.cell(NAME, cell.cell_id, params):
         store.insert_rows("memory_raw", rows)
         store.insert_rows("memory_idle_raw", idle)
         store.insert_rows("memory_tracker_raw", tracker)
+
+
+def _measure_pair(store, plan: Plan, pair, cells: list[Cell], progress) -> None:
+    """The cells of one host pair (None: this machine)."""
+    if pair is None:
+        for cell in cells:
+            progress.start(cell.cell_id.label())
+            _measure_cell(store, plan, stacks.get(cell.stack), cell)
+            progress.advance()
+        return
+    with build_hosts(None, pair=pair, ssh_config=plan.remote.config) as hosts:
+        hosts.record(store)
+        for cell in cells:
+            progress.start(f"{cell.cell_id.label()} ({pair.label})")
+            _measure_cell(store, plan, stacks.get(cell.stack), cell, hosts)
+            progress.advance()
 
 
 def measure(plan: Plan, store) -> None:
@@ -335,14 +474,19 @@ def measure(plan: Plan, store) -> None:
     store.ensure_table(IDLE_DDL)
     store.ensure_table(memory_tracker.DDL)
     done = CELLS.done(store)
-    cells = list(plan.cells())
-    with CellProgress("memory", len(cells)) as progress:
-        for name, g, s, c, cl in cells:
-            cell = Cell(name, g, s, c, cl, plan.cell_id(name, g, s, c, cl))
-            progress.start(cell.cell_id.label())
-            if cell.cell_id not in done:
-                _measure_cell(store, plan, stacks.get(name), cell)
-            progress.advance()
+    todo = [
+        (pair, Cell(name, g, s, c, cl, plan.cell_id(name, g, s, c, cl, pair)))
+        for pair in plan.pairs
+        for name, g, s, c, cl in plan.cells()
+    ]
+    todo = [(pair, cell) for pair, cell in todo if cell.cell_id not in done]
+    if not todo:
+        return
+    with CellProgress("memory", len(todo)) as progress:
+        for pair in plan.pairs:
+            cells = [cell for p, cell in todo if p is pair]
+            if cells:
+                _measure_pair(store, plan, pair, cells, progress)
 
 
 KEYS = 'stack_impl, role, "group", server_sig, ca_sig, client_sig'
@@ -366,10 +510,11 @@ SELECT {KEYS}, any_value(stack) AS stack, any_value(heap_counting) AS heap_count
        CAST(median(malloc_peak_bytes) AS BIGINT) AS malloc_peak_bytes,
        CAST(median(malloc_retained_bytes) AS BIGINT) AS malloc_retained_bytes,
        CAST(median(malloc_allocations) AS BIGINT) AS malloc_allocations,
-       bool_and(fixed_random) AS fixed_random
+       bool_and(fixed_random) AS fixed_random,
+       host_pair
 FROM memory_raw WHERE NOT warmup
-GROUP BY {KEYS}
-ORDER BY role, "group", server_sig, ca_sig, client_sig, stack_impl
+GROUP BY {KEYS}, host_pair
+ORDER BY role, "group", server_sig, ca_sig, client_sig, stack_impl, host_pair
 """
 IDLE_SQL = """
 SELECT stack_impl, "group", server_sig, ca_sig, client_sig,
@@ -382,10 +527,11 @@ SELECT stack_impl, "group", server_sig, ca_sig, client_sig,
        min(vm_rss_bytes) AS rss_bytes_first, max(vm_rss_bytes) AS rss_bytes_last,
        any_value(heap_counting) AS heap_counting,
        CAST(regr_slope(malloc_in_use_bytes, connections_open) AS BIGINT)
-           AS malloc_bytes_per_connection
+           AS malloc_bytes_per_connection,
+       host_pair
 FROM memory_idle_raw
-GROUP BY stack_impl, "group", server_sig, ca_sig, client_sig
-ORDER BY "group", server_sig, ca_sig, client_sig
+GROUP BY stack_impl, "group", server_sig, ca_sig, client_sig, host_pair
+ORDER BY "group", server_sig, ca_sig, client_sig, host_pair
 """
 
 
@@ -408,6 +554,17 @@ def export(store):
     if store.has_table("memory_idle_raw") and store.query("SELECT 1 FROM memory_idle_raw LIMIT 1"):
         idle = store.export_table("memory_idle", IDLE_SQL)
         s.table(idle, "Server memory per idle established connection (least-squares slopes)")
+    pairs = store.query(
+        "SELECT DISTINCT host_pair FROM memory_raw WHERE host_pair IS NOT NULL ORDER BY 1"
+    )
+    if pairs:
+        names = ", ".join(html.escape(p["host_pair"]) for p in pairs)
+        s.text(
+            f"<p>Across hosts ({names}, the <code>host_pair</code> column): each role ran on "
+            "its own host, its handshakes counted on its own thread there; the idle "
+            "connections were held on the server's host, over its loopback; the library's "
+            "own tracker was not run (it runs on one machine only).</p>"
+        )
     return s
 
 
@@ -481,6 +638,7 @@ class Memory(Experiment):
             flag=True,
         ),
         stack_option(several=True),
+        *remote_hosts.OPTIONS,
     )
     compare = tuple(
         CompareSpec(
@@ -501,7 +659,10 @@ class Memory(Experiment):
     )
 
     def metadata(self, plan: Plan) -> dict:
-        return {"memory": plan.as_dict()}
+        return {
+            "memory": plan.as_dict(),
+            "remote": plan.remote.describe() if plan.remote is not None else None,
+        }
 
     def resume_key(self, plan: Plan) -> dict:
         return {
@@ -509,6 +670,7 @@ class Memory(Experiment):
             "warmup": plan.warmup,
             "idle": plan.idle,
             "fixed_random": plan.fixed_random,
+            "host_pairs": plan.remote.labels() if plan.remote is not None else None,
         }
 
     def summary(self, plan: Plan) -> str | None:

@@ -302,9 +302,18 @@ def _pairs(values, server, client, inv, patterns) -> tuple[list[HostPair], tuple
     return [pair], config
 
 
-def plan(values, needs_capture: bool, what: str) -> RemotePlan | None:
+# Why a capture cannot run with both sides on one machine.
+CAPTURE_TWICE = (
+    "they would talk over its loopback, where a capture records every packet twice (leaving "
+    "and arriving) and neither side's timing can be read"
+)
+
+
+def plan(values, needs_capture: bool, what: str, apart: str | None = None) -> RemotePlan | None:
     """Validate the remote options of an experiment (None: a one-machine run). Every remote
-    host is connected to and checked here; nothing is created on it yet."""
+    host is connected to and checked here; nothing is created on it yet. A pair whose two
+    sides are one machine is refused when a capture runs, or when `apart` says why else
+    the experiment needs two machines."""
 
     server = getattr(values, "server_host", None)
     client = getattr(values, "client_host", None)
@@ -326,8 +335,9 @@ def plan(values, needs_capture: bool, what: str) -> RemotePlan | None:
             spec = pair.side(side)
             if spec is not None and not spec.local and spec.name not in result.hosts:
                 _check_host(result, spec, side, needs_capture, what)
-        if needs_capture:
-            _refuse_one_machine(pair, result.config, what)
+        why = CAPTURE_TWICE if needs_capture else apart
+        if why:
+            _refuse_one_machine(pair, result.config, what, why)
     if offsets:
         print(
             f"warning: {clock.TEST_OFFSET_ENV}={os.environ[clock.TEST_OFFSET_ENV]}: TEST ONLY, "
@@ -374,18 +384,15 @@ def _where(spec: HostSpec | None, config: tuple[str, ...]) -> str:
     return "here" if via_loopback(peer) else str(peer)
 
 
-def _refuse_one_machine(pair: HostPair, config: tuple[str, ...], what: str) -> None:
-    """Both sides of a pair on one machine talk over its loopback, where a capture records
-    every packet twice (leaving and arriving) and neither side's timing can be read."""
+def _refuse_one_machine(pair: HostPair, config: tuple[str, ...], what: str, why: str) -> None:
+    """Refuse a pair whose two sides are one machine (`why`: what that would spoil)."""
     client, server = _where(pair.client, config), _where(pair.server, config)
     if client == server:
         host = pair.server or pair.client
         raise UserError(
             f"{what}: {pair.label}: both sides run on {'this machine' if client == 'here' else client}"
-            f" ({host.name if host else 'local'}), so they would talk over its loopback, where "
-            "a capture records every packet twice (leaving and arriving) and neither side's "
-            "timing can be read; drop the host options to run both sides in the lab's own "
-            "namespaces, or name hosts on a real interface"
+            f" ({host.name if host else 'local'}), so {why}; drop the host options to run both "
+            "sides in the lab's own namespaces, or name hosts on a real interface"
         )
 
 
@@ -576,6 +583,11 @@ class RemoteHosts:
 
     def clock_states(self) -> dict[str, dict]:
         return {side: self.sides[side].clock() for side in SIDES}
+
+    def script(self, side: str, text: str, args=()) -> str:
+        """Run a POSIX shell script on the host of `side` (over its SSH connection, or here)
+        and return what it printed."""
+        return self.sides[side].script(text, args)
 
     # --- building ---------------------------------------------------------------------------
     def _server_address(self) -> str:

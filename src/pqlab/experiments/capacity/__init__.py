@@ -2,10 +2,11 @@
 latency at each offered load. The server runs in its namespace pinned to its CPUs; the
 engine's load generator in the other namespace makes full handshakes, closed loop (C clients
 back to back) and open loop (a fixed arrival rate, latency from the scheduled start).
-Needs CAP_NET_ADMIN (network namespaces).
+Needs CAP_NET_ADMIN (network namespaces); with --server-host / --client-host the two sides
+run on those hosts instead.
 
-Split by job: `plan` (options, validation, CPUs), `run` (server, load points, server CPU
-time from /proc), `analyse` (pure statistics), `schema`, `report`.
+Split by job: `plan` (options, validation, hosts, CPUs), `run` (server, load points, each
+host's CPU accounting), `analyse` (pure statistics), `schema`, `report`.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from pqlab.experiment import CompareSpec, Experiment
 from pqlab.experiments.capacity import plan as _plan
 from pqlab.experiments.capacity import report as _report
 from pqlab.experiments.capacity import run as _run
+from pqlab.experiments.capacity import schema as _schema
 
 
 class Capacity(Experiment):
@@ -23,6 +25,7 @@ class Capacity(Experiment):
     needs_net = True
     options = _plan.OPTIONS
     cells = _plan.CELLS
+    migrations = _schema.MIGRATIONS
     plan_module, run_module, report_module = _plan, _run, _report
     compare = (
         CompareSpec(
@@ -44,6 +47,7 @@ class Capacity(Experiment):
             "rates": [r.label for r in plan.rates],
             "open_workers": plan.open_workers,
             "stack": plan.stack,
+            "host_pairs": plan.remote.labels() if plan.remote is not None else None,
         }
 
     def metadata(self, plan: _plan.Plan) -> dict:
@@ -58,13 +62,9 @@ class Capacity(Experiment):
                 "max_handshakes": plan.max_handshakes,
                 "warmup_per_worker": plan.warmup,
                 "stack": plan.stack,
-                "cpus": {
-                    str(t): dict(zip(("server", "client"), _plan.pick_cpus(t), strict=True))
-                    for t in plan.server_threads
-                }
-                if plan.pinning
-                else None,
-            }
+                "cpus": plan.describe_cpus(),
+            },
+            "remote": plan.remote.describe() if plan.remote is not None else None,
         }
 
     def verdict(self, plan: _plan.Plan, store) -> None:

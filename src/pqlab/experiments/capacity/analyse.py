@@ -1,6 +1,6 @@
 """Pure logic of the capacity experiment: latencies from the engine's sample columns, one
-load point's statistics, each side's CPU utilisation and what limited a point's rate. No
-I/O."""
+load point's statistics, each side's CPU utilisation (a host's /proc/stat read before and
+after a point included) and what limited a point's rate. No I/O."""
 
 from __future__ import annotations
 
@@ -71,30 +71,64 @@ OFFERED = "offered rate (below capacity)"
 OUTPUT = "server output (the reader of its records)"
 
 
-def server_window(records: list[dict], warmups: int, t_start_ns: int) -> dict:
-    """The server's CPU time over a load point's measuring window, from its own connection
-    records (each carries the process's CPU time when it was written): from the last
-    warm-up connection's record (the server is idle until the window opens) to the last
-    record of the point. The span runs from the window's start to that last record's close.
-    Without warm-ups the first measured connection is the baseline and is not counted."""
+def server_window(records: list[dict], warmups: int) -> dict:
+    """The server's CPU time over a load point's measuring window and the time it took,
+    both from its own connection records, on its own host and clock: each record carries
+    the process's CPU time (`process_cpu_ns`) and its close time (`t_closed`), read together
+    when it was written. The window runs from the last warm-up connection's record (the
+    server is idle until the load generator's window opens) to the point's last record.
+    Without warm-ups the first measured connection is the baseline and is not counted. No
+    clock of another host enters: across hosts the server's span is still the server's."""
     cpu = [r.get("process_cpu_ns") for r in records]
     if len(records) <= warmups or any(c is None for c in cpu):
         return {"cpu_s": None, "span_ns": None, "connections": max(0, len(records) - warmups)}
     first = max(warmups, 1)
-    base = max(cpu[:first])
     measured = records[first:]
-    if not measured:
-        return {"cpu_s": None, "span_ns": None, "connections": 0}
-    end = max(cpu)
-    closed = [r.get("t_closed") or r.get("t_accept") for r in measured]
-    span = max(c for c in closed if c is not None) - int(t_start_ns)
+    closed = [r.get("t_closed") or r.get("t_accept") for r in records]
+    if any(c is None for c in closed):
+        return {"cpu_s": None, "span_ns": None, "connections": len(measured)}
+    span = max(closed) - max(closed[:first])
     blocked = [r.get("output_blocked_ns") or 0 for r in records]
     return {
-        "cpu_s": (end - base) / 1e9,
+        "cpu_s": (max(cpu) - max(cpu[:first])) / 1e9,
         "span_ns": span if span > 0 else None,
         "connections": len(measured),
-        "output_blocked_ns": max(blocked) - (max(blocked[:first]) if first else 0),
+        "output_blocked_ns": max(blocked) - max(blocked[:first]),
     }
+
+
+def proc_stat(text: str) -> dict:
+    """A host's CPU counters from `getconf CLK_TCK` (first line) and /proc/stat: per CPU,
+    (tasks, interrupts, steal, total) clock ticks, grouped as the engine's load generator
+    groups them for its own machine (user + nice + system; irq + softirq; steal; the first
+    eight columns)."""
+    lines = text.splitlines()
+    hz = int(lines[0]) if lines and lines[0].strip().isdigit() else 100
+    cpus = {}
+    for line in lines[1:]:
+        words = line.split()
+        if not words or not words[0].startswith("cpu") or not words[0][3:].isdigit():
+            continue
+        v = [int(w) for w in words[1:9] if w.isdigit()]
+        if len(v) == 8:
+            cpus[int(words[0][3:])] = (v[0] + v[1] + v[2], v[5] + v[6], v[7], sum(v))
+    return {"hz": hz, "cpus": cpus}
+
+
+def stat_delta(before: dict, after: dict) -> dict:
+    """What each CPU did between two `proc_stat` snapshots, in seconds, as the columns the
+    load generator reports for its machine (`cpu`, `tasks_s`, `interrupts_s`, `steal_s`,
+    `total_s`)."""
+    hz = after["hz"] or 100
+    out: dict[str, list] = {k: [] for k in ("cpu", "tasks_s", "interrupts_s", "steal_s", "total_s")}
+    for cpu, a in sorted(after["cpus"].items()):
+        b = before["cpus"].get(cpu)
+        if b is None:
+            continue
+        out["cpu"].append(cpu)
+        for key, x, y in zip(("tasks_s", "interrupts_s", "steal_s", "total_s"), a, b, strict=True):
+            out[key].append(max(0, x - y) / hz)
+    return out
 
 
 def utilisation(cpu_s, span_ns, cpus: int) -> float | None:
@@ -105,8 +139,8 @@ def utilisation(cpu_s, span_ns, cpus: int) -> float | None:
 
 
 def machine_busy(machine: dict | None, cpus: list[int] | None = None) -> float | None:
-    """Fraction of the time the given CPUs (all without a list) did anything, from the load
-    generator's /proc/stat columns: tasks, interrupts and a hypervisor's steal over total."""
+    """Fraction of the time the given CPUs (all without a list) did anything, from a host's
+    /proc/stat columns: tasks, interrupts and a hypervisor's steal over total."""
     if not machine or not machine.get("cpu"):
         return None
     busy = total = 0.0
@@ -118,19 +152,23 @@ def machine_busy(machine: dict | None, cpus: list[int] | None = None) -> float |
     return busy / total if total > 0 else None
 
 
-def other_utilisation(machine: dict | None, *own_cpu_s: float | None) -> float | None:
-    """The machine's busy time not spent by the server or the load generator, per CPU of
-    the machine (0.0 = nothing else ran)."""
-    if not machine or not machine.get("cpu") or any(c is None for c in own_cpu_s):
-        return None
-    total = sum(machine["total_s"])
-    busy = sum(
-        t + i + s
-        for t, i, s in zip(
-            machine["tasks_s"], machine["interrupts_s"], machine["steal_s"], strict=True
+def other_utilisation(hosts: list[tuple[dict | None, tuple]]) -> float | None:
+    """The busy time of the hosts not spent by the server or the load generator, per CPU of
+    the hosts (0.0 = nothing else ran). `hosts`: per host its /proc/stat columns and the
+    CPU seconds of the measured processes that ran there (one machine: both)."""
+    busy = total = 0.0
+    for machine, own_cpu_s in hosts:
+        if not machine or not machine.get("cpu") or any(c is None for c in own_cpu_s):
+            return None
+        total += sum(machine["total_s"])
+        used = sum(
+            t + i + s
+            for t, i, s in zip(
+                machine["tasks_s"], machine["interrupts_s"], machine["steal_s"], strict=True
+            )
         )
-    )
-    return max(0.0, busy - sum(own_cpu_s)) / total if total > 0 else None
+        busy += max(0.0, used - sum(own_cpu_s))
+    return busy / total if total > 0 else None
 
 
 def limited_by(

@@ -1,17 +1,19 @@
 """The capacity experiment's options and plan: the (group, server signature, CA signature,
-server threads) cells, the closed-loop client counts and open-loop rates, the bounds, and
-the CPUs the server and the load generator are pinned to; all validated before anything
-runs."""
+server threads) cells, the closed-loop client counts and open-loop rates, the bounds, the
+host pairs (`--server-host` ...), and the CPUs the server and the load generator are pinned
+to; all validated before anything runs."""
 
 from __future__ import annotations
 
 import os
 import shutil
-from dataclasses import dataclass
+import sys
+from dataclasses import dataclass, field
 
 from pqlab import catalog, units
 from pqlab.errors import UserError
 from pqlab.experiment import CellId, Cells, Option, parse_stack, stack_option
+from pqlab.experiments import hosts
 from pqlab.tls import stacks
 
 DEFAULT_GROUPS = "X25519,X25519MLKEM768"
@@ -93,7 +95,18 @@ OPTIONS = (
         metavar="N",
     ),
     stack_option(),
-    Option("port", "server TCP port inside the lab", default=str(DEFAULT_PORT), metavar="PORT"),
+    Option(
+        "port",
+        "server TCP port (inside the lab, or on the server's host)",
+        default=str(DEFAULT_PORT),
+        metavar="PORT",
+    ),
+    *hosts.OPTIONS,
+)
+# Why capacity needs the two sides on two machines when hosts are named.
+APART = (
+    "the load generator would share the server's CPUs, and the server host's CPU accounting "
+    "would count it as other load"
 )
 
 
@@ -123,6 +136,54 @@ def cpu_list(cpus: list[int]) -> str:
     return ",".join(str(c) for c in cpus)
 
 
+@dataclass(frozen=True)
+class Pinning:
+    """Where one cell's two sides run: `server`/`client` the CPUs each is pinned to (None:
+    not pinned), `server_cpus`/`client_cpus` the CPUs each may use (None: every CPU of its
+    host, known only from the load generator's report), `note` why a side is not pinned."""
+
+    server: list[int] | None
+    client: list[int] | None
+    server_cpus: list[int] | None
+    client_cpus: list[int] | None
+    note: str | None = None
+
+    def describe(self) -> dict:
+        return {
+            "server": self.server_cpus,
+            "client": self.client_cpus,
+            "server_pinned": self.server is not None,
+            "client_pinned": self.client is not None,
+            "note": self.note,
+        }
+
+
+@dataclass(frozen=True)
+class ServerHost:
+    """The server's host of a pair: its name, the CPUs a process there may use and whether
+    it has taskset (`pqlab.experiments.hosts.host_cpus`)."""
+
+    name: str
+    cpus: list[int]
+    taskset: bool
+
+    def pinning(self, threads: int) -> Pinning:
+        """The server pinned to `threads` of the host's CPUs (its highest ones) when it has
+        them and taskset; else on all of them, saying so. The load generator runs on its own
+        host, on whatever CPUs that host gives it."""
+        if not self.taskset:
+            note = f"{self.name} has no taskset: the server runs unpinned on its CPUs"
+            return Pinning(None, None, self.cpus, None, note)
+        if len(self.cpus) < threads:
+            note = (
+                f"{self.name} has {len(self.cpus)} CPU(s) ({cpu_list(self.cpus)}), fewer than "
+                f"--server-threads {threads}: the server runs unpinned on all of them"
+            )
+            return Pinning(None, None, self.cpus, None, note)
+        cpus = self.cpus[-threads:]
+        return Pinning(cpus, None, cpus, None)
+
+
 @dataclass
 class Plan:
     groups: list[catalog.Algorithm]
@@ -138,7 +199,14 @@ class Plan:
     warmup: int
     stack: str
     port: int
-    pinning: bool = True  # taskset available
+    pinning: bool = True  # taskset available (on this machine)
+    remote: object | None = None  # pqlab.net.remote.RemotePlan: the host pairs
+    server_hosts: dict[str, ServerHost] = field(default_factory=dict)  # per pair label
+
+    @property
+    def pairs(self) -> list:
+        """The host pairs the cells run on (None: this machine's namespaces)."""
+        return list(self.remote.pairs) if self.remote is not None else [None]
 
     def cells(self):
         for g in self.groups:
@@ -147,8 +215,36 @@ class Plan:
                     for t in self.server_threads:
                         yield g, s, c, t
 
-    def cell_id(self, group, server_sig, ca_sig, threads: int) -> CellId:
-        return CELLS.id(group, server_sig, ca_sig, f"t{threads}", stack=self.stack)
+    def cell_id(self, group, server_sig, ca_sig, threads: int, pair=None) -> CellId:
+        # Several pairs: each cell once per pair (one pair: the cell ids of one machine).
+        several = pair is not None and len(self.pairs) > 1
+        return CELLS.id(
+            group,
+            server_sig,
+            ca_sig,
+            f"t{threads}",
+            stack=self.stack,
+            pair=pair.label if several else None,
+        )
+
+    def cpus(self, threads: int, pair=None) -> Pinning:
+        """Where a cell's server and load generator run. One machine: disjoint halves of
+        its CPUs (`pick_cpus`), with taskset. Across hosts: the server's host's own CPUs."""
+        if pair is not None:
+            return self.server_hosts[pair.label].pinning(threads)
+        if not self.pinning:
+            return Pinning(None, None, None, None, "no taskset on this machine: nothing pinned")
+        server, client = pick_cpus(threads)
+        return Pinning(server, client, server, client)
+
+    def describe_cpus(self) -> dict:
+        """Every cell's CPUs, per server-threads value (and per pair across hosts)."""
+        if self.remote is None:
+            return {str(t): self.cpus(t).describe() for t in self.server_threads}
+        return {
+            p.label: {str(t): self.cpus(t, p).describe() for t in self.server_threads}
+            for p in self.pairs
+        }
 
     def point_budget_s(self) -> float:
         """The bound on one load point: the window, time to drain an open loop's backlog,
@@ -215,7 +311,7 @@ def from_values(values) -> Plan:
     if duration < 0.1:
         raise UserError(f"--duration {values.duration!r}: at least 100ms")
     port = units.parse_positive_int(values.port, "--port", maximum=65535)
-    return Plan(
+    plan = Plan(
         groups=groups,
         server_sigs=server_sigs,
         ca_sigs=ca_sigs,
@@ -235,3 +331,14 @@ def from_values(values) -> Plan:
         port=port,
         pinning=shutil.which("taskset") is not None,
     )
+    plan.remote = hosts.plan(values, needs_capture=False, what="capacity", apart=APART)
+    for pair in plan.pairs if plan.remote is not None else []:
+        spec = pair.server
+        cpus, taskset = hosts.host_cpus(plan.remote, spec)
+        name = spec.name if spec is not None else "this machine"
+        plan.server_hosts[pair.label] = ServerHost(name, cpus, taskset)
+        for t in plan.server_threads:
+            note = plan.cpus(t, pair).note
+            if note:
+                print(f"capacity: {pair.label}: {note}", file=sys.stderr)
+    return plan

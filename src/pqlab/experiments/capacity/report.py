@@ -39,6 +39,9 @@ COLUMNS = [
     "server_cpus",
     "client_cpus",
     "duration_ms",
+    "server_cpus_busy",
+    "loadgen_cpus_busy",
+    "host_pair",
 ]
 
 
@@ -58,6 +61,15 @@ def _cpus(text) -> list[int] | None:
     return [int(c) for c in str(text).split(",") if c.strip()] if text else None
 
 
+def _json(text) -> dict | None:
+    return json.loads(text) if text else None
+
+
+def _all_cpus(machine: dict | None) -> list[int]:
+    """Every CPU of a host, from its /proc/stat columns (this machine's without them)."""
+    return list(machine["cpu"]) if machine else list(range(os.cpu_count() or 1))
+
+
 def point_row(p: dict, raw: dict) -> dict:
     """One load point's table row from its `capacity_points` row and raw samples: rates,
     latencies, each side's CPU utilisation and what limited the rate."""
@@ -66,14 +78,22 @@ def point_row(p: dict, raw: dict) -> dict:
     )
     cpu = p["server_cpu_s"]
     conns = p["server_connections"]
-    machine = json.loads(p["machine_cpu"]) if p.get("machine_cpu") else None
-    everything = list(machine["cpu"]) if machine else list(range(os.cpu_count() or 1))
-    server_cpus = _cpus(p["server_cpus"]) or everything
-    client_cpus = _cpus(p["client_cpus"]) or everything
+    # The load generator's machine, from its own report; the server's host: the same
+    # machine, or across hosts its /proc/stat read over the pair's connection.
+    machine = _json(p.get("machine_cpu"))
+    server_machine = _json(p.get("server_machine_cpu")) or machine
+    server_cpus = _cpus(p["server_cpus"]) or _all_cpus(server_machine)
+    client_cpus = _cpus(p["client_cpus"]) or _all_cpus(machine)
     server_util = analyse.utilisation(cpu, p.get("server_span_ns"), len(server_cpus))
     loadgen_util = analyse.utilisation(
         p.get("loadgen_cpu_s"), p.get("loadgen_span_ns"), len(client_cpus)
     )
+    if p.get("server_machine_cpu"):
+        hosts = [(server_machine, (cpu,)), (machine, (p.get("loadgen_cpu_s"),))]
+    else:
+        hosts = [(machine, (cpu, p.get("loadgen_cpu_s")))]
+    server_busy = analyse.machine_busy(server_machine, server_cpus)
+    loadgen_busy = analyse.machine_busy(machine, client_cpus)
     blocked = p.get("server_output_blocked_ns")
     span = p.get("server_span_ns")
     limit = analyse.limited_by(
@@ -82,8 +102,8 @@ def point_row(p: dict, raw: dict) -> dict:
         offered=p["rate"],
         server_util=server_util,
         loadgen_util=loadgen_util,
-        server_cpus_busy=analyse.machine_busy(machine, server_cpus),
-        loadgen_cpus_busy=analyse.machine_busy(machine, client_cpus),
+        server_cpus_busy=server_busy,
+        loadgen_cpus_busy=loadgen_busy,
         output_blocked_share=blocked / span if blocked is not None and span else None,
         cpu_work_share=analyse.work_share(
             server_util, len(server_cpus), loadgen_util, len(client_cpus), p["clients"] or 0
@@ -107,9 +127,7 @@ def point_row(p: dict, raw: dict) -> dict:
             "server_cpu_us_per_handshake": _r(cpu / conns * 1e6, 1) if cpu and conns else None,
             "server_cpu_utilisation": _r(server_util, 3),
             "loadgen_cpu_utilisation": _r(loadgen_util, 3),
-            "other_cpu_utilisation": _r(
-                analyse.other_utilisation(machine, cpu, p.get("loadgen_cpu_s")), 3
-            ),
+            "other_cpu_utilisation": _r(analyse.other_utilisation(hosts), 3),
             "rate_x_latency_mean": _r(
                 analyse.little_ratio(
                     st["handshakes_per_s"], st["latency_mean_ms"], p["clients"] or 0
@@ -124,6 +142,9 @@ def point_row(p: dict, raw: dict) -> dict:
             "server_cpus": p["server_cpus"],
             "client_cpus": p["client_cpus"],
             "duration_ms": p["duration_ms"],
+            "server_cpus_busy": _r(server_busy, 3),
+            "loadgen_cpus_busy": _r(loadgen_busy, 3),
+            "host_pair": p.get("host_pair"),
         }
     )
     return row
@@ -151,12 +172,19 @@ def rows(store, cell_id: str | None = None) -> list[dict]:
 
 
 def maxima(table: list[dict]) -> list[dict]:
-    """Each cell's closed-loop maximum: its row with the highest rate."""
+    """Each cell's closed-loop maximum (per host pair): its row with the highest rate."""
     best: dict[tuple, dict] = {}
     for r in table:
         if r["mode"] != "closed" or not r["handshakes_per_s"]:
             continue
-        key = (r["stack_impl"], r["group"], r["server_sig"], r["ca_sig"], r["server_threads"])
+        key = (
+            r["stack_impl"],
+            r["group"],
+            r["server_sig"],
+            r["ca_sig"],
+            r["server_threads"],
+            r["host_pair"],
+        )
         if key not in best or r["handshakes_per_s"] > best[key]["handshakes_per_s"]:
             best[key] = r
     return list(best.values())
@@ -164,6 +192,7 @@ def maxima(table: list[dict]) -> list[dict]:
 
 def describe_maximum(r: dict) -> str:
     ca = f" / CA {r['ca_sig']}" if r["ca_sig"] != r["server_sig"] else ""
+    ca += f" ({r['host_pair']})" if r["host_pair"] else ""
     util = r["server_cpu_utilisation"]
     load = r["loadgen_cpu_utilisation"]
     return (
@@ -221,14 +250,25 @@ def export(store) -> Section | None:
         return None
     csv_path = store.export_rows("capacity", table, COLUMNS)
     section = Section(title="Capacity: handshakes per second and latency under load")
-    cpus = {(r["server_cpus"], r["client_cpus"]) for r in table}
-    section.intro = template(
-        "capacity_intro",
-        cpus=html.escape("; ".join(f"server on CPU {s}, clients on CPU {c}" for s, c in cpus)),
-    )
+    section.intro = template("capacity_intro", cpus=html.escape(_where(table)))
     section.table(csv_path, "Capacity per cell and load point (tables/capacity.csv)")
     _figure(store, section, table)
     return section
+
+
+def _where(table: list[dict]) -> str:
+    """Which CPUs each side ran on, per host pair (one machine: its two halves)."""
+    out = []
+    for s, c, pair in sorted({(r["server_cpus"], r["client_cpus"], r["host_pair"]) for r in table}):
+        if pair:
+            client, _, server = pair.partition("->")
+            out.append(
+                f"{pair}: server on CPU {s or 'any'} of {server}, load generator on CPU "
+                f"{c or 'any'} of {client}"
+            )
+        else:
+            out.append(f"server on CPU {s or 'any'}, clients on CPU {c or 'any'}")
+    return "; ".join(out)
 
 
 def _figure(store, section: Section, table: list[dict]) -> None:
@@ -236,10 +276,10 @@ def _figure(store, section: Section, table: list[dict]) -> None:
 
     series: dict[tuple, list[dict]] = {}
     for r in table:
-        key = (r["group"], r["server_sig"], r["ca_sig"], r["server_threads"])
+        key = (r["group"], r["server_sig"], r["ca_sig"], r["server_threads"], r["host_pair"])
         series.setdefault(key, []).append(r)
     fig, (ax50, ax99) = plt.subplots(1, 2, figsize=(10, 4))
-    for (g, s, c, t), rs in series.items():
+    for (g, s, c, t, pair), rs in series.items():
         pts = sorted(
             (
                 (
@@ -254,6 +294,7 @@ def _figure(store, section: Section, table: list[dict]) -> None:
         if not pts:
             continue
         label = f"{g} / {s}" + (f" / CA {c}" if c != s else "") + (f" / {t} thr" if t > 1 else "")
+        label += f" ({pair})" if pair else ""
         x = [p[0] for p in pts]
         ax50.plot(x, [p[1] for p in pts], marker="o", label=label)
         ax99.plot(x, [p[2] for p in pts], marker="o", label=label)

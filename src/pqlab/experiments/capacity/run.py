@@ -1,8 +1,10 @@
 """Running the capacity cells: per cell one server pinned to its CPUs, serving every
 connection in flight on a thread of its own, then every load point from the load generator
-pinned to the other CPUs. Who was busy during each point comes from the engine: the server's
-CPU time from its connection records, the load generator's own and the machine's CPUs from
-its result. Everything is committed with the cell."""
+pinned to the other CPUs (across hosts: the server on its host, pinned there when the host
+has the CPUs, the load generator on its own). Who was busy during each point: the server's
+CPU time from its connection records, the load generator's own and its machine's CPUs from
+its result, and across hosts the server's host's CPUs from its /proc/stat, read over the
+pair's connection before and after the point. Everything is committed with the cell."""
 
 from __future__ import annotations
 
@@ -11,7 +13,8 @@ import time
 
 from pqlab.errors import CheckError, EngineError
 from pqlab.experiments.capacity import analyse, report, schema
-from pqlab.experiments.capacity.plan import CELLS, Plan, cpu_list, pick_cpus
+from pqlab.experiments.capacity.plan import CELLS, Pinning, Plan, cpu_list
+from pqlab.net.remote import RemoteHosts
 from pqlab.net.shaping import build_hosts
 from pqlab.progress import CellProgress
 from pqlab.tls import negotiation, runner, stacks
@@ -59,18 +62,32 @@ def _server_records(server, before: int, expected_count: int, timeout: float) ->
     return recs[before:]
 
 
-def run_point(plan: Plan, hosts, server, cell: dict, point: Point, cpus) -> tuple[dict, dict]:
+# The server's host's CPU counters (another host than the load generator's).
+STAT_SCRIPT = "getconf CLK_TCK; cat /proc/stat"
+
+
+def _server_host_stat(hosts) -> dict | None:
+    """A snapshot of the server's host's CPUs when it is not the load generator's machine
+    (a remote pair); None on one machine, where the load generator's report covers it."""
+    if not isinstance(hosts, RemoteHosts):
+        return None
+    return analyse.proc_stat(hosts.script("server", STAT_SCRIPT))
+
+
+def run_point(plan: Plan, hosts, server, cell: dict, point: Point, cpus: Pinning):
     """Run one load point; (point row, raw sample columns)."""
     tls, chain, expected = cell["tls"], cell["chain"], cell["expected"]
     spec = _load_spec(plan, hosts, server, tls, chain, expected, point)
     stack = stacks.get(plan.stack)
     before = len(server.take("connection", "connection_error"))
+    stat0 = _server_host_stat(hosts)
     result = runner.run_load(
         spec,
         hosts,
-        cpu=cpu_list(cpus[1]) if plan.pinning else None,
+        cpu=cpu_list(cpus.client) if cpus.client else None,
         timeout=plan.point_budget_s() + 30,
     )
+    stat1 = _server_host_stat(hosts)
     negotiation.check(result, expected, stack, what=f"{cell['id']} {point.label}")
     warmups = plan.warmup * point.clients
     served = warmups + result["completed"] + result["errors"]
@@ -78,7 +95,7 @@ def run_point(plan: Plan, hosts, server, cell: dict, point: Point, cpus) -> tupl
     for r in srv:
         if r["type"] == "connection":
             negotiation.check(r, expected, stack, what=f"{cell['id']} server connection")
-    window = analyse.server_window(srv, warmups, result["t_start"])
+    window = analyse.server_window(srv, warmups)
     loadgen = result.get("cpu") or {}
     s = result["samples"]
     if len(s["scheduled_ns"]) != result["completed"]:
@@ -104,6 +121,8 @@ def run_point(plan: Plan, hosts, server, cell: dict, point: Point, cpus) -> tupl
         "loadgen_cpu_s": loadgen["process_cpu_ns"] / 1e9 if "process_cpu_ns" in loadgen else None,
         "loadgen_span_ns": loadgen.get("span_ns"),
         "machine_cpu": json.dumps(loadgen.get("machine")) if loadgen.get("machine") else None,
+        "server_machine_cpu": json.dumps(analyse.stat_delta(stat0, stat1)) if stat0 else None,
+        "client_cpus": cpu_list(cpus.client_cpus or loadgen.get("cpus_allowed") or []) or None,
         "t_start": result["t_start"],
     }
     raw = {
@@ -133,11 +152,11 @@ def _points(plan: Plan, closed_rows: list[dict]) -> list[Point]:
     return out
 
 
-def run_cell(store, hosts, plan: Plan, algs, threads: int, chain) -> None:
+def run_cell(store, hosts, plan: Plan, algs, threads: int, chain, pair=None) -> None:
     group, ssig, csig = algs
-    cid = str(plan.cell_id(group, ssig, csig, threads))
+    cid = str(plan.cell_id(group, ssig, csig, threads, pair))
     stack = stacks.get(plan.stack)
-    cpus = pick_cpus(threads)
+    cpus = plan.cpus(threads, pair)
     tls = runner.Tls(stack=plan.stack, groups=(group,), sigalgs=(ssig,), events=False)
     expected = negotiation.Expected(group=group, sigalg=ssig)
     cell = {"id": cid, "tls": tls, "chain": chain, "expected": expected}
@@ -158,7 +177,7 @@ def run_cell(store, hosts, plan: Plan, algs, threads: int, chain) -> None:
     )
     rows, raws = [], []
     started = time.monotonic()
-    server_cpu = cpu_list(cpus[0]) if plan.pinning else None
+    server_cpu = cpu_list(cpus.server) if cpus.server else None
     with runner.start_server(server_spec, hosts, cpu=server_cpu, batch_s=0.05) as server:
         points = [Point("closed", c, None, f"{c} clients") for c in plan.clients]
         for p in points:
@@ -177,12 +196,12 @@ def run_cell(store, hosts, plan: Plan, algs, threads: int, chain) -> None:
         "server_sig": ssig.name,
         "ca_sig": csig.name,
         "server_threads": threads,
+        "host_pair": pair.label if pair is not None else None,
     }
     extra = {
         "open_workers": plan.open_workers,
         "warmup_per_worker": plan.warmup,
-        "server_cpus": cpu_list(cpus[0]) if plan.pinning else None,
-        "client_cpus": cpu_list(cpus[1]) if plan.pinning else None,
+        "server_cpus": cpu_list(cpus.server_cpus) if cpus.server_cpus else None,
         "seconds": time.monotonic() - started,
     }
     params = {**labels, "duration_s": plan.duration_s, "max_handshakes": plan.max_handshakes}
@@ -202,17 +221,34 @@ def run_cell(store, hosts, plan: Plan, algs, threads: int, chain) -> None:
         store.add_warnings(EXPERIMENT, cid, report.not_saturated(report.rows(store, cid)))
 
 
+def _measure_pair(store, plan: Plan, pair, cells, progress) -> None:
+    """The cells of one host pair (None: this machine's two namespaces)."""
+    config = plan.remote.config if plan.remote is not None else ()
+    with build_hosts(None, pair=pair, ssh_config=config) as hosts:
+        where = ""
+        if pair is not None:
+            hosts.record(store)
+            where = f" ({pair.label})"
+        for group, ssig, csig, threads in cells:
+            progress.start(
+                f"{group.name} / {ssig.name} / CA {csig.name} / {threads} server CPU(s){where}"
+            )
+            # Across hosts the certificate names the address the load generator connects to.
+            address = hosts.server_ip if pair is not None else None
+            chain = make_chain(store.path / "certs", csig, ssig, plan.stack, server_address=address)
+            run_cell(store, hosts, plan, (group, ssig, csig), threads, chain, pair)
+            progress.advance()
+
+
 def measure(plan: Plan, store) -> None:
 
     schema.ensure(store)
     done = CELLS.done(store)
-    todo = [c for c in plan.cells() if plan.cell_id(*c) not in done]
+    todo = [(p, c) for p in plan.pairs for c in plan.cells() if plan.cell_id(*c, p) not in done]
     if not todo:
         return
-    cert_dir = store.path / "certs"
-    with build_hosts(None) as hosts, CellProgress("capacity", len(todo)) as progress:
-        for group, ssig, csig, threads in todo:
-            progress.start(f"{group.name} / {ssig.name} / CA {csig.name} / {threads} server CPU(s)")
-            chain = make_chain(cert_dir, csig, ssig, plan.stack)
-            run_cell(store, hosts, plan, (group, ssig, csig), threads, chain)
-            progress.advance()
+    with CellProgress("capacity", len(todo)) as progress:
+        for pair in plan.pairs:
+            cells = [c for p, c in todo if p is pair]
+            if cells:
+                _measure_pair(store, plan, pair, cells, progress)
