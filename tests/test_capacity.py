@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 
+import duckdb
 import numpy as np
 import pytest
 
@@ -254,6 +255,9 @@ def test_server_keeps_serving_while_nobody_reads_its_records(tmp_path):
         ({"open_workers": "0"}, ["--open-workers"]),
         ({"max_handshakes": "-1"}, ["--max-handshakes"]),
         ({"port": "70000"}, ["--port", "70000"]),
+        ({"client_sig": "Falcon-512"}, ["--client-sig", "Falcon-512", "openssl"]),
+        ({"client_sig": "ML-KEM-768"}, ["ML-KEM-768"]),
+        ({"client_ca_sig": "ECDSA-P256"}, ["--client-ca-sig", "--client-sig"]),
     ],
 )
 def test_bad_values_are_refused_by_name(kw, words):
@@ -470,3 +474,34 @@ def test_ctrl_c_leaves_nothing(tmp_path):
     assert not {n for n in netns_list() - before if n.startswith("pqlab")}
     left = subprocess.run(["pgrep", "-f", str(out)], capture_output=True, text=True).stdout
     assert not left.strip()
+
+
+@pytest.mark.skipif(not is_root(), reason="needs root (network namespaces)")
+def test_mutual_tls_cells_carry_the_client_certificate(tmp_path, no_leaks):
+    """`--client-sig none,ML-DSA-44`: each cell with and without a client certificate; every
+    handshake of the client cells checked on both ends for the client's scheme (the run
+    fails otherwise), the table and the cell ids saying which is which."""
+    out = tmp_path / "run"
+    run_pqlab(
+        "capacity", "--groups", "X25519MLKEM768", "--server-sig", "ECDSA-P256",
+        "--ca-sig", "ECDSA-P256", "--client-sig", "none,ML-DSA-44", "--mode", "closed",
+        "--clients", "1", "--duration", "1s", "--out", out, check=True, timeout=600,
+    )  # fmt: skip
+    rows = read_csv(out / "tables" / "capacity.csv")
+    assert sorted(r["client_sig"] for r in rows) == ["ML-DSA-44", "none"]
+    assert all(float(r["handshakes_per_s"]) > 0 and r["errors"] == "0" for r in rows)
+    con = duckdb.connect(str(out / "results.duckdb"), read_only=True)
+    try:
+        ids = {
+            c
+            for (c,) in con.execute(
+                "SELECT cell_id FROM cells WHERE experiment = 'capacity'"
+            ).fetchall()
+        }
+        raw = dict(
+            con.execute("SELECT client_sig, count(*) FROM capacity_raw GROUP BY 1").fetchall()
+        )
+    finally:
+        con.close()
+    assert any(i.endswith("|+client-ML-DSA-44") for i in ids) and len(ids) == 2, ids
+    assert set(raw) == {"none", "ML-DSA-44"} and min(raw.values()) > 0

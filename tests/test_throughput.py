@@ -154,3 +154,18 @@ def test_tls_bench_runs_beside_every_stack_and_its_binary_shrinks_without_pq(tmp
     (size,) = csv.DictReader(open(out / "tables" / "wolfssl_binary_size.csv"))
     assert int(size["without_pq_bytes"]) < int(size["with_pq_bytes"])
     assert int(size["pq_bytes"]) == int(size["with_pq_bytes"]) - int(size["without_pq_bytes"])
+
+
+@pytest.mark.skipif(not is_root(), reason="needs root (network namespaces)")
+def test_mutual_tls_cells_transfer_with_the_client_certificate(tmp_path, no_leaks):
+    """`--client-sig none,ECDSA-P256`: a row per client certificate; the client cell's every
+    connection is checked on both ends for the client's scheme (the run fails otherwise)."""
+    out = tmp_path / "run"
+    run_pqlab(
+        "throughput", "--groups", "X25519", "--ciphersuites", "TLS_AES_128_GCM_SHA256",
+        "--client-sig", "none,ECDSA-P256", "--bytes", "1MiB", "-n", "2", "--out", out,
+        check=True, timeout=600,
+    )  # fmt: skip
+    rows = list(csv.DictReader(open(out / "tables" / "throughput.csv")))
+    assert sorted(r["client_sig"] for r in rows) == ["ECDSA-P256", "none"]
+    assert all(float(r["tx_MBps"]) > 0 for r in rows)

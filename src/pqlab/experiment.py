@@ -209,7 +209,19 @@ def parse_client_auth(values: argparse.Namespace, stack) -> tuple[list, object]:
             raise UserError("--client-ca-sig signs client certificates: give --client-sig too")
         ca = catalog.resolve(values.client_ca_sig, "sig")
         stacks.require([ca], stack, "ca", "--client-ca-sig")
-    return list(dict.fromkeys(sigs)), ca
+    unique: dict = {}  # by name, first of each in order (algorithms do not hash)
+    for s in sigs:
+        unique.setdefault(getattr(s, "name", None), s)
+    return list(unique.values()), ca
+
+
+def client_cell_option(client_sig, client_ca=None) -> tuple[str, ...]:
+    """The cell-id option of a mutually authenticated cell (`+client-ML-DSA-44`, with
+    `-ca-ALG` when the client certificates have a CA of their own); () without a client
+    certificate, so the ids of cells without one are what they always were."""
+    if client_sig is None:
+        return ()
+    return (f"client-{client_sig.name}" + (f"-ca-{client_ca.name}" if client_ca else ""),)
 
 
 @dataclass(frozen=True)

@@ -13,11 +13,15 @@ import statistics
 from pqlab import catalog, figures, process, units
 from pqlab.errors import EngineError, UserError
 from pqlab.experiment import (
+    NO_CLIENT,
     CellId,
     Cells,
     CompareSpec,
     Experiment,
     Option,
+    client_auth_options,
+    client_cell_option,
+    parse_client_auth,
     parse_stacks,
     stack_option,
 )
@@ -44,12 +48,16 @@ DDL = [
         server_recv_ns BIGINT, pull_bytes BIGINT, pull_ns BIGINT,
         pull_first_to_last_ns BIGINT, negotiated_cipher TEXT, negotiated_group TEXT,
         server_cpus TEXT, client_cpus TEXT, handshake_ns BIGINT, push_cpu_ns BIGINT,
-        pull_cpu_ns BIGINT)""",
+        pull_cpu_ns BIGINT, client_sig TEXT)""",
     throughput_tls_bench.DDL,
 ]
-MIGRATIONS = tuple(
-    f"ALTER TABLE IF EXISTS throughput_raw ADD COLUMN IF NOT EXISTS {c} BIGINT"
-    for c in ("handshake_ns", "push_cpu_ns", "pull_cpu_ns")
+MIGRATIONS = (
+    *(
+        f"ALTER TABLE IF EXISTS throughput_raw ADD COLUMN IF NOT EXISTS {c} BIGINT"
+        for c in ("handshake_ns", "push_cpu_ns", "pull_cpu_ns")
+    ),
+    # Runs made before mutual TLS had no client certificate.
+    "ALTER TABLE IF EXISTS throughput_raw ADD COLUMN IF NOT EXISTS client_sig TEXT DEFAULT 'none'",
 )
 
 OPTIONS = (
@@ -72,6 +80,7 @@ OPTIONS = (
         default="1",
         metavar="S",
     ),
+    *client_auth_options(),
     stack_option(several=True),
     Option("port", "server TCP port inside the lab", default=str(DEFAULT_PORT), metavar="PORT"),
 )
@@ -82,15 +91,24 @@ class Plan:
         self.groups, self.suites, self.server_sig = groups, suites, server_sig
         self.nbytes, self.n, self.warmup, self.stacks, self.port = nbytes, n, warmup, stacks, port
         self.tls_bench_seconds = bench_s  # 0: no tls_bench
+        self.client_sigs: list = [None]  # mutual TLS: client signers (None: no certificate)
+        self.client_ca = None  # their CA's algorithm (None: the server chain's)
 
     def cells(self):
         for st in self.stacks:
             for g in self.groups:
                 for s in self.suites:
-                    yield st, g, s
+                    for cl in self.client_sigs:
+                        yield st, g, s, cl
 
-    def cell_id(self, stack, group, suite) -> CellId:
-        return CELLS.id(group, suite, self.server_sig, stack=stack)
+    def cell_id(self, stack, group, suite, client=None) -> CellId:
+        return CELLS.id(
+            group,
+            suite,
+            self.server_sig,
+            stack=stack,
+            options=client_cell_option(client, self.client_ca),
+        )
 
 
 def _check_suites(stack, suites: list[str]) -> None:
@@ -115,7 +133,8 @@ def from_values(values) -> Plan:
     nbytes = units.parse_size(values.bytes, "--bytes", maximum=MAX_BYTES)
     if nbytes < 1:
         raise UserError(f"--bytes {values.bytes!r}: at least 1 byte")
-    return Plan(
+    clients = [parse_client_auth(values, stack) for stack in chosen]
+    plan = Plan(
         groups,
         list(dict.fromkeys(suites)),
         sig,
@@ -128,19 +147,26 @@ def from_values(values) -> Plan:
             values.tls_bench_seconds, "--tls-bench-seconds", minimum=0, maximum=60
         ),
     )
+    plan.client_sigs, plan.client_ca = clients[0]
+    return plan
 
 
 def run_cell(store, hosts, plan: Plan, cell, chain, cpus) -> None:
-    stack_name, group, suite = cell
+    stack_name, group, suite, client_sig = cell
     stack = stacks.get(stack_name)
+    client_auth, identity = runner.client_certificate(
+        store.path / "certs", plan.server_sig, client_sig, plan.client_ca, stack_name
+    )
     tls = runner.Tls(
         stack=stack_name,
         groups=(group,),
-        sigalgs=(plan.server_sig,),
+        sigalgs=(plan.server_sig,) if client_sig is None else (plan.server_sig, client_sig),
         ciphersuites=suite,
         events=False,
     )
-    expected = negotiation.Expected(group=group, sigalg=plan.server_sig, cipher=suite)
+    expected = negotiation.Expected(
+        group=group, sigalg=plan.server_sig, cipher=suite, client_sigalg=client_sig
+    )
     total = plan.n + plan.warmup
     server_spec = runner.ServerSpec(
         tls=tls,
@@ -148,6 +174,7 @@ def run_cell(store, hosts, plan: Plan, cell, chain, cpus) -> None:
         listen=f"{hosts.server_ip}:{plan.port}",
         max_connections=total,
         max_response_bytes=plan.nbytes,
+        client_auth=client_auth,
     )
     budget = 120 + total * (10 + plan.nbytes / 5e6)
     server_cpu, client_cpu = cpus
@@ -160,6 +187,7 @@ def run_cell(store, hosts, plan: Plan, cell, chain, cpus) -> None:
             warmup=plan.warmup,
             time_limit=int(budget),
             expected=expected,
+            identity=identity,
         )
         proc = process.EngineProcess(
             runner.BulkSpec(client, push_bytes=plan.nbytes, pull_bytes=plan.nbytes).argv(),
@@ -204,6 +232,7 @@ def run_cell(store, hosts, plan: Plan, cell, chain, cpus) -> None:
             "handshake_ns": r.get("handshake_ns"),
             "push_cpu_ns": r.get("push_cpu_ns"),
             "pull_cpu_ns": r.get("pull_cpu_ns"),
+            "client_sig": client_sig.name if client_sig is not None else NO_CLIENT,
         }
         for r in measured
     ]
@@ -225,7 +254,8 @@ def measure(plan: Plan, store) -> None:
         }
         with build_hosts(None) as hosts, CellProgress(NAME, len(todo)) as progress:
             for cell in todo:
-                progress.start(f"{cell[1].name} / {cell[2]} / {cell[0]}")
+                mtls = f" / client {cell[3].name}" if cell[3] is not None else ""
+                progress.start(f"{cell[1].name} / {cell[2]}{mtls} / {cell[0]}")
                 run_cell(store, hosts, plan, cell, chains[cell[0]], cpus)
                 progress.advance()
     if plan.tls_bench_seconds:
@@ -238,6 +268,7 @@ COLUMNS = [
     "group",
     "cipher_suite",
     "server_sig",
+    "client_sig",
     "bytes",
     "n",
     "tx_MBps",
@@ -264,11 +295,10 @@ def summary_rows(store) -> list[dict]:
     )
     cells: dict[tuple, list[dict]] = {}
     for r in raw:
-        cells.setdefault(
-            (r["stack_impl"], r["group"], r["cipher_suite"], r["server_sig"]), []
-        ).append(r)
+        key = (r["stack_impl"], r["group"], r["cipher_suite"], r["server_sig"])
+        cells.setdefault((*key, r.get("client_sig") or NO_CLIENT), []).append(r)
     out = []
-    for (impl, group, suite, sig), rs in cells.items():
+    for (impl, group, suite, sig, client), rs in cells.items():
         handshakes = [r["handshake_ns"] / 1e6 for r in rs if r.get("handshake_ns")]
         tx_cpu = [mbps(r["push_bytes"], r["push_cpu_ns"]) for r in rs if r.get("push_cpu_ns")]
         rx_cpu = [mbps(r["pull_bytes"], r["pull_cpu_ns"]) for r in rs if r.get("pull_cpu_ns")]
@@ -282,6 +312,7 @@ def summary_rows(store) -> list[dict]:
                 "group": group,
                 "cipher_suite": suite,
                 "server_sig": sig,
+                "client_sig": client,
                 "bytes": rs[0]["push_bytes"],
                 "n": len(rs),
                 "tx_MBps": round(statistics.median(tx), 1),
@@ -326,7 +357,9 @@ def _figure(store, section: Section, rows: list[dict]) -> None:
     fig, ax = plt.subplots(figsize=(8, 0.4 * len(rows) + 1.2))
     several = len({r["stack_impl"] for r in rows}) > 1
     labels = [
-        f"{r['group']} / {r['cipher_suite']}" + (f" / {r['stack']}" if several else "")
+        f"{r['group']} / {r['cipher_suite']}"
+        + (f" / client {r['client_sig']}" if r["client_sig"] != NO_CLIENT else "")
+        + (f" / {r['stack']}" if several else "")
         for r in rows
     ]
     y = list(range(len(rows)))
@@ -352,7 +385,7 @@ class Throughput(Experiment):
         CompareSpec(
             "throughput rx",
             "throughput_raw",
-            ("group", "cipher_suite", "server_sig"),
+            ("group", "cipher_suite", "server_sig", "client_sig"),
             "pull_bytes / pull_ns * 1e3",
             "MB/s",
             better="higher",
@@ -360,7 +393,7 @@ class Throughput(Experiment):
         CompareSpec(
             "throughput tx",
             "throughput_raw",
-            ("group", "cipher_suite", "server_sig"),
+            ("group", "cipher_suite", "server_sig", "client_sig"),
             "push_bytes / push_ns * 1e3",
             "MB/s",
             better="higher",
@@ -381,6 +414,8 @@ class Throughput(Experiment):
                 "warmup": plan.warmup,
                 "stacks": list(plan.stacks),
                 "tls_bench_seconds": plan.tls_bench_seconds,
+                "client_sigs": [c.name if c else NO_CLIENT for c in plan.client_sigs],
+                "client_ca_sig": plan.client_ca.name if plan.client_ca else None,
             }
         }
 

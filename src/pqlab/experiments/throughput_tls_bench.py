@@ -115,6 +115,8 @@ def comparison(store, pqlab_rows: list[dict]) -> list[dict]:
         for p in pqlab_rows:
             if (p["group"], p["cipher_suite"]) != (b["group"], b["cipher_suite"]):
                 continue
+            if p.get("client_sig", "none") != "none":
+                continue  # tls_bench authenticates the server only
             tx, rx = p["tx_MBps"] * 1e6 / MiB, p["rx_MBps"] * 1e6 / MiB
             tx_cpu = p["tx_cpu_MBps"] * 1e6 / MiB if p.get("tx_cpu_MBps") else None
             out.append(

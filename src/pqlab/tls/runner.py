@@ -21,7 +21,7 @@ from pqlab.catalog import Algorithm
 from pqlab.errors import EngineError
 from pqlab.process import EngineProcess, InFile, OutFile
 from pqlab.tls import stacks
-from pqlab.tls.chains import Chain
+from pqlab.tls.chains import Chain, make_chain
 from pqlab.tls.negotiation import Expected
 
 # Where Linux distributions keep the system's trusted CA certificates, in the order tried.
@@ -179,6 +179,22 @@ def mutual(client_chain: Chain, client_sig: Algorithm) -> tuple[ClientAuth, Iden
         ClientAuth(stack, ca=client_chain.root, sigalgs=(client_sig,)),
         Identity(stack, client_chain.chain, client_chain.key, sigalg=client_sig),
     )
+
+
+def client_certificate(
+    directory,
+    server_ca: Algorithm,
+    client_sig: Algorithm | None,
+    client_ca,
+    stack: str,
+) -> tuple[ClientAuth | None, Identity | None]:
+    """A cell's mutual TLS: a client certificate of `client_sig` under `client_ca` (default:
+    the server chain's CA algorithm), made once under `directory`; (None, None) without a
+    client certificate."""
+    if client_sig is None:
+        return None, None
+    chain = make_chain(directory, client_ca or server_ca, client_sig, stack, purpose="client")
+    return mutual(chain, client_sig)
 
 
 @dataclass(frozen=True)

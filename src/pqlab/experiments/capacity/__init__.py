@@ -31,7 +31,15 @@ class Capacity(Experiment):
         CompareSpec(
             "capacity latency",
             "capacity_raw",
-            ("group", "server_sig", "ca_sig", "server_threads", "mode", "clients_or_rate"),
+            (
+                "group",
+                "server_sig",
+                "ca_sig",
+                "client_sig",
+                "server_threads",
+                "mode",
+                "clients_or_rate",
+            ),
             "(done_ns - scheduled_ns) / 1e6",
             "ms",
             where="mode = 'closed'",
@@ -63,6 +71,8 @@ class Capacity(Experiment):
                 "warmup_per_worker": plan.warmup,
                 "stack": plan.stack,
                 "cpus": plan.describe_cpus(),
+                "client_sigs": [c.name if c else "none" for c in plan.client_sigs],
+                "client_ca_sig": plan.client_ca.name if plan.client_ca else None,
             },
             "remote": plan.remote.describe() if plan.remote is not None else None,
         }

@@ -12,7 +12,16 @@ from dataclasses import dataclass, field
 
 from pqlab import catalog, units
 from pqlab.errors import UserError
-from pqlab.experiment import CellId, Cells, Option, parse_stack, stack_option
+from pqlab.experiment import (
+    CellId,
+    Cells,
+    Option,
+    client_auth_options,
+    client_cell_option,
+    parse_client_auth,
+    parse_stack,
+    stack_option,
+)
 from pqlab.experiments import hosts
 from pqlab.tls import stacks
 
@@ -94,6 +103,7 @@ OPTIONS = (
         default="5",
         metavar="N",
     ),
+    *client_auth_options(),
     stack_option(),
     Option(
         "port",
@@ -201,6 +211,8 @@ class Plan:
     port: int
     pinning: bool = True  # taskset available (on this machine)
     remote: object | None = None  # pqlab.net.remote.RemotePlan: the host pairs
+    client_sigs: list = field(default_factory=lambda: [None])  # None: no client certificate
+    client_ca: object | None = None  # the client certificates' CA (None: the server's CA's)
     server_hosts: dict[str, ServerHost] = field(default_factory=dict)  # per pair label
 
     @property
@@ -213,9 +225,10 @@ class Plan:
             for s in self.server_sigs:
                 for c in self.ca_sigs or [s]:
                     for t in self.server_threads:
-                        yield g, s, c, t
+                        for cl in self.client_sigs:
+                            yield g, s, c, t, cl
 
-    def cell_id(self, group, server_sig, ca_sig, threads: int, pair=None) -> CellId:
+    def cell_id(self, group, server_sig, ca_sig, threads: int, client=None, pair=None) -> CellId:
         # Several pairs: each cell once per pair (one pair: the cell ids of one machine).
         several = pair is not None and len(self.pairs) > 1
         return CELLS.id(
@@ -224,6 +237,7 @@ class Plan:
             ca_sig,
             f"t{threads}",
             stack=self.stack,
+            options=client_cell_option(client, self.client_ca),
             pair=pair.label if several else None,
         )
 
@@ -311,6 +325,7 @@ def from_values(values) -> Plan:
     if duration < 0.1:
         raise UserError(f"--duration {values.duration!r}: at least 100ms")
     port = units.parse_positive_int(values.port, "--port", maximum=65535)
+    client_sigs, client_ca = parse_client_auth(values, stack)
     plan = Plan(
         groups=groups,
         server_sigs=server_sigs,
@@ -330,6 +345,8 @@ def from_values(values) -> Plan:
         stack=stack.name,
         port=port,
         pinning=shutil.which("taskset") is not None,
+        client_sigs=client_sigs,
+        client_ca=client_ca,
     )
     plan.remote = hosts.plan(values, needs_capture=False, what="capacity", apart=APART)
     for pair in plan.pairs if plan.remote is not None else []:

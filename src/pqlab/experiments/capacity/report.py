@@ -17,6 +17,7 @@ COLUMNS = [
     "group",
     "server_sig",
     "ca_sig",
+    "client_sig",
     "server_threads",
     "mode",
     "clients_or_rate",
@@ -50,11 +51,12 @@ def _handshake_medians(store) -> dict:
     holds that experiment (for the one-client check)."""
     if not store.has_table("handshake_raw"):
         return {}
+    client = "client_sig" if "client_sig" in store.columns("handshake_raw") else "'none'"
     rows = store.query(
-        'SELECT "group" AS g, server_sig, ca_sig, median(handshake_ns) AS m, '
-        "median(total_ns) AS t FROM handshake_raw GROUP BY ALL"
+        f"SELECT \"group\" AS g, server_sig, ca_sig, coalesce({client}, 'none') AS cl, "
+        "median(handshake_ns) AS m, median(total_ns) AS t FROM handshake_raw GROUP BY ALL"
     )
-    return {(r["g"], r["server_sig"], r["ca_sig"]): (r["m"], r["t"]) for r in rows}
+    return {(r["g"], r["server_sig"], r["ca_sig"], r["cl"]): (r["m"], r["t"]) for r in rows}
 
 
 def _cpus(text) -> list[int] | None:
@@ -113,6 +115,7 @@ def point_row(p: dict, raw: dict) -> dict:
         and st["wait_p50_ms"] > st["service_p50_ms"],
     )
     row = {k: p[k] for k in ("stack_impl", "group", "server_sig", "ca_sig")}
+    row["client_sig"] = p.get("client_sig") or "none"
     row.update(
         {
             "server_threads": p["server_threads"],
@@ -162,7 +165,7 @@ def rows(store, cell_id: str | None = None) -> list[dict]:
             [p["cell_id"], p["point"]],
         )
         row = point_row(p, raw)
-        med = medians.get((p["group"], p["server_sig"], p["ca_sig"]))
+        med = medians.get((p["group"], p["server_sig"], p["ca_sig"], row["client_sig"]))
         rate = row["handshakes_per_s"]
         if med and p["mode"] == "closed" and p["clients"] == 1 and rate:
             row["rate_x_handshake_median"] = round(rate * med[0] / 1e9, 3)
@@ -182,6 +185,7 @@ def maxima(table: list[dict]) -> list[dict]:
             r["group"],
             r["server_sig"],
             r["ca_sig"],
+            r["client_sig"],
             r["server_threads"],
             r["host_pair"],
         )
@@ -192,6 +196,7 @@ def maxima(table: list[dict]) -> list[dict]:
 
 def describe_maximum(r: dict) -> str:
     ca = f" / CA {r['ca_sig']}" if r["ca_sig"] != r["server_sig"] else ""
+    ca += f" / client {r['client_sig']}" if r.get("client_sig", "none") != "none" else ""
     ca += f" ({r['host_pair']})" if r["host_pair"] else ""
     util = r["server_cpu_utilisation"]
     load = r["loadgen_cpu_utilisation"]
@@ -215,7 +220,8 @@ def not_saturated(table: list[dict]) -> list[stats.Warning_]:
         out.append(
             stats.Warning_(
                 stats.Cause.CAPACITY_NOT_SATURATED,
-                f"capacity {r['group']} / {r['server_sig']} / CA {r['ca_sig']}",
+                f"capacity {r['group']} / {r['server_sig']} / CA {r['ca_sig']}"
+                + (f" / client {r['client_sig']}" if r["client_sig"] != "none" else ""),
                 f"the closed-loop maximum did not saturate the server: {describe_maximum(r)}",
             )
         )
@@ -276,7 +282,13 @@ def _figure(store, section: Section, table: list[dict]) -> None:
 
     series: dict[tuple, list[dict]] = {}
     for r in table:
-        key = (r["group"], r["server_sig"], r["ca_sig"], r["server_threads"], r["host_pair"])
+        key = (
+            r["group"],
+            r["server_sig"],
+            r["ca_sig"] + (f" / client {r['client_sig']}" if r["client_sig"] != "none" else ""),
+            r["server_threads"],
+            r["host_pair"],
+        )
         series.setdefault(key, []).append(r)
     fig, (ax50, ax99) = plt.subplots(1, 2, figsize=(10, 4))
     for (g, s, c, t, pair), rs in series.items():

@@ -12,6 +12,7 @@ import json
 import time
 
 from pqlab.errors import CheckError, EngineError
+from pqlab.experiment import NO_CLIENT
 from pqlab.experiments.capacity import analyse, report, schema
 from pqlab.experiments.capacity.plan import CELLS, Pinning, Plan, cpu_list
 from pqlab.net.remote import RemoteHosts
@@ -35,7 +36,8 @@ class Point:
         return str(self.clients) if self.mode == "closed" else f"{self.rate:.6g}"
 
 
-def _load_spec(plan: Plan, hosts, server, tls, chain, expected, point: Point) -> runner.LoadSpec:
+def _load_spec(plan: Plan, hosts, server, cell: dict, point: Point) -> runner.LoadSpec:
+    tls, chain, expected = cell["tls"], cell["chain"], cell["expected"]
     client = runner.ClientSpec(
         tls=tls,
         connect=f"{hosts.server_ip}:{server.listening['port']}",
@@ -45,6 +47,7 @@ def _load_spec(plan: Plan, hosts, server, tls, chain, expected, point: Point) ->
         warmup=plan.warmup,
         time_limit=int(plan.point_budget_s()),
         expected=expected,
+        identity=cell["identity"],
     )
     return runner.LoadSpec(
         client=client,
@@ -76,8 +79,8 @@ def _server_host_stat(hosts) -> dict | None:
 
 def run_point(plan: Plan, hosts, server, cell: dict, point: Point, cpus: Pinning):
     """Run one load point; (point row, raw sample columns)."""
-    tls, chain, expected = cell["tls"], cell["chain"], cell["expected"]
-    spec = _load_spec(plan, hosts, server, tls, chain, expected, point)
+    expected = cell["expected"]
+    spec = _load_spec(plan, hosts, server, cell, point)
     stack = stacks.get(plan.stack)
     before = len(server.take("connection", "connection_error"))
     stat0 = _server_host_stat(hosts)
@@ -152,14 +155,18 @@ def _points(plan: Plan, closed_rows: list[dict]) -> list[Point]:
     return out
 
 
-def run_cell(store, hosts, plan: Plan, algs, threads: int, chain, pair=None) -> None:
-    group, ssig, csig = algs
-    cid = str(plan.cell_id(group, ssig, csig, threads, pair))
+def run_cell(store, hosts, plan: Plan, algs, threads: int, chains, pair=None) -> None:
+    group, ssig, csig, client = algs
+    chain, (client_auth, identity) = chains
+    cid = str(plan.cell_id(group, ssig, csig, threads, client, pair))
     stack = stacks.get(plan.stack)
     cpus = plan.cpus(threads, pair)
-    tls = runner.Tls(stack=plan.stack, groups=(group,), sigalgs=(ssig,), events=False)
-    expected = negotiation.Expected(group=group, sigalg=ssig)
-    cell = {"id": cid, "tls": tls, "chain": chain, "expected": expected}
+    # A client with a certificate offers its own scheme too (stacks sign only with their own
+    # list's schemes).
+    sigalgs = (ssig,) if client is None else (ssig, client)
+    tls = runner.Tls(stack=plan.stack, groups=(group,), sigalgs=sigalgs, events=False)
+    expected = negotiation.Expected(group=group, sigalg=ssig, client_sigalg=client)
+    cell = {"id": cid, "tls": tls, "chain": chain, "expected": expected, "identity": identity}
     # A server that serves one connection at a time idles while that connection waits
     # for its client (the client's half of the handshake, its close): its rate is then one
     # connection's latency, not its CPUs' capacity. Like a thread-per-connection server,
@@ -174,6 +181,7 @@ def run_cell(store, hosts, plan: Plan, algs, threads: int, chain, pair=None) -> 
         response_mode="none",
         concurrent=True,
         max_concurrent=SERVER_CONNECTIONS,
+        client_auth=client_auth,
     )
     rows, raws = [], []
     started = time.monotonic()
@@ -195,6 +203,7 @@ def run_cell(store, hosts, plan: Plan, algs, threads: int, chain, pair=None) -> 
         "group": group.name,
         "server_sig": ssig.name,
         "ca_sig": csig.name,
+        "client_sig": client.name if client is not None else NO_CLIENT,
         "server_threads": threads,
         "host_pair": pair.label if pair is not None else None,
     }
@@ -229,14 +238,20 @@ def _measure_pair(store, plan: Plan, pair, cells, progress) -> None:
         if pair is not None:
             hosts.record(store)
             where = f" ({pair.label})"
-        for group, ssig, csig, threads in cells:
+        for group, ssig, csig, threads, client in cells:
+            mtls = f" / client {client.name}" if client is not None else ""
             progress.start(
-                f"{group.name} / {ssig.name} / CA {csig.name} / {threads} server CPU(s){where}"
+                f"{group.name} / {ssig.name} / CA {csig.name}{mtls} / {threads} server "
+                f"CPU(s){where}"
             )
             # Across hosts the certificate names the address the load generator connects to.
             address = hosts.server_ip if pair is not None else None
-            chain = make_chain(store.path / "certs", csig, ssig, plan.stack, server_address=address)
-            run_cell(store, hosts, plan, (group, ssig, csig), threads, chain, pair)
+            certs = store.path / "certs"
+            chain = make_chain(certs, csig, ssig, plan.stack, server_address=address)
+            mutual = runner.client_certificate(certs, csig, client, plan.client_ca, plan.stack)
+            run_cell(
+                store, hosts, plan, (group, ssig, csig, client), threads, (chain, mutual), pair
+            )
             progress.advance()
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 LABELS = """cell_id TEXT, stack TEXT, stack_impl TEXT, "group" TEXT, server_sig TEXT,
-    ca_sig TEXT, server_threads INTEGER, point INTEGER"""
+    ca_sig TEXT, server_threads INTEGER, point INTEGER, client_sig TEXT"""
 
 DDL = [
     f"""CREATE TABLE IF NOT EXISTS capacity_raw ({LABELS}, mode TEXT, clients_or_rate TEXT,
@@ -25,6 +25,9 @@ MIGRATIONS = (
     "ALTER TABLE IF EXISTS capacity_raw ADD COLUMN IF NOT EXISTS host_pair TEXT",
     "ALTER TABLE IF EXISTS capacity_points ADD COLUMN IF NOT EXISTS host_pair TEXT",
     "ALTER TABLE IF EXISTS capacity_points ADD COLUMN IF NOT EXISTS server_machine_cpu TEXT",
+    # Runs made before mutual TLS had no client certificate.
+    "ALTER TABLE IF EXISTS capacity_raw ADD COLUMN IF NOT EXISTS client_sig TEXT DEFAULT 'none'",
+    "ALTER TABLE IF EXISTS capacity_points ADD COLUMN IF NOT EXISTS client_sig TEXT DEFAULT 'none'",
 )
 
 
