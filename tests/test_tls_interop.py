@@ -267,3 +267,27 @@ def test_mutual_tls_between_serve_connect_and_s_client(tmp_path):
     finally:
         out, _ = srv.stop()
     assert "connection 0" in out and "failed" in out
+
+
+def test_serve_accepts_each_client_signer_of_its_list(tmp_path):
+    """`serve --client-sig ECDSA-P256,ML-DSA-44`: a client certificate of each is written,
+    and a client presenting either completes with its own scheme checked on both ends."""
+    srv = Serve(
+        "--group", "X25519MLKEM768", "--sig", "ECDSA-P256", "--ca", "ECDSA-P256",
+        "--client-sig", "ECDSA-P256,ML-DSA-44", "--cert-dir", str(tmp_path / "certs"),
+    )  # fmt: skip
+    try:
+        text = "".join(srv.lines)
+        found = re.findall(r"--client-sig (\S+) --client-cert (\S+) --client-key (\S+)", text)
+        assert sorted(f[0] for f in found) == ["ECDSA-P256", "ML-DSA-44"], text
+        for alg, cert, key in found:
+            ok = run_pqlab(
+                "connect", f"127.0.0.1:{srv.port}", "--ca", srv.root, "--servername",
+                "localhost", "--group", "X25519MLKEM768", "--sig", "ECDSA-P256", "-n", "2",
+                "--client-sig", alg, "--client-cert", cert, "--client-key", key,
+            )  # fmt: skip
+            assert ok.returncode == 0, ok.stderr
+            scheme = "mldsa44" if alg == "ML-DSA-44" else "ecdsa_secp256r1_sha256"
+            assert ok.stdout.count(f"client signature {scheme}") == 2, ok.stdout
+    finally:
+        srv.stop()

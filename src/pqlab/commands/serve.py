@@ -25,6 +25,7 @@ from pathlib import Path
 
 from pqlab import catalog, units
 from pqlab.errors import UserError
+from pqlab.experiment import parse_client_auth
 from pqlab.tls import runner, stacks
 from pqlab.tls.chains import make_chain, private_dir, secret_file
 
@@ -82,10 +83,10 @@ def register(sub) -> None:
     )
     p.add_argument(
         "--client-sig",
-        metavar="ALG",
-        help="mutual TLS: require a client certificate of this algorithm, signed by a client "
-        "CA the server trusts; the client certificate and key are written next to the "
-        "server's (keep them with --cert-dir)",
+        metavar="LIST",
+        help="mutual TLS: require a client certificate of one of these algorithms (comma "
+        "separated), signed by a client CA the server trusts; a client certificate and key "
+        "of each are written next to the server's (keep them with --cert-dir)",
     )
     p.add_argument(
         "--client-ca-sig",
@@ -174,14 +175,14 @@ def _plan(args):
     stacks.require([sig], stack, "server", "--sig")
     stacks.require([ca], stack, "ca", "--ca")
     stacks.require_chains([sig], [ca], stack, send_root=args.send_root, option="--sig")
-    client_sig = client_ca = None
-    if args.client_sig:
-        client_sig = catalog.resolve(args.client_sig, "sig")
-        stacks.require([client_sig], stack, "client", "--client-sig")
-        client_ca = catalog.resolve(args.client_ca_sig, "sig") if args.client_ca_sig else ca
-        stacks.require([client_ca], stack, "ca", "--client-ca-sig")
-    elif args.client_ca_sig:
-        raise UserError("--client-ca-sig signs client certificates: give --client-sig too")
+    signers, client_ca = parse_client_auth(args, stack)
+    client_sigs = [s for s in signers if s is not None]
+    if client_sigs and len(client_sigs) != len(signers):
+        raise UserError(
+            f"--client-sig {args.client_sig!r}: a server either requires a client "
+            "certificate or not; leave 'none' out"
+        )
+    client_ca = client_ca or ca
     port = check_listen(args.listen, args.port)
     max_conn = None
     if args.max_connections is not None:
@@ -191,7 +192,7 @@ def _plan(args):
         raise UserError(f"--max-concurrent {args.max_concurrent!r}: at most 4096")
     cert_dir = check_cert_dir(args.cert_dir) if args.cert_dir else None
     keylog = check_keylog(args.keylog) if args.keylog else None
-    client = (client_sig, client_ca)
+    client = (client_sigs, client_ca)
     return stack, group, sig, ca, port, max_conn, max_concurrent, cert_dir, keylog, client
 
 
@@ -208,11 +209,16 @@ def run(args) -> int:
         if keylog is not None:
             secret_file(keylog)
         chain = make_chain(cert_dir, ca, sig, stack.name, send_root=args.send_root)
-        client_sig, client_ca = client
-        client_chain = auth = None
-        if client_sig is not None:
-            client_chain = make_chain(cert_dir, client_ca, client_sig, stack.name, purpose="client")
-            auth, _ = runner.mutual(client_chain, client_sig)
+        client_sigs, client_ca = client
+        client_chains = [
+            make_chain(cert_dir, client_ca, s, stack.name, purpose="client") for s in client_sigs
+        ]
+        auth = None
+        if client_chains:
+            # One client CA root for all of them (roots are made once per CA algorithm).
+            auth = runner.ClientAuth(
+                stack.name, ca=client_chains[0].root, sigalgs=tuple(client_sigs)
+            )
         spec = runner.ServerSpec(
             tls=runner.Tls(
                 stack=stack.name,
@@ -229,7 +235,7 @@ def run(args) -> int:
             max_concurrent=max_concurrent,
             client_auth=auth,
         )
-        return _serve(spec, args, group, sig, ca, chain, client_chain)
+        return _serve(spec, args, group, sig, ca, chain, client_chains)
     except KeyboardInterrupt:
         print("stopped", file=sys.stderr)
         return 0
@@ -238,7 +244,7 @@ def run(args) -> int:
             shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _serve(spec, args, group, sig, ca, chain, client_chain=None) -> int:
+def _serve(spec, args, group, sig, ca, chain, client_chains=()) -> int:
     # Ctrl-C / SIGTERM stop the engine and let the read loop below end by itself: no
     # exception can land in the middle of the cleanup.
     state = {"stopped": False}
@@ -255,7 +261,7 @@ def _serve(spec, args, group, sig, ca, chain, client_chain=None) -> int:
         if args.json:
             print(_json(server.listening), flush=True)
         else:
-            _banner(server.listening, args, group, sig, ca, chain, client_chain)
+            _banner(server.listening, args, group, sig, ca, chain, client_chains)
         for rec in server.iter_records():
             _show(rec, args)
         if not state["stopped"]:
@@ -275,7 +281,7 @@ def _json(rec: dict) -> str:
     return json.dumps(rec)
 
 
-def _banner(listening: dict, args, group, sig, ca, chain, client_chain=None) -> None:
+def _banner(listening: dict, args, group, sig, ca, chain, client_chains=()) -> None:
     host = args.listen if args.listen not in ("0.0.0.0", "::") else "localhost"
     print(
         f"listening on {listening['address']} ({sig.name} certificate signed by a "
@@ -288,7 +294,7 @@ def _banner(listening: dict, args, group, sig, ca, chain, client_chain=None) -> 
         f"-CAfile {chain.root} -groups {group.tls_name or group.name} -servername localhost"
     )
     print(f"     curl --cacert {chain.root} https://localhost:{listening['port']}/")
-    if client_chain is not None:
+    for client_chain in client_chains:
         print(
             f"mutual TLS: a client must present a {client_chain.server.name} certificate "
             f"signed by the {client_chain.ca.name} client CA; one is at {client_chain.chain} "
