@@ -10,6 +10,7 @@ mod certs;
 mod client;
 #[cfg(test)]
 mod fake;
+mod hello;
 pub mod ids;
 mod load;
 mod memory;
@@ -50,6 +51,9 @@ pub enum Command {
     /// drive them (in memory, or blocking sockets on 127.0.0.1): each side's CPU per
     /// handshake without the engine's loops.
     Reference(Box<reference::Args>),
+    /// The ClientHello the stack's client sends (its size), read by a listener of the
+    /// engine's own on 127.0.0.1 that closes after it: no server, no handshake.
+    Hello(Box<hello::Args>),
 }
 
 impl Command {
@@ -74,6 +78,7 @@ pub fn run(c: Command) -> Result<()> {
         Command::Load(a) => load::run(*a),
         Command::Bulk(a) => bulk::run(*a),
         Command::Reference(a) => reference::run(*a),
+        Command::Hello(a) => hello::run(*a),
     }
 }
 
