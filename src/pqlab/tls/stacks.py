@@ -331,5 +331,21 @@ def require_chains(
                 raise UserError(f"{option} {server.name} with CA {ca.name}: {why}")
 
 
+@functools.lru_cache(maxsize=256)
+def client_hello(stack: str, group: str, sigalgs: str | None, servername: str, ca: str) -> int:
+    """Record bytes of the ClientHello `stack`'s client sends offering `group` (stack
+    names) and `sigalgs` (comma separated; None: the stack's default list), to
+    `servername` (an IP address sends no SNI): measured by the engine (`tls hello`: the
+    client's hello to a listener of its own that closes, no server, no handshake). `ca`: any
+    root certificate (PEM) the client can load."""
+    argv = ["tls", "hello", "--stack", stack, "--groups", group, "--ca", ca]
+    argv += ["--servername", servername] + (["--sigalgs", sigalgs] if sigalgs else [])
+    records = engine.run(argv, timeout=60)
+    hello = next((r for r in records if r.get("type") == "client_hello"), None)
+    if hello is None:
+        raise UserError(f"the engine reported no ClientHello for the {stack} stack")
+    return int(hello["record_bytes"])
+
+
 def _catalogue(role: str):
     return catalog.all_algorithms("kem" if role == "group" else "sig")

@@ -1,0 +1,162 @@
+"""What a TLS 1.3 connection will do on a path, predicted from the sizes of what it carries:
+the catalogue's algorithm sizes (`pqlab.tls.messages`), the certificate builder's DER sizes
+(`pqlab.tls.chains`), the stack's ClientHello (`stacks.client_hello`) and write model
+(`pqlab.tls.flight`), replayed by the wire model (`pqlab.tls.wire`).
+
+`Handshake` holds the sizes of one configuration; `predict` runs it over a `wire.Link`,
+with the CPU time each side spends before writing when the caller knows it (`Timing`: zero
+for `pqlab plan`, the cell's own for the predictions `pqlab handshake` stores).
+Variable-size signatures (ECDSA, Falcon) give two handshakes, the smallest and the largest
+(`Handshake.extremes`), so a prediction is a range where the sizes are.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+from pqlab.catalog import Algorithm
+from pqlab.tls import messages, wire
+from pqlab.tls.flight import WriteModel
+
+
+@dataclass(frozen=True)
+class Handshake:
+    """The sizes of one handshake configuration (bytes on the wire)."""
+
+    group: Algorithm
+    signer: Algorithm  # the server's CertificateVerify algorithm
+    chain_der: tuple[int, ...]  # DER bytes of each certificate the server sends, leaf first
+    client_hello: int  # ClientHello record bytes (the stack's, `stacks.client_hello`)
+    write_model: WriteModel
+    signature: int  # CertificateVerify signature bytes
+    change_cipher_spec: bool = True
+    server_name_ack: bool = False  # the server acknowledges an SNI the client sent
+    suite: str = messages.DEFAULT_SUITE
+    certificate_request: int = 0  # mutual TLS: the CertificateRequest's bytes
+    client_chain_der: tuple[int, ...] | None = None  # mutual TLS: what the client sends
+    client_signature: int = 0
+
+    @classmethod
+    def of(cls, group, signer, chain_der, client_hello, stack, sni: bool = False, **kw):
+        """A handshake on `stack` (`pqlab.tls.stacks.Stack`), with the largest signature
+        of the signer (`extremes` gives the smallest too)."""
+        return cls(
+            group=group,
+            signer=signer,
+            chain_der=tuple(chain_der),
+            client_hello=client_hello,
+            write_model=stack.write_model,
+            signature=messages.signature_bytes(signer)[1],
+            change_cipher_spec=stack.change_cipher_spec,
+            server_name_ack=stack.server_name_ack and sni,
+            **kw,
+        )
+
+    def extremes(self) -> tuple[Handshake, Handshake]:
+        """(smallest, largest) of this handshake over the signature's possible sizes."""
+        low, high = messages.signature_bytes(self.signer)
+        return replace(self, signature=low), replace(self, signature=high)
+
+    def with_chain(self, chain_der: tuple[int, ...]) -> Handshake:
+        return replace(self, chain_der=tuple(chain_der))
+
+    def server_flight(self) -> messages.ServerFlight:
+        return messages.server_flight(
+            self.group,
+            list(self.chain_der),
+            self.signature,
+            self.suite,
+            records=self.write_model.records,
+            server_name_ack=self.server_name_ack,
+            change_cipher_spec=self.change_cipher_spec,
+            certificate_request=self.certificate_request,
+        )
+
+    def server_writes(self) -> list[int]:
+        """Stream offsets at which the server's flight reaches the socket."""
+        return self.write_model.writes(self.server_flight().record_sizes())
+
+    def client_writes(self, request: int | None) -> list[int]:
+        """Stream offsets (from the end of the ClientHello) at which the client's second
+        flight reaches the socket (the stack's write model: one flush on OpenSSL), then its
+        request for `request` bytes in a write of its own (None: no request)."""
+        recs = messages.client_flight(
+            self.suite,
+            change_cipher_spec=self.change_cipher_spec,
+            chain_der=list(self.client_chain_der) if self.client_chain_der is not None else None,
+            signature=self.client_signature,
+        )
+        writes = self.write_model.writes(recs)
+        if request is not None:
+            writes.append(writes[-1] + messages.request_record(request))
+        return writes
+
+
+@dataclass(frozen=True)
+class Timing:
+    """CPU time before each side writes (seconds): the client's ClientHello after it saw
+    the SYN-ACK, each of the server's flight writes after the ClientHello arrived (in
+    order; missing ones take the last), the client's second flight after the server's
+    Finished arrived, the response after the request arrived."""
+
+    client_hello: float = 0.0
+    server_writes: tuple[float, ...] = ()
+    client_flight: float = 0.0
+    response: float = 0.0
+
+    def server_at(self, i: int) -> float:
+        if not self.server_writes:
+            return 0.0
+        return self.server_writes[min(i, len(self.server_writes) - 1)]
+
+
+NO_CPU = Timing()
+
+
+def _offsets(sizes: list[int]) -> list[int]:
+    out, total = [], 0
+    for n in sizes:
+        total += n
+        out.append(total)
+    return out
+
+
+@dataclass
+class Outcome:
+    """A prediction with the sizes it came from."""
+
+    handshake: Handshake
+    flight: messages.ServerFlight
+    writes: list[int]
+    wire: wire.Prediction = field(repr=False)
+
+    @property
+    def flight_bytes(self) -> int:
+        return self.flight.bytes
+
+
+def predict(
+    hs: Handshake,
+    link: wire.Link,
+    response_bytes: int | None = None,
+    timing: Timing = NO_CPU,
+) -> Outcome:
+    """One connection of `hs` over `link`, with a response of `response_bytes` bytes (None:
+    the handshake alone)."""
+    writes = hs.server_writes()
+    server = wire.Side(tuple((timing.server_at(i), w) for i, w in enumerate(writes)))
+    client = hs.client_writes(response_bytes)
+    client_side = wire.Side(tuple((timing.client_flight, o) for o in client))
+    response = None
+    if response_bytes is not None:
+        recs = messages.response_records(response_bytes)
+        response = wire.Side(tuple((timing.response, o) for o in _offsets(recs)))
+    result = wire.connection(
+        link,
+        wire.Side.at_once([hs.client_hello]),
+        server,
+        client_side,
+        response,
+        client_hello_delay_s=timing.client_hello,
+    )
+    return Outcome(hs, hs.server_flight(), writes, result)
