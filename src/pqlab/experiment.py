@@ -38,6 +38,7 @@ EXPERIMENT_MODULES = (
     "primitives",
     "sizes",
     "certs",
+    "plan",
     "handshake",
     "ttlb",
     "linktest",

@@ -160,3 +160,52 @@ def predict(
         client_hello_delay_s=timing.client_hello,
     )
     return Outcome(hs, hs.server_flight(), writes, result)
+
+
+# Cliffs are looked for up to this many DER bytes of chain: beyond, TLS stacks refuse
+# certificates (rustls: 64 KiB each) or handshake messages long before.
+CLIFF_LIMIT = 131_072
+CLIFF_STEP = 256
+
+
+def chain_of(total: int, count: int) -> tuple[int, ...]:
+    """A chain of `count` certificates taking `total` DER bytes in all. Only the total and
+    the count reach the wire (the Certificate message frames every certificate alike), so
+    the first carries the bytes."""
+    return (total,) + (0,) * (count - 1)
+
+
+def round_trips(hs: Handshake, link: wire.Link) -> int:
+    return predict(hs, link).wire.round_trips
+
+
+def cliffs(
+    hs: Handshake, link: wire.Link, limit: int = CLIFF_LIMIT, step: int = CLIFF_STEP
+) -> list[tuple[int, int]]:
+    """Where each extra round trip begins as the chain grows (the handshake's certificate
+    count kept): (round trips, the smallest chain DER total that takes them), from a chain
+    of one byte per certificate up to `limit` bytes. The total is scanned in `step`s and
+    every increase bisected to the byte."""
+    count = len(hs.chain_der)
+
+    def at(total: int) -> int:
+        return round_trips(hs.with_chain(chain_of(total, count)), link)
+
+    out: list[tuple[int, int]] = []
+    low = count
+    current = at(low)
+    while low < limit:
+        high = min(low + step, limit)
+        r = at(high)
+        if r > current:
+            a, b = low, high
+            while b - a > 1:
+                mid = (a + b) // 2
+                if at(mid) > current:
+                    b = mid
+                else:
+                    a = mid
+            current = at(b)
+            out.append((current, b))
+        low = high
+    return out
