@@ -12,10 +12,11 @@ Variable-size signatures (ECDSA, Falcon) give two handshakes, the smallest and t
 
 from __future__ import annotations
 
+import ipaddress
 from dataclasses import dataclass, field, replace
 
 from pqlab.catalog import Algorithm
-from pqlab.tls import messages, wire
+from pqlab.tls import messages, stacks, wire
 from pqlab.tls.flight import WriteModel
 
 
@@ -92,6 +93,32 @@ class Handshake:
         return writes
 
 
+def of_chain(
+    stack, group: Algorithm, signer: Algorithm, chain, server_name: str, **kw
+) -> Handshake:
+    """The handshake a client of `stack` makes to a server of `chain` (`pqlab.tls.chains`)
+    reached as `server_name` (an IP address sends no SNI), offering `group` and the
+    signer's scheme only, as pqlab's clients do; the ClientHello measured from the stack."""
+    hello = stacks.client_hello(
+        stack.name,
+        stack.group_name(group),
+        stack.sigalg_name(signer),
+        server_name,
+        str(chain.root),
+    )
+    return Handshake.of(
+        group, signer, chain.sent_der, hello, stack, sni=not _is_ip(server_name), **kw
+    )
+
+
+def _is_ip(name: str) -> bool:
+    try:
+        ipaddress.ip_address(name)
+    except ValueError:
+        return False
+    return True
+
+
 @dataclass(frozen=True)
 class Timing:
     """CPU time before each side writes (seconds): the client's ClientHello after it saw
@@ -165,7 +192,7 @@ def predict(
 # Cliffs are looked for up to this many DER bytes of chain: beyond, TLS stacks refuse
 # certificates (rustls: 64 KiB each) or handshake messages long before.
 CLIFF_LIMIT = 131_072
-CLIFF_STEP = 256
+CLIFF_STEP = 1024
 
 
 def chain_of(total: int, count: int) -> tuple[int, ...]:

@@ -347,5 +347,31 @@ def client_hello(stack: str, group: str, sigalgs: str | None, servername: str, c
     return int(hello["record_bytes"])
 
 
+def require_padded_chains(
+    sizes: list[int], stack: Stack, send_root: bool, cas, option: str = "--chain-bytes"
+) -> None:
+    """UserError when a chain padded to one of `sizes` DER bytes would not fit `stack`'s
+    limits: the padding goes into the server certificate, so it holds the size less the
+    root's (when sent); the Certificate message holds it all."""
+    limit = stack.certificate_limit()
+    message = stack.limits.get("max_handshake_message_bytes") or stack.limits.get(
+        "max_cert_list_bytes"
+    )
+    for size in sizes:
+        for ca in cas:
+            root = certificate_bytes(ca, ca) if send_root else 0
+            if limit is not None and size - root > limit:
+                raise UserError(
+                    f"{option} {size}: the server certificate would hold about {size - root} "
+                    f"bytes, more than the {stack.name} TLS stack takes in a certificate "
+                    f"({limit} bytes)"
+                )
+            if message and 8 + size + 10 > int(message):
+                raise UserError(
+                    f"{option} {size}: a Certificate message of about {size + 18} bytes is "
+                    f"more than the {stack.name} TLS stack takes ({int(message)} bytes)"
+                )
+
+
 def _catalogue(role: str):
     return catalog.all_algorithms("kem" if role == "group" else "sig")

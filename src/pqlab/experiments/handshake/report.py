@@ -10,7 +10,7 @@ from pathlib import Path
 
 from pqlab import catalog, figures
 from pqlab.errors import UserError
-from pqlab.experiments.handshake import clocks, features
+from pqlab.experiments.handshake import clocks, features, prediction_report
 from pqlab.experiments.handshake import phases as hp
 from pqlab.experiments.handshake import summary as summary_part
 from pqlab.experiments.handshake.analyse import SIZE_COLUMNS
@@ -117,6 +117,7 @@ def export(store):
         "received at the client), server flight, bytes each way, write-buffer "
         "splits and congestion-window stalls (table 9 and more)",
     )
+    prediction_report.extend_section(store, section)
     if {"client_hello_segments", "server_hello_segments"} <= store.columns("handshake_raw"):
         csv_path, text = _hello_table(store)
         section.text(text)

@@ -39,14 +39,7 @@ def build(plan: Plan, config: Config, store) -> Built:
         send_root=plan.send_root,
         intermediates=config.intermediate_algs,
     )
-    hello = stacks.client_hello(
-        plan.stack,
-        stack.group_name(config.group),
-        stack.sigalg_name(config.server_sig),
-        SERVER_NAME,
-        str(chain.root),
-    )
-    hs = predict.Handshake.of(config.group, config.server_sig, chain.sent_der, hello, stack)
+    hs = predict.of_chain(stack, config.group, config.server_sig, chain, SERVER_NAME)
     return Built(hs, tuple(chain.sent_der))
 
 
