@@ -114,14 +114,17 @@ fn key_spec(flag: &str, text: &str) -> Result<KeySpec> {
     Ok(spec)
 }
 
+/// The CA that signs the next certificate: its Name, key identifier and key.
+struct Issuer {
+    subject: Vec<u8>,
+    key_id: Vec<u8>,
+    key: CertKey,
+}
+
 /// The intermediate CAs of `args`, each signed by the one before (the first by the root):
-/// their certificates in the order a server sends them (the last made first), and the
-/// Name, key identifier and key of the last (the server certificate's issuer).
-fn intermediates(
-    args: &Args,
-    root: &[u8],
-    root_key: CertKey,
-) -> Result<(Vec<Vec<u8>>, Vec<u8>, Vec<u8>, CertKey)> {
+/// their certificates in the order a server sends them (the last made first), and the last
+/// of them as the server certificate's issuer (the root when there are none).
+fn intermediates(args: &Args, root: &[u8], root_key: CertKey) -> Result<(Vec<Vec<u8>>, Issuer)> {
     let parsed = x509::parse(root)?;
     let mut subject = parsed.subject.to_vec();
     let mut key_id = match parsed.key_identifier {
@@ -151,7 +154,12 @@ fn intermediates(
         certs.push(cert);
     }
     certs.reverse();
-    Ok((certs, subject, key_id, signer))
+    let issuer = Issuer {
+        subject,
+        key_id,
+        key: signer,
+    };
+    Ok((certs, issuer))
 }
 
 fn purpose(text: &str) -> Purpose {
@@ -201,7 +209,8 @@ pub fn build(args: &Args) -> Result<Chain> {
     let server_key = srv_spec.generate()?;
     // The root's key signs the first intermediate; keep a copy for the root's own file.
     let root_key = CertKey::from_pem(&ca_key.private_key_pem()?, "the root's key")?;
-    let (intermediates, issuer, issuer_key_id, signer) = intermediates(args, &root, root_key)?;
+    let (intermediates, issuer) = intermediates(args, &root, root_key)?;
+    let signer = issuer.key;
     let mut san = vec![args.cn.clone()];
     for s in &args.san {
         let s = s.trim();
@@ -211,7 +220,7 @@ pub fn build(args: &Args) -> Result<Chain> {
     }
     let profile = Profile {
         subject: x509::name("JP", "pqlab test server", &args.cn)?,
-        issuer: Some((&issuer, &issuer_key_id)),
+        issuer: Some((&issuer.subject, &issuer.key_id)),
         ca: false,
         purpose: purpose(&args.purpose),
         san,

@@ -71,8 +71,8 @@ pub fn read_client_hello(r: &mut impl Read) -> Result<Hello> {
             if body[0] != 1 {
                 crate::bail!(Check, "the client's first message is of type {}", body[0]);
             }
-            let message = 4 + (usize::from(body[1]) << 16 | usize::from(body[2]) << 8)
-                + usize::from(body[3]);
+            let message =
+                4 + (usize::from(body[1]) << 16 | usize::from(body[2]) << 8) + usize::from(body[3]);
             if body.len() >= message {
                 hello.message_bytes = message;
                 return Ok(hello);
@@ -132,6 +132,7 @@ pub fn run(a: Args) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::path::Path;
 
     #[test]
     fn a_client_hello_split_over_records_is_read_whole() {
@@ -194,11 +195,11 @@ mod tests {
         }
     }
 
-    fn hello_size(stack: &dyn super::super::stack::Stack, a: &TlsOpts, ca: &PathBuf) -> usize {
+    fn hello_size(stack: &dyn super::super::stack::Stack, a: &TlsOpts, ca: &Path) -> usize {
         let ctx = stack
             .client(&ClientSetup {
                 protocol: a.protocol().unwrap(),
-                ca: ca.clone(),
+                ca: ca.to_path_buf(),
                 identity: None,
             })
             .unwrap();
@@ -217,9 +218,7 @@ mod tests {
             peer: "server",
             timeout_s: 5,
         };
-        let hs = ctx
-            .start(wire, &ServerName::parse("198.18.0.2"))
-            .unwrap();
+        let hs = ctx.start(wire, &ServerName::parse("198.18.0.2")).unwrap();
         let _ = hs.run();
         reader.join().unwrap().message_bytes
     }

@@ -32,7 +32,7 @@ use crate::out::Result;
 pub enum Command {
     /// Root CA + server certificate (any OpenSSL or liboqs signature algorithm) and their
     /// sizes.
-    Certs(certs::Args),
+    Certs(Box<certs::Args>),
     /// TLS server: full handshakes, one record per connection.
     Server(Box<server::Args>),
     /// TLS client: N fresh connections, each handshake verified and recorded.
@@ -70,7 +70,7 @@ impl Command {
 
 pub fn run(c: Command) -> Result<()> {
     match c {
-        Command::Certs(a) => certs::run(a),
+        Command::Certs(a) => certs::run(*a),
         Command::Server(a) => server::run(*a),
         Command::Client(a) => client::run(*a),
         Command::Memory(a) => memory::run(*a),
