@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from matplotlib.ticker import MaxNLocator
+
 from pqlab import figures
 from pqlab.report.section import Section, template
 
@@ -133,7 +135,60 @@ def _figures(store) -> list[tuple[Path, str]]:
     )
     if sweep and sweep[0]["n"] > 2:
         out.append(_sweep_figure(store))
+    rtts = store.query("SELECT count(DISTINCT rtt_ms) AS n FROM plan_cells")
+    if rtts and rtts[0]["n"] > 2:
+        out.append(_rtt_figure(store))
     return out
+
+
+def _rtt_figure(store) -> tuple[Path, str]:
+    """Predicted TTFB against the path's RTT, one line per configuration and rate (the
+    algorithms' own chains, largest signatures)."""
+    plt = figures.plt
+    rows = store.query(
+        'SELECT "group", server_sig, ca_sig, intermediates, bandwidth_bps, initcwnd, rtt_ms, '
+        "max(ttfb_ms) AS ttfb, max(round_trips) AS rt FROM plan_cells "
+        "WHERE chain_bytes_requested IS NULL AND loss_pct = 0 GROUP BY ALL ORDER BY rtt_ms"
+    )
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    keys = dict.fromkeys(
+        (
+            r["group"],
+            r["server_sig"],
+            r["ca_sig"],
+            r["intermediates"],
+            r["bandwidth_bps"],
+            r["initcwnd"],
+        )
+        for r in rows
+    )
+    for key in keys:
+        pts = [
+            r
+            for r in rows
+            if (
+                r["group"],
+                r["server_sig"],
+                r["ca_sig"],
+                r["intermediates"],
+                r["bandwidth_bps"],
+                r["initcwnd"],
+            )
+            == key
+        ]
+        rate = f"{key[4] / 1e6:g} Mbit/s" if key[4] else "unlimited"
+        label = f"{key[0]} / {key[1]} / CA {key[2]}" + (f" +{key[3]} int." if key[3] else "")
+        ax.plot(
+            [r["rtt_ms"] for r in pts],
+            [r["ttfb"] for r in pts],
+            marker="o",
+            label=f"{label}, {rate}, initcwnd {key[5]}",
+        )
+    ax.set_xlabel("round-trip time (ms)")
+    ax.set_ylabel("predicted TTFB (ms)")
+    ax.legend(fontsize=6)
+    png = figures.save(fig, store, "plan_ttfb_vs_rtt")
+    return png, "Predicted TTFB against the path's round-trip time (--rtt sweep)"
 
 
 def _steps_figure(store) -> tuple[Path, str]:
@@ -168,6 +223,7 @@ def _steps_figure(store) -> tuple[Path, str]:
                 ax.plot(r["chain_der_bytes"], r["rt"], "o", color=line.get_color())
     ax.set_xlabel("chain size: DER bytes of the certificates the server sends")
     ax.set_ylabel("handshake round trips (TCP + TLS)")
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlim(0, top)
     ax.legend(fontsize=6)
     png = figures.save(fig, store, "plan_round_trips_vs_chain_bytes")
