@@ -116,6 +116,7 @@ def handshake_row(idx: int, cport: int, h: hp.Handshake, crec: dict, srec: dict)
         "order_disagreements": f["order_disagreements"],
         "server_writes": json.dumps(f["server_writes"]),
         "flight_rounds": f["flight_rounds"],
+        "flight_max_in_flight": f["max_in_flight"],
         # the TCP handshake's round trip and one per round of the server's flight
         "round_trips": 1 + f["flight_rounds"] if f["flight_rounds"] is not None else None,
     }

@@ -225,6 +225,7 @@ class _FlightReplay:
         self.prev_seg_ts: int | None = None
         self.prev_write: int | None = None
         self.rounds: list[int] = []  # the round of each flight segment
+        self.max_in_flight = 0  # the most flight segments unacknowledged at once
         self.acked_round = 0  # the round of the newest segment the last ACK acknowledged
 
     def write_of(self, end: int) -> int:
@@ -266,6 +267,7 @@ class _FlightReplay:
         base = self.acked_round + 1 if held else 1
         self.rounds.append(max(base, self.rounds[-1] if self.rounds else 1))
         self.segs.append(seg.end)
+        self.max_in_flight = max(self.max_in_flight, sum(1 for e in self.segs if e > self.snd_una))
         self.max_end = seg.end
         self.prev_seg_ts, self.prev_write = seg.ts_ns, write
 
@@ -329,6 +331,7 @@ def server_flight(
         "cv_stall_predicted": segments_through(measured.through_certificate_verify, predicted, mss)
         > initcwnd,
         "flight_rounds": replay.rounds[-1] if replay.rounds else 0,
+        "max_in_flight": replay.max_in_flight,
         "server_writes": [end for _, end in writes or [] if end <= fin_end],
     }
 

@@ -158,7 +158,26 @@ def _misses(rows: list[dict]) -> dict[str, list[dict]]:
     return out
 
 
-def warnings(cid: str, rows: list[dict], shaped: bool) -> list[Warning_]:
+def _burst_text(missed: list[dict], initcwnd: int) -> str | None:
+    """When the flight never filled the window although the model says it waited on it:
+    the kernel sent it in bursts (a link faster than the CPU), not the window."""
+    most = max((r.get("flight_max_in_flight") or 0) for r in missed)
+    if (
+        most
+        and most < initcwnd
+        and all(r["round_trips"] < r["predicted_round_trips_min"] for r in missed)
+    ):
+        return (
+            f"the kernel's own queueing: the flight left in bursts of at most {most} segments, "
+            f"each after the ACKs of the last (a link faster than the CPU), so the window of "
+            f"{initcwnd} never filled; the model sends a whole window at once"
+        )
+    return None
+
+
+def warnings(
+    cid: str, rows: list[dict], shaped: bool, initcwnd: int = wire.LINUX_INITCWND
+) -> list[Warning_]:
     """Where the prediction missed in this cell: every mechanism that disagreed for some
     handshakes (the first of MECHANISMS to disagree, per handshake), and a median time
     outside the band."""
@@ -177,6 +196,8 @@ def warnings(cid: str, rows: list[dict], shaped: bool) -> list[Warning_]:
             expected = (
                 r["predicted_writes"] if pred is None else _span(r[f"{pred}_min"], r[f"{pred}_max"])
             )
+            if what == "round trips":
+                mechanism = _burst_text(missed, initcwnd) or mechanism
             out.append(
                 Warning_(
                     Cause.OFF_MODEL,

@@ -412,7 +412,9 @@ def _commit(
         )
         if rows and cell.model is not None:
             store.add_warnings(
-                EXPERIMENT, cid, predicted.warnings(cid, rows, plan.profile is not None)
+                EXPERIMENT,
+                cid,
+                predicted.warnings(cid, rows, plan.profile is not None, cell.model.initcwnd),
             )
             store.insert_rows("handshake_cliffs", predicted.cliff_rows(cid, cell.model))
         moved = stats.drift([r["handshake_ns"] for r in rows], [r["round"] for r in rows])

@@ -27,7 +27,7 @@ CREATE TABLE IF NOT EXISTS handshake_raw (
     predicted_segments_min INTEGER, predicted_segments_max INTEGER,
     predicted_round_trips_min INTEGER, predicted_round_trips_max INTEGER,
     predicted_handshake_ns_min BIGINT, predicted_handshake_ns_max BIGINT, shaped BOOLEAN,
-    chain_der_bytes INTEGER)
+    chain_der_bytes INTEGER, flight_max_in_flight INTEGER)
 """
 PHASE_DDL = """
 CREATE TABLE IF NOT EXISTS handshake_phase (
@@ -97,6 +97,7 @@ ADDED = {
         ("predicted_handshake_ns_max", "BIGINT"),
         ("shaped", "BOOLEAN"),
         ("chain_der_bytes", "INTEGER"),
+        ("flight_max_in_flight", "INTEGER"),
     ],
     "handshake_capture": [("host_pair", "TEXT")],
     "handshake_phase": [
