@@ -147,3 +147,102 @@ def test_bad_input_one_line_nothing_created(args, fragment, tmp_path):
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and fragment in lines[0], lines
     assert not (tmp_path / "run").exists()
+
+
+def _events(rec: dict, ev: str = "handshake") -> list[dict]:
+    return [e for e in rec.get("events") or [] if e.get("ev") == ev]
+
+
+def _msg(rec: dict, direction: str, name: str) -> dict:
+    return next(e for e in _events(rec) if e["dir"] == direction and e["msg"] == name)
+
+
+@pytest.mark.parametrize("stack_name", ["openssl", "rustls"])
+def test_mutual_tls_sizes_against_real_handshakes(stack_name, tmp_path):
+    """A mutually authenticated handshake on 127.0.0.1 between the engine's server and
+    client: the ClientHello, the server's flight (with its CertificateRequest) and the
+    client's Certificate and CertificateVerify take the sizes the model gives from the
+    catalogue and the certificates alone (the CertificateRequest within its range: with or
+    without the client CA's name)."""
+    from pqlab.tls import runner
+    from pqlab.tls.chains import make_chain
+    from pqlab.tls.negotiation import Expected
+
+    st = stacks.get(stack_name)
+    group = catalog.resolve("X25519MLKEM768", "kem")
+    signer = catalog.resolve("ML-DSA-44", "sig")
+    client_sig = catalog.resolve("ECDSA-P256", "sig")
+    server = make_chain(tmp_path, "ML-DSA-44", signer, stack_name)
+    # The client's CA is not the server's root: a client whose trust store holds its own CA
+    # (OpenSSL) sends it after its certificate, which the model does not count.
+    client = make_chain(tmp_path, "ECDSA-P256", client_sig, stack_name, purpose="client")
+    auth = predict.ClientAuth(client_sig, tuple(client.sent_der), client.root_name_der_bytes)
+    hs = predict.of_chain(st, group, signer, server, "127.0.0.1", client_auth=auth)
+    low, high = (predict.predict(h, wire.Link.symmetric(0.01), 100) for h in hs.extremes())
+    tls = runner.Tls(stack=stack_name, groups=(group,), sigalgs=(signer,))
+    spec = runner.ServerSpec(
+        tls=tls,
+        chain=server,
+        listen="127.0.0.1:0",
+        max_connections=2,
+        client_auth=runner.ClientAuth(stack_name, ca=client.root, sigalgs=(client_sig,)),
+    )
+    with runner.start_server(spec) as srv:
+        port = srv.listening["address"].rsplit(":", 1)[1]
+        recs = runner.run_client(
+            runner.ClientSpec(
+                # The client offers its own scheme too, to sign with it (as `memory` does).
+                tls=runner.Tls(stack=stack_name, groups=(group,), sigalgs=(signer, client_sig)),
+                connect=f"127.0.0.1:{port}",
+                ca=server.root,
+                servername="127.0.0.1",
+                n=2,
+                request_bytes=100,
+                expected=Expected(group=group, sigalg=signer),
+                identity=runner.Identity(stack_name, client.chain, client.key, client_sig),
+            ),
+            timeout=120,
+        )
+    assert len(recs) == 2
+    for rec in recs:
+        records = _events(rec, "record")
+        sent = [e for e in records if e["dir"] == "sent"]
+        assert sent[0]["offset_end"] == hs.client_hello
+        if st.message_events:
+            cr = _msg(rec, "recv", "certificate_request")["length"]
+            assert low.handshake.certificate_request <= cr <= high.handshake.certificate_request
+            flight_end = _msg(rec, "recv", "finished")["offset_end"]
+            certificate = _msg(rec, "sent", "certificate")["length"]
+            assert certificate == 4 + 1 + 3 + sum(3 + d + 2 for d in client.sent_der)
+            cv = _msg(rec, "sent", "certificate_verify")["length"]
+            assert 8 + 70 <= cv <= 8 + 72  # an ECDSA P-256 signature in DER
+        else:
+            first_app = next(e for e in sent if e.get("content_type") == "application_data")
+            flight_end = max(
+                e["offset_end"] for e in records if e["dir"] == "recv" and e["t"] <= first_app["t"]
+            )
+        bounds = (low.flight_bytes, high.flight_bytes)
+        assert bounds[0] <= flight_end <= bounds[1], (flight_end, bounds, records)
+        # What the client sent after the ClientHello, its request excluded.
+        second = rec["record_bytes_sent"] - hs.client_hello
+        client_flight = [w.client_flight for w in (low.wire, high.wire)]
+        sizes = sorted(c[-1].end - c[0].start for c in client_flight)
+        assert sizes[0] <= second <= sizes[1] + 24  # + close_notify
+
+
+def test_the_ca_name_size_is_what_an_independent_parser_reads(tmp_path):
+    """The CA Name a CertificateRequest may carry: its DER size, read by pqlab's small DER
+    walk, equals what PyCA cryptography's X.509 parser gives."""
+    from cryptography import x509
+
+    from pqlab.tls.chains import make_chain, subject_der_bytes
+
+    for ca in ("ECDSA-P256", "ML-DSA-44", "RSA-3072"):
+        chain = make_chain(tmp_path, ca, "ECDSA-P256", purpose="client")
+        der = (chain.directory / "root.crt.der").read_bytes()
+        want = len(x509.load_der_x509_certificate(der).subject.public_bytes())
+        assert chain.root_name_der_bytes == subject_der_bytes(der) == want
+        leaf = (chain.directory / "server.crt.der").read_bytes()
+        assert subject_der_bytes(leaf) == len(
+            x509.load_der_x509_certificate(leaf).subject.public_bytes()
+        )

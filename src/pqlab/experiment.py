@@ -203,7 +203,10 @@ def parse_client_auth(values: argparse.Namespace, stack) -> tuple[list, object]:
             raise UserError("--client-ca-sig signs client certificates: give --client-sig too")
         ca = catalog.resolve(values.client_ca_sig, "sig")
         stacks.require([ca], stack, "ca", "--client-ca-sig")
-    return list(dict.fromkeys(sigs)), ca
+    unique: dict = {}  # by name, first of each in order (algorithms do not hash)
+    for s in sigs:
+        unique.setdefault(getattr(s, "name", None), s)
+    return list(unique.values()), ca
 
 
 @dataclass(frozen=True)

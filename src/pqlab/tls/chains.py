@@ -85,6 +85,12 @@ class Chain:
         return sum(self.sent_der)
 
     @property
+    def root_name_der_bytes(self) -> int:
+        """DER bytes of the root's Name (what a server lists in a CertificateRequest's
+        certificate_authorities when it names the CAs it accepts)."""
+        return subject_der_bytes((self.directory / "root.crt.der").read_bytes())
+
+    @property
     def padded_to(self) -> int | None:
         """The DER size the chain was padded to (`chain_bytes`), if it was."""
         n = self.record.get("chain_bytes_requested")
@@ -103,6 +109,30 @@ class Chain:
             tmp.write_text(text)
             tmp.replace(combined)
         return replace(self, chain=combined, sends_root=True)
+
+
+def _tlv(der: bytes, at: int) -> tuple[int, int]:
+    """(start of the content, end of the element) of the DER element at `at`."""
+    first = der[at + 1]
+    if first < 0x80:
+        return at + 2, at + 2 + first
+    n = first & 0x7F
+    length = int.from_bytes(der[at + 2 : at + 2 + n], "big")
+    return at + 2 + n, at + 2 + n + length
+
+
+def subject_der_bytes(cert: bytes) -> int:
+    """DER bytes of an X.509 certificate's subject Name: the sixth field of its
+    TBSCertificate (after [0] version, serial, signature, issuer and validity)."""
+    tbs, _ = _tlv(cert, 0)
+    at, _ = _tlv(cert, tbs)
+    fields = []
+    while len(fields) < 6:
+        _, end = _tlv(cert, at)
+        fields.append((at, end))
+        at = end
+    start, end = fields[5] if cert[fields[0][0]] == 0xA0 else fields[4]
+    return end - start
 
 
 # The engine's default subject alternative names: the lab's own server address among them.

@@ -230,12 +230,16 @@ def client_flight(
     change_cipher_spec: bool = True,
     chain_der: list[int] | None = None,
     signature: int = 0,
+    records: str = "message",
 ) -> list[int]:
     """Wire bytes of the records the client writes after the server's flight, in order:
     ChangeCipherSpec (middlebox compatibility), in mutual TLS its Certificate (`chain_der`,
-    leaf first) and CertificateVerify (`signature` bytes), and its Finished."""
+    leaf first) and CertificateVerify (`signature` bytes), and its Finished; each encrypted
+    message in records of its own, or joined (`records` "flight", as the server's)."""
     out = [CHANGE_CIPHER_SPEC_RECORD] if change_cipher_spec else []
+    encrypted = [finished(suite)]
     if chain_der is not None:
-        out += encrypted_records(certificate(chain_der))
-        out += encrypted_records(certificate_verify(signature))
-    return out + encrypted_records(finished(suite))
+        encrypted = [certificate(chain_der), certificate_verify(signature), *encrypted]
+    if records == "flight":
+        return out + encrypted_records(sum(encrypted))
+    return out + [r for m in encrypted for r in encrypted_records(m)]

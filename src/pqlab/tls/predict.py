@@ -21,6 +21,17 @@ from pqlab.tls.flight import WriteModel
 
 
 @dataclass(frozen=True)
+class ClientAuth:
+    """Mutual TLS: the client's signer, the DER sizes of the certificates it sends and the
+    DER size of its CA's Name (which a server may list in its CertificateRequest)."""
+
+    signer: Algorithm
+    chain_der: tuple[int, ...]
+    ca_name_bytes: int
+    signature: int = 0  # its CertificateVerify signature (bytes; `Handshake.extremes`)
+
+
+@dataclass(frozen=True)
 class Handshake:
     """The sizes of one handshake configuration (bytes on the wire)."""
 
@@ -33,14 +44,18 @@ class Handshake:
     change_cipher_spec: bool = True
     server_name_ack: bool = False  # the server acknowledges an SNI the client sent
     suite: str = messages.DEFAULT_SUITE
-    certificate_request: int = 0  # mutual TLS: the CertificateRequest's bytes
-    client_chain_der: tuple[int, ...] | None = None  # mutual TLS: what the client sends
-    client_signature: int = 0
+    client_auth: ClientAuth | None = None  # mutual TLS
+    # whether the server names the CAs it accepts in its CertificateRequest (mutual TLS)
+    names_client_cas: bool = True
 
     @classmethod
     def of(cls, group, signer, chain_der, client_hello, stack, sni: bool = False, **kw):
-        """A handshake on `stack` (`pqlab.tls.stacks.Stack`), with the largest signature
-        of the signer (`extremes` gives the smallest too)."""
+        """A handshake on `stack` (`pqlab.tls.stacks.Stack`), with the largest signatures
+        (`extremes` gives the smallest too)."""
+        auth = kw.pop("client_auth", None)
+        if auth is not None and not auth.signature:
+            auth = replace(auth, signature=messages.signature_bytes(auth.signer)[1])
+        kw["client_auth"] = auth
         return cls(
             group=group,
             signer=signer,
@@ -54,9 +69,33 @@ class Handshake:
         )
 
     def extremes(self) -> tuple[Handshake, Handshake]:
-        """(smallest, largest) of this handshake over the signature's possible sizes."""
+        """(smallest, largest) of this handshake over what its sizes may be: the
+        signatures' (ECDSA, Falcon) and, in mutual TLS, a CertificateRequest with or without
+        the client CAs' names (RFC 8446 lets a server leave them out)."""
         low, high = messages.signature_bytes(self.signer)
-        return replace(self, signature=low), replace(self, signature=high)
+        small, large = replace(self, signature=low), replace(self, signature=high)
+        if self.client_auth is not None:
+            c_low, c_high = messages.signature_bytes(self.client_auth.signer)
+            small = replace(
+                small,
+                client_auth=replace(self.client_auth, signature=c_low),
+                names_client_cas=False,
+            )
+            large = replace(
+                large,
+                client_auth=replace(self.client_auth, signature=c_high),
+                names_client_cas=True,
+            )
+        return small, large
+
+    @property
+    def certificate_request(self) -> int:
+        """The CertificateRequest's bytes in mutual TLS (0 without): pqlab's servers accept
+        exactly the client's one scheme."""
+        if self.client_auth is None:
+            return 0
+        names = (self.client_auth.ca_name_bytes,) if self.names_client_cas else ()
+        return messages.certificate_request(1, names)
 
     def with_chain(self, chain_der: tuple[int, ...]) -> Handshake:
         return replace(self, chain_der=tuple(chain_der))
@@ -84,8 +123,9 @@ class Handshake:
         recs = messages.client_flight(
             self.suite,
             change_cipher_spec=self.change_cipher_spec,
-            chain_der=list(self.client_chain_der) if self.client_chain_der is not None else None,
-            signature=self.client_signature,
+            chain_der=list(self.client_auth.chain_der) if self.client_auth else None,
+            signature=self.client_auth.signature if self.client_auth else 0,
+            records=self.write_model.records,
         )
         writes = self.write_model.writes(recs)
         if request is not None:
@@ -98,11 +138,14 @@ def of_chain(
 ) -> Handshake:
     """The handshake a client of `stack` makes to a server of `chain` (`pqlab.tls.chains`)
     reached as `server_name` (an IP address sends no SNI), offering `group` and the
-    signer's scheme only, as pqlab's clients do; the ClientHello measured from the stack."""
+    signer's scheme only (and, in mutual TLS, its own, to sign with), as pqlab's clients
+    do; the ClientHello measured from the stack."""
+    auth = kw.get("client_auth")
+    offered = [signer] + ([auth.signer] if auth is not None else [])
     hello = stacks.client_hello(
         stack.name,
         stack.group_name(group),
-        stack.sigalg_name(signer),
+        ",".join(dict.fromkeys(stack.sigalg_name(a) for a in offered)),
         server_name,
         str(chain.root),
     )

@@ -10,7 +10,15 @@ from dataclasses import dataclass
 from pqlab import catalog, units
 from pqlab.catalog import Algorithm
 from pqlab.errors import UserError
-from pqlab.experiment import CellId, Cells, Option, parse_stack, stack_option
+from pqlab.experiment import (
+    CellId,
+    Cells,
+    Option,
+    client_auth_options,
+    parse_client_auth,
+    parse_stack,
+    stack_option,
+)
 from pqlab.net import profiles
 from pqlab.tls import stacks, wire
 
@@ -78,6 +86,7 @@ OPTIONS = (
         "migration table: the configuration planned, GROUP,SERVER_SIG[,CA_SIG] (with --from)",
         metavar="GROUP,SIG[,CA]",
     ),
+    *client_auth_options(),
     stack_option(),
     Option("rtt", "round-trip times of the paths", default=DEFAULT_RTTS, metavar="LIST"),
     Option(
@@ -120,6 +129,12 @@ class Config:
     ca_sig: Algorithm
     intermediates: int = 0
     intermediate_sig: Algorithm | None = None
+    client_sig: Algorithm | None = None  # mutual TLS: the client's certificate algorithm
+    client_ca: Algorithm | None = None  # and its CA's (default: the server's root's)
+
+    @property
+    def client_ca_sig(self) -> Algorithm | None:
+        return (self.client_ca or self.ca_sig) if self.client_sig else None
 
     @property
     def intermediate_algs(self) -> tuple[Algorithm, ...]:
@@ -129,6 +144,8 @@ class Config:
         text = f"{self.group.name} / {self.server_sig.name} / CA {self.ca_sig.name}"
         if self.intermediates:
             text += f" / {self.intermediates} x {(self.intermediate_sig or self.ca_sig).name}"
+        if self.client_sig:
+            text += f" / client {self.client_sig.name} (CA {self.client_ca_sig.name})"
         return text
 
 
@@ -150,6 +167,8 @@ class Plan:
         parts = [f"{point}B"] if point is not None else []
         if config.intermediates:
             parts.append(f"{config.intermediates}x{config.intermediate_algs[0].name}")
+        if config.client_sig:
+            parts.append(f"client-{config.client_sig.name}-{config.client_ca_sig.name}")
         return "+".join(parts) or "own"
 
     def cell_id(self, config: Config, point: int | None, path) -> CellId:
@@ -220,6 +239,16 @@ def _configs(values, stack) -> tuple[list[Config], tuple[Config, Config] | None]
     return configs, None
 
 
+def _with_client_auth(configs: list[Config], values, stack) -> list[Config]:
+    """Every configuration once per --client-sig entry ('none': no client certificate)."""
+    signers, ca = parse_client_auth(values, stack)
+    return [
+        Config(c.group, c.server_sig, c.ca_sig, c.intermediates, c.intermediate_sig, s, ca)
+        for c in configs
+        for s in signers or [None]
+    ]
+
+
 def _with_intermediates(configs: list[Config], values, stack) -> list[Config]:
     counts = [
         units.parse_positive_int(n, "--intermediates", minimum=0, maximum=MAX_INTERMEDIATES)
@@ -260,10 +289,12 @@ def from_values(values) -> Plan:
     """Validate everything; compute nothing."""
     stack = parse_stack(values)
     configs, migration = _configs(values, stack)
-    configs = _with_intermediates(configs, values, stack)
+    configs = _with_client_auth(_with_intermediates(configs, values, stack), values, stack)
     if migration is not None:
         if len(configs) != 2:
-            raise UserError("--intermediates with --from/--to: give one number, for both")
+            raise UserError(
+                "--intermediates or --client-sig with --from/--to: give one value, for both"
+            )
         migration = (configs[0], configs[1])
     mss = units.parse_positive_int(
         values.mss, "--mss", minimum=profiles.MTU_MIN - wire.TCP_IP_HEADERS,

@@ -12,7 +12,7 @@ from matplotlib.ticker import MaxNLocator
 from pqlab import figures
 from pqlab.report.section import Section, template
 
-KEYS = 'stack, "group", server_sig, ca_sig, intermediates, send_root, chain'
+KEYS = 'stack, "group", server_sig, ca_sig, intermediates, send_root, client_sig, chain'
 
 
 def _range(col: str, name: str | None = None) -> str:
@@ -49,26 +49,23 @@ def _messages_table(store) -> Path:
           any_value(client_hello_bytes) AS client_hello_record_bytes,
           any_value(server_hello_bytes) AS server_hello_bytes,
           any_value(encrypted_extensions_bytes) AS encrypted_extensions_bytes,
+          {_range("certificate_request_bytes")},
           any_value(certificate_bytes) AS certificate_bytes,
           {_range("certificate_verify_bytes")}, any_value(finished_bytes) AS finished_bytes,
           any_value(bytes_through_certificate) AS bytes_through_certificate,
           {_range("server_flight_bytes")}, max(server_writes) AS server_writes,
-          any_value(write_model) AS write_model
+          {_range("client_flight_bytes")}, any_value(write_model) AS write_model
         FROM plan_cells GROUP BY ALL ORDER BY stack, "group", server_sig, ca_sig,
           intermediates, chain_der_bytes""",
     )
 
 
 def _ttlb_table(store) -> Path:
+    keys = ", ".join(f"c.{k.strip()}" for k in KEYS.split(","))
     return store.export_table(
         "plan_ttlb",
         f"""
-        SELECT {
-            ", ".join(
-                "c." + k.strip() if k.strip() != '"group"' else 'c."group"' for k in KEYS.split(",")
-            )
-        },
-          any_value(c.chain_der_bytes) AS chain_der_bytes, c.path, t.data_bytes,
+        SELECT {keys}, any_value(c.chain_der_bytes) AS chain_der_bytes, c.path, t.data_bytes,
           {_range("t.ttlb_ms", "ttlb_ms")}, {_range("t.ttlb_round_trips", "round_trips")},
           c.cell_id
         FROM plan_ttlb t JOIN plan_cells c ON c.cell_id = t.cell_id AND c.variant = t.variant
@@ -82,7 +79,7 @@ def _cliffs_table(store) -> Path:
         "plan_cliffs",
         """
         SELECT DISTINCT stack, "group", server_sig, ca_sig, intermediates, send_root,
-          chain_certs, initcwnd, mss, variant, round_trips, chain_der_bytes,
+          client_sig, chain_certs, initcwnd, mss, variant, round_trips, chain_der_bytes,
           server_flight_bytes
         FROM plan_cliffs ORDER BY stack, "group", server_sig, ca_sig, intermediates,
           initcwnd, mss, variant, round_trips""",

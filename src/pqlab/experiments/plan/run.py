@@ -39,14 +39,28 @@ def build(plan: Plan, config: Config, store) -> Built:
         send_root=plan.send_root,
         intermediates=config.intermediate_algs,
     )
-    hs = predict.of_chain(stack, config.group, config.server_sig, chain, SERVER_NAME)
+    auth = None
+    if config.client_sig is not None:
+        client = make_chain(
+            store.path / "certs",
+            config.client_ca_sig,
+            config.client_sig,
+            plan.stack,
+            purpose="client",
+        )
+        auth = predict.ClientAuth(
+            config.client_sig, tuple(client.sent_der), client.root_name_der_bytes
+        )
+    hs = predict.of_chain(
+        stack, config.group, config.server_sig, chain, SERVER_NAME, client_auth=auth
+    )
     return Built(hs, tuple(chain.sent_der))
 
 
 def variants(hs: predict.Handshake) -> list[tuple[str, predict.Handshake]]:
     """The handshake once when its sizes are fixed, else its smallest and largest."""
     low, high = hs.extremes()
-    if low.signature == high.signature:
+    if low == high:
         return [("exact", high)]
     return [("smallest", low), ("largest", high)]
 
@@ -81,6 +95,7 @@ def cell_row(hs: predict.Handshake, out: predict.Outcome, cliff_list, chain_tota
         "client_hello_segments": len(w.client_hello),
         "server_hello_bytes": f.server_hello,
         "encrypted_extensions_bytes": f.encrypted_extensions,
+        "certificate_request_bytes": f.certificate_request,
         "certificate_bytes": f.certificate,
         "certificate_verify_bytes": f.certificate_verify,
         "finished_bytes": f.finished,
@@ -112,6 +127,7 @@ class _Cliffs:
         key = (
             hs.group.name,
             hs.signature,
+            hs.certificate_request,
             len(hs.chain_der),
             hs.client_hello,
             hs.write_model,
@@ -143,6 +159,7 @@ def _measure_cell(store, plan: Plan, config: Config, built: Built, point, path, 
         "ca_sig": config.ca_sig.name,
         "intermediates": config.intermediates,
         "send_root": plan.send_root,
+        "client_sig": config.client_sig.name if config.client_sig else None,
     }
     rows, ttlb, cliff_rows = [], [], []
     for variant, hs in variants(base):
@@ -184,6 +201,7 @@ def _measure_cell(store, plan: Plan, config: Config, built: Built, point, path, 
                 {
                     **{k: labels[k] for k in ("cell_id", "stack", "group", "server_sig")},
                     **{k: labels[k] for k in ("ca_sig", "intermediates", "send_root")},
+                    "client_sig": labels["client_sig"],
                     "chain_certs": count,
                     "path": path.name,
                     "initcwnd": link.initcwnd,

@@ -16,7 +16,8 @@ CREATE TABLE IF NOT EXISTS plan_cells (
     server_flight_records JSON, server_writes JSON, server_flight_segments INTEGER,
     flight_rounds INTEGER, cwnd_stalls INTEGER, round_trips INTEGER, ttfb_ms DOUBLE,
     client_flight_bytes INTEGER, handshake_bytes INTEGER, next_cliff_chain_bytes BIGINT,
-    headroom_bytes BIGINT, p_no_loss DOUBLE, write_model TEXT)
+    headroom_bytes BIGINT, p_no_loss DOUBLE, write_model TEXT, client_sig TEXT,
+    certificate_request_bytes INTEGER)
 """
 TTLB_DDL = """
 CREATE TABLE IF NOT EXISTS plan_ttlb (
@@ -28,7 +29,7 @@ CREATE TABLE IF NOT EXISTS plan_cliffs (
     cell_id TEXT, stack TEXT, "group" TEXT, server_sig TEXT, ca_sig TEXT,
     intermediates INTEGER, send_root BOOLEAN, chain_certs INTEGER, path TEXT,
     initcwnd INTEGER, mss INTEGER, variant TEXT, round_trips INTEGER, chain_der_bytes BIGINT,
-    server_flight_bytes INTEGER)
+    server_flight_bytes INTEGER, client_sig TEXT)
 """
 MIGRATION_DDL = """
 CREATE TABLE IF NOT EXISTS plan_migration (

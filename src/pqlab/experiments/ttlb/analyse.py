@@ -144,11 +144,7 @@ def prediction_rows(cid: str, hs, profile: LinkProfile, size: int) -> list[dict]
     one row per signature size (the smallest and the largest where it varies)."""
     link = wire.Link.from_profile(profile)
     low, high = hs.extremes()
-    variants = (
-        [("exact", high)]
-        if low.signature == high.signature
-        else [("smallest", low), ("largest", high)]
-    )
+    variants = [("exact", high)] if low == high else [("smallest", low), ("largest", high)]
     out = []
     for variant, h in variants:
         o = predict.predict(h, link, response_bytes=size)
