@@ -246,3 +246,23 @@ def test_the_ca_name_size_is_what_an_independent_parser_reads(tmp_path):
         assert subject_der_bytes(leaf) == len(
             x509.load_der_x509_certificate(leaf).subject.public_bytes()
         )
+
+
+def test_compare_reports_predictions_same_or_changed(tmp_path):
+    """Two plan runs compare value by value (computed, no statistics): the same inputs give
+    "same"; a prediction that moved (here edited into run B) is "changed"."""
+    import duckdb
+
+    for name in ("a", "b"):
+        run_pqlab(
+            "plan", "--groups", "X25519", "--server-sig", "ML-DSA-44", "--rtt", "50ms",
+            "--out", tmp_path / name, check=True,
+        )  # fmt: skip
+    same = run_pqlab("compare", tmp_path / "a", tmp_path / "b", check=True)
+    assert same.stdout.count("same (computed)") == 3, same.stdout
+    con = duckdb.connect(str(tmp_path / "b" / "results.duckdb"))
+    con.execute("UPDATE plan_cells SET ttfb_ms = ttfb_ms * 1.5")
+    con.close()
+    moved = run_pqlab("compare", tmp_path / "a", tmp_path / "b", check=True)
+    line = next(x for x in moved.stdout.splitlines() if x.startswith("plan TTFB"))
+    assert "changed (computed)" in line and "+50.0%" in line, line

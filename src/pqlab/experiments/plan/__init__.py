@@ -12,10 +12,16 @@ from __future__ import annotations
 
 import sys
 
-from pqlab.experiment import Experiment
+from pqlab.experiment import CompareSpec, Experiment
 from pqlab.experiments.plan import plan as _plan
 from pqlab.experiments.plan import report as _report
 from pqlab.experiments.plan import run as _run
+
+# A prediction's key: the configuration, the chain, the path and the signature size.
+KEYS = (
+    "stack", "group", "server_sig", "ca_sig", "intermediates", "client_sig", "chain", "path",
+    "variant",
+)  # fmt: skip
 
 
 class PlanExperiment(Experiment):
@@ -26,6 +32,14 @@ class PlanExperiment(Experiment):
     options = _plan.OPTIONS
     cells = _plan.CELLS
     plan_module, run_module, report_module = _plan, _run, _report
+    compare = tuple(
+        CompareSpec(label, "plan_cells", KEYS, value, unit, exact=True)
+        for label, value, unit in (
+            ("plan TTFB", "ttfb_ms", "ms"),
+            ("plan round trips", "round_trips", "RTT"),
+            ("plan flight", "server_flight_bytes", "B"),
+        )
+    )
 
     def resume_key(self, plan: _plan.Plan) -> dict:
         return {"stack": plan.stack, "send_root": plan.send_root, "mss": plan.mss}
