@@ -266,3 +266,24 @@ def test_compare_reports_predictions_same_or_changed(tmp_path):
     moved = run_pqlab("compare", tmp_path / "a", tmp_path / "b", check=True)
     line = next(x for x in moved.stdout.splitlines() if x.startswith("plan TTFB"))
     assert "changed (computed)" in line and "+50.0%" in line, line
+
+
+@pytest.mark.parametrize(
+    "command, args",
+    [
+        ("ttlb", ["--chain", "RSA-2048,ML-DSA-44", "--chain-bytes", "8000,16000"]),
+        (
+            "handshake",
+            ["--server-sig", "ML-DSA-44", "--ca-sig", "ML-DSA-44", "--chain-bytes", "3000"],
+        ),
+        ("handshake", ["--stack", "rustls", "--chain-bytes", "70000", "--server-sig", "ML-DSA-44"]),
+    ],
+)
+def test_a_chain_that_cannot_be_padded_is_refused_before_anything_exists(command, args, tmp_path):
+    """Padding only adds (an ML-DSA-44 chain with its root is 8245 bytes, more than 8000);
+    and a padded certificate must fit the stack (rustls: 64 KiB)."""
+    proc = run_pqlab(command, *args, "--out", tmp_path / "run")
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "--chain-bytes" in lines[0], lines
+    assert not (tmp_path / "run").exists()

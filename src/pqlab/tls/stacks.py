@@ -24,6 +24,9 @@ DEFAULT_STACK = "openssl"
 # public key and the CA's signature (measured: 420-440 bytes for every algorithm).
 CERTIFICATE_OVERHEAD_MIN = 24 + 512
 CERTIFICATE_OVERHEAD = 440
+# A root carries no subjectAltName, extended key usage or authority key identifier: about
+# 100 bytes less (measured: 82-128 for RSA, ECDSA, EdDSA, ML-DSA and SLH-DSA).
+ROOT_CERTIFICATE_OVERHEAD = CERTIFICATE_OVERHEAD - 100
 ROLES = ("group", "server", "client", "ca")
 
 
@@ -221,6 +224,16 @@ def certificate_bytes(subject, issuer) -> int:
     return public + signature + CERTIFICATE_OVERHEAD
 
 
+def root_certificate_bytes(ca) -> int:
+    """About how many DER bytes a pqlab root CA certificate of `ca` has."""
+    sizes = ca.sizes or {}
+    return (
+        int(sizes.get("public_key") or 0)
+        + int(sizes.get("signature") or 0)
+        + (ROOT_CERTIFICATE_OVERHEAD)
+    )
+
+
 def _lower_map(entries: list[dict]) -> dict[str, int]:
     out: dict[str, int] = {}
     for e in entries:
@@ -347,19 +360,36 @@ def client_hello(stack: str, group: str, sigalgs: str | None, servername: str, c
     return int(hello["record_bytes"])
 
 
+# How far below the catalogue's estimate of a chain's size a --chain-bytes size may be
+# before it is refused at once (the estimate is within a few tens of bytes; a size between
+# the two is refused by the certificate builder, naming the exact size).
+PADDING_ESTIMATE_MARGIN = 32
+
+
 def require_padded_chains(
-    sizes: list[int], stack: Stack, send_root: bool, cas, option: str = "--chain-bytes"
+    sizes: list[int], stack: Stack, send_root: bool, pairs, option: str = "--chain-bytes"
 ) -> None:
-    """UserError when a chain padded to one of `sizes` DER bytes would not fit `stack`'s
-    limits: the padding goes into the server certificate, so it holds the size less the
-    root's (when sent); the Certificate message holds it all."""
+    """UserError when a chain of a (server, CA) pair of `pairs` cannot be padded to one of
+    `sizes` DER bytes: smaller than the chain without padding (estimated from the
+    catalogue's sizes), or over `stack`'s limits (the padding goes into the server
+    certificate, which holds the size less the root's when it is sent; the Certificate
+    message holds it all)."""
     limit = stack.certificate_limit()
     message = stack.limits.get("max_handshake_message_bytes") or stack.limits.get(
         "max_cert_list_bytes"
     )
-    for size in sizes:
-        for ca in cas:
-            root = certificate_bytes(ca, ca) if send_root else 0
+    for server, ca in pairs:
+        root = root_certificate_bytes(ca) if send_root else 0
+        own = certificate_bytes(server, ca) + root
+        for size in sizes:
+            if size < own - PADDING_ESTIMATE_MARGIN:
+                what = f"a {server.name} certificate signed by {ca.name}" + (
+                    " and the root" if send_root else ""
+                )
+                raise UserError(
+                    f"{option} {size}: {what} take about {own} bytes without padding; ask for "
+                    "at least that (padding only adds)"
+                )
             if limit is not None and size - root > limit:
                 raise UserError(
                     f"{option} {size}: the server certificate would hold about {size - root} "

@@ -234,6 +234,18 @@ def _message_source(choice: str, stack) -> str:
     return choice
 
 
+def _chain_bytes(values, stack, server_sigs, ca_sigs) -> list[int] | None:
+    """The --chain-bytes sizes, each one every (server, CA) chain can be padded to."""
+    if values.chain_bytes is None:
+        return None
+    sizes = units.parse_size_points(
+        values.chain_bytes, "--chain-bytes", CHAIN_STEP, maximum=MAX_CHAIN_BYTES
+    )
+    pairs = [(s, c) for s in server_sigs for c in ca_sigs]
+    stacks.require_padded_chains(sizes, stack, bool(values.send_root), pairs)
+    return sizes
+
+
 def from_values(values) -> Plan:
     """Validate everything the user gave before anything is created."""
     stack = parse_stack(values)
@@ -253,12 +265,7 @@ def from_values(values) -> Plan:
     port = units.parse_positive_int(values.port, "--port")
     if port > 65535:
         raise UserError(f"--port {port} is not a TCP port; use 1-65535")
-    chain_bytes = None
-    if values.chain_bytes is not None:
-        chain_bytes = units.parse_size_points(
-            values.chain_bytes, "--chain-bytes", CHAIN_STEP, maximum=MAX_CHAIN_BYTES
-        )
-        stacks.require_padded_chains(chain_bytes, stack, bool(values.send_root), ca_sigs)
+    chain_bytes = _chain_bytes(values, stack, server_sigs, ca_sigs)
     cells = len(groups) * len(server_sigs) * len(ca_sigs) * len(chain_bytes or [None])
     last = port + min(cells, MAX_BATCH) - 1
     if last > 65535:

@@ -151,7 +151,7 @@ def from_values(values) -> Plan:
         chain_bytes = units.parse_size_points(
             values.chain_bytes, "--chain-bytes", CHAIN_STEP, maximum=MAX_CHAIN_BYTES
         )
-        stacks.require_padded_chains(chain_bytes, stack, True, chains)
+        stacks.require_padded_chains(chain_bytes, stack, True, [(c, c) for c in chains])
     check_shaper(values.shaper or "auto")
     for p in profiles:
         for text in p.warnings():
