@@ -215,7 +215,7 @@ def test_mutual_tls_sizes_against_real_handshakes(stack_name, tmp_path):
             certificate = _msg(rec, "sent", "certificate")["length"]
             assert certificate == 4 + 1 + 3 + sum(3 + d + 2 for d in client.sent_der)
             cv = _msg(rec, "sent", "certificate_verify")["length"]
-            assert 8 + 70 <= cv <= 8 + 72  # an ECDSA P-256 signature in DER
+            assert 8 + 68 <= cv <= 8 + 72  # an ECDSA P-256 signature in DER
         else:
             first_app = next(e for e in sent if e.get("content_type") == "application_data")
             flight_end = max(

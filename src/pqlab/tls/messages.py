@@ -61,14 +61,15 @@ def client_share_bytes(group: Algorithm) -> int:
 
 
 def signature_bytes(sig: Algorithm) -> tuple[int, int]:
-    """(smallest usual, largest) size of a CertificateVerify signature as TLS carries it:
-    ECDSA as a DER SEQUENCE of two INTEGERs (the catalogue's r||s size n gives 2n/2 + 6 to
-    2n/2 + 8: an INTEGER grows by a zero byte when its top bit is set, and shrinks, rarely,
-    when it has leading zero bytes), every other algorithm raw (fixed size, or at most the
-    catalogue's size for variable-length ones such as Falcon's)."""
+    """(smallest, largest) size of a CertificateVerify signature as TLS carries it: ECDSA
+    as a DER SEQUENCE of two INTEGERs of n/2 bytes each (the catalogue's r||s size n): an
+    INTEGER grows by a zero byte when its top bit is set (one time in two) and shrinks by
+    one when its top byte is zero (one in 256), so n + 4 to n + 8 (shorter still one time in
+    2^24 and more); every other algorithm raw (fixed size, or at most the catalogue's size
+    for variable-length ones such as Falcon's)."""
     raw = int((sig.sizes or {})["signature"])
     if sig.family == "ECDSA":
-        return raw + 6, raw + 8
+        return raw + 4, raw + 8
     if sig.family == "Falcon" and "padded" not in sig.name.lower():
         return raw - 64, raw  # compressed signatures vary below their maximum
     return raw, raw
