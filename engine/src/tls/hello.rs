@@ -39,6 +39,8 @@ pub struct Hello {
     /// The handshake message (4-byte header included).
     pub message_bytes: usize,
     pub records: usize,
+    /// Its legacy_session_id's length (a server echoes it in its ServerHello).
+    pub session_id_bytes: usize,
 }
 
 /// Reads TLS records from `r` until the first handshake message is complete.
@@ -48,6 +50,7 @@ pub fn read_client_hello(r: &mut impl Read) -> Result<Hello> {
         record_bytes: 0,
         message_bytes: 0,
         records: 0,
+        session_id_bytes: 0,
     };
     loop {
         let mut header = [0u8; 5];
@@ -75,6 +78,9 @@ pub fn read_client_hello(r: &mut impl Read) -> Result<Hello> {
                 4 + (usize::from(body[1]) << 16 | usize::from(body[2]) << 8) + usize::from(body[3]);
             if body.len() >= message {
                 hello.message_bytes = message;
+                // type, length (4), legacy_version (2), random (32), then the session id's
+                // length byte.
+                hello.session_id_bytes = usize::from(*body.get(38).unwrap_or(&0));
                 return Ok(hello);
             }
         }
@@ -125,6 +131,7 @@ pub fn run(a: Args) -> Result<()> {
         "record_bytes": hello.record_bytes,
         "message_bytes": hello.message_bytes,
         "records": hello.records,
+        "session_id_bytes": hello.session_id_bytes,
     }));
     Ok(())
 }
@@ -136,9 +143,11 @@ mod tests {
 
     #[test]
     fn a_client_hello_split_over_records_is_read_whole() {
-        // A 300-byte ClientHello in two records of 200 and 104 bytes.
+        // A 300-byte ClientHello in two records of 200 and 104 bytes, with a 32-byte
+        // session id.
         let mut message = vec![1u8, 0, 1, 0x28];
         message.resize(300, 7);
+        message[38] = 32;
         let mut wire = Vec::new();
         for part in [&message[..200], &message[200..]] {
             wire.extend_from_slice(&[22, 3, 1]);
@@ -151,7 +160,8 @@ mod tests {
             Hello {
                 record_bytes: 310,
                 message_bytes: 300,
-                records: 2
+                records: 2,
+                session_id_bytes: 32,
             }
         );
         // Not a handshake record: refused.

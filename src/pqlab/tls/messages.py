@@ -207,14 +207,16 @@ def server_flight(
     server_name_ack: bool = False,
     change_cipher_spec: bool = True,
     certificate_request: int = 0,
+    session_id: int = 32,
 ) -> ServerFlight:
     """The flight of a server with this key exchange, sending these certificates (leaf
     first) and signing its CertificateVerify with a signature of this many bytes, on a stack
     that frames its messages as `records` says (flight.WriteModel.records), does or does
     not acknowledge the client's server_name and does or does not send a ChangeCipherSpec
-    (each stack reports these: pqlab.tls.stacks)."""
+    (each stack reports these: pqlab.tls.stacks), echoing a session id of `session_id`
+    bytes (the client's: OpenSSL's and rustls's clients send 32, wolfSSL's none)."""
     return ServerFlight(
-        server_hello(group),
+        server_hello(group, session_id),
         encrypted_extensions(SERVER_NAME_ACK if server_name_ack else 0),
         certificate(chain_der),
         certificate_verify(signature),

@@ -44,6 +44,7 @@ class Handshake:
     change_cipher_spec: bool = True
     server_name_ack: bool = False  # the server acknowledges an SNI the client sent
     suite: str = messages.DEFAULT_SUITE
+    session_id: int = 32  # the ClientHello's legacy_session_id, echoed in the ServerHello
     client_auth: ClientAuth | None = None  # mutual TLS
     # whether the server names the CAs it accepts in its CertificateRequest (mutual TLS)
     names_client_cas: bool = True
@@ -110,6 +111,7 @@ class Handshake:
             server_name_ack=self.server_name_ack,
             change_cipher_spec=self.change_cipher_spec,
             certificate_request=self.certificate_request,
+            session_id=self.session_id,
         )
 
     def server_writes(self) -> list[int]:
@@ -150,7 +152,14 @@ def of_chain(
         str(chain.root),
     )
     return Handshake.of(
-        group, signer, chain.sent_der, hello, stack, sni=not _is_ip(server_name), **kw
+        group,
+        signer,
+        chain.sent_der,
+        hello.record_bytes,
+        stack,
+        sni=not _is_ip(server_name),
+        session_id=hello.session_id_bytes,
+        **kw,
     )
 
 

@@ -344,20 +344,31 @@ def require_chains(
                 raise UserError(f"{option} {server.name} with CA {ca.name}: {why}")
 
 
+@dataclass(frozen=True)
+class ClientHello:
+    """The ClientHello a stack's client sends: its record bytes and the length of its
+    legacy_session_id (which the server echoes in its ServerHello)."""
+
+    record_bytes: int
+    session_id_bytes: int
+
+
 @functools.lru_cache(maxsize=256)
-def client_hello(stack: str, group: str, sigalgs: str | None, servername: str, ca: str) -> int:
-    """Record bytes of the ClientHello `stack`'s client sends offering `group` (stack
-    names) and `sigalgs` (comma separated; None: the stack's default list), to
-    `servername` (an IP address sends no SNI): measured by the engine (`tls hello`: the
-    client's hello to a listener of its own that closes, no server, no handshake). `ca`: any
-    root certificate (PEM) the client can load."""
+def client_hello(
+    stack: str, group: str, sigalgs: str | None, servername: str, ca: str
+) -> ClientHello:
+    """The ClientHello `stack`'s client sends offering `group` (stack names) and `sigalgs`
+    (comma separated; None: the stack's default list), to `servername` (an IP address sends
+    no SNI): measured by the engine (`tls hello`: the client's hello to a listener of its
+    own that closes, no server, no handshake). `ca`: any root certificate (PEM) the client
+    can load."""
     argv = ["tls", "hello", "--stack", stack, "--groups", group, "--ca", ca]
     argv += ["--servername", servername] + (["--sigalgs", sigalgs] if sigalgs else [])
     records = engine.run(argv, timeout=60)
     hello = next((r for r in records if r.get("type") == "client_hello"), None)
     if hello is None:
         raise UserError(f"the engine reported no ClientHello for the {stack} stack")
-    return int(hello["record_bytes"])
+    return ClientHello(int(hello["record_bytes"]), int(hello.get("session_id_bytes", 32)))
 
 
 # How far below the catalogue's estimate of a chain's size a --chain-bytes size may be
