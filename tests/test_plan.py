@@ -287,3 +287,51 @@ def test_a_chain_that_cannot_be_padded_is_refused_before_anything_exists(command
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "--chain-bytes" in lines[0], lines
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("stack_name", ["openssl", "rustls"])
+def test_intermediates_against_real_handshakes(stack_name, tmp_path):
+    """A chain with two intermediate CAs, as `pqlab plan --intermediates 2` builds it, served
+    on 127.0.0.1 and verified by the client: the server's flight takes the predicted bytes
+    (and, with message events, its Certificate message the predicted size)."""
+    from pqlab.tls import runner
+    from pqlab.tls.chains import make_chain
+    from pqlab.tls.negotiation import Expected
+
+    st = stacks.get(stack_name)
+    group = catalog.resolve("X25519", "kem")
+    signer = catalog.resolve("ECDSA-P256", "sig")
+    ml_dsa_65 = catalog.resolve("ML-DSA-65", "sig")
+    chain = make_chain(tmp_path, ml_dsa_65, signer, stack_name, intermediates=(ml_dsa_65,) * 2)
+    assert chain.sent_certs == 3 and chain.sent_der_bytes > 10_000
+    hs = predict.of_chain(st, group, signer, chain, "127.0.0.1")
+    low, high = (predict.predict(h, wire.Link.symmetric(0.01)) for h in hs.extremes())
+    tls = runner.Tls(stack=stack_name, groups=(group,), sigalgs=(signer,))
+    spec = runner.ServerSpec(tls=tls, chain=chain, listen="127.0.0.1:0", max_connections=2)
+    with runner.start_server(spec) as srv:
+        port = srv.listening["address"].rsplit(":", 1)[1]
+        recs = runner.run_client(
+            runner.ClientSpec(
+                tls=tls,
+                connect=f"127.0.0.1:{port}",
+                ca=chain.root,
+                servername="127.0.0.1",
+                n=2,
+                expected=Expected(group=group, sigalg=signer),
+            ),
+            timeout=120,
+        )
+    assert len(recs) == 2
+    for rec in recs:
+        assert rec["peer_chain_der_bytes"] == chain.sent_der
+        records = _events(rec, "record")
+        if st.message_events:
+            assert _msg(rec, "recv", "certificate")["length"] == low.flight.certificate
+            flight_end = _msg(rec, "recv", "finished")["offset_end"]
+        else:
+            sent = [e for e in records if e["dir"] == "sent"]
+            finished = next(e for e in sent if e.get("content_type") == "application_data")
+            flight_end = max(
+                e["offset_end"] for e in records if e["dir"] == "recv" and e["t"] <= finished["t"]
+            )
+        assert low.flight_bytes <= flight_end <= high.flight_bytes
