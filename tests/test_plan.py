@@ -335,3 +335,18 @@ def test_intermediates_against_real_handshakes(stack_name, tmp_path):
                 e["offset_end"] for e in records if e["dir"] == "recv" and e["t"] <= finished["t"]
             )
         assert low.flight_bytes <= flight_end <= high.flight_bytes
+
+
+def test_client_sig_list_from_the_command_line(tmp_path):
+    """`--client-sig none,ML-DSA-44,ECDSA-P256` (the shared mutual-TLS options): one cell
+    each, the CertificateRequest only with a client certificate."""
+    out = tmp_path / "m"
+    run_pqlab(
+        "plan", "--groups", "X25519", "--server-sig", "ML-DSA-44", "--client-sig",
+        "none,ML-DSA-44,ECDSA-P256,ML-DSA-44", "--rtt", "50ms", "--out", out, check=True,
+    )  # fmt: skip
+    rows = {r["client_sig"]: r for r in _rows(out / "tables/plan_messages.csv")}
+    assert set(rows) == {"", "ML-DSA-44", "ECDSA-P256"}
+    assert rows[""]["certificate_request_bytes_max"] == "0"
+    assert int(rows["ML-DSA-44"]["certificate_request_bytes_min"]) == 15
+    assert int(rows["ML-DSA-44"]["client_flight_bytes_min"]) > 3000  # an ML-DSA-44 chain
