@@ -61,3 +61,19 @@ def test_predicted_flights_equal_measured_ones(tmp_path):
             assert low == high == sig.sizes["signature"], s
         checked += 1
     assert checked == 3 * 3 * 2 * 3
+
+
+def test_ecdsa_signature_range_covers_what_a_signer_produces():
+    """DER ECDSA signatures, made by an independent signer (PyCA cryptography, RFC 6979
+    deterministic signing with a fixed key, so the test repeats exactly): every length lies
+    in `signature_bytes`'s range, and some are shorter than the usual 70 bytes (an INTEGER
+    whose top byte is zero), which the range once left out."""
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    key = ec.derive_private_key(0x5EED, ec.SECP256R1())
+    algorithm = ec.ECDSA(hashes.SHA256(), deterministic_signing=True)
+    lengths = {len(key.sign(b"message %d" % i, algorithm)) for i in range(2000)}
+    low, high = messages.signature_bytes(catalog.resolve("ECDSA-P256", "sig"))
+    assert low <= min(lengths) and max(lengths) <= high == 72
+    assert min(lengths) < 70

@@ -116,7 +116,7 @@ def test_bad_rounds_seed_and_ports_are_refused_in_one_line(values, needle):
     base = dict(
         groups="X25519,X25519MLKEM768", server_sig="ECDSA-P256,ML-DSA-44",
         ca_sig="ECDSA-P256,ML-DSA-44", n="10", warmup="1", port="4433", rounds="auto",
-        seed=None, keep_pcap=False, send_root=False, messages="auto", profile=None,
+        seed=None, keep_pcap=False, send_root=False, chain_bytes=None, messages="auto", profile=None,
         shaper="auto", stack=None, server_host=None, client_host=None, hosts_file=None,
     )  # fmt: skip
     base.update(values)

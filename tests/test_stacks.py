@@ -75,6 +75,7 @@ def test_a_fake_second_stack_needs_no_change_in_the_lab(fake_stack):
         stack="fake-openssl",
         keep_pcap=False,
         send_root=False,
+        chain_bytes=None,
         messages="auto",
         port="4433",
         profile=None,

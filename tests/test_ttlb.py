@@ -13,51 +13,11 @@ import pytest
 
 from conftest import needs_root, pqlab_env, run_pqlab
 from netleaks import nothing_left  # noqa: F401
-from pqlab.experiments.ttlb import model as ttlb_model
-from pqlab.net.profiles import parse_profile
 
 
 def _rows(path):
     with open(path, newline="") as f:
         return list(csv.DictReader(f))
-
-
-def test_model_is_serialisation():
-    """At a rate that dominates, 200 KiB costs its wire bytes at that rate, plus RTTs."""
-    p = parse_profile("rtt=50ms,rate=1mbit")
-    ttfb, ttlb = ttlb_model.model(
-        p,
-        client_hello_bytes=200,
-        server_flight_bytes=2400,
-        client_finish_bytes=120,
-        response_bytes=204_800 + 13 * 22,
-        data_bytes=204_800,
-    )
-    segs = -(-(204_800 + 13 * 22) // 1448)
-    wire = (204_800 + 13 * 22 + segs * 66) * 8 / 1e6
-    assert ttlb - ttfb == pytest.approx(0.05 + wire, rel=0.01)
-    assert ttfb == pytest.approx(
-        0.1 + 2 * 74 * 8 / 1e6 + (2400 + 2 * 66) * 8 / 1e6 + (200 + 66) * 8 / 1e6, rel=0.02
-    )
-    # A flight above initcwnd segments waits a round trip for ACKs.
-    fast = parse_profile("rtt=100ms,initcwnd=10")
-    small, _ = ttlb_model.model(
-        fast,
-        client_hello_bytes=200,
-        server_flight_bytes=14_000,
-        client_finish_bytes=100,
-        response_bytes=0,
-        data_bytes=0,
-    )
-    big, _ = ttlb_model.model(
-        fast,
-        client_hello_bytes=200,
-        server_flight_bytes=16_000,
-        client_finish_bytes=100,
-        response_bytes=0,
-        data_bytes=0,
-    )
-    assert big - small == pytest.approx(0.1, rel=0.01)
 
 
 @pytest.mark.parametrize(

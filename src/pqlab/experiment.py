@@ -38,6 +38,7 @@ EXPERIMENT_MODULES = (
     "primitives",
     "sizes",
     "certs",
+    "plan",
     "handshake",
     "ttlb",
     "linktest",
@@ -141,6 +142,9 @@ class CompareSpec:
     # cells: `compare` then measures each run's drift and calls no change within it
     # significant.
     round_column: str | None = None
+    # Values computed, not measured (`pqlab plan`'s predictions): compared as they are, one
+    # per key, "same" or "changed", without statistics.
+    exact: bool = False
 
 
 def stack_option(several: bool = False) -> Option:

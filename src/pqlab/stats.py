@@ -121,9 +121,10 @@ class Cause(enum.Enum):
     )
     OFF_MODEL = (
         "off-model",
-        "Time to last byte far from the link's model",
-        "check the link with 'pqlab linktest --profile ...'; a busy machine or a wrong "
-        "profile moves TTLB away from the model",
+        "Measurements the wire model did not predict",
+        "the warning names the mechanism that disagreed (docs/plan.md says where the model is "
+        "known to be wrong); for times, check the link with 'pqlab linktest --profile ...': "
+        "a busy machine or a wrong profile moves them away from the model",
     )
     DRIFT = (
         "drift",

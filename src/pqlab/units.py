@@ -310,3 +310,41 @@ def format_bytes(n: float) -> str:
     if n >= 1024:
         return f"{n / 1024:.1f} KiB"
     return f"{int(n)} B"
+
+
+MAX_RANGE_POINTS = 1000
+
+
+def parse_size_points(
+    text, what: str, default_step: int, maximum: int | None = None, minimum: int = 1
+) -> list[int]:
+    """Sizes as a list ('8000,16000', units allowed: '8KiB') or a range ('2000..40000' in
+    steps of `default_step`, or '2000..40000/500'), sorted, without repeats; each within
+    [minimum, maximum], at most MAX_RANGE_POINTS of them."""
+    out: list[int] = []
+    example = "8000,16000 or 2000..40000/1000"
+    for item in parse_list(text, what, example=example):
+        if ".." not in item:
+            out.append(parse_size(item, f"{what} entry", maximum))
+            continue
+        span, _, step_text = item.partition("/")
+        low_text, _, high_text = span.partition("..")
+        low = parse_size(low_text, f"{what} range start", maximum)
+        high = parse_size(high_text, f"{what} range end", maximum)
+        step = parse_size(step_text, f"{what} range step") if step_text else default_step
+        if high < low or step < 1:
+            raise UserError(
+                f"{what} {show(item)}: a range runs from a smaller size to a larger one in "
+                f"steps of at least 1 byte, e.g. {example}"
+            )
+        if (high - low) // step + 1 > MAX_RANGE_POINTS:
+            raise UserError(
+                f"{what} {show(item)} has more than {MAX_RANGE_POINTS} points; use a larger step"
+            )
+        out += list(range(low, high + 1, step))
+    points = sorted(set(out))
+    if len(points) > MAX_RANGE_POINTS:
+        raise UserError(f"{what} {show(text)} has more than {MAX_RANGE_POINTS} points")
+    if points and points[0] < minimum:
+        raise UserError(f"{what} {show(text)}: every size must be at least {minimum} bytes")
+    return points

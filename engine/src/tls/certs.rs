@@ -1,6 +1,8 @@
-//! `tls certs`: a root CA and a server certificate signed by it, with realistic content,
-//! made by the stack-neutral builder (`tls::x509`) with keys of OpenSSL or liboqs
-//! (`tls::certkey`), and the DER sizes of what a handshake carries.
+//! `tls certs`: a root CA, optional intermediate CAs and a server certificate signed by the
+//! last of them, with realistic content, made by the stack-neutral builder (`tls::x509`)
+//! with keys of OpenSSL or liboqs (`tls::certkey`), and the DER sizes of what a handshake
+//! carries. `--chain-bytes` grows the server certificate (more subjectAltName names) until
+//! the certificates the server sends take exactly that many DER bytes.
 
 use crate::out::{emit, Result};
 use crate::primitives::der;
@@ -53,6 +55,17 @@ pub struct Args {
     /// (clientAuth, for mutual TLS) or both.
     #[arg(long, default_value = "server", value_parser = ["server", "client", "both"])]
     pub purpose: String,
+    /// Intermediate CA keys, comma separated, from the one the root signs down to the one
+    /// that signs the server certificate (same syntax as --ca-alg); the chain the server
+    /// sends carries them after its own certificate.
+    #[arg(long, value_delimiter = ',')]
+    pub intermediate_alg: Vec<String>,
+    /// Make the certificates the server sends (its own, the intermediates, and the root
+    /// with --chain-with-root) take this many DER bytes in all, by adding subjectAltName
+    /// DNS names to the server certificate (within 2 bytes; refused when the chain without
+    /// padding is already larger).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=16_777_215))]
+    pub chain_bytes: Option<u64>,
 }
 
 fn read(path: &Path) -> Result<Vec<u8>> {
@@ -63,12 +76,90 @@ fn write(path: &Path, data: &[u8]) -> Result<()> {
     std::fs::write(path, data).map_err(|e| crate::err!(Io, "cannot write {}: {e}", path.display()))
 }
 
-/// A root and a server certificate (DER) with their keys.
+/// A root, its intermediates and a server certificate (DER) with the root's and the
+/// server's keys.
 pub struct Chain {
     pub root: Vec<u8>,
+    /// Intermediate CAs in the order the server sends them (the server certificate's issuer
+    /// first, the one the root signed last).
+    pub intermediates: Vec<Vec<u8>>,
     pub server: Vec<u8>,
     pub ca_key: CertKey,
     pub server_key: CertKey,
+    /// subjectAltName names added for --chain-bytes.
+    pub padding_names: usize,
+}
+
+impl Chain {
+    /// The certificates the server sends, leaf first.
+    pub fn sent(&self, with_root: bool) -> Vec<&[u8]> {
+        let mut out: Vec<&[u8]> = vec![&self.server];
+        out.extend(self.intermediates.iter().map(|c| &c[..]));
+        if with_root {
+            out.push(&self.root);
+        }
+        out
+    }
+}
+
+fn key_spec(flag: &str, text: &str) -> Result<KeySpec> {
+    let spec = KeySpec::parse(text)?;
+    if !spec.available() {
+        crate::bail!(
+            Usage,
+            "{flag} {text:?}: no such key in OpenSSL or liboqs here (e.g. RSA:2048, \
+             EC:P-256, ED25519, ML-DSA-44, SLH-DSA-SHA2-128s, MAYO-1, Falcon-512)"
+        );
+    }
+    Ok(spec)
+}
+
+/// The CA that signs the next certificate: its Name, key identifier and key.
+struct Issuer {
+    subject: Vec<u8>,
+    key_id: Vec<u8>,
+    key: CertKey,
+}
+
+/// The intermediate CAs of `args`, each signed by the one before (the first by the root):
+/// their certificates in the order a server sends them (the last made first), and the last
+/// of them as the server certificate's issuer (the root when there are none).
+fn intermediates(args: &Args, root: &[u8], root_key: CertKey) -> Result<(Vec<Vec<u8>>, Issuer)> {
+    let parsed = x509::parse(root)?;
+    let mut subject = parsed.subject.to_vec();
+    let mut key_id = match parsed.key_identifier {
+        Some(k) => k.to_vec(),
+        None => x509::key_identifier(parsed.spki)?,
+    };
+    let mut signer = root_key;
+    let mut certs = Vec::new();
+    for (i, text) in args.intermediate_alg.iter().enumerate() {
+        let key = key_spec("--intermediate-alg", text)?.generate()?;
+        let profile = Profile {
+            subject: x509::name(
+                "JP",
+                "pqlab test PKI",
+                &format!("pqlab Intermediate CA {} ({text})", i + 1),
+            )?,
+            issuer: Some((&subject, &key_id)),
+            ca: true,
+            purpose: Purpose::Server,
+            san: Vec::new(),
+        };
+        let cert = x509::build(&profile, &key, &signer, args.days)?;
+        let next_subject = profile.subject;
+        key_id = x509::key_identifier(&key.spki()?)?;
+        subject = next_subject;
+        signer = key;
+        certs.push(cert);
+    }
+    certs.reverse();
+    let issuer = Issuer {
+        subject,
+        key_id,
+        key: signer,
+    };
+    Ok((certs, issuer))
 }
 
 fn purpose(text: &str) -> Purpose {
@@ -80,19 +171,10 @@ fn purpose(text: &str) -> Purpose {
 }
 
 pub fn build(args: &Args) -> Result<Chain> {
-    let ca_spec = KeySpec::parse(&args.ca_alg)?;
-    let srv_spec = KeySpec::parse(&args.server_alg)?;
-    for (flag, spec, text) in [
-        ("--ca-alg", &ca_spec, &args.ca_alg),
-        ("--server-alg", &srv_spec, &args.server_alg),
-    ] {
-        if !spec.available() {
-            crate::bail!(
-                Usage,
-                "{flag} {text:?}: no such key in OpenSSL or liboqs here (e.g. RSA:2048, \
-                 EC:P-256, ED25519, ML-DSA-44, SLH-DSA-SHA2-128s, MAYO-1, Falcon-512)"
-            );
-        }
+    let ca_spec = key_spec("--ca-alg", &args.ca_alg)?;
+    let srv_spec = key_spec("--server-alg", &args.server_alg)?;
+    for text in &args.intermediate_alg {
+        key_spec("--intermediate-alg", text)?;
     }
     let (root, ca_key) = match (&args.ca_cert, &args.ca_key) {
         (Some(cert), Some(key)) => {
@@ -125,11 +207,10 @@ pub fn build(args: &Args) -> Result<Chain> {
         }
     };
     let server_key = srv_spec.generate()?;
-    let parsed_root = x509::parse(&root)?;
-    let root_key_id = match parsed_root.key_identifier {
-        Some(k) => k.to_vec(),
-        None => x509::key_identifier(parsed_root.spki)?,
-    };
+    // The root's key signs the first intermediate; keep a copy for the root's own file.
+    let root_key = CertKey::from_pem(&ca_key.private_key_pem()?, "the root's key")?;
+    let (intermediates, issuer) = intermediates(args, &root, root_key)?;
+    let signer = issuer.key;
     let mut san = vec![args.cn.clone()];
     for s in &args.san {
         let s = s.trim();
@@ -139,18 +220,46 @@ pub fn build(args: &Args) -> Result<Chain> {
     }
     let profile = Profile {
         subject: x509::name("JP", "pqlab test server", &args.cn)?,
-        issuer: Some((parsed_root.subject, &root_key_id)),
+        issuer: Some((&issuer.subject, &issuer.key_id)),
         ca: false,
         purpose: purpose(&args.purpose),
         san,
     };
-    let server = x509::build(&profile, &server_key, &ca_key, args.days)?;
-    Ok(Chain {
+    let mut chain = Chain {
         root,
-        server,
+        intermediates,
+        server: Vec::new(),
         ca_key,
         server_key,
-    })
+        padding_names: 0,
+    };
+    match args.chain_bytes {
+        None => chain.server = x509::build(&profile, &chain.server_key, &signer, args.days)?,
+        Some(total) => {
+            let others: usize = chain.sent(args.chain_with_root)[1..]
+                .iter()
+                .map(|c| c.len())
+                .sum();
+            let target = (total as usize).saturating_sub(others);
+            match x509::padded(&profile, &chain.server_key, &signer, args.days, target)? {
+                Some((cert, names)) => {
+                    chain.server = cert;
+                    chain.padding_names = names;
+                }
+                None => {
+                    let unpadded = x509::build(&profile, &chain.server_key, &signer, args.days)?;
+                    crate::bail!(
+                        Usage,
+                        "--chain-bytes {total}: these certificates take {} bytes without \
+                         padding (server certificate {}, the rest {others}); ask for at least that",
+                        unpadded.len() + others,
+                        unpadded.len()
+                    );
+                }
+            }
+        }
+    }
+    Ok(chain)
 }
 
 /// A signature algorithm's name: liboqs's for its OIDs, OpenSSL's (or the dotted OID) else.
@@ -167,19 +276,30 @@ fn signature_algorithm_name(alg_id: &[u8]) -> String {
         .unwrap_or(oid)
 }
 
+/// Every certificate of `chain` verifies under its issuer's key (the root under itself).
+fn check_signatures(chain: &Chain) -> Result<()> {
+    let mut issuer = x509::parse(&chain.root)?.spki.to_vec();
+    let mut issued: Vec<&[u8]> = vec![&chain.root];
+    issued.extend(chain.intermediates.iter().rev().map(|c| &c[..]));
+    issued.push(&chain.server);
+    for cert in issued {
+        if !x509::signed_by(cert, &issuer)? {
+            crate::bail!(
+                Check,
+                "a generated certificate does not verify under its issuer's key"
+            );
+        }
+        issuer = x509::parse(cert)?.spki.to_vec();
+    }
+    Ok(())
+}
+
 pub fn run(args: Args) -> Result<()> {
     // Everything is made and checked before the directory that will hold keys exists.
     let chain = build(&args)?;
+    check_signatures(&chain)?;
     let root = x509::parse(&chain.root)?;
     let server = x509::parse(&chain.server)?;
-    // Check what we made: the server certificate verifies under the root, the root under
-    // itself.
-    if !x509::signed_by(&chain.server, root.spki)? || !x509::signed_by(&chain.root, root.spki)? {
-        crate::bail!(
-            Check,
-            "generated server certificate does not verify under its root"
-        );
-    }
     // The directory holds private keys: one the engine creates is owner-only.
     crate::secrets::create_dir(&args.out_dir)?;
     let d = &args.out_dir;
@@ -194,34 +314,37 @@ pub fn run(args: Args) -> Result<()> {
         &d.join("server.key.pem"),
         &chain.server_key.private_key_pem()?,
     )?;
-    let mut chain_pem = server_pem;
-    // Bytes of the certificate_list entries in the TLS 1.3 Certificate message:
-    // 3-byte length + DER + 2-byte (empty) extensions per certificate.
-    let mut chain_der_bytes = chain.server.len();
-    let mut chain_certs = 1;
-    if args.chain_with_root {
-        chain_pem.extend_from_slice(&root_pem);
-        chain_der_bytes += chain.root.len();
-        chain_certs += 1;
-    }
+    // What the server sends, leaf first (the Certificate message of TLS 1.3 adds a 3-byte
+    // length and 2 bytes of empty extensions to each: `chain_tls13_list_bytes`).
+    let sent = chain.sent(args.chain_with_root);
+    let chain_pem: Vec<u8> = sent
+        .iter()
+        .flat_map(|c| certkey::pem("CERTIFICATE", c))
+        .collect();
+    let chain_der_bytes: usize = sent.iter().map(|c| c.len()).sum();
     write(&d.join("chain.pem"), &chain_pem)?;
     emit(&json!({
         "type": "certs",
         "ca_alg": args.ca_alg,
         "server_alg": args.server_alg,
+        "intermediate_algs": args.intermediate_alg,
         "ca_key": chain.ca_key.algorithm(),
         "server_key": chain.server_key.algorithm(),
         "ca_sig_alg": signature_algorithm_name(root.signature_algorithm),
         "server_cert_sig_alg": signature_algorithm_name(server.signature_algorithm),
         "root_der_bytes": chain.root.len(),
         "server_cert_der_bytes": chain.server.len(),
+        "intermediate_der_bytes": chain.intermediates.iter().map(Vec::len).collect::<Vec<_>>(),
         "root_public_key_der_bytes": root.spki.len(),
         "server_public_key_der_bytes": server.spki.len(),
         "root_signature_bytes": root.signature.len(),
         "server_cert_signature_bytes": server.signature.len(),
-        "chain_certs": chain_certs,
+        "chain_certs": sent.len(),
         "chain_der_bytes": chain_der_bytes,
-        "chain_tls13_list_bytes": chain_der_bytes + chain_certs * 5,
+        "chain_tls13_list_bytes": chain_der_bytes + sent.len() * 5,
+        "chain_with_root": args.chain_with_root,
+        "chain_bytes_requested": args.chain_bytes,
+        "padding_names": chain.padding_names,
         "files": {
             "root_cert": d.join("root.crt.pem"),
             "root_key": d.join("root.key.pem"),
@@ -252,6 +375,8 @@ mod tests {
             purpose: "server".into(),
             ca_cert: None,
             ca_key: None,
+            intermediate_alg: Vec::new(),
+            chain_bytes: None,
         }
     }
 
@@ -290,7 +415,10 @@ mod tests {
         store.set_param(&param).unwrap();
         let store = store.build();
         let mut ctx = X509StoreContext::new().unwrap();
-        let untrusted = Stack::new().unwrap();
+        let mut untrusted = Stack::new().unwrap();
+        for c in &chain.intermediates {
+            untrusted.push(X509::from_der(c).unwrap()).unwrap();
+        }
         ctx.init(&store, &leaf, &untrusted, |c| {
             Ok(c.verify_cert()?.then_some(()).ok_or(c.error()))
         })
@@ -355,6 +483,71 @@ mod tests {
                 Some("server.pqlab.test")
             );
         }
+    }
+
+    #[test]
+    fn intermediates_chain_to_the_root_in_openssl_itself() {
+        let mut a = args("EC:P-256", "ML-DSA-44");
+        a.intermediate_alg = vec!["ML-DSA-65".into(), "RSA:2048".into()];
+        let mut chain = build(&a).unwrap();
+        check_signatures(&chain).unwrap();
+        assert_eq!(chain.intermediates.len(), 2);
+        openssl_verifies(&chain, "server").unwrap();
+        // The server certificate's issuer is sent first: the RSA CA, signed by ML-DSA-65.
+        let first = x509::parse(&chain.intermediates[0]).unwrap();
+        assert_eq!(
+            signature_algorithm_name(first.signature_algorithm),
+            "ML-DSA-65"
+        );
+        assert_eq!(chain.sent(true).len(), 4);
+        // Without the intermediates the leaf does not chain to the root.
+        chain.intermediates.clear();
+        assert!(openssl_verifies(&chain, "server").is_err());
+    }
+
+    #[test]
+    fn chain_bytes_pads_the_server_certificate_to_the_size_asked() {
+        for (ca, srv, with_root, total) in [
+            ("RSA:2048", "RSA:2048", true, 8000),
+            ("RSA:2048", "RSA:2048", true, 16000),
+            ("EC:P-256", "EC:P-256", false, 2000),
+            ("ML-DSA-44", "ML-DSA-44", true, 12785),
+            ("Falcon-512", "EC:P-256", false, 40000),
+            ("ML-DSA-65", "Falcon-512", true, 20000),
+        ] {
+            let mut a = args(ca, srv);
+            a.chain_with_root = with_root;
+            a.chain_bytes = Some(total);
+            let chain = build(&a).unwrap();
+            let got: usize = chain.sent(with_root).iter().map(|c| c.len()).sum();
+            assert!(
+                got.abs_diff(total as usize) <= 2,
+                "{ca}/{srv}: {got} bytes for {total}"
+            );
+            assert!(chain.padding_names > 0);
+            check_signatures(&chain).unwrap();
+            // Still a valid server certificate for its names (OpenSSL knows no Falcon keys;
+            // liboqs checked their signatures above).
+            if !ca.starts_with("Falcon") && !srv.starts_with("Falcon") {
+                openssl_verifies(&chain, "server").unwrap_or_else(|e| panic!("{ca}/{srv}: {e}"));
+            }
+        }
+        // Smaller than the chain without padding: refused, naming the smallest size.
+        let mut a = args("ML-DSA-44", "ML-DSA-44");
+        a.chain_bytes = Some(1000);
+        match build(&a) {
+            Err(crate::out::Error::Usage(m)) => assert!(m.contains("without padding"), "{m}"),
+            other => panic!("{:?}", other.map(|c| c.server.len())),
+        }
+    }
+
+    #[test]
+    fn serials_are_always_twenty_bytes() {
+        // Fixed-size keys and signatures give certificates of one size, every time.
+        let sizes: std::collections::BTreeSet<usize> = (0..600)
+            .map(|_| build(&args("ED25519", "ED25519")).unwrap().server.len())
+            .collect();
+        assert_eq!(sizes.len(), 1, "{sizes:?}");
     }
 
     #[test]

@@ -12,6 +12,7 @@ mod client;
 mod client_tests;
 #[cfg(test)]
 mod fake;
+mod hello;
 mod http;
 pub mod ids;
 mod load;
@@ -34,7 +35,7 @@ use crate::out::Result;
 pub enum Command {
     /// Root CA + server certificate (any OpenSSL or liboqs signature algorithm) and their
     /// sizes.
-    Certs(certs::Args),
+    Certs(Box<certs::Args>),
     /// TLS server: full handshakes, one record per connection.
     Server(Box<server::Args>),
     /// TLS client: N fresh connections, each handshake verified and recorded.
@@ -53,6 +54,9 @@ pub enum Command {
     /// drive them (in memory, or blocking sockets on 127.0.0.1): each side's CPU per
     /// handshake without the engine's loops.
     Reference(Box<reference::Args>),
+    /// The ClientHello the stack's client sends (its size), read by a listener of the
+    /// engine's own on 127.0.0.1 that closes after it: no server, no handshake.
+    Hello(Box<hello::Args>),
 }
 
 impl Command {
@@ -69,7 +73,7 @@ impl Command {
 
 pub fn run(c: Command) -> Result<()> {
     match c {
-        Command::Certs(a) => certs::run(a),
+        Command::Certs(a) => certs::run(*a),
         Command::Server(a) => server::run(*a),
         Command::Client(a) => client::run(*a),
         Command::Memory(a) => memory::run(*a),
@@ -77,6 +81,7 @@ pub fn run(c: Command) -> Result<()> {
         Command::Load(a) => load::run(*a),
         Command::Bulk(a) => bulk::run(*a),
         Command::Reference(a) => reference::run(*a),
+        Command::Hello(a) => hello::run(*a),
     }
 }
 

@@ -12,7 +12,13 @@
 //!   and/or clientAuth, subjectAltName (the CN first, then DNS names and IP addresses),
 //!   subjectKeyIdentifier, authorityKeyIdentifier (the issuer's key identifier).
 //!
+//! - intermediate CA: as the root, with authorityKeyIdentifier (its issuer's key identifier).
+//!
 //! Key identifiers are the SHA-1 of the subjectPublicKey bits (RFC 5280 4.2.1.2 method 1).
+//!
+//! `padded` grows a leaf to a requested DER size with more subjectAltName DNS names, as a
+//! multi-domain certificate (a CDN's or a hosting provider's, listing its customers' names)
+//! carries: the one way pqlab sets a chain's size independently of its algorithms.
 
 use crate::out::Result;
 use crate::primitives::der::{self, sequence, tlv};
@@ -92,10 +98,12 @@ pub fn key_identifier(spki: &[u8]) -> Result<Vec<u8>> {
 }
 
 fn random_serial() -> Result<Vec<u8>> {
-    // 159 random bits, positive, as CAs do (RFC 5280: at most 20 octets).
+    // 158 random bits, positive and always 20 octets (RFC 5280: at most 20), as CAs do: the
+    // top byte is kept in 0x40..0x7f, so a certificate's size never shrinks by a byte when
+    // the random serial happens to start with a zero byte, and sizes are predictable.
     let mut bytes = [0u8; 20];
     openssl::rand::rand_bytes(&mut bytes)?;
-    bytes[0] &= 0x7f;
+    bytes[0] = (bytes[0] & 0x3f) | 0x40;
     Ok(der::unsigned_integer(&bytes))
 }
 
@@ -198,6 +206,91 @@ pub fn build(
     ]);
     let signature = signer.sign(&tbs)?;
     Ok(sequence(&[&tbs, &sig_alg, &der::bit_string(&signature)]))
+}
+
+/// A DNS name of exactly `len` characters (1-63) for the `index`th padding entry: a
+/// customer's host name under pqlab.test when there is room for one, else letters.
+fn padding_name(index: usize, len: usize) -> String {
+    const SUFFIX: &str = ".pqlab.test";
+    let head = format!("site{index:04}");
+    if len < head.len() + SUFFIX.len() + 1 {
+        return (0..len).map(|i| (b'a' + (i % 26) as u8) as char).collect();
+    }
+    let mut name = head;
+    name.push('-');
+    let fill = len - name.len() - SUFFIX.len();
+    name.extend((0..fill).map(|i| (b'a' + ((index + i) % 26) as u8) as char));
+    name.push_str(SUFFIX);
+    name
+}
+
+/// The encoded bytes padding names of `content` bytes in all take, as names (each encoded
+/// as a 2-byte header and 1-63 characters): full names of 63 characters and one shorter.
+fn padding_names(content: usize) -> Vec<String> {
+    const FULL: usize = 2 + 63;
+    let mut names = Vec::new();
+    let mut left = content;
+    while left > FULL + 2 {
+        names.push(padding_name(names.len(), 63));
+        left -= FULL;
+    }
+    if left > FULL {
+        // Two names share the rest, so neither is below 1 character.
+        names.push(padding_name(names.len(), left / 2 - 2));
+        left -= left / 2;
+    }
+    if left >= 3 {
+        names.push(padding_name(names.len(), left - 2));
+    }
+    names
+}
+
+/// A leaf certificate of `target` DER bytes (or as close as the encoding allows: within 2
+/// bytes), grown from `profile` with subjectAltName DNS names; None when the certificate
+/// without padding is already larger than `target`. Names are added, the certificate is
+/// signed and measured, and the padding corrected until the size is reached (DER length
+/// fields grow at 128 and 256 bytes, and ECDSA or Falcon signatures vary by a few bytes).
+pub fn padded(
+    profile: &Profile<'_>,
+    subject_key: &CertKey,
+    signer: &CertKey,
+    days: u32,
+    target: usize,
+) -> Result<Option<(Vec<u8>, usize)>> {
+    let mut cert = build(profile, subject_key, signer, days)?;
+    if cert.len() > target {
+        return Ok(None);
+    }
+    let mut content = 0usize;
+    let mut best = (cert.len().abs_diff(target), cert.clone(), 0usize);
+    for _ in 0..16 {
+        if cert.len() == target {
+            break;
+        }
+        content = (content + target).saturating_sub(cert.len());
+        let mut padded = Profile {
+            subject: profile.subject.clone(),
+            issuer: profile.issuer,
+            ca: profile.ca,
+            purpose: profile.purpose,
+            san: profile.san.clone(),
+        };
+        let names = padding_names(content);
+        let count = names.len();
+        padded.san.extend(names);
+        cert = build(&padded, subject_key, signer, days)?;
+        if cert.len().abs_diff(target) < best.0 {
+            best = (cert.len().abs_diff(target), cert.clone(), count);
+        }
+    }
+    if best.0 > 2 {
+        crate::bail!(
+            Check,
+            "could not pad the certificate to {target} bytes (closest {} bytes)",
+            best.1.len()
+        );
+    }
+    Ok(Some((best.1, best.2)))
 }
 
 /// The parts of a certificate the engine reads (slices of its DER).

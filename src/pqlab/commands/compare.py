@@ -194,6 +194,9 @@ def compare(
             sa, sb = (_samples(s, spec) for s in (a, b))
             for key in sorted(set(sa) & set(sb), key=str):
                 (xa, ra), (xb, rb) = sa[key], sb[key]
+                if spec.exact:
+                    rows.append(_exact_row(spec, key, xa, xb))
+                    continue
                 if len(xa) < 2 or len(xb) < 2:
                     continue
                 est, lo, hi = stats.bootstrap_ci(xa, xb, level=level, n_boot=1000)
@@ -224,6 +227,26 @@ def compare(
     finally:
         a.close()
         b.close()
+
+
+def _exact_row(spec: CompareSpec, key: tuple, xa, xb) -> dict:
+    """Computed values (predictions): the same or changed, with the relative change."""
+    va, vb = float(np.median(xa)), float(np.median(xb))
+    same = sorted(xa.tolist()) == sorted(xb.tolist())
+    return {
+        "experiment": spec.label,
+        "key": " / ".join(map(str, key)),
+        "unit": spec.unit,
+        "median_a": va,
+        "median_b": vb,
+        "n_a": len(xa),
+        "n_b": len(xb),
+        "change_pct": 100 * (vb / va - 1) if va else 0.0,
+        "ci_low_pct": None,
+        "ci_high_pct": None,
+        "drift_pct": None,
+        "verdict": "same (computed)" if same else "changed (computed)",
+    }
 
 
 def _percent(text: str) -> float:
@@ -301,7 +324,11 @@ def run(args) -> int:
             f"{'change':>8} {'95% CI':>18}  verdict"
         )
         for r in rows:
-            ci = f"[{r['ci_low_pct']:+.1f}, {r['ci_high_pct']:+.1f}]%"
+            ci = (
+                f"[{r['ci_low_pct']:+.1f}, {r['ci_high_pct']:+.1f}]%"
+                if r["ci_low_pct"] is not None
+                else "computed"
+            )
             print(
                 f"{r['experiment']:<11} {r['key']:<{width}} {r['median_a']:>10.4g} "
                 f"{r['median_b']:>10.4g} {r['change_pct']:>+7.1f}% {ci:>18}  {r['verdict']}"

@@ -24,8 +24,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-DEFAULT_MSS = 1448  # IPv4 over a 1500-byte MTU with TCP timestamps
-DEFAULT_INITCWND = 10  # RFC 6928, Linux's default
+from pqlab.tls import wire
+
+DEFAULT_MSS = wire.DEFAULT_MSS  # IPv4 over a 1500-byte MTU with TCP timestamps
+DEFAULT_INITCWND = wire.LINUX_INITCWND  # RFC 6928, Linux's default
 OPENSSL_BUFFER = 4096  # OpenSSL's buffering BIO during the handshake (bf_buff.c default)
 
 
@@ -110,16 +112,9 @@ OPENSSL = WriteModel("buffer", OPENSSL_BUFFER)
 
 def segments(writes: list[int], mss: int = DEFAULT_MSS) -> list[int]:
     """Stream offsets at the end of each TCP segment, when every write leaves at once as
-    full segments and a short tail (TCP_NODELAY; no coalescing of writes)."""
-    out, start = [], 0
-    for end in writes:
-        while end - start > mss:
-            start += mss
-            out.append(start)
-        if end > start:
-            out.append(end)
-            start = end
-    return out
+    full segments and a short tail (TCP_NODELAY; the window open: `pqlab.tls.wire` models
+    what a full window does)."""
+    return wire.cut(writes, mss)
 
 
 def segments_through(offset: int, writes: list[int], mss: int = DEFAULT_MSS) -> int:

@@ -24,6 +24,9 @@ DEFAULT_STACK = "openssl"
 # public key and the CA's signature (measured: 420-440 bytes for every algorithm).
 CERTIFICATE_OVERHEAD_MIN = 24 + 512
 CERTIFICATE_OVERHEAD = 440
+# A root carries no subjectAltName, extended key usage or authority key identifier: about
+# 100 bytes less (measured: 82-128 for RSA, ECDSA, EdDSA, ML-DSA and SLH-DSA).
+ROOT_CERTIFICATE_OVERHEAD = CERTIFICATE_OVERHEAD - 100
 ROLES = ("group", "server", "client", "ca")
 
 
@@ -253,6 +256,16 @@ def certificate_bytes(subject, issuer) -> int:
     return public + signature + CERTIFICATE_OVERHEAD
 
 
+def root_certificate_bytes(ca) -> int:
+    """About how many DER bytes a pqlab root CA certificate of `ca` has."""
+    sizes = ca.sizes or {}
+    return (
+        int(sizes.get("public_key") or 0)
+        + int(sizes.get("signature") or 0)
+        + (ROOT_CERTIFICATE_OVERHEAD)
+    )
+
+
 def _lower_map(entries: list[dict]) -> dict[str, int]:
     out: dict[str, int] = {}
     for e in entries:
@@ -365,6 +378,76 @@ def require_chains(
             why = stack.chain_why_not(server, ca, send_root)
             if why:
                 raise UserError(f"{option} {server.name} with CA {ca.name}: {why}")
+
+
+@dataclass(frozen=True)
+class ClientHello:
+    """The ClientHello a stack's client sends: its record bytes and the length of its
+    legacy_session_id (which the server echoes in its ServerHello)."""
+
+    record_bytes: int
+    session_id_bytes: int
+
+
+@functools.lru_cache(maxsize=256)
+def client_hello(
+    stack: str, group: str, sigalgs: str | None, servername: str, ca: str
+) -> ClientHello:
+    """The ClientHello `stack`'s client sends offering `group` (stack names) and `sigalgs`
+    (comma separated; None: the stack's default list), to `servername` (an IP address sends
+    no SNI): measured by the engine (`tls hello`: the client's hello to a listener of its
+    own that closes, no server, no handshake). `ca`: any root certificate (PEM) the client
+    can load."""
+    argv = ["tls", "hello", "--stack", stack, "--groups", group, "--ca", ca]
+    argv += ["--servername", servername] + (["--sigalgs", sigalgs] if sigalgs else [])
+    records = engine.run(argv, timeout=60)
+    hello = next((r for r in records if r.get("type") == "client_hello"), None)
+    if hello is None:
+        raise UserError(f"the engine reported no ClientHello for the {stack} stack")
+    return ClientHello(int(hello["record_bytes"]), int(hello.get("session_id_bytes", 32)))
+
+
+# How far below the catalogue's estimate of a chain's size a --chain-bytes size may be
+# before it is refused at once (the estimate is within a few tens of bytes; a size between
+# the two is refused by the certificate builder, naming the exact size).
+PADDING_ESTIMATE_MARGIN = 32
+
+
+def require_padded_chains(
+    sizes: list[int], stack: Stack, send_root: bool, pairs, option: str = "--chain-bytes"
+) -> None:
+    """UserError when a chain of a (server, CA) pair of `pairs` cannot be padded to one of
+    `sizes` DER bytes: smaller than the chain without padding (estimated from the
+    catalogue's sizes), or over `stack`'s limits (the padding goes into the server
+    certificate, which holds the size less the root's when it is sent; the Certificate
+    message holds it all)."""
+    limit = stack.certificate_limit()
+    message = stack.limits.get("max_handshake_message_bytes") or stack.limits.get(
+        "max_cert_list_bytes"
+    )
+    for server, ca in pairs:
+        root = root_certificate_bytes(ca) if send_root else 0
+        own = certificate_bytes(server, ca) + root
+        for size in sizes:
+            if size < own - PADDING_ESTIMATE_MARGIN:
+                what = f"a {server.name} certificate signed by {ca.name}" + (
+                    " and the root" if send_root else ""
+                )
+                raise UserError(
+                    f"{option} {size}: {what} take about {own} bytes without padding; ask for "
+                    "at least that (padding only adds)"
+                )
+            if limit is not None and size - root > limit:
+                raise UserError(
+                    f"{option} {size}: the server certificate would hold about {size - root} "
+                    f"bytes, more than the {stack.name} TLS stack takes in a certificate "
+                    f"({limit} bytes)"
+                )
+            if message and 8 + size + 10 > int(message):
+                raise UserError(
+                    f"{option} {size}: a Certificate message of about {size + 18} bytes is "
+                    f"more than the {stack.name} TLS stack takes ({int(message)} bytes)"
+                )
 
 
 def _catalogue(role: str):

@@ -29,7 +29,7 @@ class Handshake(Experiment):
         CompareSpec(
             "handshake",
             "handshake_raw",
-            ("group", "server_sig", "ca_sig"),
+            ("group", "server_sig", "ca_sig", "chain_bytes_requested"),
             "handshake_ns / 1e6",
             "ms",
             round_column="round",
@@ -47,7 +47,7 @@ class Handshake(Experiment):
         }
 
     def metadata(self, plan: _plan.Plan) -> dict:
-        cells = len(plan.groups) * len(plan.server_sigs) * len(plan.ca_sigs)
+        cells = len(list(plan.cells()))
         return {
             "handshake": {
                 "cells": cells,
@@ -60,6 +60,7 @@ class Handshake(Experiment):
                 "stack": plan.stack,
                 "keep_pcap": plan.keep_pcap,
                 "send_root": plan.send_root,
+                "chain_bytes": plan.chain_bytes,
                 "messages": plan.messages,
                 "cpus": {"server": plan.cpus[0], "client": plan.cpus[1]} if plan.cpus else None,
             },

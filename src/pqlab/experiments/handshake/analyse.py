@@ -14,6 +14,7 @@ from pathlib import Path
 from pqlab import pcap, procstat
 from pqlab.errors import CheckError, EngineError
 from pqlab.experiments.handshake import phases as hp
+from pqlab.experiments.handshake import predicted
 from pqlab.tls import flight, negotiation, records
 from pqlab.tls import keylog as kl
 from pqlab.tls.records import TlsRecord
@@ -113,6 +114,11 @@ def handshake_row(idx: int, cport: int, h: hp.Handshake, crec: dict, srec: dict)
         "server_snd_mss": info.get("snd_mss"),
         "points": json.dumps({k: v - p["1"] for k, v in p.items()}),
         "order_disagreements": f["order_disagreements"],
+        "server_writes": json.dumps(f["server_writes"]),
+        "flight_rounds": f["flight_rounds"],
+        "flight_max_in_flight": f["max_in_flight"],
+        # the TCP handshake's round trip and one per round of the server's flight
+        "round_trips": 1 + f["flight_rounds"] if f["flight_rounds"] is not None else None,
     }
     for side, name, col in SIZE_COLUMNS:
         row[col] = sizes.get(f"{side} {name}")
@@ -195,12 +201,16 @@ def analyse_cell(
     expect_cc: str | None = None,
     records_of=callback_records,
     clock_tolerance_ns: float = 0,
+    writes_of=predicted.io_writes,
+    model: predicted.CellModel | None = None,
 ):
     """Per-handshake rows and phase rows for one cell (without the cell's labels), for the
     measured pairs of `pairs` (all of the cell's connections in order, warm-ups included:
     each takes its connection from the captures, so a reused client port stays matched).
     `records_of(client_record, server_record)` gives the TLS records both sides wrote;
-    `clock_tolerance_ns` how far the two captures' clocks may disagree (0: one clock)."""
+    `clock_tolerance_ns` how far the two captures' clocks may disagree (0: one clock);
+    `writes_of(server_record)` the server's socket writes on the server capture's clock;
+    `model` the cell's wire model, whose prediction each row carries."""
     c_by_port = _by_client_port(client_pcap, port)
     s_by_port = _by_client_port(server_pcap, port)
     rows, phases = [], []
@@ -222,6 +232,7 @@ def analyse_cell(
         if warmup:
             continue
         mss = int((srec.get("tcp_info") or {}).get("snd_mss") or 1448)
+        writes = writes_of(srec)
         try:
             h = hp.analyse(
                 cconn,
@@ -231,10 +242,14 @@ def analyse_cell(
                 initcwnd=initcwnd,
                 clock_tolerance_ns=clock_tolerance_ns,
                 write_model=stack.write_model if stack is not None else flight.OPENSSL,
+                writes=writes,
             )
         except hp.AnalysisError as e:
             raise EngineError(f"handshake {idx} (client port {cport}): {e}") from None
-        rows.append(handshake_row(idx, cport, h, crec, srec))
+        row = handshake_row(idx, cport, h, crec, srec)
+        if model is not None:
+            row |= predicted.columns(model, h.points, writes, h.flight["bytes"])
+        rows.append(row)
         phases += phase_rows(idx, h)
     return rows, phases
 

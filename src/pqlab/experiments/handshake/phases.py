@@ -203,7 +203,13 @@ class _FlightReplay:
     least half the window was in use, RFC 7661; Linux counts segments), or (b) the segment
     was handed to the kernel in the same write as the previous one (so it was ready at once)
     yet left only after the ACK, closer to the ACK than to its predecessor: whatever the
-    kernel's window was, the ACK released it."""
+    kernel's window was, the ACK released it.
+
+    Rounds, as the wire model counts them (`pqlab.tls.wire`): a segment is in round 1
+    unless the window was full when the ACK before it arrived (case a), then it is one
+    round after the newest segment that ACK acknowledged; never before the segment ahead of
+    it. (A segment held by something else, such as the kernel's own queueing on a link
+    faster than the CPU, waits in the same round.)"""
 
     def __init__(self, predicted_writes: list[int], initcwnd: int):
         self.predicted = predicted_writes
@@ -218,6 +224,9 @@ class _FlightReplay:
         self.stall_wait_ns = 0
         self.prev_seg_ts: int | None = None
         self.prev_write: int | None = None
+        self.rounds: list[int] = []  # the round of each flight segment
+        self.max_in_flight = 0  # the most flight segments unacknowledged at once
+        self.acked_round = 0  # the round of the newest segment the last ACK acknowledged
 
     def write_of(self, end: int) -> int:
         """Which of the predicted writes carried stream byte end-1."""
@@ -234,6 +243,10 @@ class _FlightReplay:
             self.cwnd += newly
         self.snd_una = seg.ack
         self.last_ack_ns = seg.ts_ns
+        self.acked_round = max(
+            (r for end, r in zip(self.segs, self.rounds, strict=True) if end <= seg.ack),
+            default=0,
+        )
 
     def data(self, seg: Segment) -> None:
         if seg.payload_len == 0 or seg.flags & SYN:
@@ -243,13 +256,18 @@ class _FlightReplay:
             return
         write = self.write_of(seg.end)
         prev, ack = self.prev_seg_ts, self.last_ack_ns
+        held = False
         if prev is not None and ack is not None and ack > prev:
+            held = self.full_at_ack
             released = write == self.prev_write and (seg.ts_ns - ack < ack - prev)
             if self.full_at_ack or released:
                 self.stalls += 1
                 self.stall_wait_ns += seg.ts_ns - prev
         self.full_at_ack = False
+        base = self.acked_round + 1 if held else 1
+        self.rounds.append(max(base, self.rounds[-1] if self.rounds else 1))
         self.segs.append(seg.end)
+        self.max_in_flight = max(self.max_in_flight, sum(1 for e in self.segs if e > self.snd_una))
         self.max_end = seg.end
         self.prev_seg_ts, self.prev_write = seg.ts_ns, write
 
@@ -261,10 +279,12 @@ def server_flight(
     mss: int,
     initcwnd: int,
     write_model: WriteModel = OPENSSL,
+    writes: list[tuple[int, int]] | None = None,
 ) -> dict:
     """What the server sent from ServerHello to Finished, as seen in the server's capture:
-    segments, bytes, where the stack's writes split it (its write model, `pqlab.tls.flight`),
-    whether it waited for an ACK."""
+    segments, bytes, where the stack's writes split it (its write model, `pqlab.tls.flight`;
+    `writes`: its socket writes as its io events report them), whether and for how many
+    rounds it waited for ACKs."""
     fin_end = message_end(records, "server", "Finished")
     cert_end = message_end(records, "server", "Certificate")
     measured = Flight(
@@ -310,6 +330,9 @@ def server_flight(
         "document_case": document_case(measured, write_model),
         "cv_stall_predicted": segments_through(measured.through_certificate_verify, predicted, mss)
         > initcwnd,
+        "flight_rounds": replay.rounds[-1] if replay.rounds else 0,
+        "max_in_flight": replay.max_in_flight,
+        "server_writes": [end for _, end in writes or [] if end <= fin_end],
     }
 
 
@@ -377,12 +400,14 @@ def analyse(
     initcwnd: int = 10,
     clock_tolerance_ns: float = 0,
     write_model: WriteModel = OPENSSL,
+    writes: list[tuple[int, int]] | None = None,
 ) -> Handshake:
     """One handshake taken apart. `clock_tolerance_ns`: how far the two captures' clocks may
-    disagree (see `order_disagreements`)."""
+    disagree (see `order_disagreements`); `writes`: the server's socket writes (start time,
+    stream offset at their end), recorded beside the flight."""
     p = points(client_conn, server_conn, records)
     disagreements = order_disagreements(p, clock_tolerance_ns)
-    flight = server_flight(client_conn, server_conn, records, mss, initcwnd, write_model)
+    flight = server_flight(client_conn, server_conn, records, mss, initcwnd, write_model, writes)
     flight["order_disagreements"] = len(disagreements)
     flight["client_wire_bytes"], flight["server_wire_bytes"] = wire_bytes(client_conn, p["9"])
     flight["client_hello_segments"], flight["server_hello_segments"] = hello_segments(

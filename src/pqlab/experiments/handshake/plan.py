@@ -20,6 +20,8 @@ DEFAULT_GROUPS = ["X25519", "ML-KEM-512", "ML-KEM-768", "ML-KEM-1024", "X25519ML
 DEFAULT_SIGS = ["RSA-2048", "RSA-3072", "P-256", "ML-DSA-44"]
 DEFAULT_PORT = 4433
 DEFAULT_INITCWND = 10
+CHAIN_STEP = 1000  # default step of a --chain-bytes range
+MAX_CHAIN_BYTES = 1 << 20
 MESSAGE_SOURCES = ("auto", "callback", "keylog", "both")
 MAX_N = 100_000
 MAX_WARMUP = 10_000
@@ -100,6 +102,14 @@ OPTIONS = (
         default="auto",
         choices=MESSAGE_SOURCES,
     ),
+    Option(
+        "chain-bytes",
+        "DER bytes of the certificates the server sends (the root included with --send-root), "
+        "whatever the algorithms: the server certificate is padded with subjectAltName names "
+        "to this size; a list (8000,16000) or a range (2000..40000, steps of "
+        f"{CHAIN_STEP}; 2000..40000/500) adds one cell per size",
+        metavar="SIZES",
+    ),
     Option("port", "server TCP port inside the lab", default=str(DEFAULT_PORT), metavar="PORT"),
     Option(
         "profile",
@@ -148,6 +158,7 @@ class Plan:
     remote: object | None = None  # pqlab.net.remote.RemotePlan: the host pairs
     rounds: int | None = None  # None: auto (AUTO_ROUNDS with several cells, else 1)
     seed: int = field(default_factory=lambda: random.SystemRandom().randrange(2**31))
+    chain_bytes: list[int] | None = None  # None: the algorithms' own chains
 
     def rounds_for(self, cells: int) -> int:
         """Rounds of a batch of `cells` cells: never more than -n (every round measures)."""
@@ -170,25 +181,29 @@ class Plan:
         return [cells[i : i + size] for i in range(0, len(cells), size)]
 
     def cells(self):
+        """(group, server signature, CA signature, chain bytes or None) of every cell."""
         for g in self.groups:
             for s in self.server_sigs:
                 for c in self.ca_sigs:
-                    yield g, s, c
+                    for size in self.chain_bytes or [None]:
+                        yield g, s, c, size
 
     @property
     def pairs(self) -> list:
         """The host pairs the cells run on (None: this machine's namespaces)."""
         return list(self.remote.pairs) if self.remote is not None else [None]
 
-    def cell_id(self, group, server_sig, ca_sig, pair=None) -> CellId:
+    def cell_id(self, group, server_sig, ca_sig, chain_bytes=None, pair=None) -> CellId:
         # Several pairs: each cell once per pair (one pair: the cell ids of one machine).
         several = pair is not None and len(self.pairs) > 1
+        options = ("root",) if self.send_root else ()
+        options += (f"chain{chain_bytes}",) if chain_bytes is not None else ()
         return CELLS.id(
             group,
             server_sig,
             ca_sig,
             stack=self.stack,
-            options=("root",) if self.send_root else (),
+            options=options,
             pair=pair.label if several else None,
         )
 
@@ -219,6 +234,18 @@ def _message_source(choice: str, stack) -> str:
     return choice
 
 
+def _chain_bytes(values, stack, server_sigs, ca_sigs) -> list[int] | None:
+    """The --chain-bytes sizes, each one every (server, CA) chain can be padded to."""
+    if values.chain_bytes is None:
+        return None
+    sizes = units.parse_size_points(
+        values.chain_bytes, "--chain-bytes", CHAIN_STEP, maximum=MAX_CHAIN_BYTES
+    )
+    pairs = [(s, c) for s in server_sigs for c in ca_sigs]
+    stacks.require_padded_chains(sizes, stack, bool(values.send_root), pairs)
+    return sizes
+
+
 def from_values(values) -> Plan:
     """Validate everything the user gave before anything is created."""
     stack = parse_stack(values)
@@ -238,7 +265,8 @@ def from_values(values) -> Plan:
     port = units.parse_positive_int(values.port, "--port")
     if port > 65535:
         raise UserError(f"--port {port} is not a TCP port; use 1-65535")
-    cells = len(groups) * len(server_sigs) * len(ca_sigs)
+    chain_bytes = _chain_bytes(values, stack, server_sigs, ca_sigs)
+    cells = len(groups) * len(server_sigs) * len(ca_sigs) * len(chain_bytes or [None])
     last = port + min(cells, MAX_BATCH) - 1
     if last > 65535:
         raise UserError(
@@ -271,6 +299,7 @@ def from_values(values) -> Plan:
     )
     if values.seed is not None:
         plan.seed = units.parse_positive_int(values.seed, "--seed", minimum=0, maximum=2**31 - 1)
+    plan.chain_bytes = chain_bytes
 
     check_shaper(plan.shaper)
     if values.profile:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from pqlab import catalog, figures
 from pqlab.errors import UserError
-from pqlab.experiments.handshake import clocks, features
+from pqlab.experiments.handshake import clocks, features, prediction_report
 from pqlab.experiments.handshake import phases as hp
 from pqlab.experiments.handshake import summary as summary_part
 from pqlab.experiments.handshake.analyse import SIZE_COLUMNS
@@ -117,6 +117,7 @@ def export(store):
         "received at the client), server flight, bytes each way, write-buffer "
         "splits and congestion-window stalls (table 9 and more)",
     )
+    prediction_report.extend_section(store, section)
     if {"client_hello_segments", "server_hello_segments"} <= store.columns("handshake_raw"):
         csv_path, text = _hello_table(store)
         section.text(text)
@@ -302,6 +303,14 @@ def _size_table(store) -> Path:
     )
 
 
+def _padded(store) -> str:
+    """The column that keeps --chain-bytes cells apart from the algorithms' own chains in
+    the pivot tables (runs made before it have none)."""
+    if "chain_bytes_requested" in store.columns("handshake_raw"):
+        return "t.chain_bytes_requested"
+    return "CAST(NULL AS BIGINT)"
+
+
 def _processing_table(store) -> Path:
     ms = MS
     cas = [
@@ -318,10 +327,11 @@ def _processing_table(store) -> Path:
     return store.export_table(
         "handshake_client_processing",
         f"""
-        SELECT t."group", t.server_sig, {pivot}, t.stack, t.chain_sent
+        SELECT t."group", t.server_sig, {pivot}, t.stack, t.chain_sent,
+          {_padded(store)} AS chain_bytes_requested
         FROM handshake_raw t {ORDER_JOIN}
-        GROUP BY t."group", t.server_sig, t.stack, t.chain_sent, og.pos, os.pos
-        ORDER BY og.pos, os.pos, t.stack, t.chain_sent""",
+        GROUP BY t."group", t.server_sig, t.stack, t.chain_sent, {_padded(store)}, og.pos, os.pos
+        ORDER BY og.pos, os.pos, t.stack, t.chain_sent, chain_bytes_requested""",
     )
 
 
@@ -340,10 +350,11 @@ def _segment_table(store) -> Path:
     return store.export_table(
         "handshake_server_segments",
         f"""
-        SELECT t."group", {seg_pivot}, t.stack, t.chain_sent
+        SELECT t."group", {seg_pivot}, t.stack, t.chain_sent,
+          {_padded(store)} AS chain_bytes_requested
         FROM handshake_raw t {ORDER_JOIN}
-        GROUP BY t."group", t.stack, t.chain_sent, og.pos
-        ORDER BY og.pos, t.stack, t.chain_sent""",
+        GROUP BY t."group", t.stack, t.chain_sent, {_padded(store)}, og.pos
+        ORDER BY og.pos, t.stack, t.chain_sent, chain_bytes_requested""",
     )
 
 
@@ -408,13 +419,21 @@ class _PhaseMeans:
     """Mean phase times of every cell, and the cells' axes in report order."""
 
     def __init__(self, store):
+        # The document's figures show the algorithms' own chains: cells of a --chain-bytes
+        # sweep (their own figure) are left out.
+        own = (
+            "cell_id NOT IN (SELECT cell_id FROM handshake_raw "
+            "WHERE chain_bytes_requested IS NOT NULL)"
+            if "chain_bytes_requested" in store.columns("handshake_raw")
+            else "TRUE"
+        )
         data = store.query(
             'SELECT "group", server_sig, ca_sig, view, phase, avg(ns) / 1e6 AS ms '
-            "FROM handshake_phase GROUP BY ALL"
+            f"FROM handshake_phase WHERE {own} GROUP BY ALL"
         )
         cells = store.query(
             'SELECT DISTINCT t."group", t.server_sig, t.ca_sig, og.pos AS gp, os.pos AS sp, '
-            f"oc.pos AS cp FROM handshake_raw t {ORDER_JOIN} ORDER BY gp, sp, cp"
+            f"oc.pos AS cp FROM handshake_raw t {ORDER_JOIN} WHERE t.{own} ORDER BY gp, sp, cp"
         )
         self.axes = {
             axis: list(dict.fromkeys(c[axis] for c in cells))

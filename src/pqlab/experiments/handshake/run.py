@@ -18,7 +18,7 @@ from types import SimpleNamespace
 
 from pqlab import process, procstat, stats
 from pqlab.errors import EngineError, UserError
-from pqlab.experiments.handshake import analyse, clocks, schema
+from pqlab.experiments.handshake import analyse, clocks, predicted, schema
 from pqlab.experiments.handshake.plan import CELLS, DEFAULT_INITCWND, Plan
 from pqlab.net.shaping import build_hosts
 from pqlab.net.topology import TcpSettings
@@ -64,7 +64,7 @@ class _Live:
     """One cell of a batch while the batch runs: its server and captures run for the whole
     batch, a new client for each of its rounds."""
 
-    algs: tuple  # group, server signature, CA signature
+    algs: tuple  # group, server signature, CA signature, chain bytes (None: the algorithms')
     chain: Chain
     pair: object
     cid: str
@@ -78,6 +78,7 @@ class _Live:
     cpu: list = field(default_factory=lambda: [0.0, 0.0])  # the clients' user, system s
     peaks: dict = field(default_factory=dict)  # side -> peak RSS (KiB)
     busy_s: float = 0.0  # wall time of its rounds
+    model: predicted.CellModel | None = None  # the wire model's view of the cell
 
 
 class _Clients:
@@ -89,7 +90,7 @@ class _Clients:
 
 def _prepare(store, hosts, plan: Plan, pair, index: int, cell, work: Path) -> _Live:
     """Chain, ports and files of the batch's cell `index` (nothing started)."""
-    group, server_sig, ca_sig = cell
+    group, server_sig, ca_sig, chain_bytes = cell
     chain = make_chain(
         store.path / "certs",
         ca_sig,
@@ -97,23 +98,34 @@ def _prepare(store, hosts, plan: Plan, pair, index: int, cell, work: Path) -> _L
         plan.stack,
         send_root=plan.send_root,
         server_address=hosts.server_ip if pair is not None else None,
+        chain_bytes=chain_bytes,
     )
     name = f"{group.name}_{server_sig.name}_{ca_sig.name}".replace("/", "_")
+    name += f"_{chain_bytes}B" if chain_bytes is not None else ""
     if len(plan.pairs) > 1:
         name += "_" + "".join(c if c.isalnum() or c in ".-" else "_" for c in pair.label)
     return _Live(
         algs=cell,
         chain=chain,
         pair=pair,
-        cid=str(plan.cell_id(group, server_sig, ca_sig, pair)),
+        cid=str(plan.cell_id(group, server_sig, ca_sig, chain_bytes, pair)),
         port=plan.port + index,
         files=_cell_files(store, plan, name, work),
         expected=Expected(group=group, sigalg=server_sig),
+        model=predicted.cell_model(
+            stacks.get(plan.stack),
+            group,
+            server_sig,
+            chain,
+            hosts.server_ip,
+            plan.profile,
+            hosts.tcp.initcwnd or DEFAULT_INITCWND,
+        ),
     )
 
 
 def _tls(plan: Plan, cell: _Live, keylog: Path | None = None) -> runner.Tls:
-    group, server_sig, _ = cell.algs
+    group, server_sig = cell.algs[:2]
     return runner.Tls(stack=plan.stack, groups=(group,), sigalgs=(server_sig,), keylog=keylog)
 
 
@@ -234,6 +246,8 @@ def _finish(store, hosts, plan: Plan, cell: _Live) -> None:
     cell_clock = clocks.correct(hosts, client_pcap, server_pcap, cell.port)
     if cell_clock.applied:
         cell.files = (*cell.files, cell_clock.server_pcap)
+    # The server's io events are on its own clock: moved as its capture was.
+    shift = cell_clock.estimate.offset_ns if cell_clock.applied else 0.0
     rows, phase_rows = analyse.analyse_cell(
         client_pcap,
         cell_clock.server_pcap,
@@ -245,6 +259,8 @@ def _finish(store, hosts, plan: Plan, cell: _Live) -> None:
         hosts.tcp.congestion_control,
         records_of=_records_source(plan, cell_clock.server_pcap, keylog, cell.port),
         clock_tolerance_ns=cell_clock.phase_uncertainty_ns,
+        writes_of=lambda srec: predicted.io_writes(srec, shift),
+        model=cell.model,
     )
     for row, (crec, _) in zip(rows, analyse.measured(pairs), strict=True):
         row["round"] = crec["round"]
@@ -254,7 +270,7 @@ def _finish(store, hosts, plan: Plan, cell: _Live) -> None:
         hosts,
         plan,
         (cell.cid, label, cell.port),
-        cell.algs,
+        cell,
         rows,
         clocks.tag_phases(phase_rows, cell_clock, label),
         summaries,
@@ -278,12 +294,12 @@ def run_batch(store, hosts, plan: Plan, pair, cells: list, work: Path, progress)
     where = f" ({pair.label})" if pair is not None and len(plan.pairs) > 1 else ""
     try:
         for i, cell in enumerate(cells):
-            group, ssig, csig = cell
+            group, ssig, csig, _ = cell
             progress.start(f"starting {group.name} / {ssig.name} / CA {csig.name}{where}")
             live.append(_prepare(store, hosts, plan, pair, i, cell, work))
             _start(hosts, plan, live[-1], per_cell, budget, procs)
         for position, (number, i) in enumerate(schedule(len(live), len(rounds), plan.seed)):
-            group, ssig, csig = live[i].algs
+            group, ssig, csig, _ = live[i].algs
             progress.start(
                 f"round {number + 1}/{len(rounds)}: {group.name} / {ssig.name} / CA "
                 f"{csig.name}{where}"
@@ -317,7 +333,7 @@ def _commit(
     hosts,
     plan: Plan,
     ids,
-    algs,
+    cell: _Live,
     rows,
     phase_rows,
     summaries,
@@ -328,7 +344,7 @@ def _commit(
     order: list[dict] = (),
 ) -> None:
     cid, pair, port = ids
-    group, server_sig, ca_sig = algs
+    group, server_sig, ca_sig, chain_bytes = cell.algs
     labels = {
         "cell_id": cid,
         "group": group.name,
@@ -346,6 +362,7 @@ def _commit(
         "seed": plan.seed,
         "profile": plan.profile_name,
         "send_root": plan.send_root,
+        "chain_bytes": chain_bytes,
         "stack": plan.stack,
         "host_pair": pair,
         "clock_offset_ns": clock_row["offset_ns"],
@@ -358,6 +375,9 @@ def _commit(
             "chain_sent": chain_sent,
             "message_source": plan.messages,
             "host_pair": pair,
+            "chain_bytes_requested": chain_bytes,
+            "chain_der_bytes": cell.chain.sent_der_bytes,
+            "shaped": plan.profile is not None,
         }
         store.insert("handshake_raw", _columns(rows, {**labels, **extra}))
         store.insert("handshake_phase", _columns(phase_rows, labels))
@@ -390,6 +410,13 @@ def _commit(
                 f"handshake {cid}", stats.summarize([r["handshake_ns"] for r in rows])
             ),
         )
+        if rows and cell.model is not None:
+            store.add_warnings(
+                EXPERIMENT,
+                cid,
+                predicted.warnings(cid, rows, plan.profile is not None, cell.model.initcwnd),
+            )
+            store.insert_rows("handshake_cliffs", predicted.cliff_rows(cid, cell.model))
         moved = stats.drift([r["handshake_ns"] for r in rows], [r["round"] for r in rows])
         if moved is not None and abs(moved) >= DRIFT_WARNING:
             store.add_warnings(

@@ -21,7 +21,13 @@ CREATE TABLE IF NOT EXISTS handshake_raw (
     points JSON, stack TEXT, message_source TEXT,
     client_hello_segments INTEGER, server_hello_segments INTEGER, host_pair TEXT,
     order_disagreements INTEGER, document_case INTEGER, cv_stall_predicted BOOLEAN,
-    "round" INTEGER)
+    "round" INTEGER, chain_bytes_requested BIGINT, server_writes JSON, flight_rounds INTEGER,
+    round_trips INTEGER, predicted_flight_bytes_min INTEGER,
+    predicted_flight_bytes_max INTEGER, predicted_writes JSON,
+    predicted_segments_min INTEGER, predicted_segments_max INTEGER,
+    predicted_round_trips_min INTEGER, predicted_round_trips_max INTEGER,
+    predicted_handshake_ns_min BIGINT, predicted_handshake_ns_max BIGINT, shaped BOOLEAN,
+    chain_der_bytes INTEGER, flight_max_in_flight INTEGER)
 """
 PHASE_DDL = """
 CREATE TABLE IF NOT EXISTS handshake_phase (
@@ -56,6 +62,15 @@ CREATE TABLE IF NOT EXISTS handshake_load (
 """
 
 
+# Where the wire model puts each extra round trip for a cell's group, signature, certificate
+# count and window (`pqlab.tls.predict.cliffs`): the chain DER bytes from which the handshake
+# takes `round_trips`; a --chain-bytes sweep's measured steps are checked against them.
+CLIFFS_DDL = """
+CREATE TABLE IF NOT EXISTS handshake_cliffs (
+    cell_id TEXT, round_trips INTEGER, chain_der_bytes BIGINT, mss INTEGER, initcwnd INTEGER)
+"""
+
+
 # Columns added after a table's first release, in the order the tables above end with them:
 # the store adds them to an older run's tables when it opens the run.
 ADDED = {
@@ -67,6 +82,22 @@ ADDED = {
         ("document_case", "INTEGER"),
         ("cv_stall_predicted", "BOOLEAN"),
         ('"round"', "INTEGER"),
+        ("chain_bytes_requested", "BIGINT"),
+        ("server_writes", "JSON"),
+        ("flight_rounds", "INTEGER"),
+        ("round_trips", "INTEGER"),
+        ("predicted_flight_bytes_min", "INTEGER"),
+        ("predicted_flight_bytes_max", "INTEGER"),
+        ("predicted_writes", "JSON"),
+        ("predicted_segments_min", "INTEGER"),
+        ("predicted_segments_max", "INTEGER"),
+        ("predicted_round_trips_min", "INTEGER"),
+        ("predicted_round_trips_max", "INTEGER"),
+        ("predicted_handshake_ns_min", "BIGINT"),
+        ("predicted_handshake_ns_max", "BIGINT"),
+        ("shaped", "BOOLEAN"),
+        ("chain_der_bytes", "INTEGER"),
+        ("flight_max_in_flight", "INTEGER"),
     ],
     "handshake_capture": [("host_pair", "TEXT")],
     "handshake_phase": [
@@ -86,5 +117,5 @@ MIGRATIONS = tuple(
 
 
 def ensure(store) -> None:
-    for ddl in (RAW_DDL, PHASE_DDL, CAPTURE_DDL, LOAD_DDL, ORDER_DDL):
+    for ddl in (RAW_DDL, PHASE_DDL, CAPTURE_DDL, LOAD_DDL, ORDER_DDL, CLIFFS_DDL):
         store.ensure_table(ddl)

@@ -3,8 +3,8 @@ over emulated links, for key-exchange groups x certificate chains x response siz
 document 003). Needs CAP_NET_ADMIN.
 
 Split by job: `plan` (options, validation), `run` (the measuring loop on the TLS runner),
-`analyse` (rows, percentiles, model, increases, warnings), `model` (the serialisation
-model), `schema` (database tables), `report` (tables, figures, report section).
+`analyse` (rows, percentiles, the wire model's prediction, increases, warnings), `schema`
+(database tables), `report` (tables, figures, report section).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from pqlab.experiments.ttlb import report as _report
 from pqlab.experiments.ttlb import run as _run
 from pqlab.experiments.ttlb import schema as _schema
 
-KEYS = ("profile", "grp", "chain", "data_bytes")
+KEYS = ("profile", "grp", "chain", "chain_bytes_requested", "data_bytes")
 
 
 class Ttlb(Experiment):
@@ -44,6 +44,7 @@ class Ttlb(Experiment):
         return {
             "ttlb_groups": [g.name for g in plan.groups],
             "ttlb_chains": [c.name for c in plan.chains],
+            "ttlb_chain_bytes": plan.chain_bytes,
             "ttlb_sizes": plan.sizes,
             "link_profiles": [p.describe() for p in plan.profiles],
             "profile_warnings": [w for p in plan.profiles for w in p.warnings()],

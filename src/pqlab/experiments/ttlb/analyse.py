@@ -9,13 +9,13 @@ import json
 import numpy as np
 
 from pqlab.errors import CheckError, EngineError
-from pqlab.experiments.ttlb import model as ttlb_model
+from pqlab.experiments.ttlb.plan import CELLS
 from pqlab.net.profiles import Direction, LinkProfile
 from pqlab.stats import Cause, Warning_
-from pqlab.tls import negotiation
+from pqlab.tls import negotiation, predict, wire
+from pqlab.tls.stacks import DEFAULT_STACK
 
 PERCENTILES = (50, 75, 90)
-CLOSE_NOTIFY_BYTES = 24  # TLS 1.3 alert record: 5 header + 2 alert + 1 type + 16 tag
 
 
 def _offset(events: list[dict], dirn: str, msg: str) -> int | None:
@@ -132,11 +132,107 @@ def rows(
     return cols
 
 
-def cell_warnings(profile: LinkProfile, group: str, chain: str, size: int, cols: dict):
+# A lossless, jitter-free cell's median TTFB and TTLB agree with the prediction within the
+# larger of TIME_BAND_MS and TIME_BAND_SHARE of it: the model has no CPU time (signing,
+# verifying: a millisecond or two) and the emulator adds tens of microseconds per packet.
+TIME_BAND_MS = 3.0
+TIME_BAND_SHARE = 0.05
+
+
+def prediction_rows(cid: str, hs, profile: LinkProfile, size: int) -> list[dict]:
+    """What the wire model predicts for a cell (`pqlab.tls.predict`, as `pqlab plan` does):
+    one row per signature size (the smallest and the largest where it varies)."""
+    link = wire.Link.from_profile(profile)
+    low, high = hs.extremes()
+    variants = [("exact", high)] if low == high else [("smallest", low), ("largest", high)]
+    out = []
+    for variant, h in variants:
+        o = predict.predict(h, link, response_bytes=size)
+        w = o.wire
+        resp = w.response[-1].round if w.response else 0
+        out.append(
+            {
+                "cell_id": cid,
+                "variant": variant,
+                "client_hello_bytes": h.client_hello,
+                "server_flight_bytes": o.flight_bytes,
+                "server_flight_segments": len(w.flight),
+                "round_trips": w.round_trips,
+                "ttfb_ms": w.ttfb_s * 1e3,
+                "ttlb_ms": w.ttlb_s * 1e3,
+                "ttlb_round_trips": w.round_trips + resp,
+            }
+        )
+    return out
+
+
+def lossless(profile: LinkProfile) -> bool:
+    c, s = profile.c2s, profile.s2c
+    return not (c.loss_pct or s.loss_pct or c.jitter_s or s.jitter_s)
+
+
+def band_ms(predicted_ms: float) -> float:
+    return max(TIME_BAND_MS, TIME_BAND_SHARE * predicted_ms)
+
+
+def _time_miss(what: str, measured: float, pred: list[float], rtt_ms: float) -> str | None:
+    """Why a median time is outside the band around the prediction (None: it is not)."""
+    low, high = min(pred), max(pred)
+    off = measured - high if measured > high else measured - low if measured < low else 0.0
+    if abs(off) <= band_ms(high):
+        return None
+    rounds = round(off / rtt_ms) if rtt_ms else 0
+    mechanism = (
+        f"round trips ({rounds:+d}: the congestion window or the receive window)"
+        if rounds
+        else "the link's timing (delay, rate) or CPU time the model leaves out"
+    )
+    return (
+        f"median {what} {measured:.1f} ms, predicted {low:.1f}-{high:.1f} ms (band "
+        f"{band_ms(high):.1f} ms); the mechanism that disagreed: {mechanism}"
+    )
+
+
+def _median(cols: dict, key: str) -> float:
+    return float(np.median([v for v in cols[key] if v is not None] or [0]))
+
+
+def prediction_warnings(profile: LinkProfile, subject: str, cols: dict, prediction) -> list:
+    """Where the measurement missed the prediction: the bytes must be equal, the times
+    within the band (lossless, jitter-free links only: the model has neither)."""
+    out = []
+    if not prediction or not cols["idx"]:
+        return out
+    checks = [
+        ("ClientHello bytes", "client_hello_bytes", "the stack's ClientHello"),
+        ("server flight bytes", "server_flight_bytes", "message sizes (catalogue, certificates)"),
+    ]
+    for what, key, mechanism in checks:
+        measured = int(_median(cols, key))
+        pred = sorted({int(p[key]) for p in prediction})
+        if cols[key][0] is not None and not pred[0] <= measured <= pred[-1]:
+            out.append(
+                Warning_(
+                    Cause.OFF_MODEL,
+                    subject,
+                    f"{what} {measured}, predicted {'-'.join(map(str, pred))}; the mechanism "
+                    f"that disagreed: {mechanism}",
+                )
+            )
+    if not lossless(profile):
+        return out
+    rtt_ms = profile.rtt_s * 1e3
+    for what, key, pkey in (("TTFB", "ttfb_ns", "ttfb_ms"), ("TTLB", "ttlb_ns", "ttlb_ms")):
+        text = _time_miss(what, _median(cols, key) / 1e6, [p[pkey] for p in prediction], rtt_ms)
+        if text:
+            out.append(Warning_(Cause.OFF_MODEL, subject, text))
+    return out
+
+
+def cell_warnings(profile: LinkProfile, subject: str, cols: dict, prediction=()):
     """Warnings worth a user's attention, each with what to do."""
 
     out = []
-    subject = f"ttlb {profile.name} {group} {chain} {size} B"
     n = len(cols["idx"])
     if n < 10:
         out.append(
@@ -147,37 +243,8 @@ def cell_warnings(profile: LinkProfile, group: str, chain: str, size: int, cols:
                 "use -n 20 or more (the document used 100s) for stable p75/p90",
             )
         )
-    lossless = not (
-        profile.c2s.loss_pct or profile.s2c.loss_pct or profile.c2s.jitter_s or profile.s2c.jitter_s
-    )
-    if lossless and n and cols["server_flight_bytes"][0]:
-
-        def med(k):
-            return int(np.median([v for v in cols[k] if v is not None] or [0]))
-
-        flight = med("server_flight_bytes")
-        _, model_ttlb = ttlb_model.model(
-            profile,
-            client_hello_bytes=med("client_hello_bytes"),
-            server_flight_bytes=flight,
-            client_finish_bytes=max(0, med("record_bytes_sent") - med("client_hello_bytes")),
-            response_bytes=max(0, med("record_bytes_received") - flight - CLOSE_NOTIFY_BYTES),
-            data_bytes=size,
-        )
-        measured = float(np.median(cols["ttlb_ns"])) / 1e9
-        error = measured / model_ttlb - 1 if model_ttlb > 0 else 0.0
-        if model_ttlb > 0.005 and abs(error) > 0.10:
-            out.append(
-                Warning_(
-                    Cause.OFF_MODEL,
-                    subject,
-                    f"median TTLB {measured * 1e3:.1f} ms is {error:+.0%} from the serialisation "
-                    f"model ({model_ttlb * 1e3:.1f} ms) on a link without loss or jitter",
-                    "check the link with 'pqlab linktest --profile ...'; a busy machine or a "
-                    "receive window smaller than initcwnd can cause this",
-                )
-            )
-    if sum(cols["retransmits"]) and lossless:
+    out += prediction_warnings(profile, subject, cols, prediction)
+    if sum(cols["retransmits"]) and lossless(profile):
         out.append(
             Warning_(
                 Cause.RETRANSMISSIONS,
@@ -194,20 +261,71 @@ def _pct(values, p) -> float:
     return float(np.percentile(np.asarray(values, dtype=float), p))
 
 
+def _predictions(store) -> dict[str, list[dict]]:
+    if not store.has_table("ttlb_prediction"):
+        return {}
+    out: dict[str, list[dict]] = {}
+    for p in store.query("SELECT * FROM ttlb_prediction"):
+        out.setdefault(p["cell_id"], []).append(p)
+    return out
+
+
+def _cell_id(r: dict) -> str:
+    b = r.get("chain_bytes_requested")
+    return str(
+        CELLS.id(
+            r["profile"],
+            r["grp"],
+            r["chain"],
+            r["data_bytes"],
+            stack=r.get("stack") or DEFAULT_STACK,
+            options=(f"chain{b}",) if b is not None else (),
+        )
+    )
+
+
+def _add_prediction(row: dict, prediction: list[dict], lossless_link: bool) -> None:
+    """The prediction's columns (largest signature where it varies) and whether the
+    medians fell within the band."""
+    keys = (
+        "predicted_server_flight_bytes", "predicted_round_trips", "model_ttfb_ms",
+        "model_ttlb_ms", "ttlb_model_error_pct", "ttfb_within_band", "ttlb_within_band",
+    )  # fmt: skip
+    row.update(dict.fromkeys(keys))
+    if not prediction:
+        return
+    p = max(prediction, key=lambda x: x["server_flight_bytes"])
+    row["predicted_server_flight_bytes"] = p["server_flight_bytes"]
+    row["predicted_round_trips"] = p["round_trips"]
+    row["model_ttfb_ms"] = p["ttfb_ms"]
+    row["model_ttlb_ms"] = p["ttlb_ms"]
+    row["ttlb_model_error_pct"] = (row["ttlb_p50_ms"] / p["ttlb_ms"] - 1) * 100
+    if lossless_link:
+        for what in ("ttfb", "ttlb"):
+            pred = [x[f"{what}_ms"] for x in prediction]
+            low, high = min(pred), max(pred)
+            m = row[f"{what}_p50_ms"]
+            row[f"{what}_within_band"] = low - band_ms(high) <= m <= high + band_ms(high)
+
+
 def cell_summaries(store) -> list[dict]:
-    """One row per (profile, group, chain, size, stack): percentiles, retransmissions,
-    bytes, model."""
+    """One row per (profile, group, chain, chain size, response size, stack): percentiles,
+    retransmissions, bytes, and the wire model's prediction beside them."""
     raw = store.query("SELECT * FROM ttlb_raw ORDER BY profile, grp, chain, data_bytes, idx")
     profiles = {
         r["profile"]: json.loads(r["profile_json"])
         for r in store.query("SELECT profile, profile_json FROM ttlb_profiles")
     }
+    predictions = _predictions(store)
     groups: dict[tuple, list[dict]] = {}
     for r in raw:
-        key = (r["profile"], r["shaper"], r["grp"], r["chain"], r["data_bytes"], r.get("stack"))
+        key = (
+            r["profile"], r["shaper"], r["grp"], r["chain"], r.get("chain_bytes_requested"),
+            r["data_bytes"], r.get("stack"),
+        )  # fmt: skip
         groups.setdefault(key, []).append(r)
     out = []
-    for (profile, shaper, grp, chain, size, stack), rows in groups.items():
+    for (profile, shaper, grp, chain, chain_bytes, size, stack), rows in groups.items():
         ttfb = [r["ttfb_ns"] / 1e6 for r in rows]
         ttlb = [r["ttlb_ns"] / 1e6 for r in rows]
 
@@ -219,6 +337,7 @@ def cell_summaries(store) -> list[dict]:
             "shaper": shaper,
             "group": grp,
             "chain": chain,
+            "chain_bytes_requested": chain_bytes,
             "data_bytes": size,
             "n": len(rows),
         }
@@ -232,25 +351,8 @@ def cell_summaries(store) -> list[dict]:
         row["chain_der_bytes"] = med("chain_der_bytes")
         row["bytes_received"] = med("record_bytes_received")
         prof = profiles.get(profile)
-        if prof and row["server_flight_bytes"]:
-            lp = _profile_from_json(prof)
-            response = max(
-                0, row["bytes_received"] - row["server_flight_bytes"] - CLOSE_NOTIFY_BYTES
-            )
-            finish = max(0, med("record_bytes_sent") - row["client_hello_bytes"])
-            m_ttfb, m_ttlb = ttlb_model.model(
-                lp,
-                client_hello_bytes=row["client_hello_bytes"],
-                server_flight_bytes=row["server_flight_bytes"],
-                client_finish_bytes=finish,
-                response_bytes=response,
-                data_bytes=size,
-            )
-            row["model_ttfb_ms"] = m_ttfb * 1e3
-            row["model_ttlb_ms"] = m_ttlb * 1e3
-            row["ttlb_model_error_pct"] = (row["ttlb_p50_ms"] / row["model_ttlb_ms"] - 1) * 100
-        else:
-            row["model_ttfb_ms"] = row["model_ttlb_ms"] = row["ttlb_model_error_pct"] = None
+        clean = bool(prof) and lossless(_profile_from_json(prof))
+        _add_prediction(row, predictions.get(_cell_id(rows[0]), []), clean)
         row["stack"] = stack
         out.append(row)
     return out
@@ -283,16 +385,20 @@ def _profile_from_json(d: dict) -> LinkProfile:
 
 
 def increases(summary: list[dict], baseline_group: str, baseline_chain: str) -> list[dict]:
-    """Percentage increase of every other (group, chain) over the baseline, per profile,
-    size, stack and percentile, for TTFB and TTLB."""
+    """Percentage increase of every other (group, chain, chain size) over the baseline (its
+    smallest chain size when --chain-bytes padded them), per profile, response size, stack
+    and percentile, for TTFB and TTLB."""
+    mine = [r for r in summary if (r["group"], r["chain"]) == (baseline_group, baseline_chain)]
+    sizes = [r.get("chain_bytes_requested") for r in mine]
+    smallest = min((b for b in sizes if b is not None), default=None)
     base = {
         (r["profile"], r["data_bytes"], r.get("stack")): r
-        for r in summary
-        if r["group"] == baseline_group and r["chain"] == baseline_chain
+        for r in mine
+        if r.get("chain_bytes_requested") == smallest
     }
     out = []
     for r in summary:
-        if (r["group"], r["chain"]) == (baseline_group, baseline_chain):
+        if any(r is b for b in base.values()):
             continue
         b = base.get((r["profile"], r["data_bytes"], r.get("stack")))
         if not b:
@@ -303,7 +409,9 @@ def increases(summary: list[dict], baseline_group: str, baseline_chain: str) -> 
                     "profile": r["profile"],
                     "group": r["group"],
                     "chain": r["chain"],
-                    "baseline": f"{baseline_group} + {baseline_chain}",
+                    "chain_bytes_requested": r.get("chain_bytes_requested"),
+                    "baseline": f"{baseline_group} + {baseline_chain}"
+                    + (f" {smallest} B" if smallest is not None else ""),
                     "data_bytes": r["data_bytes"],
                     "percentile": p,
                     "ttfb_increase_pct": (r[f"ttfb_p{p}_ms"] / b[f"ttfb_p{p}_ms"] - 1) * 100,

@@ -23,6 +23,8 @@ DEFAULT_SIZES = ["0", "1KiB", "10KiB", "50KiB", "100KiB", "200KiB"]
 MAX_SIZE = 1 << 30
 MAX_N = 100_000
 MAX_WARMUP = 1000
+CHAIN_STEP = 1000  # default step of a --chain-bytes range
+MAX_CHAIN_BYTES = 1 << 20
 
 
 def _profile_help() -> str:
@@ -52,6 +54,14 @@ OPTIONS = (
         "sent; the first is the classical baseline",
         default=",".join(DEFAULT_CHAINS),
         metavar="LIST",
+    ),
+    Option(
+        "chain-bytes",
+        "DER bytes of the chain the server sends (its certificate and the CA's), whatever "
+        "the algorithm: the server certificate is padded with subjectAltName names to this "
+        "size (document 003's 8 KB and 16 KB chains: 8000,16000); a list or a range "
+        f"(2000..40000, steps of {CHAIN_STEP}) adds one cell per size and --chain algorithm",
+        metavar="SIZES",
     ),
     Option(
         "sizes",
@@ -96,13 +106,19 @@ class Plan:
     shaper: str
     stack: str = stacks.DEFAULT_STACK
     remote: object | None = None  # pqlab.net.remote.RemotePlan: one "profile" per pair
+    chain_bytes: list[int] | None = None  # None: the algorithms' own chains
+
+    def chain_points(self) -> list[int | None]:
+        return list(self.chain_bytes) if self.chain_bytes else [None]
 
     @property
     def cells(self) -> int:
-        return len(self.profiles) * len(self.groups) * len(self.chains) * len(self.sizes)
+        chains = len(self.chains) * len(self.chain_points())
+        return len(self.profiles) * len(self.groups) * chains * len(self.sizes)
 
-    def cell_id(self, profile, group, chain, size: int) -> CellId:
-        return CELLS.id(profile, group, chain, size, stack=self.stack)
+    def cell_id(self, profile, group, chain, size: int, chain_bytes: int | None = None) -> CellId:
+        options = (f"chain{chain_bytes}",) if chain_bytes is not None else ()
+        return CELLS.id(profile, group, chain, size, stack=self.stack, options=options)
 
 
 def from_values(values) -> Plan:
@@ -130,6 +146,12 @@ def from_values(values) -> Plan:
     warmup = units.parse_positive_int(values.warmup, "--warmup", minimum=0)
     if warmup > MAX_WARMUP:
         raise UserError(f"--warmup {values.warmup!r}: at most {MAX_WARMUP}")
+    chain_bytes = None
+    if values.chain_bytes is not None:
+        chain_bytes = units.parse_size_points(
+            values.chain_bytes, "--chain-bytes", CHAIN_STEP, maximum=MAX_CHAIN_BYTES
+        )
+        stacks.require_padded_chains(chain_bytes, stack, True, [(c, c) for c in chains])
     check_shaper(values.shaper or "auto")
     for p in profiles:
         for text in p.warnings():
@@ -147,4 +169,5 @@ def from_values(values) -> Plan:
         shaper=values.shaper or "auto",
         stack=stack.name,
         remote=remote,
+        chain_bytes=chain_bytes,
     )

@@ -27,6 +27,7 @@ def export(store):
         "shaper",
         "group",
         "chain",
+        "chain_bytes_requested",
         "data_bytes",
         "n",
         "ttfb_p50_ms",
@@ -39,13 +40,22 @@ def export(store):
         "client_hello_bytes",
         "server_flight_bytes",
         "chain_der_bytes",
+        "predicted_server_flight_bytes",
+        "predicted_round_trips",
         "model_ttfb_ms",
         "model_ttlb_ms",
         "ttlb_model_error_pct",
+        "ttfb_within_band",
+        "ttlb_within_band",
         "stack",
     ]
     csv = store.export_rows("ttlb", [{k: r[k] for k in table_cols} for r in summary])
-    section.table(csv, "TTFB and TTLB percentiles per profile, group, chain and response size")
+    section.table(
+        csv,
+        "TTFB and TTLB percentiles per profile, group, chain and response size, beside the "
+        "wire model's prediction from the sizes alone (model_*; within_band: the median "
+        "within the stated band, on links without loss or jitter)",
+    )
     base = baseline(store)
     inc = increases(summary, *base) if base else []
     if inc:

@@ -11,8 +11,7 @@ from pqlab.experiments.ttlb import analyse, schema
 from pqlab.experiments.ttlb.plan import CELLS, Plan
 from pqlab.net.shaping import build_hosts
 from pqlab.progress import CellProgress
-from pqlab.stats import Cause
-from pqlab.tls import runner, stacks
+from pqlab.tls import predict, runner, stacks
 from pqlab.tls.chains import Chain, make_chain
 from pqlab.tls.negotiation import Expected
 
@@ -20,27 +19,38 @@ EXPERIMENT = "ttlb"
 PORT = 44330
 
 
-def _chains(plan: Plan, store, address: str | None = None) -> dict[str, Chain]:
-    """One chain per algorithm: root CA and server certificate both of it, both sent (the CA
-    certificate stands in for the intermediate a public CA's chain carries). `address`: a
-    remote server's, which its certificate must name."""
+def _chains(plan: Plan, store, address: str | None = None) -> dict[tuple, Chain]:
+    """One chain per algorithm and --chain-bytes size: root CA and server certificate both
+    of the algorithm, both sent (the CA certificate stands in for the intermediate a public
+    CA's chain carries), padded to the size when one is given. `address`: a remote server's,
+    which its certificate must name."""
     out = {}
     for alg in plan.chains:
-        chain = make_chain(
-            store.path / "certs", alg, alg, plan.stack, send_root=True, server_address=address
-        )
-        out[alg.name] = chain
-        if not store.query("SELECT 1 FROM ttlb_chains WHERE chain = ?", [alg.name]):
+        for size in plan.chain_points():
+            chain = make_chain(
+                store.path / "certs",
+                alg,
+                alg,
+                plan.stack,
+                send_root=True,
+                server_address=address,
+                chain_bytes=size,
+            )
+            out[(alg.name, size)] = chain
+            label = alg.name if size is None else f"{alg.name} {size} B"
+            if store.query("SELECT 1 FROM ttlb_chains WHERE chain = ?", [label]):
+                continue
             store.insert_rows(
                 "ttlb_chains",
                 [
                     {
-                        "chain": alg.name,
+                        "chain": label,
                         "key_spec": stacks.get(plan.stack).key_spec(alg),
                         "sigalg": stacks.get(plan.stack).sigalg_name(alg),
                         "chain_certs": chain.sent_certs,
                         "chain_der_bytes": chain.sent_der_bytes,
                         "record": json.dumps(chain.record),
+                        "chain_bytes_requested": size,
                     }
                 ],
             )
@@ -69,20 +79,9 @@ def _record_profile(store, profile, link, hosts) -> None:
     )
 
 
-def _run_sizes(
-    store,
-    plan: Plan,
-    hosts,
-    link,
-    profile,
-    group,
-    chain_alg,
-    chain: Chain,
-    port: int,
-    sizes: list[int],
-    progress,
-) -> None:
-    """One server for (group, chain) and a client run per size."""
+def _run_sizes(store, plan: Plan, hosts, link, profile, cell, port: int, sizes, progress) -> None:
+    """One server for (group, chain algorithm, chain size) and a client run per size."""
+    group, chain_alg, chain_bytes, chain = cell
     tls = runner.Tls(stack=plan.stack, groups=(group,), sigalgs=(chain_alg,))
     server_spec = runner.ServerSpec(
         tls=runner.Tls(stack=plan.stack, groups=(group,), sigalgs=(chain_alg,), events=False),
@@ -92,10 +91,15 @@ def _run_sizes(
     expected = Expected(group=group, sigalg=chain_alg)
     gap_ms = max(10, int(profile.rtt_s * 1e3 * 2))
     stack = stacks.get(plan.stack)
+    # The wire model's view of the cell (no link model for a real network).
+    hs = None
+    if getattr(profile, "pair", None) is None:
+        hs = predict.of_chain(stack, group, chain_alg, chain, hosts.server_ip)
     with runner.start_server(server_spec, hosts) as server:
         seen = 0
         for size in sizes:
-            progress.start(f"{profile.name} {group.name} {chain_alg.name} {size} B")
+            what = f"{chain_alg.name}" + (f" {chain_bytes} B" if chain_bytes else "")
+            progress.start(f"{profile.name} {group.name} {what} {size} B")
             client_spec = runner.ClientSpec(
                 tls=tls,
                 connect=f"{hosts.server_ip}:{port}",
@@ -112,45 +116,47 @@ def _run_sizes(
             servers = server.wait_count(("connection", "connection_error"), seen + total, 30)
             servers, seen = servers[seen:], seen + total
             cols = analyse.rows(
-                profile,
-                link.kind,
-                group.name,
-                chain_alg.name,
-                size,
-                clients,
-                servers,
-                expected,
-                stack,
-            )
+                profile, link.kind, group.name, chain_alg.name, size, clients, servers,
+                expected, stack,
+            )  # fmt: skip
             if len(cols["idx"]) != plan.n:
                 raise EngineError(f"expected {plan.n} connections, got {len(cols['idx'])}")
-            cid = str(plan.cell_id(profile, group, chain_alg, size))
-            params = {
-                "profile": profile.name,
-                "group": group.name,
-                "chain": chain_alg.name,
-                "data_bytes": size,
-                "n": plan.n,
-                "stack": plan.stack,
-            }
-            pair = getattr(profile, "pair", None)
-            if pair is not None:
-                params["host_pair"] = pair.label
-            warnings = analyse.cell_warnings(profile, group.name, chain_alg.name, size, cols)
-            if pair is not None:  # no link model for a real network
-                warnings = [w for w in warnings if w.cause is not Cause.OFF_MODEL]
-            n_rows = len(cols["idx"])
-            with store.cell(EXPERIMENT, cid, params):
-                store.insert(
-                    "ttlb_raw",
-                    {
-                        **cols,
-                        "stack": [plan.stack] * n_rows,
-                        "host_pair": [pair.label if pair else None] * n_rows,
-                    },
-                )
-                store.add_warnings(EXPERIMENT, cid, warnings)
+            cols["chain_bytes_requested"] = [chain_bytes] * len(cols["idx"])
+            _commit(store, plan, profile, (group, chain_alg, chain_bytes, size), cols, hs)
             progress.advance()
+
+
+def _commit(store, plan: Plan, profile, cell: tuple, cols: dict, hs) -> None:
+    """One cell's rows, its prediction and its warnings, in one transaction."""
+    group, chain_alg, chain_bytes, size = cell
+    cid = str(plan.cell_id(profile, group, chain_alg, size, chain_bytes))
+    params = {
+        "profile": profile.name,
+        "group": group.name,
+        "chain": chain_alg.name,
+        "chain_bytes": chain_bytes,
+        "data_bytes": size,
+        "n": plan.n,
+        "stack": plan.stack,
+    }
+    pair = getattr(profile, "pair", None)
+    if pair is not None:
+        params["host_pair"] = pair.label
+    prediction = analyse.prediction_rows(cid, hs, profile, size) if hs is not None else []
+    subject = f"ttlb {cid}"
+    warnings = analyse.cell_warnings(profile, subject, cols, prediction)
+    n_rows = len(cols["idx"])
+    with store.cell(EXPERIMENT, cid, params):
+        store.insert(
+            "ttlb_raw",
+            {
+                **cols,
+                "stack": [plan.stack] * n_rows,
+                "host_pair": [pair.label if pair else None] * n_rows,
+            },
+        )
+        store.insert_rows("ttlb_prediction", prediction)
+        store.add_warnings(EXPERIMENT, cid, warnings)
 
 
 def measure(plan: Plan, store) -> None:
@@ -162,11 +168,12 @@ def measure(plan: Plan, store) -> None:
     with CellProgress("ttlb", plan.cells) as progress:
         for profile in plan.profiles:
             todo = [
-                (g, c, s)
+                (g, c, b, s)
                 for g in plan.groups
                 for c in plan.chains
+                for b in plan.chain_points()
                 for s in plan.sizes
-                if plan.cell_id(profile, g, c, s) not in done
+                if plan.cell_id(profile, g, c, s, b) not in done
             ]
             progress.advance(plan.cells // len(plan.profiles) - len(todo))
             if not todo:
@@ -183,22 +190,15 @@ def measure(plan: Plan, store) -> None:
                     chains = _chains(plan, store, hosts.server_ip)
                     hosts.record(store)
                 _record_profile(store, profile, link, hosts)
-                pairs = [(g, c) for g in plan.groups for c in plan.chains]
-                for port_n, (g, c) in enumerate(pairs):
-                    sizes = [s for (gg, cc, s) in todo if gg is g and cc is c]
+                pairs = [
+                    (g, c, b) for g in plan.groups for c in plan.chains for b in plan.chain_points()
+                ]
+                for port_n, (g, c, b) in enumerate(pairs):
+                    sizes = [s for (gg, cc, bb, s) in todo if (gg, cc, bb) == (g, c, b)]
                     if sizes:
+                        cell = (g, c, b, chains[(c.name, b)])
                         _run_sizes(
-                            store,
-                            plan,
-                            hosts,
-                            link,
-                            profile,
-                            g,
-                            c,
-                            chains[c.name],
-                            PORT + port_n,
-                            sizes,
-                            progress,
+                            store, plan, hosts, link, profile, cell, PORT + port_n, sizes, progress
                         )
             _record_link_stats(store, profile, link)
 

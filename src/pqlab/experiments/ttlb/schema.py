@@ -1,5 +1,6 @@
 """The ttlb experiment's tables in the results database: one row per connection
-(`ttlb_raw`), the link profiles as run (`ttlb_profiles`) and the chains (`ttlb_chains`)."""
+(`ttlb_raw`), the link profiles as run (`ttlb_profiles`), the chains (`ttlb_chains`) and
+the wire model's prediction per cell (`ttlb_prediction`)."""
 
 RAW_DDL = """
 CREATE TABLE IF NOT EXISTS ttlb_raw (
@@ -8,7 +9,8 @@ CREATE TABLE IF NOT EXISTS ttlb_raw (
     client_retrans INTEGER, server_retrans INTEGER, retransmits INTEGER,
     client_hello_bytes BIGINT, server_flight_bytes BIGINT, record_bytes_sent BIGINT,
     record_bytes_received BIGINT, chain_der_bytes BIGINT, negotiated_group TEXT,
-    negotiated_sigalg TEXT, rtt_us BIGINT, stack TEXT, host_pair TEXT)
+    negotiated_sigalg TEXT, rtt_us BIGINT, stack TEXT, host_pair TEXT,
+    chain_bytes_requested BIGINT)
 """
 PROFILES_DDL = """
 CREATE TABLE IF NOT EXISTS ttlb_profiles (
@@ -18,15 +20,28 @@ CREATE TABLE IF NOT EXISTS ttlb_profiles (
 CHAINS_DDL = """
 CREATE TABLE IF NOT EXISTS ttlb_chains (
     chain TEXT PRIMARY KEY, key_spec TEXT, sigalg TEXT, chain_certs INTEGER,
-    chain_der_bytes INTEGER, record JSON)
+    chain_der_bytes INTEGER, record JSON, chain_bytes_requested BIGINT)
+"""
+# One row per cell and signature size (`variant`: exact, or the smallest and largest where
+# a signature's size varies): what `pqlab plan` predicts for it (`pqlab.tls.predict`, no CPU
+# time, no loss or jitter).
+PREDICTION_DDL = """
+CREATE TABLE IF NOT EXISTS ttlb_prediction (
+    cell_id TEXT, variant TEXT, client_hello_bytes INTEGER, server_flight_bytes INTEGER,
+    server_flight_segments INTEGER, round_trips INTEGER, ttfb_ms DOUBLE, ttlb_ms DOUBLE,
+    ttlb_round_trips INTEGER)
 """
 
 
 # Runs made before host pairs: which host pair a row was measured on (None: this machine's
-# namespaces).
-MIGRATIONS = ("ALTER TABLE IF EXISTS ttlb_raw ADD COLUMN IF NOT EXISTS host_pair TEXT",)
+# namespaces); before --chain-bytes: the size a chain was padded to.
+MIGRATIONS = (
+    "ALTER TABLE IF EXISTS ttlb_raw ADD COLUMN IF NOT EXISTS host_pair TEXT",
+    "ALTER TABLE IF EXISTS ttlb_raw ADD COLUMN IF NOT EXISTS chain_bytes_requested BIGINT",
+    "ALTER TABLE IF EXISTS ttlb_chains ADD COLUMN IF NOT EXISTS chain_bytes_requested BIGINT",
+)
 
 
 def ensure(store) -> None:
-    for ddl in (RAW_DDL, PROFILES_DDL, CHAINS_DDL):
+    for ddl in (RAW_DDL, PROFILES_DDL, CHAINS_DDL, PREDICTION_DDL):
         store.ensure_table(ddl)
