@@ -19,6 +19,8 @@ import struct
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
+
 from pqlab.errors import UserError
 
 MAGIC_USEC = 0xA1B2C3D4
@@ -71,9 +73,8 @@ class TcpPacket:
         return bool(self.flags & RST)
 
 
-def read_pcap(path: str | Path) -> tuple[int, list[Frame]]:
-    """(linktype, frames) of a classic pcap file; timestamps in nanoseconds."""
-    raw = Path(path).read_bytes()
+def _file_header(raw: bytes, path) -> tuple[str, int, int]:
+    """(byte order, nanoseconds per timestamp fraction unit, linktype) of a classic pcap."""
     if len(raw) < 24:
         raise UserError(f"{path}: not a pcap file (only {len(raw)} bytes)")
     for endian in ("<", ">"):
@@ -85,17 +86,35 @@ def read_pcap(path: str | Path) -> tuple[int, list[Frame]]:
             f"{path}: not a classic pcap file (magic {raw[:4].hex()}); pcapng is not supported"
         )
     scale = 1 if magic == MAGIC_NSEC else 1000
-    linktype = struct.unpack(endian + "I", raw[20:24])[0]
-    frames = []
-    pos = 24
+    return endian, scale, struct.unpack(endian + "I", raw[20:24])[0]
+
+
+def _record_offsets(raw: bytes, endian: str) -> list[int]:
+    """Where each packet record starts: the one walk a pcap needs in Python (each record's
+    length says where the next begins); a truncated last record (a capture killed
+    mid-write) is left out."""
+    incl_at = struct.Struct(endian + "I").unpack_from
+    offsets, pos, size = [], 24, len(raw)
+    while pos + 16 <= size:
+        end = pos + 16 + incl_at(raw, pos + 8)[0]
+        if end > size:
+            break
+        offsets.append(pos)
+        pos = end
+    return offsets
+
+
+def read_pcap(path: str | Path) -> tuple[int, list[Frame]]:
+    """(linktype, frames) of a classic pcap file; timestamps in nanoseconds."""
+    raw = Path(path).read_bytes()
+    endian, scale, linktype = _file_header(raw, path)
     rec = struct.Struct(endian + "IIII")
-    while pos + 16 <= len(raw):
+    frames = []
+    for pos in _record_offsets(raw, endian):
         sec, frac, incl, orig = rec.unpack_from(raw, pos)
-        pos += 16
-        if pos + incl > len(raw):
-            break  # a truncated last record (capture killed mid-write): ignore it
-        frames.append(Frame(sec * 1_000_000_000 + frac * scale, raw[pos : pos + incl], orig))
-        pos += incl
+        frames.append(
+            Frame(sec * 1_000_000_000 + frac * scale, raw[pos + 16 : pos + 16 + incl], orig)
+        )
     return linktype, frames
 
 
@@ -217,21 +236,159 @@ def tcp_packets(path: str | Path, keep_payload: bool = False) -> list[TcpPacket]
     With `keep_payload` each packet also carries its payload bytes, and a capture whose
     packets were cut short by the snaplen is refused (UserError naming the file, the first
     cut packet and the snaplen): a payload reader must never mistake a cut packet for a
-    short one."""
-    linktype, frames = read_pcap(path)
-    packets = []
-    for i, f in enumerate(frames):
-        if keep_payload and len(f.data) < f.orig_len:
+    short one.
+
+    Headers are read for all packets at once (numpy over the file's bytes: IPv4 in
+    Ethernet or bare-IP framing, what pqlab's links carry); any other frame goes through
+    `parse_tcp`, so both give the same packets."""
+    raw = Path(path).read_bytes()
+    endian, scale, linktype = _file_header(raw, path)
+    if linktype not in (LINKTYPE_ETHERNET, LINKTYPE_RAW):
+        raise UserError(f"pcap linktype {linktype} is not supported (Ethernet or raw IP only)")
+    offsets = _record_offsets(raw, endian)
+    if not offsets:
+        return []
+    cols = _Headers(raw, np.asarray(offsets, dtype=np.int64), endian, scale, linktype)
+    if keep_payload:
+        cut = np.flatnonzero(cols.incl < cols.orig)
+        if cut.size:
+            i = int(cut[0])
             raise UserError(
-                f"{path}: packet {i + 1} was captured with {len(f.data)} of its {f.orig_len} "
-                f"bytes (the capture's snaplen is {read_snaplen(path)}); reading TLS records "
-                "needs whole packets: capture with a full snaplen (pqlab-engine capture "
-                "--snaplen 262144, as `pqlab handshake --keep-pcap` does)"
+                f"{path}: packet {i + 1} was captured with {int(cols.incl[i])} of its "
+                f"{int(cols.orig[i])} bytes (the capture's snaplen is {read_snaplen(path)}); "
+                "reading TLS records needs whole packets: capture with a full snaplen "
+                "(pqlab-engine capture --snaplen 262144, as `pqlab handshake --keep-pcap` "
+                "does)"
             )
-        p = parse_tcp(linktype, f, keep_payload)
-        if p is not None:
-            packets.append(p)
-    return packets
+    return cols.packets(raw, linktype, keep_payload)
+
+
+class _Headers:
+    """Every record's timestamp and lengths, and the IPv4/TCP header fields of the records
+    that are plain IPv4 TCP segments (`v4`), as numpy columns."""
+
+    def __init__(self, raw: bytes, offsets, endian: str, scale: int, linktype: int):
+        self.buf = buf = np.frombuffer(raw, dtype=np.uint8)
+        little = endian == "<"
+        self.ts = (
+            self._u32(offsets, little).astype(np.int64) * 1_000_000_000
+            + self._u32(offsets + 4, little).astype(np.int64) * scale
+        )
+        self.incl = self._u32(offsets + 8, little).astype(np.int64)
+        self.orig = self._u32(offsets + 12, little).astype(np.int64)
+        self.data = offsets + 16
+        if linktype == LINKTYPE_ETHERNET:
+            ethertype = self._u16(self.data + 12)
+            framed = (self.incl >= 14) & (ethertype == 0x0800)
+            ip_off = 14
+        else:
+            framed = np.ones(len(offsets), dtype=bool)
+            ip_off = 0
+        ip = self.data + ip_off
+        version_ihl = self._u8(ip)
+        ihl = (version_ihl & 0x0F).astype(np.int64) * 4
+        self.total = self._u16(ip + 2).astype(np.int64)
+        self.tcp = ip + ihl
+        self.v4 = (
+            framed
+            & (self.incl >= ip_off + 20)
+            & (version_ihl >> 4 == 4)
+            & (self._u8(ip + 9) == 6)
+            & (self._u16(ip + 6) & 0x1FFF == 0)
+            & (self.incl >= self.tcp - self.data + 20)
+        )
+        self.src = self._u32(ip + 12, False)
+        self.dst = self._u32(ip + 16, False)
+        self.ip_payload = self.total - ihl
+        self.ip_end = ip + self.total
+        # Frames that are something else (IPv6, VLAN tags, ARP, UDP): parse_tcp decides.
+        self.other = ~self.v4 & ~(framed & (self._u8(ip) >> 4 == 4))
+        del buf
+
+    def _at(self, idx):
+        return self.buf[np.minimum(idx, len(self.buf) - 1)]
+
+    def _u8(self, idx):
+        return self._at(idx).astype(np.uint32)
+
+    def _u16(self, idx):
+        return (self._u8(idx) << 8) | self._u8(idx + 1)
+
+    def _u32(self, idx, little: bool = False):
+        b = [self._u8(idx + k).astype(np.uint64) for k in range(4)]
+        if little:
+            b.reverse()
+        return (b[0] << 24) | (b[1] << 16) | (b[2] << 8) | b[3]
+
+    def packets(self, raw: bytes, linktype: int, keep_payload: bool) -> list[TcpPacket]:
+        tcp = self.tcp
+        sport, dport = self._u16(tcp), self._u16(tcp + 2)
+        seq, ack = self._u32(tcp + 4), self._u32(tcp + 8)
+        off_flags, window = self._u16(tcp + 12), self._u16(tcp + 14)
+        doff = (off_flags >> 12).astype(np.int64) * 4
+        names = {int(a): _ip_text(int(a).to_bytes(4, "big")) for a in np.unique(self.src)}
+        names.update({int(a): _ip_text(int(a).to_bytes(4, "big")) for a in np.unique(self.dst)})
+        columns = zip(
+            self.v4.tolist(),
+            self.other.tolist(),
+            self.ts.tolist(),
+            self.src.tolist(),
+            self.dst.tolist(),
+            sport.tolist(),
+            dport.tolist(),
+            seq.tolist(),
+            ack.tolist(),
+            (off_flags & 0x3F).tolist(),
+            (self.ip_payload - doff).tolist(),
+            self.total.tolist(),
+            window.tolist(),
+            (tcp + doff).tolist(),
+            self.ip_end.tolist(),
+            self.data.tolist(),
+            self.incl.tolist(),
+            self.orig.tolist(),
+            strict=True,
+        )
+        out = []
+        for (
+            v4,
+            other,
+            ts,
+            src,
+            dst,
+            sp,
+            dp,
+            sq,
+            ak,
+            fl,
+            plen,
+            total,
+            win,
+            p0,
+            p1,
+            d,
+            n,
+            o,
+        ) in columns:
+            if v4:
+                payload = None
+                if keep_payload:
+                    if p1 > d + n or p0 > p1:
+                        raise UserError(
+                            f"a TCP segment {names[src]}:{sp} -> {names[dst]}:{dp} claims "
+                            f"{plen} payload bytes but the frame holds {max(0, d + n - p0)}"
+                        )
+                    payload = raw[p0:p1]
+                out.append(
+                    TcpPacket(
+                        ts, names[src], names[dst], sp, dp, sq, ak, fl, plen, total, win, payload
+                    )
+                )
+            elif other:
+                p = parse_tcp(linktype, Frame(ts, raw[d : d + n], o), keep_payload)
+                if p is not None:
+                    out.append(p)
+        return out
 
 
 def build_tcp_frame(
