@@ -91,3 +91,65 @@ def test_cut_packets_and_truncated_files(tmp_path):
     empty = tmp_path / "empty.pcap"
     pcap.write_pcap(empty, [])
     assert pcap.tcp_packets(empty) == []
+
+
+def _flat(conns):
+    return [
+        (
+            c.client,
+            c.server,
+            c.client_isn,
+            c.server_isn,
+            [dataclasses.astuple(s) for s in c.segments],
+        )
+        for c in conns
+    ]
+
+
+def _conn_frames(t0, sport, cisn, sisn, server="198.18.0.2", syn_again=False):
+    """A client and server exchange: SYN (twice: a retransmission), SYN/ACK, ACK, data
+    each way, FIN."""
+    c, s, port = "198.18.0.1", server, 4433
+    b = pcap.build_tcp_frame
+    frames = [b(t0, c, s, sport, port, cisn, 0, pcap.SYN, 0)]
+    if syn_again:
+        frames.append(b(t0 + 5, c, s, sport, port, cisn, 0, pcap.SYN, 0))
+    frames += [
+        b(t0 + 10, s, c, port, sport, sisn, cisn + 1, pcap.SYN | pcap.ACK, 0),
+        b(t0 + 20, c, s, sport, port, cisn + 1, sisn + 1, pcap.ACK, 0),
+        b(t0 + 30, c, s, sport, port, cisn + 1, sisn + 1, pcap.ACK | pcap.PSH, 300),
+        b(t0 + 40, s, c, port, sport, sisn + 1, cisn + 301, pcap.ACK, 1448),
+        b(t0 + 41, s, c, port, sport, sisn + 1449, cisn + 301, pcap.ACK, 500),
+        b(t0 + 50, c, s, sport, port, cisn + 301, sisn + 1949, pcap.ACK | pcap.FIN, 0),
+    ]
+    return frames
+
+
+@pytest.mark.parametrize("keep_payload", [False, True])
+def test_connections_all_at_once_equal_split_connections(tmp_path, keep_payload):
+    b = pcap.build_tcp_frame
+    frames = [
+        # Server data of a connection whose SYN is not in the capture: belongs to none.
+        b(1, "198.18.0.2", "198.18.0.1", 4433, 40009, 77, 88, pcap.ACK, 100),
+        # A client port used twice, the first time with a retransmitted SYN; sequence
+        # numbers that wrap past 2^32.
+        *_conn_frames(1000, 40000, 0xFFFFFF00, 0xFFFFFFF0, syn_again=True),
+        *_conn_frames(2000, 40000, 5000, 9000),
+        *_conn_frames(1500, 40001, 123, 456),
+        # Another server address, and traffic of another port.
+        *_conn_frames(3000, 40002, 1, 2, server="198.18.0.3"),
+        b(3500, "198.18.0.1", "198.18.0.2", 50000, 8080, 1, 0, pcap.SYN, 0),
+    ]
+    # A server segment before its SYN/ACK in the capture (clocks of two interfaces).
+    frames.append(b(4005, "198.18.0.2", "198.18.0.1", 4433, 40003, 11, 0, pcap.ACK, 10))
+    frames += _conn_frames(4000, 40003, 10, 10)
+    path = tmp_path / "conns.pcap"
+    pcap.write_pcap(path, sorted(frames, key=lambda f: f.ts_ns))
+    want = pcap.split_connections(pcap.tcp_packets(path, keep_payload), 4433)
+    got = pcap.connections(path, 4433, keep_payload)
+    assert _flat(got) == _flat(want)
+    assert [c.client[1] for c in got] == [40000, 40001, 40000, 40002, 40003]
+    assert got[0].client_isn == 0xFFFFFF00 and got[0].segments[-2].end == 1948
+    # And through the packet-by-packet path when another kind of frame is in the capture.
+    pcap.write_pcap(path, sorted(frames, key=lambda f: f.ts_ns) + [_ipv6_tcp(9000, 1, 2, b"")])
+    assert _flat(pcap.connections(path, 4433, keep_payload)) == _flat(want)

@@ -491,13 +491,14 @@ class RunStore:
         """`CREATE TABLE IF NOT EXISTS ...` for an experiment's raw or summary table."""
         self.con.execute(ddl)
 
-    def insert(self, table: str, columns: dict[str, list]) -> None:
-        """Append columns (name -> list of values) to `table`, matching by column name."""
-        if not columns:
+    def insert(self, table: str, columns: dict[str, list] | pa.Table | None) -> None:
+        """Append columns (name -> list of values, or an Arrow table) to `table`, matching
+        by column name."""
+        if columns is None or not len(columns):
             return
         with self.stages.stage("database_writes"):
-            arrow = pa.table(columns)
-            names = ", ".join(f'"{c}"' for c in columns)
+            arrow = columns if isinstance(columns, pa.Table) else pa.table(columns)
+            names = ", ".join(f'"{c}"' for c in arrow.column_names)
             self.con.register("_pqlab_insert", arrow)
             try:
                 self.con.execute(f"INSERT INTO {table} ({names}) SELECT {names} FROM _pqlab_insert")

@@ -216,8 +216,7 @@ def samples_from_connections(
 def samples_from_captures(client_pcap: Path, server_pcap: Path, port: int) -> list[Sample]:
     """Every sample of the connections to `port` found in both captures."""
     return samples_from_connections(
-        pcap.split_connections(pcap.tcp_packets(client_pcap), port),
-        pcap.split_connections(pcap.tcp_packets(server_pcap), port),
+        pcap.connections(client_pcap, port), pcap.connections(server_pcap, port)
     )
 
 

@@ -84,10 +84,7 @@ class Captures:
 
 def read_captures(client_pcap: Path, server_pcap: Path, port: int) -> Captures:
     """A cell's two captures (headers), split into the connections to `port`."""
-    return Captures(
-        pcap.split_connections(pcap.tcp_packets(client_pcap), port),
-        pcap.split_connections(pcap.tcp_packets(server_pcap), port),
-    )
+    return Captures(pcap.connections(client_pcap, port), pcap.connections(server_pcap, port))
 
 
 def check_pair(idx: int, crec: dict, srec: dict, expected, stack, expect_cc: str | None) -> None:

@@ -58,6 +58,12 @@ class CellModel:
         """The smallest and largest handshake of the cell (`predict.Handshake.extremes`)."""
         return self.handshake.extremes()
 
+    def for_cliffs(self) -> CellModel:
+        """The model with its chain's bytes left out (its certificate count kept): all that
+        `cliff_rows` depends on, so cells that differ only in their chain share it."""
+        blank = (0,) * len(self.handshake.chain_der)
+        return CellModel(self.handshake.with_chain(blank), self.link, self.mss, self.initcwnd)
+
 
 def cell_model(stack, group, server_sig, chain, server_ip: str, profile, initcwnd: int):
     """The cell's sizes: its chain as built, the stack's ClientHello to `server_ip`."""

@@ -33,9 +33,6 @@ from pqlab.tls.negotiation import Expected
 from pqlab.workers import Workers
 
 EXPERIMENT = "handshake"
-# A cell whose median moved this much (relative) between its earlier and later rounds is
-# named in the warnings; comparisons use the drift whatever its size.
-DRIFT_WARNING = 0.05
 
 
 def _columns(rows: list[dict], extra: dict) -> dict[str, list]:
@@ -227,9 +224,31 @@ def _stop(cell: _Live) -> dict:
     return {side: runner.stop_capture(cap) for side, cap in cell.caps.items()}
 
 
+def _labels(plan: Plan, cell: _Live) -> tuple[dict, dict]:
+    """The cell's columns in every table, and those handshake_raw adds."""
+    group, server_sig, ca_sig, chain_bytes = cell.algs
+    labels = {
+        "cell_id": cell.cid,
+        "group": group.name,
+        "server_sig": server_sig.name,
+        "ca_sig": ca_sig.name,
+        "stack": plan.stack,
+    }
+    raw = {
+        "chain_sent": "server+root" if plan.send_root else "server",
+        "message_source": plan.messages,
+        "host_pair": cell.pair.label if cell.pair is not None else None,
+        "chain_bytes_requested": chain_bytes,
+        "chain_der_bytes": cell.chain.sent_der_bytes,
+        "shaped": plan.profile is not None,
+    }
+    return labels, raw
+
+
 def _job(hosts, plan: Plan, cell: _Live, host_clocks) -> worker.Job:
     """What a worker needs to analyse the cell."""
     client_pcap, server_pcap, keylog = cell.files
+    labels, raw_columns = _labels(plan, cell)
     return worker.Job(
         cid=cell.cid,
         pair=cell.pair.label if cell.pair is not None else None,
@@ -245,6 +264,9 @@ def _job(hosts, plan: Plan, cell: _Live, host_clocks) -> worker.Job:
         initcwnd=hosts.tcp.initcwnd or DEFAULT_INITCWND,
         messages=plan.messages,
         clocks=host_clocks,
+        labels=labels,
+        raw_columns=raw_columns,
+        shaped=plan.profile is not None,
         model=cell.model,
     )
 
@@ -260,6 +282,8 @@ def _finish(store, hosts, plan: Plan, live: list[_Live], pool, progress) -> None
     with stage("analysis"):
         host_clocks = clocks.host_clocks(hosts)
         results = pool.map(worker.run, [_job(hosts, plan, c, host_clocks) for c in live])
+    # One topology for the whole batch: described once.
+    topology = json.dumps(hosts.describe(), default=str)
     for cell, summary in zip(live, summaries, strict=True):
         with stage("analysis"):
             result = next(results)
@@ -271,28 +295,7 @@ def _finish(store, hosts, plan: Plan, live: list[_Live], pool, progress) -> None
             )
         if result.corrected_pcap is not None:
             cell.files = (*cell.files, result.corrected_pcap)
-        load = analyse.load_rows(
-            {"server": cell.server, "client": cell.client},
-            cell.peaks,
-            cell.busy_s,
-            cell.connections,
-        )
-        client_pcap, server_pcap, _ = cell.files[:3]
-        _commit(
-            store,
-            hosts,
-            plan,
-            (cell.cid, result.clock_row["host_pair"], cell.port),
-            cell,
-            result.rows,
-            result.phase_rows,
-            summary,
-            {"client": client_pcap, "server": server_pcap},
-            cell.busy_s,
-            result.clock_row,
-            load,
-            cell.order,
-        )
+        _commit(store, plan, cell, result, summary, topology)
         progress.advance()
 
 
@@ -336,60 +339,36 @@ def run_batch(store, hosts, plan: Plan, pair, cells: list, work: Path, progress,
                         f.unlink()
 
 
-def _commit(
-    store,
-    hosts,
-    plan: Plan,
-    ids,
-    cell: _Live,
-    rows,
-    phase_rows,
-    summaries,
-    pcaps,
-    elapsed: float,
-    clock_row,
-    load: list[dict] = (),
-    order: list[dict] = (),
-) -> None:
-    cid, pair, port = ids
-    group, server_sig, ca_sig, chain_bytes = cell.algs
-    labels = {
-        "cell_id": cid,
-        "group": group.name,
-        "server_sig": server_sig.name,
-        "ca_sig": ca_sig.name,
-        "stack": plan.stack,
-    }
-    topo = json.dumps(hosts.describe(), default=str)
+def _commit(store, plan: Plan, cell: _Live, result: worker.Result, summaries, topology) -> None:
+    """Everything the cell measured, committed with its done-mark in one transaction."""
+    cid = cell.cid
+    pair = result.clock_row["host_pair"]
+    labels, _ = _labels(plan, cell)
+    clock_row = result.clock_row
     params = {
         **labels,
         "n": plan.n,
         "warmup": plan.warmup,
-        "port": port,
-        "rounds": len(order),
+        "port": cell.port,
+        "rounds": len(cell.order),
         "seed": plan.seed,
         "profile": plan.profile_name,
         "send_root": plan.send_root,
-        "chain_bytes": chain_bytes,
+        "chain_bytes": cell.algs[3],
         "stack": plan.stack,
         "host_pair": pair,
         "clock_offset_ns": clock_row["offset_ns"],
         "clock_uncertainty_ns": clock_row["uncertainty_ns"],
         "clock_applied": clock_row["applied"],
     }
+    load = analyse.load_rows(
+        {"server": cell.server, "client": cell.client}, cell.peaks, cell.busy_s, cell.connections
+    )
+    pcaps = {"client": cell.files[0], "server": cell.files[1]}
     with store.cell(EXPERIMENT, cid, params):
-        chain_sent = "server+root" if plan.send_root else "server"
-        extra = {
-            "chain_sent": chain_sent,
-            "message_source": plan.messages,
-            "host_pair": pair,
-            "chain_bytes_requested": chain_bytes,
-            "chain_der_bytes": cell.chain.sent_der_bytes,
-            "shaped": plan.profile is not None,
-        }
-        store.insert("handshake_raw", _columns(rows, {**labels, **extra}))
-        store.insert("handshake_phase", _columns(phase_rows, labels))
-        store.insert("handshake_load", _columns(list(load), labels))
+        store.insert("handshake_raw", result.raw)
+        store.insert("handshake_phase", result.phases)
+        store.insert("handshake_load", _columns(load, labels))
         store.insert_rows(
             "handshake_capture",
             [
@@ -401,73 +380,28 @@ def _commit(
                     "kernel_drops": s["kernel_drops"],
                     "userspace_timestamps": s["userspace_timestamps"],
                     "pcap": str(pcaps[side]) if plan.keep_pcap else None,
-                    "seconds": elapsed,
-                    "handshakes": sum(o["warmup"] + o["handshakes"] for o in order),
-                    "topology": topo,
+                    "seconds": cell.busy_s,
+                    "handshakes": cell.connections,
+                    "topology": topology,
                     "host_pair": pair,
                 }
                 for side, s in summaries.items()
             ],
         )
         store.insert_rows("handshake_clock", [clock_row])
-        store.insert_rows("handshake_order", list(order))
-        store.add_warnings(
-            EXPERIMENT,
-            cid,
-            stats.noise_warnings(
-                f"handshake {cid}", stats.summarize([r["handshake_ns"] for r in rows])
-            ),
-        )
-        if rows and cell.model is not None:
-            store.add_warnings(
-                EXPERIMENT,
-                cid,
-                predicted.warnings(cid, rows, plan.profile is not None, cell.model.initcwnd),
-            )
-            store.insert_rows("handshake_cliffs", predicted.cliff_rows(cid, cell.model))
-        moved = stats.drift([r["handshake_ns"] for r in rows], [r["round"] for r in rows])
-        if moved is not None and abs(moved) >= DRIFT_WARNING:
-            store.add_warnings(
-                EXPERIMENT,
-                cid,
-                [
-                    stats.Warning_(
-                        stats.Cause.DRIFT,
-                        cid,
-                        f"the median handshake moved {moved * 100:+.1f} % from the cell's "
-                        "earlier rounds to its later ones",
-                    )
-                ],
-            )
-        disagreed = sum(1 for r in rows if r.get("order_disagreements"))
-        if disagreed:
-            store.add_warnings(
-                EXPERIMENT,
-                cid,
-                [
-                    stats.Warning_(
-                        stats.Cause.CLOCK_ORDER,
-                        cid,
-                        f"{disagreed} of {len(rows)} handshakes had events on the two hosts "
-                        "in an order the two capture clocks cannot resolve (within "
-                        f"{clock_row['uncertainty_ns'] / 1e3:.1f} us)",
-                    )
-                ],
-            )
+        store.insert_rows("handshake_order", list(cell.order))
+        store.insert_rows("handshake_cliffs", result.cliffs)
         drops = sum(s["kernel_drops"] for s in summaries.values())
         if drops:
-            store.add_warnings(
-                EXPERIMENT,
-                cid,
-                [
-                    stats.Warning_(
-                        stats.Cause.CAPTURE_DROPS,
-                        cid,
-                        f"the kernel dropped {drops} captured packets",
-                        "rerun the cell with fewer parallel jobs on the machine",
-                    )
-                ],
+            result.warnings.append(
+                stats.Warning_(
+                    stats.Cause.CAPTURE_DROPS,
+                    cid,
+                    f"the kernel dropped {drops} captured packets",
+                    "rerun the cell with fewer parallel jobs on the machine",
+                )
             )
+        store.add_warnings(EXPERIMENT, cid, result.warnings)
 
 
 def measure(plan: Plan, store) -> None:
