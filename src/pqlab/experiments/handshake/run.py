@@ -32,6 +32,11 @@ EXPERIMENT = "handshake"
 # A cell whose median moved this much (relative) between its earlier and later rounds is
 # named in the warnings; comparisons use the drift whatever its size.
 DRIFT_WARNING = 0.05
+# After each handshake the client sends pqlab's request (`GET 22\n`) and reads a 22-byte
+# answer, the size of document 004's reply ("I hear you fa shizzle!"): the connection's bytes
+# on the wire are then document 004's (`handshake_wire_bytes.csv`). Both come after the
+# client's Finished: no measured phase contains them.
+RESPONSE_BYTES = 22
 
 
 def _columns(rows: list[dict], extra: dict) -> dict[str, list]:
@@ -64,7 +69,7 @@ class _Live:
     """One cell of a batch while the batch runs: its server and captures run for the whole
     batch, a new client for each of its rounds."""
 
-    algs: tuple  # group, server signature, CA signature, chain bytes (None: the algorithms')
+    algs: tuple  # group, server and CA signatures, chain bytes or None, client signature or None
     chain: Chain
     pair: object
     cid: str
@@ -79,6 +84,8 @@ class _Live:
     peaks: dict = field(default_factory=dict)  # side -> peak RSS (KiB)
     busy_s: float = 0.0  # wall time of its rounds
     model: predicted.CellModel | None = None  # the wire model's view of the cell
+    client_auth: runner.ClientAuth | None = None  # mutual TLS: what the server asks for
+    identity: runner.Identity | None = None  # mutual TLS: what the client presents
 
 
 class _Clients:
@@ -90,7 +97,7 @@ class _Clients:
 
 def _prepare(store, hosts, plan: Plan, pair, index: int, cell, work: Path) -> _Live:
     """Chain, ports and files of the batch's cell `index` (nothing started)."""
-    group, server_sig, ca_sig, chain_bytes = cell
+    group, server_sig, ca_sig, chain_bytes, client = cell
     chain = make_chain(
         store.path / "certs",
         ca_sig,
@@ -102,16 +109,25 @@ def _prepare(store, hosts, plan: Plan, pair, index: int, cell, work: Path) -> _L
     )
     name = f"{group.name}_{server_sig.name}_{ca_sig.name}".replace("/", "_")
     name += f"_{chain_bytes}B" if chain_bytes is not None else ""
+    name += f"_client_{client.name}".replace("/", "_") if client is not None else ""
     if len(plan.pairs) > 1:
         name += "_" + "".join(c if c.isalnum() or c in ".-" else "_" for c in pair.label)
+    client_chain = client_auth = identity = None
+    if client is not None:
+        client_chain = make_chain(
+            store.path / "certs", plan.client_ca or ca_sig, client, plan.stack, purpose="client"
+        )
+        client_auth, identity = runner.mutual(client_chain, client)
     return _Live(
         algs=cell,
         chain=chain,
         pair=pair,
-        cid=str(plan.cell_id(group, server_sig, ca_sig, chain_bytes, pair)),
+        cid=str(plan.cell_id(group, server_sig, ca_sig, chain_bytes, client, pair)),
         port=plan.port + index,
         files=_cell_files(store, plan, name, work),
-        expected=Expected(group=group, sigalg=server_sig),
+        expected=Expected(group=group, sigalg=server_sig, client_sigalg=client),
+        client_auth=client_auth,
+        identity=identity,
         model=predicted.cell_model(
             stacks.get(plan.stack),
             group,
@@ -120,13 +136,17 @@ def _prepare(store, hosts, plan: Plan, pair, index: int, cell, work: Path) -> _L
             hosts.server_ip,
             plan.profile,
             hosts.tcp.initcwnd or DEFAULT_INITCWND,
+            client=(client, client_chain) if client is not None else None,
         ),
     )
 
 
 def _tls(plan: Plan, cell: _Live, keylog: Path | None = None) -> runner.Tls:
-    group, server_sig = cell.algs[:2]
-    return runner.Tls(stack=plan.stack, groups=(group,), sigalgs=(server_sig,), keylog=keylog)
+    group, server_sig, client = cell.algs[0], cell.algs[1], cell.algs[4]
+    # A client with a certificate offers its own scheme too (stacks sign only with their
+    # own list's schemes).
+    sigalgs = (server_sig,) if client is None else (server_sig, client)
+    return runner.Tls(stack=plan.stack, groups=(group,), sigalgs=sigalgs, keylog=keylog)
 
 
 def _start(hosts, plan: Plan, cell: _Live, handshakes: int, budget: float, procs: list) -> None:
@@ -142,7 +162,8 @@ def _start(hosts, plan: Plan, cell: _Live, handshakes: int, budget: float, procs
         chain=cell.chain,
         listen=f"{hosts.server_ip}:{cell.port}",
         max_connections=handshakes,
-        response_mode="none",
+        response_mode="echo-size",
+        client_auth=cell.client_auth,
     )
     server_cpu = plan.cpus[0] if plan.cpus else None
     # A remote server ends by itself after the batch's budget, whatever happens here.
@@ -163,6 +184,8 @@ def _run_round(hosts, plan: Plan, cell: _Live, rnd: tuple, position: int) -> Non
         warmup=warmup,
         time_limit=int(cell_budget(plan, warmup + n)),
         expected=cell.expected,
+        identity=cell.identity,
+        request_bytes=RESPONSE_BYTES,
     )
     started_ns, started = time.time_ns(), time.monotonic()
     client = runner.start_client(spec, hosts, cpu=plan.cpus[1] if plan.cpus else None)
@@ -294,12 +317,12 @@ def run_batch(store, hosts, plan: Plan, pair, cells: list, work: Path, progress)
     where = f" ({pair.label})" if pair is not None and len(plan.pairs) > 1 else ""
     try:
         for i, cell in enumerate(cells):
-            group, ssig, csig, _ = cell
+            group, ssig, csig = cell[:3]
             progress.start(f"starting {group.name} / {ssig.name} / CA {csig.name}{where}")
             live.append(_prepare(store, hosts, plan, pair, i, cell, work))
             _start(hosts, plan, live[-1], per_cell, budget, procs)
         for position, (number, i) in enumerate(schedule(len(live), len(rounds), plan.seed)):
-            group, ssig, csig, _ = live[i].algs
+            group, ssig, csig = live[i].algs[:3]
             progress.start(
                 f"round {number + 1}/{len(rounds)}: {group.name} / {ssig.name} / CA "
                 f"{csig.name}{where}"
@@ -344,13 +367,14 @@ def _commit(
     order: list[dict] = (),
 ) -> None:
     cid, pair, port = ids
-    group, server_sig, ca_sig, chain_bytes = cell.algs
+    group, server_sig, ca_sig, chain_bytes, client = cell.algs
     labels = {
         "cell_id": cid,
         "group": group.name,
         "server_sig": server_sig.name,
         "ca_sig": ca_sig.name,
         "stack": plan.stack,
+        "client_sig": client.name if client is not None else "none",
     }
     topo = json.dumps(hosts.describe(), default=str)
     params = {
