@@ -317,6 +317,13 @@ def _size_table(store) -> Path:
     )
 
 
+def _client(store) -> str:
+    """The column that keeps mutually authenticated cells apart in the pivot tables."""
+    if "client_sig" in store.columns("handshake_raw"):
+        return "coalesce(t.client_sig, 'none')"
+    return "'none'"
+
+
 def _padded(store) -> str:
     """The column that keeps --chain-bytes cells apart from the algorithms' own chains in
     the pivot tables (runs made before it have none)."""
@@ -342,10 +349,11 @@ def _processing_table(store) -> Path:
         "handshake_client_processing",
         f"""
         SELECT t."group", t.server_sig, {pivot}, t.stack, t.chain_sent,
-          {_padded(store)} AS chain_bytes_requested
+          {_padded(store)} AS chain_bytes_requested, {_client(store)} AS client_sig
         FROM handshake_raw t {ORDER_JOIN}
-        GROUP BY t."group", t.server_sig, t.stack, t.chain_sent, {_padded(store)}, og.pos, os.pos
-        ORDER BY og.pos, os.pos, t.stack, t.chain_sent, chain_bytes_requested""",
+        GROUP BY t."group", t.server_sig, t.stack, t.chain_sent, {_padded(store)},
+          {_client(store)}, og.pos, os.pos
+        ORDER BY og.pos, os.pos, t.stack, t.chain_sent, chain_bytes_requested, client_sig""",
     )
 
 
@@ -365,10 +373,10 @@ def _segment_table(store) -> Path:
         "handshake_server_segments",
         f"""
         SELECT t."group", {seg_pivot}, t.stack, t.chain_sent,
-          {_padded(store)} AS chain_bytes_requested
+          {_padded(store)} AS chain_bytes_requested, {_client(store)} AS client_sig
         FROM handshake_raw t {ORDER_JOIN}
-        GROUP BY t."group", t.stack, t.chain_sent, {_padded(store)}, og.pos
-        ORDER BY og.pos, t.stack, t.chain_sent, chain_bytes_requested""",
+        GROUP BY t."group", t.stack, t.chain_sent, {_padded(store)}, {_client(store)}, og.pos
+        ORDER BY og.pos, t.stack, t.chain_sent, chain_bytes_requested, client_sig""",
     )
 
 

@@ -493,8 +493,13 @@ def measure(plan: Plan, store) -> None:
     schema.ensure(store)
     clocks.ensure(store)
     done = CELLS.done(store)
-    other = {c for c in done if ("root" in c.options) != plan.send_root}
-    if other:
+    # Cells with and without the root would share the document's figures; mutually
+    # authenticated cells (document 004's, their own figures and tables) may differ.
+    def mutual(c) -> bool:
+        return any(o.startswith("client-") for o in c.options)
+
+    other = {c for c in done if ("root" in c.options) != plan.send_root and not mutual(c)}
+    if other and any(cell[4] is None for cell in plan.cells()):
         raise UserError(
             f"this run directory holds cells {'without' if plan.send_root else 'with'} "
             "--send-root; use another --out to compare the two"
