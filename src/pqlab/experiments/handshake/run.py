@@ -493,6 +493,7 @@ def measure(plan: Plan, store) -> None:
     schema.ensure(store)
     clocks.ensure(store)
     done = CELLS.done(store)
+
     # Cells with and without the root would share the document's figures; mutually
     # authenticated cells (document 004's, their own figures and tables) may differ.
     def mutual(c) -> bool:
