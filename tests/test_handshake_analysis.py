@@ -229,7 +229,7 @@ def test_export_builds_tables_and_figures_from_the_database(tmp_path):
     with open(tables / "handshake_server_segments.csv") as f:
         seg = list(csv.reader(f))
     # Table 9's layout, then the stack, the chain sent, its padded size (none) and the client's
-        # certificate (none) of the row.
+    # certificate (none) of the row.
     assert [row[:3] for row in seg] == [
         ["group", "CA RSA-2048 / server RSA-2048", "CA RSA-2048 / server ML-DSA-44"],
         ["X25519", "3", "3"],
