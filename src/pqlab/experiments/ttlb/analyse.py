@@ -166,6 +166,17 @@ def prediction_rows(cid: str, hs, profile: LinkProfile, size: int) -> list[dict]
     return out
 
 
+def cliff_rows(hs, profile: LinkProfile) -> list[dict]:
+    """The handshake's round-trip cliffs on the profile's window and MSS (largest
+    signature; without CPU time they do not depend on the delay or the rate): one row per
+    extra round trip, without the cell id (the same for every response size)."""
+    link = wire.Link.from_profile(profile)
+    return [
+        {"round_trips": rt, "chain_der_bytes": at, "mss": link.mss, "initcwnd": link.initcwnd}
+        for rt, at in predict.cliffs(hs.extremes()[1], link)
+    ]
+
+
 def lossless(profile: LinkProfile) -> bool:
     c, s = profile.c2s, profile.s2c
     return not (c.loss_pct or s.loss_pct or c.jitter_s or s.jitter_s)
@@ -333,6 +344,7 @@ def cell_summaries(store) -> list[dict]:
             return int(np.median([r[k] for r in rows if r[k] is not None] or [0]))
 
         row = {
+            "cell_id": _cell_id(rows[0]),
             "profile": profile,
             "shaper": shaper,
             "group": grp,
@@ -352,7 +364,7 @@ def cell_summaries(store) -> list[dict]:
         row["bytes_received"] = med("record_bytes_received")
         prof = profiles.get(profile)
         clean = bool(prof) and lossless(_profile_from_json(prof))
-        _add_prediction(row, predictions.get(_cell_id(rows[0]), []), clean)
+        _add_prediction(row, predictions.get(row["cell_id"], []), clean)
         row["stack"] = stack
         out.append(row)
     return out
@@ -384,13 +396,44 @@ def _profile_from_json(d: dict) -> LinkProfile:
     )
 
 
+def combination(row: dict) -> tuple[str, str, int | None]:
+    """A summary row's (group, chain, --chain-bytes size or None): what the tables and
+    figures compare."""
+    return row["group"], row["chain"], row.get("chain_bytes_requested")
+
+
+def combo_label(combo: tuple) -> str:
+    group, chain, size = combo
+    return f"{group} + {chain}" + (f" {size} B" if size is not None else "")
+
+
+def combo_order(combo: tuple) -> tuple:
+    return combo[0], combo[1], combo[2] or 0
+
+
+def baseline_chain_bytes(rows: list[dict]) -> int | None:
+    """The baseline's chain size among the baseline combination's rows: the smallest
+    --chain-bytes size when its chains were padded (None: the algorithm's own chain)."""
+    sizes = [r.get("chain_bytes_requested") for r in rows]
+    return min((b for b in sizes if b is not None), default=None)
+
+
+def baseline_combination(store, summary: list[dict]) -> tuple[str, str, int | None] | None:
+    """The classical combination as (group, chain, chain size): `baseline` with the chain
+    size `increases` compares with (`baseline_chain_bytes`)."""
+    base = baseline(store)
+    if base is None:
+        return None
+    mine = [r for r in summary if (r["group"], r["chain"]) == base]
+    return base[0], base[1], baseline_chain_bytes(mine)
+
+
 def increases(summary: list[dict], baseline_group: str, baseline_chain: str) -> list[dict]:
     """Percentage increase of every other (group, chain, chain size) over the baseline (its
     smallest chain size when --chain-bytes padded them), per profile, response size, stack
     and percentile, for TTFB and TTLB."""
     mine = [r for r in summary if (r["group"], r["chain"]) == (baseline_group, baseline_chain)]
-    sizes = [r.get("chain_bytes_requested") for r in mine]
-    smallest = min((b for b in sizes if b is not None), default=None)
+    smallest = baseline_chain_bytes(mine)
     base = {
         (r["profile"], r["data_bytes"], r.get("stack")): r
         for r in mine
