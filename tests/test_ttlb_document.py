@@ -259,3 +259,28 @@ def test_serialisation_is_not_a_step_and_a_faster_response_is_a_step_down():
     assert sweep.step_rows(_points([70.0, 78.0, 70.5]), [], LINK) == []
     (row,) = sweep.step_rows(_points([175.0, 175.2, 140.6]), [], LINK)
     assert row["measured_step"] == "down" and row["within_one_segment"] is None
+
+
+def test_report_keeps_padded_chains_of_one_algorithm_apart(store):
+    """With --chain-bytes 8000,16000 the 8 KB and 16 KB chains of one algorithm are two
+    combinations: each has its own CDF and increase figures and its own bar (they shared
+    one line and one bar, the first size found standing for both)."""
+    from pqlab.experiments.ttlb import report
+
+    cells = {
+        (spec, combo, s): 5
+        for spec in ("1mbps-35ms",)
+        for combo in (BASE, PQ, CHAIN16)
+        for s in (0, 10240)
+    }
+    _fill(store, cells)
+    with store.cell("ttlb", "first", {"group": "X25519", "chain": "RSA-2048"}):
+        pass
+    section = report.export(store)
+    figs = {f.name for f in (store.path / "figures").iterdir() if f.suffix == ".png"}
+    for combo in (BASE, PQ, CHAIN16):
+        assert f"ttlb_cdf_{combo[0]}_{combo[1]}_{combo[2]}.png" in figs
+    assert "ttlb_increase_1mbps-35ms_X25519_RSA-2048_16000.png" in figs
+    assert "ttlb_increase_1mbps-35ms_X25519MLKEM768_RSA-2048_16000.png" in figs
+    captions = [b[2] for b in section.blocks if b[0] == "figure"]
+    assert any("X25519 + RSA-2048 16000 B" in c for c in captions)
