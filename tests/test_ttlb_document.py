@@ -274,7 +274,8 @@ def test_report_keeps_padded_chains_of_one_algorithm_apart(store):
         for s in (0, 10240)
     }
     _fill(store, cells)
-    with store.cell("ttlb", "first", {"group": "X25519", "chain": "RSA-2048"}):
+    params = {"group": "X25519", "chain": "RSA-2048", "chain_bytes": 8000}
+    with store.cell("ttlb", "first", params):
         pass
     section = report.export(store)
     figs = {f.name for f in (store.path / "figures").iterdir() if f.suffix == ".png"}
@@ -284,3 +285,24 @@ def test_report_keeps_padded_chains_of_one_algorithm_apart(store):
     assert "ttlb_increase_1mbps-35ms_X25519MLKEM768_RSA-2048_16000.png" in figs
     captions = [b[2] for b in section.blocks if b[0] == "figure"]
     assert any("X25519 + RSA-2048 16000 B" in c for c in captions)
+
+
+def test_a_later_sweep_does_not_move_the_baseline(store):
+    """The classical combination is the first ttlb command's first group and chain at its
+    smallest --chain-bytes size; a sweep run later into the same directory (a suite's
+    last step) with smaller sizes of the same chain leaves it there (before, the smallest
+    size of any command became the baseline, and every other profile lost its increases)."""
+    meta = {"ttlb_groups": ["X25519", "X25519MLKEM768"], "ttlb_chains": ["RSA-2048"]}
+    store.begin("ttlb", {**meta, "ttlb_chain_bytes": [16000, 8000]})
+    store.begin("ttlb", {**meta, "ttlb_chain_bytes": list(range(2000, 40001, 1000))})
+    assert analyse.baseline(store) == BASE
+    cells = {(spec, combo, 0): 5 for spec in ("1mbps-35ms", "1mbps-200ms") for combo in (BASE, PQ)}
+    cells.update({("1gbps-35ms", ("X25519", "RSA-2048", b), 0): 3 for b in (2000, 3000, 8000)})
+    _fill(store, cells)
+    summary = analyse.cell_summaries(store)
+    inc = analyse.increases(summary, analyse.baseline(store))
+    assert {r["profile"] for r in inc} >= {"1mbps-35ms", "1mbps-200ms"}
+    assert {r["baseline"] for r in inc} == {"X25519 + RSA-2048 8000 B"}
+    assert {sweep.key(r)[0] for r in summary if sweep.key(r) in sweep.swept(summary)} == {
+        "1gbps-35ms"
+    }

@@ -411,39 +411,21 @@ def combo_order(combo: tuple) -> tuple:
     return combo[0], combo[1], combo[2] or 0
 
 
-def baseline_chain_bytes(rows: list[dict]) -> int | None:
-    """The baseline's chain size among the baseline combination's rows: the smallest
-    --chain-bytes size when its chains were padded (None: the algorithm's own chain)."""
-    sizes = [r.get("chain_bytes_requested") for r in rows]
-    return min((b for b in sizes if b is not None), default=None)
-
-
-def baseline_combination(store, summary: list[dict]) -> tuple[str, str, int | None] | None:
-    """The classical combination as (group, chain, chain size): `baseline` with the chain
-    size `increases` compares with (`baseline_chain_bytes`)."""
-    base = baseline(store)
-    if base is None:
-        return None
-    mine = [r for r in summary if (r["group"], r["chain"]) == base]
-    return base[0], base[1], baseline_chain_bytes(mine)
-
-
-def increases(summary: list[dict], baseline_group: str, baseline_chain: str) -> list[dict]:
-    """Percentage increase of every other (group, chain, chain size) over the baseline (its
-    smallest chain size when --chain-bytes padded them), per profile, response size, stack
-    and percentile, for TTFB and TTLB."""
-    mine = [r for r in summary if (r["group"], r["chain"]) == (baseline_group, baseline_chain)]
-    smallest = baseline_chain_bytes(mine)
-    base = {
+def increases(summary: list[dict], base: tuple[str, str, int | None]) -> list[dict]:
+    """Percentage increase of every other (group, chain, chain size) over the baseline
+    combination (`baseline`), per profile, response size, stack and percentile, for TTFB
+    and TTLB."""
+    label = combo_label(base)
+    at = {
         (r["profile"], r["data_bytes"], r.get("stack")): r
-        for r in mine
-        if r.get("chain_bytes_requested") == smallest
+        for r in summary
+        if combination(r) == tuple(base)
     }
     out = []
     for r in summary:
-        if any(r is b for b in base.values()):
+        if combination(r) == tuple(base):
             continue
-        b = base.get((r["profile"], r["data_bytes"], r.get("stack")))
+        b = at.get((r["profile"], r["data_bytes"], r.get("stack")))
         if not b:
             continue
         for p in PERCENTILES:
@@ -453,8 +435,7 @@ def increases(summary: list[dict], baseline_group: str, baseline_chain: str) -> 
                     "group": r["group"],
                     "chain": r["chain"],
                     "chain_bytes_requested": r.get("chain_bytes_requested"),
-                    "baseline": f"{baseline_group} + {baseline_chain}"
-                    + (f" {smallest} B" if smallest is not None else ""),
+                    "baseline": label,
                     "data_bytes": r["data_bytes"],
                     "percentile": p,
                     "ttfb_increase_pct": (r[f"ttfb_p{p}_ms"] / b[f"ttfb_p{p}_ms"] - 1) * 100,
@@ -467,18 +448,21 @@ def increases(summary: list[dict], baseline_group: str, baseline_chain: str) -> 
     return out
 
 
-def baseline(store) -> tuple[str, str] | None:
-    """The classical combination: the first group and chain of the run's command line
-    (by default X25519 with an RSA-2048 chain)."""
-    rows = store.query("SELECT params FROM cells WHERE experiment = 'ttlb' ORDER BY rowid")
+def baseline(store) -> tuple[str, str, int | None] | None:
+    """The classical combination as (group, chain, chain size): the first group and chain
+    of the run's first ttlb command line (by default X25519 with an RSA-2048 chain), at
+    that command's smallest --chain-bytes size (None: the algorithm's own chain). Later
+    commands of the run (a chain-size sweep in a suite, say) do not move it."""
     meta = store.query(
         "SELECT metadata FROM invocations WHERE experiment = 'ttlb' ORDER BY id LIMIT 1"
     )
     if meta:
         m = json.loads(meta[0]["metadata"])
         if m.get("ttlb_groups") and m.get("ttlb_chains"):
-            return m["ttlb_groups"][0], m["ttlb_chains"][0]
+            sizes = m.get("ttlb_chain_bytes") or [None]
+            return m["ttlb_groups"][0], m["ttlb_chains"][0], min(sizes, key=lambda b: b or 0)
+    rows = store.query("SELECT params FROM cells WHERE experiment = 'ttlb' ORDER BY rowid")
     if rows:
         p = json.loads(rows[0]["params"])
-        return p["group"], p["chain"]
+        return p["group"], p["chain"], p.get("chain_bytes")
     return None

@@ -13,7 +13,6 @@ from pqlab.experiments.ttlb import summary as summary_part
 from pqlab.experiments.ttlb.analyse import (
     PERCENTILES,
     baseline,
-    baseline_combination,
     cell_summaries,
     combination,
     combo_label,
@@ -69,24 +68,28 @@ def export(store):
         "within the stated band, on links without loss or jitter)",
     )
     base = baseline(store)
-    inc = increases(summary, *base) if base else []
+    inc = increases(summary, base) if base else []
     if inc:
         csv = store.export_rows("ttlb_increase", inc)
         section.table(
             csv,
-            f"Increase over the classical combination ({base[0]} + {base[1]}) "
+            f"Increase over the classical combination ({combo_label(base)}) "
             "per size and percentile",
             max_rows=90,
         )
     _figures(store, summary, inc, base, section)
-    combination = baseline_combination(store, summary)
-    if combination is not None:
-        across.extend_section(store, section, summary, combination)
+    if base is not None:
+        across.extend_section(store, section, summary, base)
     sweep.extend_section(store, section, summary)
     return section
 
 
 def _figures(store, summary, inc, base, section) -> None:
+    """Per profile and combination (one chain size each; a --chain-bytes sweep's
+    combinations have the sweep's figure instead): the increase figures and the CDFs."""
+    swept = sweep.swept(summary)
+    summary = [r for r in summary if sweep.key(r) not in swept]
+    inc = [r for r in inc if sweep.key(r) not in swept]
     profiles = sorted({r["profile"] for r in summary})
     combos = sorted({combination(r) for r in summary}, key=combo_order)
     for profile in profiles:
@@ -97,7 +100,7 @@ def _figures(store, summary, inc, base, section) -> None:
         _ttfb_increase_figure(store, section, profile, mine, pq, base)
         for combo in pq:
             _ttlb_increase_figure(store, section, profile, mine, combo, base)
-    _cdf_figures(store, section, profiles, combos)
+    _cdf_figures(store, section, summary, combos)
 
 
 def _file_part(combo: tuple) -> str:
@@ -123,7 +126,7 @@ def _ttfb_increase_figure(store, section, profile, inc, pq, base) -> None:
         ax.bar(np.arange(3) + i * width, vals, width, label=combo_label(combo))
     ax.set_xticks(np.arange(3) + width * (len(pq) - 1) / 2, [f"p{p}" for p in PERCENTILES])
     ax.set_ylabel("handshake time (TTFB) increase (%)")
-    ax.set_title(f"{profile}: TTFB increase over {base[0]} + {base[1]}", fontsize=9)
+    ax.set_title(f"{profile}: TTFB increase over {combo_label(base)}", fontsize=9)
     ax.legend(fontsize=7)
     png = figures.save(fig, store, f"ttlb_ttfb_increase_{figures.safe_name(profile)}")
     section.figure(
@@ -151,7 +154,7 @@ def _ttlb_increase_figure(store, section, profile, inc, combo, base) -> None:
     ax.axhline(0, color="grey", lw=0.6)
     ax.set_xlabel("data sent by the server (KiB)")
     ax.set_ylabel("TTLB increase (%)")
-    ax.set_title(f"{profile}: {combo_label(combo)} vs {base[0]} + {base[1]}", fontsize=9)
+    ax.set_title(f"{profile}: {combo_label(combo)} vs {combo_label(base)}", fontsize=9)
     ax.legend(fontsize=7)
     name = figures.safe_name(f"{profile}_{_file_part(combo)}")
     png = figures.save(fig, store, f"ttlb_increase_{name}")
@@ -162,7 +165,7 @@ def _ttlb_increase_figure(store, section, profile, inc, combo, base) -> None:
     )
 
 
-def _cdf_figures(store, section, profiles, combos) -> None:
+def _cdf_figures(store, section, summary, combos) -> None:
     """Document figure 6: CDF of TTLB at the largest size, one line per profile, per
     combination; the CDF of the same connections' TTFB beside it (the document saw the same
     spread in handshake times)."""
@@ -171,6 +174,11 @@ def _cdf_figures(store, section, profiles, combos) -> None:
         'SELECT profile, grp AS "group", chain, chain_bytes_requested, data_bytes, ttfb_ns, '
         "ttlb_ns FROM ttlb_raw"
     )
+    shown = {(r["profile"], combination(r)) for r in summary}
+    raw = [r for r in raw if (r["profile"], combination(r)) in shown]
+    if not raw:
+        return
+    profiles = sorted({r["profile"] for r in summary})
     largest = max(r["data_bytes"] for r in raw)
     for combo in combos:
         fig, axes = plt.subplots(1, 2, figsize=(11, 3.5))

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import html
 
-from pqlab.experiments.ttlb import across
+from pqlab.experiments.ttlb import across, sweep
 from pqlab.experiments.ttlb.analyse import (
     baseline,
-    baseline_combination,
     cell_summaries,
     combination,
     combo_label,
+    combo_order,
     increases,
 )
 from pqlab.report.section import template
@@ -32,27 +32,25 @@ def summarize(store: RunStore) -> Summary | None:
     base = baseline(store)
     if not summary or not base:
         return None
-    inc = increases(summary, *base)
+    inc = increases(summary, base)
     n: dict[tuple, int] = {}
     for r in summary:  # the fewest connections of any cell of the combination
-        key = (r["group"], r["chain"])
-        n[key] = min(n.get(key, r["n"]), r["n"])
+        n[combination(r)] = min(n.get(combination(r), r["n"]), r["n"])
+    swept = sweep.swept(summary)
     rows, items = [], []
     for profile in sorted({r["profile"] for r in inc}):
-        mine = [r for r in inc if r["profile"] == profile]
+        mine = [r for r in inc if r["profile"] == profile and sweep.key(r) not in swept]
+        if not mine:
+            continue
         largest = max(r["data_bytes"] for r in mine)
         smallest = min(r["data_bytes"] for r in mine)
-        for combo in sorted({(r["group"], r["chain"]) for r in mine}):
-            at = {
-                (r["data_bytes"], r["percentile"]): r
-                for r in mine
-                if (r["group"], r["chain"]) == combo
-            }
+        for combo in sorted({combination(r) for r in mine}, key=combo_order):
+            at = {(r["data_bytes"], r["percentile"]): r for r in mine if combination(r) == combo}
             if (largest, 50) not in at:
                 continue
             p50, p90 = at[(largest, 50)], at.get((largest, 90))
             first = at.get((smallest, 50))
-            comparison = f"{base[0]} + {base[1]} -> {combo[0]} + {combo[1]} ({profile})"
+            comparison = f"{combo_label(base)} -> {combo_label(combo)} ({profile})"
             rows.append(
                 row(
                     "time to last byte",
@@ -65,10 +63,8 @@ def summarize(store: RunStore) -> Summary | None:
             )
             if len(items) < MAX_TTLB_LINES:
                 items.append(_ttlb_sentence(profile, base, combo, p50, p90, first, n[combo]))
-    combo = baseline_combination(store, summary)
-    if combo is not None:
-        _pooled_lines(store, summary, combo, rows, items)
-        _degradation_lines(store, summary, combo, rows, items)
+    _pooled_lines(store, summary, base, rows, items)
+    _degradation_lines(store, summary, base, rows, items)
     return Summary(rows, items, template("summary_note_ttlb"))
 
 
@@ -163,8 +159,8 @@ def _ttlb_sentence(profile, base, combo, p50, p90, first, n) -> str:
     return template(
         "summary_ttlb",
         profile=html.escape(profile),
-        baseline=html.escape(f"{base[0]} + {base[1]}"),
-        candidate=html.escape(f"{combo[0]} + {combo[1]}"),
+        baseline=html.escape(combo_label(base)),
+        candidate=html.escape(combo_label(combo)),
         size=f"{p50['data_bytes']:,}",
         p50=f"{p50['ttlb_increase_pct']:+.1f} %",
         p90=f"{p90['ttlb_increase_pct']:+.1f} %" if p90 else "?",

@@ -158,6 +158,18 @@ def series(summary: list[dict]) -> dict[tuple, list[dict]]:
     }
 
 
+def key(row: dict) -> tuple:
+    """A summary or increase row's (profile, group, chain, stack): what a sweep varies the
+    chain size of."""
+    return row["profile"], row["group"], row["chain"], row.get("stack")
+
+
+def swept(summary: list[dict]) -> set[tuple]:
+    """The (profile, group, chain, stack) whose chain size a sweep varied: the sweep's
+    figure shows them, so the per-combination figures and summary lines leave them out."""
+    return {k[:4] for k in series(summary)}
+
+
 def sweep_rows(store, summary: list[dict]) -> list[dict]:
     """tables/ttlb_chain_steps.csv: every sweep's steps on links without loss or jitter
     (elsewhere the medians move with the losses, not the window)."""
