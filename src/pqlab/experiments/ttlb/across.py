@@ -123,14 +123,18 @@ def _ttfb_samples(store) -> dict[tuple, list[float]]:
     return out
 
 
-def _pool_size(samples: dict, names: list[str], stack: str, base: tuple) -> tuple:
-    """The profiles of a pool where the baseline was measured and the smallest response
-    size it was measured at in all of them (the handshake alone where the run has 0)."""
-    sizes = {
-        n: {k[1] for k in samples if k[0] == n and k[2] == stack and k[3] == base} for n in names
-    }
-    measured = [n for n in names if sizes[n]]
-    common = set.intersection(*(sizes[n] for n in measured)) if measured else set()
+def _pooled_set(samples: dict, names: list[str], stack: str, base: tuple, combo: tuple):
+    """The profiles of a pool where both the baseline and `combo` were measured at one
+    response size, and that size: the smallest they share (the handshake alone where the
+    run has 0). A combination measured on only some profiles is pooled over those, with the
+    baseline over the same ones."""
+
+    def sizes(n: str, c: tuple) -> set:
+        return {k[1] for k in samples if k[0] == n and k[2] == stack and k[3] == c}
+
+    shared = {n: sizes(n, base) & sizes(n, combo) for n in names}
+    measured = [n for n in names if shared[n]]
+    common = set.intersection(*(shared[n] for n in measured)) if measured else set()
     return measured, (min(common) if common else None)
 
 
@@ -144,45 +148,53 @@ def pooled_rows(store, summary: list[dict], base: tuple) -> list[dict]:
     out = []
     for names in pools(profiles):
         for stack in sorted({k[2] for k in samples if k[0] in names}):
-            measured, size = _pool_size(samples, names, stack, base)
-            if len(measured) < 2:
-                continue
-            combos = {
-                c
-                for c in {k[3] for k in samples if k[2] == stack}
-                if all((n, size, stack, c) in samples for n in measured)
-            }
-            label = pool_label([profiles[n] for n in measured])
+            combos = {k[3] for k in samples if k[0] in names and k[2] == stack} - {base}
             doc = document_combination({c: der.get(c) or 0 for c in combos}, base)
-            base_p = pooled_percentiles([samples[(n, size, stack, base)] for n in measured])
-            base_n = sum(len(samples[(n, size, stack, base)]) for n in measured)
-            for combo in sorted(combos - {base}, key=combo_order):
+            for combo in sorted(combos, key=combo_order):
+                measured, size = _pooled_set(samples, names, stack, base, combo)
+                if len(measured) < 2:
+                    continue
                 mine = [samples[(n, size, stack, combo)] for n in measured]
-                pooled = pooled_percentiles(mine)
-                for p in PERCENTILES:
-                    out.append(
-                        {
-                            "pool": label,
-                            "profiles": "; ".join(measured),
-                            "n_profiles": len(measured),
-                            "data_bytes": size,
-                            "group": combo[0],
-                            "chain": combo[1],
-                            "chain_bytes_requested": combo[2],
-                            "chain_der_bytes": der.get(combo),
-                            "stack": stack,
-                            "percentile": p,
-                            "n": sum(len(s) for s in mine),
-                            "ttfb_ms": pooled[p],
-                            "baseline": combo_label(base),
-                            "baseline_n": base_n,
-                            "baseline_ttfb_ms": base_p[p],
-                            "increase_pct": increase_pct(pooled[p], base_p[p]),
-                            "ratio": pooled[p] / base_p[p],
-                            "document_ratio": document.FIGURE1_RATIO if combo == doc else None,
-                        }
-                    )
+                theirs = [samples[(n, size, stack, base)] for n in measured]
+                common = {
+                    "pool": pool_label([profiles[n] for n in measured]),
+                    "profiles": "; ".join(measured),
+                    "n_profiles": len(measured),
+                    "data_bytes": size,
+                    "chain_der_bytes": der.get(combo),
+                    "stack": stack,
+                }
+                out += [{**common, **r} for r in _pooled(combo, mine, theirs, base, doc)]
     return out
+
+
+def _pooled(combo, mine, theirs, base, doc) -> list[dict]:
+    """One combination's rows (p50, p75, p90) against the baseline's samples."""
+    pooled, base_p = pooled_percentiles(mine), pooled_percentiles(theirs)
+    return [
+        {
+            "group": combo[0],
+            "chain": combo[1],
+            "chain_bytes_requested": combo[2],
+            "percentile": p,
+            "n": sum(len(s) for s in mine),
+            "ttfb_ms": pooled[p],
+            "baseline": combo_label(base),
+            "baseline_n": sum(len(s) for s in theirs),
+            "baseline_ttfb_ms": base_p[p],
+            "increase_pct": increase_pct(pooled[p], base_p[p]),
+            "ratio": pooled[p] / base_p[p],
+            "document_ratio": document.FIGURE1_RATIO if combo == doc else None,
+        }
+        for p in PERCENTILES
+    ]
+
+
+COLUMNS = (
+    "pool", "profiles", "n_profiles", "data_bytes", "group", "chain", "chain_bytes_requested",
+    "chain_der_bytes", "stack", "percentile", "n", "ttfb_ms", "baseline", "baseline_n",
+    "baseline_ttfb_ms", "increase_pct", "ratio", "document_ratio",
+)  # fmt: skip
 
 
 def degradation_rows(store, summary: list[dict], base: tuple) -> list[dict]:
@@ -251,17 +263,21 @@ def extend_section(store, section, summary: list[dict], base: tuple) -> None:
     pooled = pooled_rows(store, summary, base)
     if pooled:
         section.table(
-            store.export_rows("ttlb_pooled_ttfb", pooled),
+            store.export_rows("ttlb_pooled_ttfb", pooled, list(COLUMNS)),
             "Document 003's figure 1: the handshake time (TTFB) at the 50th, 75th and 90th "
             "percentiles of one dataset pooled over the profiles that differ only in RTT and "
             "loss, each combination beside the classical one over the same profiles "
             "(document_ratio: the document's 'about twice', beside the combination it "
             "compared)",
         )
-        for key in dict.fromkeys((r["pool"], r["stack"]) for r in pooled):
-            rows = [r for r in pooled if (r["pool"], r["stack"]) == key]
+        names: dict[str, int] = {}
+        for key in dict.fromkeys((r["pool"], r["stack"], r["profiles"]) for r in pooled):
+            rows = [r for r in pooled if (r["pool"], r["stack"], r["profiles"]) == key]
+            name = pool_name(rows[0])
+            names[name] = names.get(name, 0) + 1
+            suffix = f"_{names[name]}" if names[name] > 1 else ""
             section.figure(
-                _pooled_figure(store, rows),
+                _pooled_figure(store, rows, name + suffix),
                 f"Handshake time pooled over {rows[0]['n_profiles']} profiles ({key[0]}), "
                 "per percentile: the classical combination and each other (left; the "
                 "document's bar at about twice the classical one marked), and the increase "
@@ -285,7 +301,7 @@ def extend_section(store, section, summary: list[dict], base: tuple) -> None:
         )
 
 
-def _pooled_figure(store, rows: list[dict]):
+def _pooled_figure(store, rows: list[dict], name: str):
     plt = figures.plt
     combos = list(dict.fromkeys(combination(r) for r in rows))
     at = {(*combination(r), r["percentile"]): r for r in rows}
@@ -303,10 +319,15 @@ def _pooled_figure(store, rows: list[dict]):
             x + (i - 1) * 0.8 / len(combos), [r["increase_pct"] for r in mine],
             0.8 / len(combos), label=combo_label(combo), color=color,
         )  # fmt: skip
-        if mine[0]["document_ratio"]:
+        ratio = mine[0]["document_ratio"]
+        if ratio:
             left.plot(
-                x + i * width, [b * mine[0]["document_ratio"] for b in base], "k_", ms=14,
-                mew=2, label=f"document: about {mine[0]['document_ratio']:g}x the classical",
+                x + i * width, [b * ratio for b in base], "k_", ms=14, mew=2,
+                label=f"document: about {ratio:g}x the classical",
+            )  # fmt: skip
+            right.plot(
+                x + (i - 1) * 0.8 / len(combos), [(ratio - 1) * 100] * len(x), "k_", ms=14,
+                mew=2, label=f"document: about +{(ratio - 1) * 100:g} %",
             )  # fmt: skip
     left.set_xticks(x + width * len(combos) / 2, [f"p{p}" for p in PERCENTILES])
     right.set_xticks(x + 0.4 - 0.4 / len(combos), [f"p{p}" for p in PERCENTILES])
@@ -316,7 +337,7 @@ def _pooled_figure(store, rows: list[dict]):
     for ax in (left, right):
         ax.legend(fontsize=6)
     fig.suptitle(f"{rows[0]['pool']} ({rows[0]['n_profiles']} profiles pooled)", fontsize=9)
-    return figures.save(fig, store, "ttlb_pooled_ttfb_" + pool_name(rows[0]))
+    return figures.save(fig, store, f"ttlb_pooled_ttfb_{name}")
 
 
 def pool_name(row: dict) -> str:

@@ -36,11 +36,15 @@ def degradation_pct(p: int) -> float:
 
 def is_loss_condition(profile: dict) -> bool:
     """Whether a profile (`LinkProfile.describe()`) is the document's lossy link: RTT
-    200 ms, 1 Mbit/s and 10 % loss each way, initcwnd 20, no jitter."""
-    directions = (profile["c2s"], profile["s2c"])
+    200 ms, 1 Mbit/s, initcwnd 20, no jitter, 10 % loss from the server to the client, and
+    10 % or none the other way (the document does not say whether netem ran on one veth
+    end or both)."""
+    c2s, s2c = profile["c2s"], profile["s2c"]
     return (
         abs(profile["rtt_ms"] - LOSS_RTT_MS) < 1e-6
         and profile.get("initcwnd") == LOSS_INITCWND
-        and all(d["rate_bps"] == LOSS_RATE_BPS for d in directions)
-        and all(d["loss_pct"] == LOSS_PCT and not d["jitter_ms"] for d in directions)
+        and c2s["rate_bps"] == s2c["rate_bps"] == LOSS_RATE_BPS
+        and not (c2s["jitter_ms"] or s2c["jitter_ms"])
+        and s2c["loss_pct"] == LOSS_PCT
+        and c2s["loss_pct"] in (0.0, LOSS_PCT)
     )
