@@ -202,3 +202,79 @@ def test_ctrl_c_leaves_nothing(tmp_path):
     assert tun_prefix not in links
     ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
     assert str(out) not in ps and tun_prefix not in ps
+
+
+def _query(out, sql: str) -> list[tuple]:
+    import duckdb
+
+    con = duckdb.connect(str(out / "results.duckdb"), read_only=True)
+    try:
+        return con.execute(sql).fetchall()
+    finally:
+        con.close()
+
+
+@needs_root
+@pytest.mark.usefixtures("nothing_left")
+def test_chain_bytes_sweep_steps_a_round_trip_at_the_predicted_cliff(tmp_path):
+    """1 Gbit/s, 35 ms, initcwnd 20: the flight stops fitting the first window between
+    two chain sizes; TTFB steps there by one round trip, within one segment of the cliff
+    the wire model predicts."""
+    out = tmp_path / "run"
+    run_pqlab(
+        "ttlb", "--profile", "1gbps-35ms", "--groups", "X25519", "--chain", "RSA-2048",
+        "--chain-bytes", "24000..29000/1000", "--sizes", "0", "-n", "3", "--warmup", "1",
+        "--out", out, check=True, timeout=600,
+    )  # fmt: skip
+    steps = [r for r in _rows(out / "tables" / "ttlb_chain_steps.csv") if r["metric"] == "ttfb"]
+    measured = [r for r in steps if r["measured_step"]]
+    assert len(measured) == 1, steps
+    (step,) = measured
+    assert step["measured_step"] == "up" and step["model_step"] == "up"
+    assert step["within_one_segment"] == "true" and step["cliff_round_trips"] == "3"
+    cliff, mss = int(step["predicted_cliff_bytes"]), 1448
+    assert int(step["after_chain_bytes"]) - mss < cliff <= int(step["at_chain_bytes"]) + mss
+    # The step is a round trip (35 ms), not serialisation (microseconds at 1 Gbit/s).
+    assert 30 < float(step["measured_jump_ms"]) < 42, step
+    # Every cell carries the cliffs, one per extra round trip.
+    assert _query(out, "SELECT DISTINCT round_trips FROM ttlb_cliffs ORDER BY 1")[0] == (3,)
+    figs = {f.name for f in (out / "figures").iterdir()}
+    assert "ttlb_chain_sweep_1gbps-35ms_X25519_RSA-2048.png" in figs
+
+
+@needs_root
+@pytest.mark.usefixtures("nothing_left")
+def test_pooled_handshake_time_and_degradation_from_the_raw_samples(tmp_path):
+    """Two 1 Mbit/s profiles that differ in loss: figure 1's pooled percentiles and the
+    lossy profile's degradation equal DuckDB's percentiles of the raw rows."""
+    out = tmp_path / "run"
+    clean, lossy = "rtt=20ms,rate=1mbit,initcwnd=20", "rtt=20ms,rate=1mbit,loss=5%,initcwnd=20"
+    run_pqlab(
+        "ttlb", "--profile", clean, "--profile", lossy, "--groups", "X25519,X25519MLKEM768",
+        "--chain", "RSA-2048", "--sizes", "0", "-n", "6", "--warmup", "1", "--out", out,
+        check=True, timeout=600,
+    )  # fmt: skip
+    quantiles = ", ".join(f"quantile_cont(ttfb_ns / 1e6, {q})" for q in (0.5, 0.75, 0.9))
+    pooled = {g: v for g, *v in _query(out, f"SELECT grp, {quantiles} FROM ttlb_raw GROUP BY 1")}
+    rows = _rows(out / "tables" / "ttlb_pooled_ttfb.csv")
+    assert len(rows) == 3 and {r["group"] for r in rows} == {"X25519MLKEM768"}
+    for r, want, base in zip(rows, pooled["X25519MLKEM768"], pooled["X25519"], strict=True):
+        assert r["n_profiles"] == "2" and r["n"] == "12"
+        # The key exchange alone, on the same chain, is not the pair the document compared.
+        assert r["document_ratio"] == ""
+        assert float(r["ttfb_ms"]) == pytest.approx(want, rel=1e-9)
+        assert float(r["baseline_ttfb_ms"]) == pytest.approx(base, rel=1e-9)
+    per_profile = {
+        (prof, g): v
+        for prof, g, *v in _query(
+            out, f"SELECT profile, grp, {quantiles} FROM ttlb_raw GROUP BY 1, 2"
+        )
+    }
+    degraded = _rows(out / "tables" / "ttlb_degradation.csv")
+    assert len(degraded) == 6 and {r["reference_profile"] for r in degraded} == {clean}
+    for r in degraded:
+        i = (50, 75, 90).index(int(r["percentile"]))
+        want = per_profile[(lossy, r["group"])][i] / per_profile[(clean, r["group"])][i] - 1
+        assert float(r["ttfb_degradation_pct"]) == pytest.approx(want * 100, rel=1e-6)
+    figs = {f.name for f in (out / "figures").iterdir()}
+    assert "ttlb_pooled_ttfb_1Mbits_initcwnd20.png" in figs and "ttlb_degradation.png" in figs

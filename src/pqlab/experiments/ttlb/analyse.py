@@ -166,6 +166,17 @@ def prediction_rows(cid: str, hs, profile: LinkProfile, size: int) -> list[dict]
     return out
 
 
+def cliff_rows(hs, profile: LinkProfile) -> list[dict]:
+    """The handshake's round-trip cliffs on the profile's window and MSS (largest
+    signature; without CPU time they do not depend on the delay or the rate): one row per
+    extra round trip, without the cell id (the same for every response size)."""
+    link = wire.Link.from_profile(profile)
+    return [
+        {"round_trips": rt, "chain_der_bytes": at, "mss": link.mss, "initcwnd": link.initcwnd}
+        for rt, at in predict.cliffs(hs.extremes()[1], link)
+    ]
+
+
 def lossless(profile: LinkProfile) -> bool:
     c, s = profile.c2s, profile.s2c
     return not (c.loss_pct or s.loss_pct or c.jitter_s or s.jitter_s)
@@ -333,6 +344,7 @@ def cell_summaries(store) -> list[dict]:
             return int(np.median([r[k] for r in rows if r[k] is not None] or [0]))
 
         row = {
+            "cell_id": _cell_id(rows[0]),
             "profile": profile,
             "shaper": shaper,
             "group": grp,
@@ -352,7 +364,7 @@ def cell_summaries(store) -> list[dict]:
         row["bytes_received"] = med("record_bytes_received")
         prof = profiles.get(profile)
         clean = bool(prof) and lossless(_profile_from_json(prof))
-        _add_prediction(row, predictions.get(_cell_id(rows[0]), []), clean)
+        _add_prediction(row, predictions.get(row["cell_id"], []), clean)
         row["stack"] = stack
         out.append(row)
     return out
@@ -384,23 +396,36 @@ def _profile_from_json(d: dict) -> LinkProfile:
     )
 
 
-def increases(summary: list[dict], baseline_group: str, baseline_chain: str) -> list[dict]:
-    """Percentage increase of every other (group, chain, chain size) over the baseline (its
-    smallest chain size when --chain-bytes padded them), per profile, response size, stack
-    and percentile, for TTFB and TTLB."""
-    mine = [r for r in summary if (r["group"], r["chain"]) == (baseline_group, baseline_chain)]
-    sizes = [r.get("chain_bytes_requested") for r in mine]
-    smallest = min((b for b in sizes if b is not None), default=None)
-    base = {
+def combination(row: dict) -> tuple[str, str, int | None]:
+    """A summary row's (group, chain, --chain-bytes size or None): what the tables and
+    figures compare."""
+    return row["group"], row["chain"], row.get("chain_bytes_requested")
+
+
+def combo_label(combo: tuple) -> str:
+    group, chain, size = combo
+    return f"{group} + {chain}" + (f" {size} B" if size is not None else "")
+
+
+def combo_order(combo: tuple) -> tuple:
+    return combo[0], combo[1], combo[2] or 0
+
+
+def increases(summary: list[dict], base: tuple[str, str, int | None]) -> list[dict]:
+    """Percentage increase of every other (group, chain, chain size) over the baseline
+    combination (`baseline`), per profile, response size, stack and percentile, for TTFB
+    and TTLB."""
+    label = combo_label(base)
+    at = {
         (r["profile"], r["data_bytes"], r.get("stack")): r
-        for r in mine
-        if r.get("chain_bytes_requested") == smallest
+        for r in summary
+        if combination(r) == tuple(base)
     }
     out = []
     for r in summary:
-        if any(r is b for b in base.values()):
+        if combination(r) == tuple(base):
             continue
-        b = base.get((r["profile"], r["data_bytes"], r.get("stack")))
+        b = at.get((r["profile"], r["data_bytes"], r.get("stack")))
         if not b:
             continue
         for p in PERCENTILES:
@@ -410,8 +435,7 @@ def increases(summary: list[dict], baseline_group: str, baseline_chain: str) -> 
                     "group": r["group"],
                     "chain": r["chain"],
                     "chain_bytes_requested": r.get("chain_bytes_requested"),
-                    "baseline": f"{baseline_group} + {baseline_chain}"
-                    + (f" {smallest} B" if smallest is not None else ""),
+                    "baseline": label,
                     "data_bytes": r["data_bytes"],
                     "percentile": p,
                     "ttfb_increase_pct": (r[f"ttfb_p{p}_ms"] / b[f"ttfb_p{p}_ms"] - 1) * 100,
@@ -424,18 +448,21 @@ def increases(summary: list[dict], baseline_group: str, baseline_chain: str) -> 
     return out
 
 
-def baseline(store) -> tuple[str, str] | None:
-    """The classical combination: the first group and chain of the run's command line
-    (by default X25519 with an RSA-2048 chain)."""
-    rows = store.query("SELECT params FROM cells WHERE experiment = 'ttlb' ORDER BY rowid")
+def baseline(store) -> tuple[str, str, int | None] | None:
+    """The classical combination as (group, chain, chain size): the first group and chain
+    of the run's first ttlb command line (by default X25519 with an RSA-2048 chain), at
+    that command's smallest --chain-bytes size (None: the algorithm's own chain). Later
+    commands of the run (a chain-size sweep in a suite, say) do not move it."""
     meta = store.query(
         "SELECT metadata FROM invocations WHERE experiment = 'ttlb' ORDER BY id LIMIT 1"
     )
     if meta:
         m = json.loads(meta[0]["metadata"])
         if m.get("ttlb_groups") and m.get("ttlb_chains"):
-            return m["ttlb_groups"][0], m["ttlb_chains"][0]
+            sizes = m.get("ttlb_chain_bytes") or [None]
+            return m["ttlb_groups"][0], m["ttlb_chains"][0], min(sizes, key=lambda b: b or 0)
+    rows = store.query("SELECT params FROM cells WHERE experiment = 'ttlb' ORDER BY rowid")
     if rows:
         p = json.loads(rows[0]["params"])
-        return p["group"], p["chain"]
+        return p["group"], p["chain"], p.get("chain_bytes")
     return None

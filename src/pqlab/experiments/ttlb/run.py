@@ -92,9 +92,10 @@ def _run_sizes(store, plan: Plan, hosts, link, profile, cell, port: int, sizes, 
     gap_ms = max(10, int(profile.rtt_s * 1e3 * 2))
     stack = stacks.get(plan.stack)
     # The wire model's view of the cell (no link model for a real network).
-    hs = None
+    hs, cliffs = None, []
     if getattr(profile, "pair", None) is None:
         hs = predict.of_chain(stack, group, chain_alg, chain, hosts.server_ip)
+        cliffs = analyse.cliff_rows(hs, profile)
     with runner.start_server(server_spec, hosts) as server:
         seen = 0
         for size in sizes:
@@ -122,13 +123,16 @@ def _run_sizes(store, plan: Plan, hosts, link, profile, cell, port: int, sizes, 
             if len(cols["idx"]) != plan.n:
                 raise EngineError(f"expected {plan.n} connections, got {len(cols['idx'])}")
             cols["chain_bytes_requested"] = [chain_bytes] * len(cols["idx"])
-            _commit(store, plan, profile, (group, chain_alg, chain_bytes, size), cols, hs)
+            model = (hs, cliffs)
+            _commit(store, plan, profile, (group, chain_alg, chain_bytes, size), cols, model)
             progress.advance()
 
 
-def _commit(store, plan: Plan, profile, cell: tuple, cols: dict, hs) -> None:
-    """One cell's rows, its prediction and its warnings, in one transaction."""
+def _commit(store, plan: Plan, profile, cell: tuple, cols: dict, model: tuple) -> None:
+    """One cell's rows, its prediction, its cliffs and its warnings, in one transaction.
+    `model`: the wire model's handshake (None on a real network) and its cliffs."""
     group, chain_alg, chain_bytes, size = cell
+    hs, cliffs = model
     cid = str(plan.cell_id(profile, group, chain_alg, size, chain_bytes))
     params = {
         "profile": profile.name,
@@ -156,6 +160,7 @@ def _commit(store, plan: Plan, profile, cell: tuple, cols: dict, hs) -> None:
             },
         )
         store.insert_rows("ttlb_prediction", prediction)
+        store.insert_rows("ttlb_cliffs", [{"cell_id": cid, **c} for c in cliffs])
         store.add_warnings(EXPERIMENT, cid, warnings)
 
 

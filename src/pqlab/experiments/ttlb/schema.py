@@ -1,6 +1,7 @@
 """The ttlb experiment's tables in the results database: one row per connection
-(`ttlb_raw`), the link profiles as run (`ttlb_profiles`), the chains (`ttlb_chains`) and
-the wire model's prediction per cell (`ttlb_prediction`)."""
+(`ttlb_raw`), the link profiles as run (`ttlb_profiles`), the chains (`ttlb_chains`), the
+wire model's prediction per cell (`ttlb_prediction`) and the handshake's round-trip cliffs
+per cell (`ttlb_cliffs`)."""
 
 RAW_DDL = """
 CREATE TABLE IF NOT EXISTS ttlb_raw (
@@ -32,6 +33,15 @@ CREATE TABLE IF NOT EXISTS ttlb_prediction (
     ttlb_round_trips INTEGER)
 """
 
+# One row per cell and extra round trip: the chain DER bytes from which the cell's handshake
+# takes `round_trips` (`pqlab.tls.predict.cliffs`: its group, signature, certificate count,
+# ClientHello, write model, MSS and initcwnd kept; the largest signature where it varies).
+# A --chain-bytes sweep's measured steps are set beside them.
+CLIFFS_DDL = """
+CREATE TABLE IF NOT EXISTS ttlb_cliffs (
+    cell_id TEXT, round_trips INTEGER, chain_der_bytes BIGINT, mss INTEGER, initcwnd INTEGER)
+"""
+
 
 # Runs made before host pairs: which host pair a row was measured on (None: this machine's
 # namespaces); before --chain-bytes: the size a chain was padded to.
@@ -43,5 +53,5 @@ MIGRATIONS = (
 
 
 def ensure(store) -> None:
-    for ddl in (RAW_DDL, PROFILES_DDL, CHAINS_DDL, PREDICTION_DDL):
+    for ddl in (RAW_DDL, PROFILES_DDL, CHAINS_DDL, PREDICTION_DDL, CLIFFS_DDL):
         store.ensure_table(ddl)
