@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 
+import duckdb
 import pytest
 
 from conftest import needs_root, pqlab_env, run_pqlab
@@ -278,3 +279,36 @@ def test_pooled_handshake_time_and_degradation_from_the_raw_samples(tmp_path):
         assert float(r["ttfb_degradation_pct"]) == pytest.approx(want * 100, rel=1e-6)
     figs = {f.name for f in (out / "figures").iterdir()}
     assert "ttlb_pooled_ttfb_1Mbits_initcwnd20.png" in figs and "ttlb_degradation.png" in figs
+
+
+def test_a_mutual_tls_chain_is_named_with_the_clients_certificate():
+    from pqlab.experiments.ttlb import schema as ttlb_schema
+
+    assert ttlb_schema.chain_label("ML-DSA-44", "none") == "ML-DSA-44"
+    assert ttlb_schema.chain_label("ML-DSA-44", None) == "ML-DSA-44"
+    assert ttlb_schema.chain_label("ML-DSA-44", "ECDSA-P256") == "ML-DSA-44 + client ECDSA-P256"
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root (network namespaces)")
+def test_mutual_tls_cells_are_measured_apart(tmp_path):
+    """`--client-sig none,ECDSA-P256`: each cell with and without a client certificate, the
+    client's scheme checked on both ends of every connection (the run fails otherwise), the
+    two kept apart in the tables, and the wire model predicting both flights (no off-model
+    warning)."""
+    out = tmp_path / "run"
+    run_pqlab(
+        "ttlb", "--profile", "rtt=20ms", "--groups", "X25519MLKEM768", "--chain", "ML-DSA-44",
+        "--client-sig", "none,ECDSA-P256", "--sizes", "0", "-n", "3", "--out", out,
+        check=True, timeout=900,
+    )  # fmt: skip
+    with open(out / "tables" / "ttlb.csv") as f:
+        chains = sorted(r["chain"] for r in csv.DictReader(f))
+    assert chains == ["ML-DSA-44", "ML-DSA-44 + client ECDSA-P256"]
+    con = duckdb.connect(str(out / "results.duckdb"), read_only=True)
+    try:
+        codes = {c for (c,) in con.execute("SELECT code FROM warnings").fetchall()}
+        ids = {c for (c,) in con.execute("SELECT DISTINCT cell_id FROM ttlb_raw").fetchall()}
+    finally:
+        con.close()
+    assert "off-model" not in codes
+    assert any(i.endswith("+client-ECDSA-P256") for i in ids) and len(ids) == 2

@@ -50,6 +50,7 @@ class Ttlb(Experiment):
             "ttlb_groups": [g.name for g in plan.groups],
             "ttlb_chains": [c.name for c in plan.chains],
             "ttlb_chain_bytes": plan.chain_bytes,
+            "ttlb_client_sigs": [getattr(c, "name", c) or "none" for c in plan.client_sigs],
             "ttlb_sizes": plan.sizes,
             "link_profiles": [p.describe() for p in plan.profiles],
             "profile_warnings": [w for p in plan.profiles for w in p.warnings()],

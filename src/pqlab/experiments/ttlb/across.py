@@ -10,7 +10,7 @@ import json
 import numpy as np
 
 from pqlab import figures
-from pqlab.experiments.ttlb import document
+from pqlab.experiments.ttlb import document, schema
 from pqlab.experiments.ttlb.analyse import PERCENTILES, combination, combo_label, combo_order
 from pqlab.tls.stacks import DEFAULT_STACK
 
@@ -112,8 +112,8 @@ def _ttfb_samples(store) -> dict[tuple, list[float]]:
     """TTFB (ms) per (profile, data size, stack, group, chain, chain size), from raw rows."""
     out: dict[tuple, list[float]] = {}
     for r in store.query(
-        "SELECT profile, data_bytes, stack, grp, chain, chain_bytes_requested, ttfb_ns "
-        "FROM ttlb_raw ORDER BY profile, grp, chain, data_bytes, idx"
+        f"SELECT profile, data_bytes, stack, grp, {schema.chain_sql(store)} AS chain, "
+        "chain_bytes_requested, ttfb_ns FROM ttlb_raw ORDER BY profile, grp, chain, data_bytes, idx"
     ):
         key = (
             r["profile"], r["data_bytes"], r["stack"] or DEFAULT_STACK,

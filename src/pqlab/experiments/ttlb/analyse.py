@@ -9,6 +9,7 @@ import json
 import numpy as np
 
 from pqlab.errors import CheckError, EngineError
+from pqlab.experiments.ttlb import schema
 from pqlab.experiments.ttlb.plan import CELLS
 from pqlab.net.profiles import Direction, LinkProfile
 from pqlab.stats import Cause, Warning_
@@ -282,6 +283,8 @@ def _predictions(store) -> dict[str, list[dict]]:
 
 
 def _cell_id(r: dict) -> str:
+    if r.get("cell_id"):
+        return r["cell_id"]
     b = r.get("chain_bytes_requested")
     return str(
         CELLS.id(
@@ -331,8 +334,8 @@ def cell_summaries(store) -> list[dict]:
     groups: dict[tuple, list[dict]] = {}
     for r in raw:
         key = (
-            r["profile"], r["shaper"], r["grp"], r["chain"], r.get("chain_bytes_requested"),
-            r["data_bytes"], r.get("stack"),
+            r["profile"], r["shaper"], r["grp"], schema.chain_label(r["chain"], r.get("client_sig")),
+            r.get("chain_bytes_requested"), r["data_bytes"], r.get("stack"),
         )  # fmt: skip
         groups.setdefault(key, []).append(r)
     out = []
@@ -460,7 +463,10 @@ def baseline(store) -> tuple[str, str, int | None] | None:
         m = json.loads(meta[0]["metadata"])
         if m.get("ttlb_groups") and m.get("ttlb_chains"):
             sizes = m.get("ttlb_chain_bytes") or [None]
-            return m["ttlb_groups"][0], m["ttlb_chains"][0], min(sizes, key=lambda b: b or 0)
+            chain = schema.chain_label(
+                m["ttlb_chains"][0], (m.get("ttlb_client_sigs") or [None])[0]
+            )
+            return m["ttlb_groups"][0], chain, min(sizes, key=lambda b: b or 0)
     rows = store.query("SELECT params FROM cells WHERE experiment = 'ttlb' ORDER BY rowid")
     if rows:
         p = json.loads(rows[0]["params"])

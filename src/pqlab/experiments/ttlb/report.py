@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from pqlab import figures
-from pqlab.experiments.ttlb import across, sweep
+from pqlab.experiments.ttlb import across, schema, sweep
 from pqlab.experiments.ttlb import summary as summary_part
 from pqlab.experiments.ttlb.analyse import (
     PERCENTILES,
@@ -171,8 +171,8 @@ def _cdf_figures(store, section, summary, combos) -> None:
     spread in handshake times)."""
     plt = figures.plt
     raw = store.query(
-        'SELECT profile, grp AS "group", chain, chain_bytes_requested, data_bytes, ttfb_ns, '
-        "ttlb_ns FROM ttlb_raw"
+        f'SELECT profile, grp AS "group", {schema.chain_sql(store)} AS chain, '
+        "chain_bytes_requested, data_bytes, ttfb_ns, ttlb_ns FROM ttlb_raw"
     )
     shown = {(r["profile"], combination(r)) for r in summary}
     raw = [r for r in raw if (r["profile"], combination(r)) in shown]

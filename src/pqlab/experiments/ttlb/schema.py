@@ -11,7 +11,7 @@ CREATE TABLE IF NOT EXISTS ttlb_raw (
     client_hello_bytes BIGINT, server_flight_bytes BIGINT, record_bytes_sent BIGINT,
     record_bytes_received BIGINT, chain_der_bytes BIGINT, negotiated_group TEXT,
     negotiated_sigalg TEXT, rtt_us BIGINT, stack TEXT, host_pair TEXT,
-    chain_bytes_requested BIGINT)
+    chain_bytes_requested BIGINT, client_sig TEXT, cell_id TEXT)
 """
 PROFILES_DDL = """
 CREATE TABLE IF NOT EXISTS ttlb_profiles (
@@ -49,9 +49,28 @@ MIGRATIONS = (
     "ALTER TABLE IF EXISTS ttlb_raw ADD COLUMN IF NOT EXISTS host_pair TEXT",
     "ALTER TABLE IF EXISTS ttlb_raw ADD COLUMN IF NOT EXISTS chain_bytes_requested BIGINT",
     "ALTER TABLE IF EXISTS ttlb_chains ADD COLUMN IF NOT EXISTS chain_bytes_requested BIGINT",
+    # Runs made before mutual TLS had no client certificate.
+    "ALTER TABLE IF EXISTS ttlb_raw ADD COLUMN IF NOT EXISTS client_sig TEXT DEFAULT 'none'",
+    "ALTER TABLE IF EXISTS ttlb_raw ADD COLUMN IF NOT EXISTS cell_id TEXT",
 )
 
 
 def ensure(store) -> None:
     for ddl in (RAW_DDL, PROFILES_DDL, CHAINS_DDL, PREDICTION_DDL, CLIFFS_DDL):
         store.ensure_table(ddl)
+
+
+def chain_sql(store) -> str:
+    """The chain column as the tables and figures name it: with the client's certificate
+    in mutual TLS (`chain_label`), so those cells stay apart (runs made before it: chain)."""
+    if "client_sig" not in store.columns("ttlb_raw"):
+        return "chain"
+    return (
+        "chain || CASE WHEN coalesce(client_sig, 'none') <> 'none' "
+        "THEN ' + client ' || client_sig ELSE '' END"
+    )
+
+
+def chain_label(chain: str, client: str | None) -> str:
+    """A chain's name in tables and figures, with the client's certificate in mutual TLS."""
+    return chain if not client or client == "none" else f"{chain} + client {client}"
