@@ -170,7 +170,7 @@ def _commit(store, plan: Plan, profile, cell: tuple, cols: dict, model: tuple) -
     pair = getattr(profile, "pair", None)
     if pair is not None:
         params["host_pair"] = pair.label
-    prediction = analyse.prediction_rows(cid, hs, profile, size) if hs is not None else []
+    prediction = analyse.prediction_rows(cid, hs, profile, size, cols) if hs is not None else []
     subject = f"ttlb {cid}"
     warnings = analyse.cell_warnings(profile, subject, cols, prediction)
     n_rows = len(cols["idx"])

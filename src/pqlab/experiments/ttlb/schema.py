@@ -25,12 +25,14 @@ CREATE TABLE IF NOT EXISTS ttlb_chains (
 """
 # One row per cell and signature size (`variant`: exact, or the smallest and largest where
 # a signature's size varies): what `pqlab plan` predicts for it (`pqlab.tls.predict`, no CPU
-# time, no loss or jitter).
+# time, no loss or jitter) on the profile's link, and its times on the link as measured
+# (`link_rtt_ms`: the cell's median TCP connect; `link_ttfb_ms`, `link_ttlb_ms`), which the
+# band is checked against.
 PREDICTION_DDL = """
 CREATE TABLE IF NOT EXISTS ttlb_prediction (
     cell_id TEXT, variant TEXT, client_hello_bytes INTEGER, server_flight_bytes INTEGER,
     server_flight_segments INTEGER, round_trips INTEGER, ttfb_ms DOUBLE, ttlb_ms DOUBLE,
-    ttlb_round_trips INTEGER)
+    ttlb_round_trips INTEGER, link_rtt_ms DOUBLE, link_ttfb_ms DOUBLE, link_ttlb_ms DOUBLE)
 """
 
 # One row per cell and extra round trip: the chain DER bytes from which the cell's handshake
@@ -52,6 +54,10 @@ MIGRATIONS = (
     # Runs made before mutual TLS had no client certificate.
     "ALTER TABLE IF EXISTS ttlb_raw ADD COLUMN IF NOT EXISTS client_sig TEXT DEFAULT 'none'",
     "ALTER TABLE IF EXISTS ttlb_raw ADD COLUMN IF NOT EXISTS cell_id TEXT",
+    # Runs made before the band was checked on the measured round trip.
+    "ALTER TABLE IF EXISTS ttlb_prediction ADD COLUMN IF NOT EXISTS link_rtt_ms DOUBLE",
+    "ALTER TABLE IF EXISTS ttlb_prediction ADD COLUMN IF NOT EXISTS link_ttfb_ms DOUBLE",
+    "ALTER TABLE IF EXISTS ttlb_prediction ADD COLUMN IF NOT EXISTS link_ttlb_ms DOUBLE",
 )
 
 
