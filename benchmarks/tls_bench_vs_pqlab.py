@@ -9,7 +9,8 @@ alternating. Target: within 15 % where the two measure the same quantity.
   close over the lab's link);
 - tls_bench's client "Tx" (bytes over the time spent inside write calls, the echo keeping
   the socket buffer empty: encrypting and sending) against pqlab's client CPU rate while
-  pushing (`tx_cpu_MBps`: encrypting and sending, per CPU second).
+  pushing (`tx_cpu_MBps`: encrypting and sending, per CPU second), with the lab's link at
+  loopback's MTU (`--mtu 65535`), so the kernel's per-segment work is tls_bench's too.
 
 tls_bench's "Rx" (time waiting in read calls for the echo) has no pqlab counterpart; it is
 printed with the wait per connection, which shows when it measured TCP stalls instead.
@@ -121,7 +122,7 @@ def one_round(tmp: Path, i: int, groups: str, seconds: int) -> dict:
     tp, cap = tmp / f"throughput-{i}", tmp / f"capacity-{i}"
     pqlab(
         "throughput", "--stack", "wolfssl", "--groups", groups, "--ciphersuites", SUITE,
-        "--server-sig", "RSA-2048", "--bytes", "16MiB", "-n", "20",
+        "--server-sig", "RSA-2048", "--bytes", "16MiB", "-n", "20", "--mtu", "65535",
         "--tls-bench-seconds", seconds, "--out", tp, "--no-report",
     )  # fmt: skip
     pqlab(

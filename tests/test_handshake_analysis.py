@@ -223,12 +223,13 @@ def test_export_builds_tables_and_figures_from_the_database(tmp_path):
     assert (tables / "handshake_message_sizes.csv").exists()
     with open(tables / "handshake_server_segments.csv") as f:
         seg = list(csv.reader(f))
-    # Table 9's layout, then the stack, the chain sent and its padded size (none) of the row.
+    # Table 9's layout, then the stack, the chain sent, its padded size (none) and the client's
+    # certificate (none) of the row.
     assert [row[:3] for row in seg] == [
         ["group", "CA RSA-2048 / server RSA-2048", "CA RSA-2048 / server ML-DSA-44"],
         ["X25519", "3", "3"],
     ]
-    assert seg[0][3:] == ["stack", "chain_sent", "chain_bytes_requested"]
+    assert seg[0][3:] == ["stack", "chain_sent", "chain_bytes_requested", "client_sig"]
     assert seg[1][5] == ""
     figs = [b for b in section.blocks if b[0] == "figure"]
     assert figs and all(b[1].exists() for b in figs)

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 
+import duckdb
 import pytest
 
 from conftest import needs_root, pqlab_env, run_pqlab
@@ -202,3 +203,152 @@ def test_ctrl_c_leaves_nothing(tmp_path):
     assert tun_prefix not in links
     ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
     assert str(out) not in ps and tun_prefix not in ps
+
+
+def _query(out, sql: str) -> list[tuple]:
+    import duckdb
+
+    con = duckdb.connect(str(out / "results.duckdb"), read_only=True)
+    try:
+        return con.execute(sql).fetchall()
+    finally:
+        con.close()
+
+
+@needs_root
+@pytest.mark.usefixtures("nothing_left")
+def test_chain_bytes_sweep_steps_a_round_trip_at_the_predicted_cliff(tmp_path):
+    """1 Gbit/s, 35 ms, initcwnd 20: the flight stops fitting the first window between
+    two chain sizes; TTFB steps there by one round trip, within one segment of the cliff
+    the wire model predicts."""
+    out = tmp_path / "run"
+    run_pqlab(
+        "ttlb", "--profile", "1gbps-35ms", "--groups", "X25519", "--chain", "RSA-2048",
+        "--chain-bytes", "24000..29000/1000", "--sizes", "0", "-n", "3", "--warmup", "1",
+        "--out", out, check=True, timeout=600,
+    )  # fmt: skip
+    steps = [r for r in _rows(out / "tables" / "ttlb_chain_steps.csv") if r["metric"] == "ttfb"]
+    measured = [r for r in steps if r["measured_step"]]
+    assert len(measured) == 1, steps
+    (step,) = measured
+    assert step["measured_step"] == "up" and step["model_step"] == "up"
+    assert step["within_one_segment"] == "true" and step["cliff_round_trips"] == "3"
+    cliff, mss = int(step["predicted_cliff_bytes"]), 1448
+    assert int(step["after_chain_bytes"]) - mss < cliff <= int(step["at_chain_bytes"]) + mss
+    # The step is a round trip (35 ms), not serialisation (microseconds at 1 Gbit/s).
+    assert 30 < float(step["measured_jump_ms"]) < 42, step
+    # Every cell carries the cliffs, one per extra round trip.
+    assert _query(out, "SELECT DISTINCT round_trips FROM ttlb_cliffs ORDER BY 1")[0] == (3,)
+    figs = {f.name for f in (out / "figures").iterdir()}
+    assert "ttlb_chain_sweep_1gbps-35ms_X25519_RSA-2048.png" in figs
+
+
+@needs_root
+@pytest.mark.usefixtures("nothing_left")
+def test_pooled_handshake_time_and_degradation_from_the_raw_samples(tmp_path):
+    """Two 1 Mbit/s profiles that differ in loss: figure 1's pooled percentiles and the
+    lossy profile's degradation equal DuckDB's percentiles of the raw rows."""
+    out = tmp_path / "run"
+    clean, lossy = "rtt=20ms,rate=1mbit,initcwnd=20", "rtt=20ms,rate=1mbit,loss=5%,initcwnd=20"
+    run_pqlab(
+        "ttlb", "--profile", clean, "--profile", lossy, "--groups", "X25519,X25519MLKEM768",
+        "--chain", "RSA-2048", "--sizes", "0", "-n", "6", "--warmup", "1", "--out", out,
+        check=True, timeout=600,
+    )  # fmt: skip
+    quantiles = ", ".join(f"quantile_cont(ttfb_ns / 1e6, {q})" for q in (0.5, 0.75, 0.9))
+    pooled = {g: v for g, *v in _query(out, f"SELECT grp, {quantiles} FROM ttlb_raw GROUP BY 1")}
+    rows = _rows(out / "tables" / "ttlb_pooled_ttfb.csv")
+    assert len(rows) == 3 and {r["group"] for r in rows} == {"X25519MLKEM768"}
+    for r, want, base in zip(rows, pooled["X25519MLKEM768"], pooled["X25519"], strict=True):
+        assert r["n_profiles"] == "2" and r["n"] == "12"
+        # The key exchange alone, on the same chain, is not the pair the document compared.
+        assert r["document_ratio"] == ""
+        assert float(r["ttfb_ms"]) == pytest.approx(want, rel=1e-9)
+        assert float(r["baseline_ttfb_ms"]) == pytest.approx(base, rel=1e-9)
+    per_profile = {
+        (prof, g): v
+        for prof, g, *v in _query(
+            out, f"SELECT profile, grp, {quantiles} FROM ttlb_raw GROUP BY 1, 2"
+        )
+    }
+    degraded = _rows(out / "tables" / "ttlb_degradation.csv")
+    assert len(degraded) == 6 and {r["reference_profile"] for r in degraded} == {clean}
+    for r in degraded:
+        i = (50, 75, 90).index(int(r["percentile"]))
+        want = per_profile[(lossy, r["group"])][i] / per_profile[(clean, r["group"])][i] - 1
+        assert float(r["ttfb_degradation_pct"]) == pytest.approx(want * 100, rel=1e-6)
+    figs = {f.name for f in (out / "figures").iterdir()}
+    assert "ttlb_pooled_ttfb_1Mbits_initcwnd20.png" in figs and "ttlb_degradation.png" in figs
+
+
+def test_a_mutual_tls_chain_is_named_with_the_clients_certificate():
+    from pqlab.experiments.ttlb import schema as ttlb_schema
+
+    assert ttlb_schema.chain_label("ML-DSA-44", "none") == "ML-DSA-44"
+    assert ttlb_schema.chain_label("ML-DSA-44", None) == "ML-DSA-44"
+    assert ttlb_schema.chain_label("ML-DSA-44", "ECDSA-P256") == "ML-DSA-44 + client ECDSA-P256"
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root (network namespaces)")
+def test_mutual_tls_cells_are_measured_apart(tmp_path):
+    """`--client-sig none,ECDSA-P256`: each cell with and without a client certificate, the
+    client's scheme checked on both ends of every connection (the run fails otherwise), the
+    two kept apart in the tables, and the wire model predicting both flights' bytes (no
+    off-model warning about bytes; the times' band depends on the machine's load)."""
+    out = tmp_path / "run"
+    run_pqlab(
+        "ttlb", "--profile", "rtt=20ms", "--groups", "X25519MLKEM768", "--chain", "ML-DSA-44",
+        "--client-sig", "none,ECDSA-P256", "--sizes", "0", "-n", "3", "--out", out,
+        check=True, timeout=900,
+    )  # fmt: skip
+    with open(out / "tables" / "ttlb.csv") as f:
+        chains = sorted(r["chain"] for r in csv.DictReader(f))
+    assert chains == ["ML-DSA-44", "ML-DSA-44 + client ECDSA-P256"]
+    con = duckdb.connect(str(out / "results.duckdb"), read_only=True)
+    try:
+        sql = "SELECT message FROM warnings WHERE code = 'off-model'"
+        off = [m for (m,) in con.execute(sql).fetchall()]
+        ids = {c for (c,) in con.execute("SELECT DISTINCT cell_id FROM ttlb_raw").fetchall()}
+    finally:
+        con.close()
+    assert not [m for m in off if "bytes" in m], off
+    assert any(i.endswith("+client-ECDSA-P256") for i in ids) and len(ids) == 2
+
+
+def test_time_prediction_on_the_measured_round_trip():
+    """The times are checked against the model on the round trip the connections met (the
+    emulator's own time per packet included): a TTFB two measured round trips and 2 ms of
+    CPU long is within the band there, and outside it on the profile's nominal round trip."""
+    from pqlab import catalog
+    from pqlab.experiments.ttlb import analyse
+    from pqlab.net.profiles import parse_profile
+    from pqlab.tls import predict, stacks, wire
+
+    profile = parse_profile("rtt=20ms")
+    link = wire.Link.from_profile(profile).with_rtt(0.0215)
+    assert link.rtt_s == pytest.approx(0.0215)
+    assert link.c2s.delay_s == pytest.approx(link.s2c.delay_s)
+    assert wire.Link.symmetric(0.0).with_rtt(0.002).c2s.delay_s == pytest.approx(0.001)
+    hs = predict.Handshake.of(
+        catalog.resolve("X25519MLKEM768", "kem"),
+        catalog.resolve("ML-DSA-44", "sig"),
+        [3800, 3800],
+        1355,
+        stacks.get("openssl"),
+    )
+    n = 3
+    cols = {"idx": list(range(n)), "tcp_connect_ns": [21.5e6] * n}
+    timed = analyse.prediction_rows("c", hs, profile, 0, cols)
+    p = timed[0]
+    assert p["link_rtt_ms"] == pytest.approx(21.5)
+    assert p["link_ttfb_ms"] == pytest.approx(p["ttfb_ms"] * 21.5 / 20, rel=0.01)
+    ttfb_ms = p["link_ttfb_ms"] + 2.0
+    cols |= {
+        "ttfb_ns": [ttfb_ms * 1e6] * n, "ttlb_ns": [ttfb_ms * 1e6] * n,
+        "client_hello_bytes": [p["client_hello_bytes"]] * n,
+        "server_flight_bytes": [p["server_flight_bytes"]] * n,
+    }  # fmt: skip
+    assert analyse.prediction_warnings(profile, "s", cols, timed) == []
+    nominal = analyse.prediction_rows("c", hs, profile, 0)
+    missed = analyse.prediction_warnings(profile, "s", cols, nominal)
+    assert len(missed) == 2 and "TTFB" in missed[0].message

@@ -177,13 +177,15 @@ def parse_stacks(values: argparse.Namespace) -> list[stacks.Stack]:
 NO_CLIENT = "none"  # --client-sig value: no client certificate
 
 
-def client_auth_options() -> tuple[Option, Option]:
-    """`--client-sig` and `--client-ca-sig`: mutual TLS on a TLS experiment."""
+def client_auth_options(same: bool = False) -> tuple[Option, Option]:
+    """`--client-sig` and `--client-ca-sig`: mutual TLS on a TLS experiment (with `same`, a
+    client certificate of each cell's server algorithm can be asked for)."""
+    also = "; 'same' for a client certificate of each cell's server algorithm" if same else ""
     return (
         Option(
             "client-sig",
             "mutual TLS: client certificate / CertificateVerify algorithms, comma separated; "
-            f"'{NO_CLIENT}' for no client certificate (default: {NO_CLIENT})",
+            f"'{NO_CLIENT}' for no client certificate (default: {NO_CLIENT}){also}",
             metavar="LIST",
         ),
         Option(
@@ -195,14 +197,23 @@ def client_auth_options() -> tuple[Option, Option]:
     )
 
 
-def parse_client_auth(values: argparse.Namespace, stack) -> tuple[list, object]:
+SAME_AS_SERVER = "same"  # --client-sig value: a client certificate of the cell's server's algorithm
+
+
+def parse_client_auth(values: argparse.Namespace, stack, server_sigs=None) -> tuple[list, object]:
     """(client signers, client CA or None) of `--client-sig` / `--client-ca-sig`, each checked
-    against the stack; a signer is None for "no client certificate"."""
+    against the stack; a signer is None for "no client certificate". With `server_sigs`,
+    `same` is accepted too (a client certificate of each cell's server algorithm, checked
+    for every one of them) and stays `SAME_AS_SERVER` in the list."""
     text = getattr(values, "client_sig", None) or NO_CLIENT
     sigs: list = []
     for name in units.parse_list(text, "--client-sig", example=f"{NO_CLIENT},ML-DSA-44"):
         if name.lower() == NO_CLIENT:
             sigs.append(None)
+            continue
+        if name.lower() == SAME_AS_SERVER and server_sigs is not None:
+            stacks.require(server_sigs, stack, "client", "--client-sig same")
+            sigs.append(SAME_AS_SERVER)
             continue
         alg = catalog.resolve(name, "sig")
         stacks.require([alg], stack, "client", "--client-sig")
@@ -215,7 +226,7 @@ def parse_client_auth(values: argparse.Namespace, stack) -> tuple[list, object]:
         stacks.require([ca], stack, "ca", "--client-ca-sig")
     unique: dict = {}  # by name, first of each in order (algorithms do not hash)
     for s in sigs:
-        unique.setdefault(getattr(s, "name", None), s)
+        unique.setdefault(getattr(s, "name", s), s)
     return list(unique.values()), ca
 
 

@@ -80,6 +80,13 @@ OPTIONS = (
         default="1",
         metavar="S",
     ),
+    Option(
+        "mtu",
+        "MTU of the lab's link (576-65535): 1500 as Ethernet; 65535 as loopback, so the "
+        "kernel handles few, large segments and the rate is the TLS stack's",
+        default="1500",
+        metavar="BYTES",
+    ),
     *client_auth_options(),
     stack_option(several=True),
     Option("port", "server TCP port inside the lab", default=str(DEFAULT_PORT), metavar="PORT"),
@@ -91,6 +98,7 @@ class Plan:
         self.groups, self.suites, self.server_sig = groups, suites, server_sig
         self.nbytes, self.n, self.warmup, self.stacks, self.port = nbytes, n, warmup, stacks, port
         self.tls_bench_seconds = bench_s  # 0: no tls_bench
+        self.mtu = 1500  # the lab link's MTU
         self.client_sigs: list = [None]  # mutual TLS: client signers (None: no certificate)
         self.client_ca = None  # their CA's algorithm (None: the server chain's)
 
@@ -148,6 +156,7 @@ def from_values(values) -> Plan:
         ),
     )
     plan.client_sigs, plan.client_ca = clients[0]
+    plan.mtu = units.parse_positive_int(values.mtu, "--mtu", minimum=576, maximum=65535)
     return plan
 
 
@@ -252,7 +261,8 @@ def measure(plan: Plan, store) -> None:
             st: make_chain(store.path / "certs", plan.server_sig, plan.server_sig, st)
             for st in dict.fromkeys(c[0] for c in todo)
         }
-        with build_hosts(None) as hosts, CellProgress(NAME, len(todo)) as progress:
+        hosts_cm = build_hosts(None, mtu=plan.mtu)
+        with hosts_cm as hosts, CellProgress(NAME, len(todo)) as progress:
             for cell in todo:
                 mtls = f" / client {cell[3].name}" if cell[3] is not None else ""
                 progress.start(f"{cell[1].name} / {cell[2]}{mtls} / {cell[0]}")
@@ -401,7 +411,7 @@ class Throughput(Experiment):
     )
 
     def resume_key(self, plan: Plan) -> dict:
-        return {"bytes": plan.nbytes, "n": plan.n, "warmup": plan.warmup}
+        return {"bytes": plan.nbytes, "n": plan.n, "warmup": plan.warmup, "mtu": plan.mtu}
 
     def metadata(self, plan: Plan) -> dict:
         return {
@@ -414,6 +424,7 @@ class Throughput(Experiment):
                 "warmup": plan.warmup,
                 "stacks": list(plan.stacks),
                 "tls_bench_seconds": plan.tls_bench_seconds,
+                "mtu": plan.mtu,
                 "client_sigs": [c.name if c else NO_CLIENT for c in plan.client_sigs],
                 "client_ca_sig": plan.client_ca.name if plan.client_ca else None,
             }

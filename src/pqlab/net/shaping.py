@@ -521,9 +521,11 @@ def build_hosts(
     tcp=None,
     pair=None,
     ssh_config: tuple[str, ...] = (),
+    mtu: int | None = None,
 ):
     """The one topology builder: two hosts joined by a bare veth link (no profile; `tcp`
-    settings or the defaults) or by the shaped link of `profile` (its MTU and TCP settings),
+    settings or the defaults; `mtu` or 1500 bytes) or by the shaped link of `profile` (its
+    MTU and TCP settings),
     with the chosen shaper; or, given a `pqlab.net.remote.HostPair`, the client and the
     server on those real hosts (reached over SSH with `ssh_config`), joined by the real
     network: nothing is shaped and the hosts' own TCP settings are read, not changed. Use as
@@ -534,5 +536,5 @@ def build_hosts(
             raise UserError("a link profile shapes the lab's own link, not real hosts' network")
         return RemoteHosts(pair, ssh_config, tcp)
     if profile is None:
-        return TwoHosts(tcp=tcp)
+        return TwoHosts(tcp=tcp, mtu=mtu or 1500)
     return TwoHosts(link=make_link(profile, shaper), mtu=profile.mtu, tcp=profile.tcp_settings())

@@ -231,6 +231,8 @@ mount -t sysfs sysfs /sys || fail "cannot mount /sys"
 mountpoint -q /dev || mount -t devtmpfs devtmpfs /dev || fail "cannot mount /dev"
 mount -t tmpfs -o mode=0755 tmpfs /run || fail "cannot mount a tmpfs on /run"
 mkdir -p /run/netns
+# The guest's own loopback, as on any booted system (the engine's `tls hello` listens there).
+ip link set lo up || fail "cannot bring up the loopback interface"
 {q(python)} -c {q(_LOADER)} {mods} || fail "cannot load the kernel modules"
 {overlay_mounts}
 mount -t hostfs -o {q(str(ctl))} hostfs {q(str(ctl))} || fail "cannot mount the control directory"

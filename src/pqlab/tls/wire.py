@@ -34,7 +34,7 @@ Finished).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 ETH = 14
 TCP_IP_HEADERS = 52  # IPv4 20 + TCP 20 + timestamp option 12
@@ -92,6 +92,15 @@ class Link:
     @property
     def rtt_s(self) -> float:
         return self.c2s.delay_s + self.s2c.delay_s
+
+    def with_rtt(self, rtt_s: float) -> Link:
+        """The same link with its one-way delays scaled to `rtt_s` (split evenly when it
+        had none)."""
+        if self.rtt_s <= 0:
+            c, s = rtt_s / 2, rtt_s / 2
+        else:
+            c, s = (d.delay_s * rtt_s / self.rtt_s for d in (self.c2s, self.s2c))
+        return replace(self, c2s=replace(self.c2s, delay_s=c), s2c=replace(self.s2c, delay_s=s))
 
 
 class Pipe:

@@ -12,7 +12,7 @@ use super::stack::{
 };
 use crate::out::{Error, Result};
 use openssl::ssl::{
-    ErrorCode, Ssl, SslConnector, SslContext, SslContextBuilder, SslFiletype, SslMethod,
+    ErrorCode, Ssl, SslConnector, SslContext, SslContextBuilder, SslFiletype, SslMethod, SslMode,
     SslOptions, SslSessionCacheMode, SslStream, SslVerifyMode, SslVersion,
 };
 use openssl::x509::X509VerifyResult;
@@ -226,6 +226,10 @@ fn server_context(s: &ServerSetup) -> Result<SslContext> {
     b.set_options(SslOptions::NO_TICKET);
     b.set_num_tickets(0)?;
     b.set_session_cache_mode(SslSessionCacheMode::OFF);
+    // The chain exactly as --cert-chain gives it: without this, libssl completes a chain
+    // from its trust store, and in mutual TLS the client CA's root (often the server's own
+    // root) joined every Certificate message.
+    b.set_mode(SslMode::NO_AUTO_CHAIN);
     b.set_certificate_chain_file(&s.cert_chain).map_err(|e| {
         crate::err!(
             Io,
@@ -310,6 +314,9 @@ fn client_context(c: &ClientSetup) -> Result<SslContext> {
         VerifyMode::Report => SslVerifyMode::NONE,
     });
     b.set_session_cache_mode(SslSessionCacheMode::OFF);
+    // A client certificate's chain as given, not completed from the trust store (which
+    // holds the server's root: often the client's own root too).
+    b.set_mode(SslMode::NO_AUTO_CHAIN);
     b.set_ca_file(&c.ca)
         .map_err(|e| crate::err!(Io, "cannot load --ca {}: {e}", c.ca.display()))?;
     apply(&c.protocol, &mut b, None)?;

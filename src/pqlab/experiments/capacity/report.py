@@ -185,7 +185,7 @@ def maxima(table: list[dict]) -> list[dict]:
             r["group"],
             r["server_sig"],
             r["ca_sig"],
-            r["client_sig"],
+            r.get("client_sig", "none"),
             r["server_threads"],
             r["host_pair"],
         )
@@ -221,7 +221,7 @@ def not_saturated(table: list[dict]) -> list[stats.Warning_]:
             stats.Warning_(
                 stats.Cause.CAPACITY_NOT_SATURATED,
                 f"capacity {r['group']} / {r['server_sig']} / CA {r['ca_sig']}"
-                + (f" / client {r['client_sig']}" if r["client_sig"] != "none" else ""),
+                + (f" / client {r['client_sig']}" if r.get("client_sig", "none") != "none" else ""),
                 f"the closed-loop maximum did not saturate the server: {describe_maximum(r)}",
             )
         )

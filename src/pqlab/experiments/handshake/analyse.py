@@ -32,6 +32,9 @@ SIZE_COLUMNS = [
     ("server", "CertificateVerify", "certificate_verify_bytes"),
     ("server", "Finished", "server_finished_bytes"),
     ("client", "Finished", "client_finished_bytes"),
+    ("server", "CertificateRequest", "certificate_request_bytes"),
+    ("client", "Certificate", "client_certificate_bytes"),
+    ("client", "CertificateVerify", "client_certificate_verify_bytes"),
 ]
 
 
@@ -143,6 +146,15 @@ def handshake_row(idx: int, cport: int, h: hp.Handshake, crec: dict, srec: dict)
         "flight_max_in_flight": f["max_in_flight"],
         # the TCP handshake's round trip and one per round of the server's flight
         "round_trips": 1 + f["flight_rounds"] if f["flight_rounds"] is not None else None,
+        "client_flight_bytes": f["client_flight_bytes"],
+        "client_flight_segments": f["client_flight_segments"],
+        # the whole connection (request and response included), from the client capture
+        "client_payload_bytes": f["connection"]["client_payload"],
+        "server_payload_bytes": f["connection"]["server_payload"],
+        "client_connection_ip_bytes": f["connection"]["client_ip"],
+        "server_connection_ip_bytes": f["connection"]["server_ip"],
+        "negotiated_client_sigalg": neg_s.get("client_sigalg") or neg_c.get("client_sigalg"),
+        "negotiated_cipher": neg_c.get("cipher_standard_name") or neg_c.get("cipher"),
     }
     for side, name, col in SIZE_COLUMNS:
         row[col] = sizes.get(f"{side} {name}")
@@ -151,7 +163,7 @@ def handshake_row(idx: int, cport: int, h: hp.Handshake, crec: dict, srec: dict)
 
 def phase_rows(idx: int, h: hp.Handshake) -> list[dict]:
     out = []
-    for view, table in hp.VIEWS.items():
+    for view, table in h.views.items():
         for order, ((name, ns), (_, _, _, family)) in enumerate(
             zip(h.phases[view], table, strict=True)
         ):

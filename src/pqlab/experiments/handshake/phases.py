@@ -14,6 +14,9 @@ Points of the flow (the document's figure 19), client side 1-9, server side A-I:
   F server sends Certificate    G server sends CertificateVerify   H server sends Finished
   5/6/7/8 client receives ServerHello/Certificate/CertificateVerify/Finished
   9 client sends Finished       I server receives it
+In mutual TLS the client's second flight adds, before 9:
+  9c client sends Certificate   Ic server receives it
+  9v client sends CertificateVerify   Iv server receives it
 Both namespaces run on one kernel and capture with CLOCK_REALTIME kernel timestamps, so a
 difference between a client point and a server point needs no clock correction.
 """
@@ -56,6 +59,14 @@ SERVER_PHASES = [
     ("Finished rcv -> Finished send", "8", "9", "client"),
 ]
 VIEWS = {"client": CLIENT_PHASES, "server": SERVER_PHASES}
+# Mutual TLS: the client's Certificate and CertificateVerify are phases of both views (the
+# document's legend extended), in place of the single "Finished rcv -> Finished send".
+CLIENT_FLIGHT_PHASES = [
+    ("Finished rcv -> Client Certificate send", "8", "9c", "client"),
+    ("Client Certificate send -> Client Certificate Verify send", "9c", "9v", "client"),
+    ("Client Certificate Verify send -> Finished send", "9v", "9", "client"),
+]
+MUTUAL_VIEWS = {view: table[:-1] + CLIENT_FLIGHT_PHASES for view, table in VIEWS.items()}
 
 # Which record completes which point: (sender, message, point at sender, point at receiver).
 MESSAGE_POINTS = [
@@ -65,6 +76,10 @@ MESSAGE_POINTS = [
     ("server", "CertificateVerify", "G", "7"),
     ("server", "Finished", "H", "8"),
     ("client", "Finished", "9", "I"),
+]
+MUTUAL_MESSAGE_POINTS = [
+    ("client", "Certificate", "9c", "Ic"),
+    ("client", "CertificateVerify", "9v", "Iv"),
 ]
 
 
@@ -80,6 +95,7 @@ class Handshake:
     total_ns: int  # 1 -> 9: the sum of the phases of either view
     client_processing_ns: int  # 5 -> 9: ServerHello received to client Finished sent
     flight: dict = field(default_factory=dict)
+    views: dict = field(default_factory=lambda: VIEWS)  # view -> its phase table
 
 
 def message_end(records: list[TlsRecord], sender: str, name: str) -> int:
@@ -130,6 +146,33 @@ def hello_segments(
     return ch, sh
 
 
+def is_mutual(records: list[TlsRecord]) -> bool:
+    """Whether the client sent a certificate (mutual TLS)."""
+    return any(
+        r.sender == "client" and any(m == "Certificate" for m, _ in r.messages) for r in records
+    )
+
+
+def client_flight(client_conn: Connection, records: list[TlsRecord]) -> tuple[int, int]:
+    """The client's second flight (after the ClientHello: its Certificate and
+    CertificateVerify in mutual TLS, and its Finished), in TLS bytes and in the segments of
+    the client capture that carried it."""
+    start = message_end(records, "client", "ClientHello")
+    end = message_end(records, "client", "Finished")
+    return end - start, segments_carrying(client_conn, True, start, end)
+
+
+def connection_bytes(conn: Connection) -> dict[str, int]:
+    """The whole connection each way: TCP payload bytes (every segment's tcp.len,
+    retransmissions included, as a packet count sums it) and IP bytes (headers included)."""
+    out = {"client_payload": 0, "server_payload": 0, "client_ip": 0, "server_ip": 0}
+    for s in conn.segments:
+        side = "client" if s.from_client else "server"
+        out[f"{side}_payload"] += s.payload_len
+        out[f"{side}_ip"] += s.ip_len
+    return out
+
+
 def message_sizes(records: list[TlsRecord], sender: str) -> dict[str, int]:
     sizes: dict[str, int] = {}
     for r in records:
@@ -177,7 +220,8 @@ def points(
     p: dict[str, int] = {}
     p["1"], p["2"], p["3"] = tcp_points(client_conn)
     p["A"], p["B"], p["C"] = tcp_points(server_conn)
-    for sender, name, at_sender, at_receiver in MESSAGE_POINTS:
+    extra = MUTUAL_MESSAGE_POINTS if is_mutual(records) else []
+    for sender, name, at_sender, at_receiver in MESSAGE_POINTS + extra:
         end = message_end(records, sender, name)
         from_client = sender == "client"
         sender_conn = client_conn if from_client else server_conn
@@ -187,9 +231,14 @@ def points(
     return p
 
 
+def views_of(p: dict[str, int]) -> dict:
+    """The phase tables of a handshake's points: mutual TLS has the client's flight."""
+    return MUTUAL_VIEWS if "9c" in p else VIEWS
+
+
 def phases_from_points(p: dict[str, int]) -> dict[str, list[tuple[str, int]]]:
     out = {}
-    for view, table in VIEWS.items():
+    for view, table in views_of(p).items():
         out[view] = [(name, p[b] - p[a]) for name, a, b, _ in table]
     return out
 
@@ -365,6 +414,9 @@ ORDER = (
 )
 
 
+MUTUAL_ORDER = (("8", "9c"), ("9c", "9v"), ("9v", "9"), ("9c", "Ic"), ("9v", "Iv"))
+
+
 def order_disagreements(p: dict[str, int], clock_tolerance_ns: float = 0) -> list[tuple]:
     """Pairs of points in the wrong order, as (a, b, how far b precedes a in ns). A pair
     whose two points come from one capture must never be out of order, nor a pair across
@@ -373,7 +425,7 @@ def order_disagreements(p: dict[str, int], clock_tolerance_ns: float = 0) -> lis
     captures out of order by less are returned: what two clocks known only that well can
     show when the hosts are close (a LAN, or two namespaces of one machine seen as hosts)."""
     out = []
-    for a, b in ORDER:
+    for a, b in ORDER + (MUTUAL_ORDER if "9c" in p else ()):
         if p[b] >= p[a]:
             continue
         cross = a.isdigit() != b.isdigit()
@@ -417,9 +469,14 @@ def analyse(
         **{f"server {k}": v for k, v in message_sizes(records, "server").items()},
         **{f"client {k}": v for k, v in message_sizes(records, "client").items()},
     }
+    flight["client_flight_bytes"], flight["client_flight_segments"] = client_flight(
+        client_conn, records
+    )
+    flight["connection"] = connection_bytes(client_conn)
     return Handshake(
         points=p,
         phases=phases_from_points(p),
+        views=views_of(p),
         handshake_ns=p["8"] - p["1"],
         total_ns=p["9"] - p["1"],
         client_processing_ns=p["9"] - p["5"],

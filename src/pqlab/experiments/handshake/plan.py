@@ -10,7 +10,17 @@ from dataclasses import dataclass, field
 
 from pqlab import catalog, units
 from pqlab.errors import UserError
-from pqlab.experiment import CellId, Cells, Option, parse_stack, stack_option
+from pqlab.experiment import (
+    SAME_AS_SERVER,
+    CellId,
+    Cells,
+    Option,
+    client_auth_options,
+    client_cell_option,
+    parse_client_auth,
+    parse_stack,
+    stack_option,
+)
 from pqlab.experiments import hosts
 from pqlab.net.profiles import load_profiles
 from pqlab.net.shaping import check_shaper
@@ -52,7 +62,8 @@ OPTIONS = (
     ),
     Option(
         "ca-sig",
-        "root CA signature algorithms (sign the server certificate)",
+        "root CA signature algorithms (sign the server certificate); 'same': each server "
+        "certificate under a root of its own algorithm",
         default=",".join(DEFAULT_SIGS),
         metavar="LIST",
     ),
@@ -110,6 +121,7 @@ OPTIONS = (
         f"{CHAIN_STEP}; 2000..40000/500) adds one cell per size",
         metavar="SIZES",
     ),
+    *client_auth_options(same=True),
     Option("port", "server TCP port inside the lab", default=str(DEFAULT_PORT), metavar="PORT"),
     Option(
         "profile",
@@ -159,6 +171,11 @@ class Plan:
     rounds: int | None = None  # None: auto (AUTO_ROUNDS with several cells, else 1)
     seed: int = field(default_factory=lambda: random.SystemRandom().randrange(2**31))
     chain_bytes: list[int] | None = None  # None: the algorithms' own chains
+    # mutual TLS: client signers (None: no client certificate; SAME_AS_SERVER: the cell's
+    # server algorithm) and the client certificates' CA algorithm (None: the cell's CA's)
+    client_sigs: list = field(default_factory=lambda: [None])
+    client_ca: object | None = None
+    ca_same: bool = False  # --ca-sig same: each server certificate under its own algorithm
 
     def rounds_for(self, cells: int) -> int:
         """Rounds of a batch of `cells` cells: never more than -n (every round measures)."""
@@ -181,23 +198,28 @@ class Plan:
         return [cells[i : i + size] for i in range(0, len(cells), size)]
 
     def cells(self):
-        """(group, server signature, CA signature, chain bytes or None) of every cell."""
+        """(group, server signature, CA signature, chain bytes or None, client signature or
+        None) of every cell."""
         for g in self.groups:
             for s in self.server_sigs:
-                for c in self.ca_sigs:
+                for c in [s] if self.ca_same else self.ca_sigs:
                     for size in self.chain_bytes or [None]:
-                        yield g, s, c, size
+                        for cl in self.client_sigs:
+                            yield g, s, c, size, (s if cl == SAME_AS_SERVER else cl)
 
     @property
     def pairs(self) -> list:
         """The host pairs the cells run on (None: this machine's namespaces)."""
         return list(self.remote.pairs) if self.remote is not None else [None]
 
-    def cell_id(self, group, server_sig, ca_sig, chain_bytes=None, pair=None) -> CellId:
+    def cell_id(
+        self, group, server_sig, ca_sig, chain_bytes=None, client=None, pair=None
+    ) -> CellId:
         # Several pairs: each cell once per pair (one pair: the cell ids of one machine).
         several = pair is not None and len(self.pairs) > 1
         options = ("root",) if self.send_root else ()
         options += (f"chain{chain_bytes}",) if chain_bytes is not None else ()
+        options += client_cell_option(client, self.client_ca)
         return CELLS.id(
             group,
             server_sig,
@@ -234,16 +256,26 @@ def _message_source(choice: str, stack) -> str:
     return choice
 
 
-def _chain_bytes(values, stack, server_sigs, ca_sigs) -> list[int] | None:
+def _chain_bytes(values, stack, pairs) -> list[int] | None:
     """The --chain-bytes sizes, each one every (server, CA) chain can be padded to."""
     if values.chain_bytes is None:
         return None
     sizes = units.parse_size_points(
         values.chain_bytes, "--chain-bytes", CHAIN_STEP, maximum=MAX_CHAIN_BYTES
     )
-    pairs = [(s, c) for s in server_sigs for c in ca_sigs]
     stacks.require_padded_chains(sizes, stack, bool(values.send_root), pairs)
     return sizes
+
+
+def _cas(values, stack, server_sigs) -> tuple[list, bool, list[tuple]]:
+    """(CA algorithms, whether 'same', the (server, CA) pairs of the cells), checked."""
+    same = str(values.ca_sig or "").strip().lower() == "same"
+    cas = server_sigs if same else catalog.resolve_list(_names(values.ca_sig, "--ca-sig"), "sig")
+    stacks.require(cas, stack, "ca", "--ca-sig" + (" same" if same else ""))
+    pairs = [(s, s) for s in server_sigs] if same else [(s, c) for s in server_sigs for c in cas]
+    for s, c in pairs:
+        stacks.require_chains([s], [c], stack, bool(values.send_root))
+    return cas, same, pairs
 
 
 def from_values(values) -> Plan:
@@ -251,11 +283,9 @@ def from_values(values) -> Plan:
     stack = parse_stack(values)
     groups = catalog.resolve_list(_names(values.groups, "--groups"), "kem")
     server_sigs = catalog.resolve_list(_names(values.server_sig, "--server-sig"), "sig")
-    ca_sigs = catalog.resolve_list(_names(values.ca_sig, "--ca-sig"), "sig")
     stacks.require(groups, stack, "group", "--groups")
     stacks.require(server_sigs, stack, "server", "--server-sig")
-    stacks.require(ca_sigs, stack, "ca", "--ca-sig")
-    stacks.require_chains(server_sigs, ca_sigs, stack, bool(values.send_root))
+    ca_sigs, ca_same, pairs = _cas(values, stack, server_sigs)
     n = units.parse_positive_int(values.n, "-n")
     warmup = units.parse_positive_int(values.warmup, "--warmup", minimum=0)
     if n > MAX_N:
@@ -265,8 +295,9 @@ def from_values(values) -> Plan:
     port = units.parse_positive_int(values.port, "--port")
     if port > 65535:
         raise UserError(f"--port {port} is not a TCP port; use 1-65535")
-    chain_bytes = _chain_bytes(values, stack, server_sigs, ca_sigs)
-    cells = len(groups) * len(server_sigs) * len(ca_sigs) * len(chain_bytes or [None])
+    chain_bytes = _chain_bytes(values, stack, pairs)
+    client_sigs, client_ca = parse_client_auth(values, stack, server_sigs)
+    cells = len(groups) * len(pairs) * len(chain_bytes or [None]) * len(client_sigs)
     last = port + min(cells, MAX_BATCH) - 1
     if last > 65535:
         raise UserError(
@@ -300,6 +331,8 @@ def from_values(values) -> Plan:
     if values.seed is not None:
         plan.seed = units.parse_positive_int(values.seed, "--seed", minimum=0, maximum=2**31 - 1)
     plan.chain_bytes = chain_bytes
+    plan.client_sigs, plan.client_ca = client_sigs, client_ca
+    plan.ca_same = ca_same
 
     check_shaper(plan.shaper)
     if values.profile:

@@ -65,9 +65,19 @@ class CellModel:
         return CellModel(self.handshake.with_chain(blank), self.link, self.mss, self.initcwnd)
 
 
-def cell_model(stack, group, server_sig, chain, server_ip: str, profile, initcwnd: int):
-    """The cell's sizes: its chain as built, the stack's ClientHello to `server_ip`."""
-    hs = predict.of_chain(stack, group, server_sig, chain, server_ip)
+def cell_model(
+    stack, group, server_sig, chain, server_ip: str, profile, initcwnd: int, client=None
+):
+    """The cell's sizes: its chain as built, the stack's ClientHello to `server_ip`; in
+    mutual TLS (`client`: the client's signer and its chain) the CertificateRequest and the
+    client's flight too."""
+    auth = None
+    if client is not None:
+        signer, client_chain = client
+        auth = predict.ClientAuth(
+            signer, tuple(client_chain.sent_der), client_chain.root_name_der_bytes
+        )
+    hs = predict.of_chain(stack, group, server_sig, chain, server_ip, client_auth=auth)
     link = wire.Link.from_profile(profile) if profile is not None else None
     mss = link.mss if link is not None else wire.DEFAULT_MSS
     return CellModel(hs, link, mss, initcwnd)

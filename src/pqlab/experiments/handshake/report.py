@@ -10,7 +10,7 @@ from pathlib import Path
 
 from pqlab import catalog, figures
 from pqlab.errors import UserError
-from pqlab.experiments.handshake import clocks, features, prediction_report
+from pqlab.experiments.handshake import clocks, features, prediction_report, wire_bytes
 from pqlab.experiments.handshake import phases as hp
 from pqlab.experiments.handshake import summary as summary_part
 from pqlab.experiments.handshake.analyse import SIZE_COLUMNS
@@ -57,7 +57,7 @@ def phase_colours() -> dict[str, tuple[str, str]]:
     """Colour and hatch of every phase name: one shade per phase within its family."""
     out: dict[str, tuple[str, str]] = {}
     used: dict[str, int] = {}
-    for table in (hp.CLIENT_PHASES, hp.SERVER_PHASES):
+    for table in (hp.CLIENT_PHASES, hp.SERVER_PHASES, hp.CLIENT_FLIGHT_PHASES):
         for name, _, _, family in table:
             if name in out:
                 continue
@@ -117,6 +117,17 @@ def export(store):
         "received at the client), server flight, bytes each way, write-buffer "
         "splits and congestion-window stalls (table 9 and more)",
     )
+    if "client_payload_bytes" in store.columns("handshake_raw"):
+        wire = wire_bytes.rows(store)
+        if any(r.get("total_payload_bytes") for r in wire):
+            section.table(
+                store.export_rows("wire_bytes", wire, list(wire_bytes.COLUMNS)),
+                "Document 004's TLS 1.3 data transmission size: the bytes of a mutually "
+                "authenticated connection with its request and response (TCP payload each "
+                "way, as the document summed tcp.len; IP bytes; the handshake's own IP bytes), "
+                "beside the document's rows; rows no cell matched say why",
+                max_rows=80,
+            )
     prediction_report.extend_section(store, section)
     if {"client_hello_segments", "server_hello_segments"} <= store.columns("handshake_raw"):
         csv_path, text = _hello_table(store)
@@ -205,7 +216,10 @@ def _summary_table(store) -> Path:
           median(server_snd_cwnd) AS server_snd_cwnd_after,
           any_value(t.stack) AS stack, any_value(t.chain_sent) AS chain_sent, t.cell_id,
           mode(document_case) AS document_case,
-          avg(CASE WHEN cv_stall_predicted THEN 1 ELSE 0 END) AS cv_stall_predicted_fraction
+          avg(CASE WHEN cv_stall_predicted THEN 1 ELSE 0 END) AS cv_stall_predicted_fraction,
+          any_value(t.client_sig) AS client_sig,
+          median(client_flight_segments) AS client_flight_segments,
+          median(client_flight_bytes) AS client_flight_bytes
         FROM handshake_raw t {ORDER_JOIN}
         GROUP BY t.cell_id, t."group", t.server_sig, t.ca_sig, og.pos, os.pos, oc.pos
         ORDER BY og.pos, os.pos, oc.pos, t.cell_id""",
@@ -303,6 +317,13 @@ def _size_table(store) -> Path:
     )
 
 
+def _client(store) -> str:
+    """The column that keeps mutually authenticated cells apart in the pivot tables."""
+    if "client_sig" in store.columns("handshake_raw"):
+        return "coalesce(t.client_sig, 'none')"
+    return "'none'"
+
+
 def _padded(store) -> str:
     """The column that keeps --chain-bytes cells apart from the algorithms' own chains in
     the pivot tables (runs made before it have none)."""
@@ -328,10 +349,11 @@ def _processing_table(store) -> Path:
         "handshake_client_processing",
         f"""
         SELECT t."group", t.server_sig, {pivot}, t.stack, t.chain_sent,
-          {_padded(store)} AS chain_bytes_requested
+          {_padded(store)} AS chain_bytes_requested, {_client(store)} AS client_sig
         FROM handshake_raw t {ORDER_JOIN}
-        GROUP BY t."group", t.server_sig, t.stack, t.chain_sent, {_padded(store)}, og.pos, os.pos
-        ORDER BY og.pos, os.pos, t.stack, t.chain_sent, chain_bytes_requested""",
+        GROUP BY t."group", t.server_sig, t.stack, t.chain_sent, {_padded(store)},
+          {_client(store)}, og.pos, os.pos
+        ORDER BY og.pos, os.pos, t.stack, t.chain_sent, chain_bytes_requested, client_sig""",
     )
 
 
@@ -351,10 +373,10 @@ def _segment_table(store) -> Path:
         "handshake_server_segments",
         f"""
         SELECT t."group", {seg_pivot}, t.stack, t.chain_sent,
-          {_padded(store)} AS chain_bytes_requested
+          {_padded(store)} AS chain_bytes_requested, {_client(store)} AS client_sig
         FROM handshake_raw t {ORDER_JOIN}
-        GROUP BY t."group", t.stack, t.chain_sent, {_padded(store)}, og.pos
-        ORDER BY og.pos, t.stack, t.chain_sent, chain_bytes_requested""",
+        GROUP BY t."group", t.stack, t.chain_sent, {_padded(store)}, {_client(store)}, og.pos
+        ORDER BY og.pos, t.stack, t.chain_sent, chain_bytes_requested, client_sig""",
     )
 
 
@@ -381,14 +403,14 @@ def _lab_text(store) -> str:
     return "<p><b>Lab:</b> " + "<br>".join(html.escape(p) for p in parts) + "</p>"
 
 
-def _stacked(store, title: str, name: str, labels: list[str], rows: dict) -> Path:
+def _stacked(store, title: str, name: str, labels: list[str], rows: dict, views=hp.VIEWS) -> Path:
     """One stacked-bar figure: client view left, server view right, one bar per label."""
 
     plt = figures.plt
     colours = phase_colours()
     fig, axes = plt.subplots(1, 2, figsize=(12, 0.5 * len(labels) + 2.2), sharey=True)
     for ax, view in zip(axes, ("client", "server"), strict=True):
-        table = hp.VIEWS[view]
+        table = views[view]
         left = [0.0] * len(labels)
         for pname, *_ in table:
             vals = [rows.get((lab, view, pname), 0.0) for lab in labels]
@@ -419,11 +441,13 @@ class _PhaseMeans:
     """Mean phase times of every cell, and the cells' axes in report order."""
 
     def __init__(self, store):
-        # The document's figures show the algorithms' own chains: cells of a --chain-bytes
-        # sweep (their own figure) are left out.
+        # The document's figures show the algorithms' own chains, server authentication
+        # only: cells of a --chain-bytes sweep and mutual TLS cells (their own figures) are
+        # left out.
         own = (
             "cell_id NOT IN (SELECT cell_id FROM handshake_raw "
-            "WHERE chain_bytes_requested IS NOT NULL)"
+            "WHERE chain_bytes_requested IS NOT NULL "
+            "OR coalesce(client_sig, 'none') <> 'none')"
             if "chain_bytes_requested" in store.columns("handshake_raw")
             else "TRUE"
         )
@@ -509,7 +533,46 @@ def _figures(store) -> list[tuple[Path, str]]:
                         rows,
                     )
                     out.append((png, f"Mean phases, {text} ({caption})"))
+    out += _mutual_figures(store)
     out += _size_time_figures(store)
+    return out
+
+
+# Both kinds of bar in one figure: a handshake without a client certificate ends with
+# "Finished rcv -> Finished send", one with a certificate with the client's three phases.
+MUTUAL_FIGURE_VIEWS = {view: [*table, *hp.CLIENT_FLIGHT_PHASES] for view, table in hp.VIEWS.items()}
+
+
+def _mutual_figures(store) -> list[tuple[Path, str]]:
+    """Per (group, server, CA) with mutual TLS cells: a bar per client certificate (and one
+    without, where the run has it), the client's Certificate and CertificateVerify phases in
+    both views."""
+    if "client_sig" not in store.columns("handshake_phase"):
+        return []
+    data = store.query(
+        "SELECT \"group\", server_sig, ca_sig, coalesce(client_sig, 'none') AS client_sig, "
+        "view, phase, avg(ns) / 1e6 AS ms FROM handshake_phase "
+        'WHERE ("group", server_sig, ca_sig) IN (SELECT ("group", server_sig, ca_sig) '
+        "FROM handshake_phase WHERE coalesce(client_sig, 'none') <> 'none') GROUP BY ALL "
+        "ORDER BY client_sig"
+    )
+    by_cell: dict[tuple, dict] = {}
+    for d in data:
+        cell = (d["group"], d["server_sig"], d["ca_sig"])
+        by_cell.setdefault(cell, {})[(d["client_sig"], d["view"], d["phase"])] = d["ms"]
+    out = []
+    for (g, s, c), rows in by_cell.items():
+        labels = sorted({k[0] for k in rows}, key=lambda x: (x != "none", x))
+        text = f"group {g}, server {s}, CA {c}: by client certificate (mutual TLS)"
+        png = _stacked(
+            store,
+            text,
+            figures.safe_name(f"handshake_phases_mutual_group-{g}_server-{s}_ca-{c}"),
+            labels,
+            rows,
+            MUTUAL_FIGURE_VIEWS,
+        )
+        out.append((png, f"Mean phases, {text}: the client's Certificate and CertificateVerify"))
     return out
 
 

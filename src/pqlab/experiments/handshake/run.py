@@ -33,6 +33,11 @@ from pqlab.tls.negotiation import Expected
 from pqlab.workers import Workers
 
 EXPERIMENT = "handshake"
+# After each handshake the client sends pqlab's request (`GET 22\n`) and reads a 22-byte
+# answer, the size of document 004's reply ("I hear you fa shizzle!"): the connection's bytes
+# on the wire are then document 004's (`handshake_wire_bytes.csv`). Both come after the
+# client's Finished: no measured phase contains them.
+RESPONSE_BYTES = 22
 
 
 def _columns(rows: list[dict], extra: dict) -> dict[str, list]:
@@ -67,7 +72,7 @@ class _Live:
     """One cell of a batch while the batch runs: its server, captures and client run for
     the whole batch, the client told when to run each of its rounds."""
 
-    algs: tuple  # group, server signature, CA signature, chain bytes (None: the algorithms')
+    algs: tuple  # group, server and CA signatures, chain bytes or None, client signature or None
     chain: Chain
     pair: object
     cid: str
@@ -83,11 +88,13 @@ class _Live:
     peaks: dict = field(default_factory=dict)  # side -> peak RSS (KiB)
     busy_s: float = 0.0  # wall time of its rounds
     model: predicted.CellModel | None = None  # the wire model's view of the cell
+    client_auth: runner.ClientAuth | None = None  # mutual TLS: what the server asks for
+    identity: runner.Identity | None = None  # mutual TLS: what the client presents
 
 
 def _prepare(store, hosts, plan: Plan, pair, index: int, cell, work: Path) -> _Live:
     """Chain, ports and files of the batch's cell `index` (nothing started)."""
-    group, server_sig, ca_sig, chain_bytes = cell
+    group, server_sig, ca_sig, chain_bytes, client = cell
     with store.stages.stage("chains"):
         chain = make_chain(
             store.path / "certs",
@@ -100,18 +107,28 @@ def _prepare(store, hosts, plan: Plan, pair, index: int, cell, work: Path) -> _L
         )
     name = f"{group.name}_{server_sig.name}_{ca_sig.name}".replace("/", "_")
     name += f"_{chain_bytes}B" if chain_bytes is not None else ""
+    name += f"_client_{client.name}".replace("/", "_") if client is not None else ""
     if len(plan.pairs) > 1:
         name += "_" + "".join(c if c.isalnum() or c in ".-" else "_" for c in pair.label)
     files, records = _cell_files(store, plan, name, work)
+    client_chain = client_auth = identity = None
+    if client is not None:
+        with store.stages.stage("chains"):
+            client_chain = make_chain(
+                store.path / "certs", plan.client_ca or ca_sig, client, plan.stack, purpose="client"
+            )
+        client_auth, identity = runner.mutual(client_chain, client)
     return _Live(
         algs=cell,
         chain=chain,
         pair=pair,
-        cid=str(plan.cell_id(group, server_sig, ca_sig, chain_bytes, pair)),
+        cid=str(plan.cell_id(group, server_sig, ca_sig, chain_bytes, client, pair)),
         port=plan.port + index,
         files=files,
         records=records,
-        expected=Expected(group=group, sigalg=server_sig),
+        expected=Expected(group=group, sigalg=server_sig, client_sigalg=client),
+        client_auth=client_auth,
+        identity=identity,
         model=predicted.cell_model(
             stacks.get(plan.stack),
             group,
@@ -120,13 +137,17 @@ def _prepare(store, hosts, plan: Plan, pair, index: int, cell, work: Path) -> _L
             hosts.server_ip,
             plan.profile,
             hosts.tcp.initcwnd or DEFAULT_INITCWND,
+            client=(client, client_chain) if client is not None else None,
         ),
     )
 
 
 def _tls(plan: Plan, cell: _Live, keylog: Path | None = None) -> runner.Tls:
-    group, server_sig = cell.algs[:2]
-    return runner.Tls(stack=plan.stack, groups=(group,), sigalgs=(server_sig,), keylog=keylog)
+    group, server_sig, client = cell.algs[0], cell.algs[1], cell.algs[4]
+    # A client with a certificate offers its own scheme too (stacks sign only with their
+    # own list's schemes).
+    sigalgs = (server_sig,) if client is None else (server_sig, client)
+    return runner.Tls(stack=plan.stack, groups=(group,), sigalgs=sigalgs, keylog=keylog)
 
 
 def _start(hosts, plan: Plan, cell: _Live, rounds: list, budget: float, procs: list) -> None:
@@ -144,9 +165,10 @@ def _start(hosts, plan: Plan, cell: _Live, rounds: list, budget: float, procs: l
         chain=cell.chain,
         listen=f"{hosts.server_ip}:{cell.port}",
         max_connections=warmups + measured,
-        response_mode="none",
+        response_mode="echo-size",
         hold_records=True,
         connection_records=cell.records[1],
+        client_auth=cell.client_auth,
     )
     server_cpu = plan.cpus[0] if plan.cpus else None
     # A remote server ends by itself after the batch's budget, whatever happens here.
@@ -163,6 +185,8 @@ def _start(hosts, plan: Plan, cell: _Live, rounds: list, budget: float, procs: l
         expected=cell.expected,
         rounds=tuple(rounds),
         connection_records=cell.records[0],
+        identity=cell.identity,
+        request_bytes=RESPONSE_BYTES,
     )
     cell.client = runner.start_client(client, hosts, cpu=plan.cpus[1] if plan.cpus else None)
     procs.append(cell.client)
@@ -226,13 +250,14 @@ def _stop(cell: _Live) -> dict:
 
 def _labels(plan: Plan, cell: _Live) -> tuple[dict, dict]:
     """The cell's columns in every table, and those handshake_raw adds."""
-    group, server_sig, ca_sig, chain_bytes = cell.algs
+    group, server_sig, ca_sig, chain_bytes, client = cell.algs
     labels = {
         "cell_id": cell.cid,
         "group": group.name,
         "server_sig": server_sig.name,
         "ca_sig": ca_sig.name,
         "stack": plan.stack,
+        "client_sig": client.name if client is not None else "none",
     }
     raw = {
         "chain_sent": "server+root" if plan.send_root else "server",
@@ -313,13 +338,13 @@ def run_batch(store, hosts, plan: Plan, pair, cells: list, work: Path, progress,
     stage = store.stages.stage
     try:
         for i, cell in enumerate(cells):
-            group, ssig, csig, _ = cell
+            group, ssig, csig = cell[:3]
             progress.start(f"starting {group.name} / {ssig.name} / CA {csig.name}{where}")
             live.append(_prepare(store, hosts, plan, pair, i, cell, work))
             with stage("starting_servers_and_captures"):
                 _start(hosts, plan, live[-1], rounds, budget, procs)
         for position, (number, i) in enumerate(schedule(len(live), len(rounds), plan.seed)):
-            group, ssig, csig, _ = live[i].algs
+            group, ssig, csig = live[i].algs[:3]
             progress.start(
                 f"round {number + 1}/{len(rounds)}: {group.name} / {ssig.name} / CA "
                 f"{csig.name}{where}"
@@ -411,8 +436,14 @@ def measure(plan: Plan, store) -> None:
     schema.ensure(store)
     clocks.ensure(store)
     done = CELLS.done(store)
-    other = {c for c in done if ("root" in c.options) != plan.send_root}
-    if other:
+
+    # Cells with and without the root would share the document's figures; mutually
+    # authenticated cells (document 004's, their own figures and tables) may differ.
+    def mutual(c) -> bool:
+        return any(o.startswith("client-") for o in c.options)
+
+    other = {c for c in done if ("root" in c.options) != plan.send_root and not mutual(c)}
+    if other and any(cell[4] is None for cell in plan.cells()):
         raise UserError(
             f"this run directory holds cells {'without' if plan.send_root else 'with'} "
             "--send-root; use another --out to compare the two"

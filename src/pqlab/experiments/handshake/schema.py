@@ -27,14 +27,19 @@ CREATE TABLE IF NOT EXISTS handshake_raw (
     predicted_segments_min INTEGER, predicted_segments_max INTEGER,
     predicted_round_trips_min INTEGER, predicted_round_trips_max INTEGER,
     predicted_handshake_ns_min BIGINT, predicted_handshake_ns_max BIGINT, shaped BOOLEAN,
-    chain_der_bytes INTEGER, flight_max_in_flight INTEGER)
+    chain_der_bytes INTEGER, flight_max_in_flight INTEGER, client_sig TEXT,
+    certificate_request_bytes INTEGER, client_certificate_bytes INTEGER,
+    client_certificate_verify_bytes INTEGER, client_flight_bytes INTEGER,
+    client_flight_segments INTEGER, client_payload_bytes BIGINT, server_payload_bytes BIGINT,
+    client_connection_ip_bytes BIGINT, server_connection_ip_bytes BIGINT,
+    negotiated_client_sigalg TEXT, negotiated_cipher TEXT)
 """
 PHASE_DDL = """
 CREATE TABLE IF NOT EXISTS handshake_phase (
     cell_id TEXT, "group" TEXT, server_sig TEXT, ca_sig TEXT, idx INTEGER,
     view TEXT, phase_order INTEGER, phase TEXT, family TEXT, ns BIGINT, host_pair TEXT,
     cross_host BOOLEAN, clock_uncertainty_ns DOUBLE, below_clock_uncertainty BOOLEAN,
-    stack TEXT)
+    stack TEXT, client_sig TEXT)
 """
 CAPTURE_DDL = """
 CREATE TABLE IF NOT EXISTS handshake_capture (
@@ -58,7 +63,8 @@ CREATE TABLE IF NOT EXISTS handshake_order (
 LOAD_DDL = """
 CREATE TABLE IF NOT EXISTS handshake_load (
     cell_id TEXT, "group" TEXT, server_sig TEXT, ca_sig TEXT, side TEXT, handshakes INTEGER,
-    wall_s DOUBLE, cpu_user_s DOUBLE, cpu_sys_s DOUBLE, max_rss_kib BIGINT, stack TEXT)
+    wall_s DOUBLE, cpu_user_s DOUBLE, cpu_sys_s DOUBLE, max_rss_kib BIGINT, stack TEXT,
+    client_sig TEXT)
 """
 
 
@@ -98,6 +104,19 @@ ADDED = {
         ("shaped", "BOOLEAN"),
         ("chain_der_bytes", "INTEGER"),
         ("flight_max_in_flight", "INTEGER"),
+        # Runs made before mutual TLS had no client certificate.
+        ("client_sig", "TEXT DEFAULT 'none'"),
+        ("certificate_request_bytes", "INTEGER"),
+        ("client_certificate_bytes", "INTEGER"),
+        ("client_certificate_verify_bytes", "INTEGER"),
+        ("client_flight_bytes", "INTEGER"),
+        ("client_flight_segments", "INTEGER"),
+        ("client_payload_bytes", "BIGINT"),
+        ("server_payload_bytes", "BIGINT"),
+        ("client_connection_ip_bytes", "BIGINT"),
+        ("server_connection_ip_bytes", "BIGINT"),
+        ("negotiated_client_sigalg", "TEXT"),
+        ("negotiated_cipher", "TEXT"),
     ],
     "handshake_capture": [("host_pair", "TEXT")],
     "handshake_phase": [
@@ -106,8 +125,9 @@ ADDED = {
         ("clock_uncertainty_ns", "DOUBLE"),
         ("below_clock_uncertainty", "BOOLEAN"),
         ("stack", "TEXT"),
+        ("client_sig", "TEXT DEFAULT 'none'"),
     ],
-    "handshake_load": [("stack", "TEXT")],
+    "handshake_load": [("stack", "TEXT"), ("client_sig", "TEXT DEFAULT 'none'")],
 }
 MIGRATIONS = tuple(
     f"ALTER TABLE IF EXISTS {table} ADD COLUMN IF NOT EXISTS {name} {kind}"

@@ -9,6 +9,7 @@ import json
 import numpy as np
 
 from pqlab.errors import CheckError, EngineError
+from pqlab.experiments.ttlb import schema
 from pqlab.experiments.ttlb.plan import CELLS
 from pqlab.net.profiles import Direction, LinkProfile
 from pqlab.stats import Cause, Warning_
@@ -132,17 +133,30 @@ def rows(
     return cols
 
 
-# A lossless, jitter-free cell's median TTFB and TTLB agree with the prediction within the
-# larger of TIME_BAND_MS and TIME_BAND_SHARE of it: the model has no CPU time (signing,
-# verifying: a millisecond or two) and the emulator adds tens of microseconds per packet.
+# A lossless, jitter-free cell's median TTFB and TTLB agree with the prediction on the
+# measured round trip (the emulator's own time per packet included) within the larger of
+# TIME_BAND_MS and TIME_BAND_SHARE of it: the model has no CPU time (key shares, signing,
+# verifying: about 2 ms for a hybrid group and an ML-DSA chain here).
 TIME_BAND_MS = 3.0
 TIME_BAND_SHARE = 0.05
 
 
-def prediction_rows(cid: str, hs, profile: LinkProfile, size: int) -> list[dict]:
+def measured_rtt_s(cols: dict) -> float | None:
+    """The round trip the cell's connections met: the median TCP connect (SYN to SYN-ACK
+    through the emulator, which adds its own time per packet to the profile's delay)."""
+    connects = [v for v in cols.get("tcp_connect_ns", []) if v]
+    return float(np.median(connects)) / 1e9 if connects else None
+
+
+def prediction_rows(
+    cid: str, hs, profile: LinkProfile, size: int, cols: dict | None = None
+) -> list[dict]:
     """What the wire model predicts for a cell (`pqlab.tls.predict`, as `pqlab plan` does):
-    one row per signature size (the smallest and the largest where it varies)."""
+    one row per signature size (the smallest and the largest where it varies), on the
+    profile's link and, given the cell's connections (`cols`), its times on the link as
+    measured (the profile's delays scaled to the median TCP connect: `link_*`)."""
     link = wire.Link.from_profile(profile)
+    rtt_s = measured_rtt_s(cols) if cols else None
     low, high = hs.extremes()
     variants = [("exact", high)] if low == high else [("smallest", low), ("largest", high)]
     out = []
@@ -150,6 +164,7 @@ def prediction_rows(cid: str, hs, profile: LinkProfile, size: int) -> list[dict]
         o = predict.predict(h, link, response_bytes=size)
         w = o.wire
         resp = w.response[-1].round if w.response else 0
+        on = predict.predict(h, link.with_rtt(rtt_s), response_bytes=size).wire if rtt_s else w
         out.append(
             {
                 "cell_id": cid,
@@ -161,9 +176,29 @@ def prediction_rows(cid: str, hs, profile: LinkProfile, size: int) -> list[dict]
                 "ttfb_ms": w.ttfb_s * 1e3,
                 "ttlb_ms": w.ttlb_s * 1e3,
                 "ttlb_round_trips": w.round_trips + resp,
+                "link_rtt_ms": rtt_s * 1e3 if rtt_s else None,
+                "link_ttfb_ms": on.ttfb_s * 1e3 if rtt_s else None,
+                "link_ttlb_ms": on.ttlb_s * 1e3 if rtt_s else None,
             }
         )
     return out
+
+
+def _on_link(p: dict, what: str) -> float:
+    """A prediction row's time (`ttfb`, `ttlb`) on the link as measured, where known."""
+    v = p.get(f"link_{what}_ms")
+    return p[f"{what}_ms"] if v is None else v
+
+
+def cliff_rows(hs, profile: LinkProfile) -> list[dict]:
+    """The handshake's round-trip cliffs on the profile's window and MSS (largest
+    signature; without CPU time they do not depend on the delay or the rate): one row per
+    extra round trip, without the cell id (the same for every response size)."""
+    link = wire.Link.from_profile(profile)
+    return [
+        {"round_trips": rt, "chain_der_bytes": at, "mss": link.mss, "initcwnd": link.initcwnd}
+        for rt, at in predict.cliffs(hs.extremes()[1], link)
+    ]
 
 
 def lossless(profile: LinkProfile) -> bool:
@@ -175,7 +210,9 @@ def band_ms(predicted_ms: float) -> float:
     return max(TIME_BAND_MS, TIME_BAND_SHARE * predicted_ms)
 
 
-def _time_miss(what: str, measured: float, pred: list[float], rtt_ms: float) -> str | None:
+def _time_miss(
+    what: str, measured: float, pred: list[float], rtt_ms: float, on: str = ""
+) -> str | None:
     """Why a median time is outside the band around the prediction (None: it is not)."""
     low, high = min(pred), max(pred)
     off = measured - high if measured > high else measured - low if measured < low else 0.0
@@ -188,7 +225,7 @@ def _time_miss(what: str, measured: float, pred: list[float], rtt_ms: float) -> 
         else "the link's timing (delay, rate) or CPU time the model leaves out"
     )
     return (
-        f"median {what} {measured:.1f} ms, predicted {low:.1f}-{high:.1f} ms (band "
+        f"median {what} {measured:.1f} ms, predicted {low:.1f}-{high:.1f} ms{on} (band "
         f"{band_ms(high):.1f} ms); the mechanism that disagreed: {mechanism}"
     )
 
@@ -199,7 +236,8 @@ def _median(cols: dict, key: str) -> float:
 
 def prediction_warnings(profile: LinkProfile, subject: str, cols: dict, prediction) -> list:
     """Where the measurement missed the prediction: the bytes must be equal, the times
-    within the band (lossless, jitter-free links only: the model has neither)."""
+    within the band (lossless, jitter-free links only: the model has neither) of the
+    prediction on the link as measured."""
     out = []
     if not prediction or not cols["idx"]:
         return out
@@ -221,9 +259,12 @@ def prediction_warnings(profile: LinkProfile, subject: str, cols: dict, predicti
             )
     if not lossless(profile):
         return out
-    rtt_ms = profile.rtt_s * 1e3
-    for what, key, pkey in (("TTFB", "ttfb_ns", "ttfb_ms"), ("TTLB", "ttlb_ns", "ttlb_ms")):
-        text = _time_miss(what, _median(cols, key) / 1e6, [p[pkey] for p in prediction], rtt_ms)
+    measured_rtt = prediction[0].get("link_rtt_ms")
+    rtt_ms = measured_rtt or profile.rtt_s * 1e3
+    on = f" on the measured round trip of {rtt_ms:.2f} ms" if measured_rtt else ""
+    for what, key in (("TTFB", "ttfb"), ("TTLB", "ttlb")):
+        pred = [_on_link(p, key) for p in prediction]
+        text = _time_miss(what, _median(cols, f"{key}_ns") / 1e6, pred, rtt_ms, on)
         if text:
             out.append(Warning_(Cause.OFF_MODEL, subject, text))
     return out
@@ -271,6 +312,8 @@ def _predictions(store) -> dict[str, list[dict]]:
 
 
 def _cell_id(r: dict) -> str:
+    if r.get("cell_id"):
+        return r["cell_id"]
     b = r.get("chain_bytes_requested")
     return str(
         CELLS.id(
@@ -302,7 +345,7 @@ def _add_prediction(row: dict, prediction: list[dict], lossless_link: bool) -> N
     row["ttlb_model_error_pct"] = (row["ttlb_p50_ms"] / p["ttlb_ms"] - 1) * 100
     if lossless_link:
         for what in ("ttfb", "ttlb"):
-            pred = [x[f"{what}_ms"] for x in prediction]
+            pred = [_on_link(x, what) for x in prediction]
             low, high = min(pred), max(pred)
             m = row[f"{what}_p50_ms"]
             row[f"{what}_within_band"] = low - band_ms(high) <= m <= high + band_ms(high)
@@ -320,8 +363,8 @@ def cell_summaries(store) -> list[dict]:
     groups: dict[tuple, list[dict]] = {}
     for r in raw:
         key = (
-            r["profile"], r["shaper"], r["grp"], r["chain"], r.get("chain_bytes_requested"),
-            r["data_bytes"], r.get("stack"),
+            r["profile"], r["shaper"], r["grp"], schema.chain_label(r["chain"], r.get("client_sig")),
+            r.get("chain_bytes_requested"), r["data_bytes"], r.get("stack"),
         )  # fmt: skip
         groups.setdefault(key, []).append(r)
     out = []
@@ -333,6 +376,7 @@ def cell_summaries(store) -> list[dict]:
             return int(np.median([r[k] for r in rows if r[k] is not None] or [0]))
 
         row = {
+            "cell_id": _cell_id(rows[0]),
             "profile": profile,
             "shaper": shaper,
             "group": grp,
@@ -352,7 +396,7 @@ def cell_summaries(store) -> list[dict]:
         row["bytes_received"] = med("record_bytes_received")
         prof = profiles.get(profile)
         clean = bool(prof) and lossless(_profile_from_json(prof))
-        _add_prediction(row, predictions.get(_cell_id(rows[0]), []), clean)
+        _add_prediction(row, predictions.get(row["cell_id"], []), clean)
         row["stack"] = stack
         out.append(row)
     return out
@@ -384,23 +428,36 @@ def _profile_from_json(d: dict) -> LinkProfile:
     )
 
 
-def increases(summary: list[dict], baseline_group: str, baseline_chain: str) -> list[dict]:
-    """Percentage increase of every other (group, chain, chain size) over the baseline (its
-    smallest chain size when --chain-bytes padded them), per profile, response size, stack
-    and percentile, for TTFB and TTLB."""
-    mine = [r for r in summary if (r["group"], r["chain"]) == (baseline_group, baseline_chain)]
-    sizes = [r.get("chain_bytes_requested") for r in mine]
-    smallest = min((b for b in sizes if b is not None), default=None)
-    base = {
+def combination(row: dict) -> tuple[str, str, int | None]:
+    """A summary row's (group, chain, --chain-bytes size or None): what the tables and
+    figures compare."""
+    return row["group"], row["chain"], row.get("chain_bytes_requested")
+
+
+def combo_label(combo: tuple) -> str:
+    group, chain, size = combo
+    return f"{group} + {chain}" + (f" {size} B" if size is not None else "")
+
+
+def combo_order(combo: tuple) -> tuple:
+    return combo[0], combo[1], combo[2] or 0
+
+
+def increases(summary: list[dict], base: tuple[str, str, int | None]) -> list[dict]:
+    """Percentage increase of every other (group, chain, chain size) over the baseline
+    combination (`baseline`), per profile, response size, stack and percentile, for TTFB
+    and TTLB."""
+    label = combo_label(base)
+    at = {
         (r["profile"], r["data_bytes"], r.get("stack")): r
-        for r in mine
-        if r.get("chain_bytes_requested") == smallest
+        for r in summary
+        if combination(r) == tuple(base)
     }
     out = []
     for r in summary:
-        if any(r is b for b in base.values()):
+        if combination(r) == tuple(base):
             continue
-        b = base.get((r["profile"], r["data_bytes"], r.get("stack")))
+        b = at.get((r["profile"], r["data_bytes"], r.get("stack")))
         if not b:
             continue
         for p in PERCENTILES:
@@ -410,8 +467,7 @@ def increases(summary: list[dict], baseline_group: str, baseline_chain: str) -> 
                     "group": r["group"],
                     "chain": r["chain"],
                     "chain_bytes_requested": r.get("chain_bytes_requested"),
-                    "baseline": f"{baseline_group} + {baseline_chain}"
-                    + (f" {smallest} B" if smallest is not None else ""),
+                    "baseline": label,
                     "data_bytes": r["data_bytes"],
                     "percentile": p,
                     "ttfb_increase_pct": (r[f"ttfb_p{p}_ms"] / b[f"ttfb_p{p}_ms"] - 1) * 100,
@@ -424,18 +480,24 @@ def increases(summary: list[dict], baseline_group: str, baseline_chain: str) -> 
     return out
 
 
-def baseline(store) -> tuple[str, str] | None:
-    """The classical combination: the first group and chain of the run's command line
-    (by default X25519 with an RSA-2048 chain)."""
-    rows = store.query("SELECT params FROM cells WHERE experiment = 'ttlb' ORDER BY rowid")
+def baseline(store) -> tuple[str, str, int | None] | None:
+    """The classical combination as (group, chain, chain size): the first group and chain
+    of the run's first ttlb command line (by default X25519 with an RSA-2048 chain), at
+    that command's smallest --chain-bytes size (None: the algorithm's own chain). Later
+    commands of the run (a chain-size sweep in a suite, say) do not move it."""
     meta = store.query(
         "SELECT metadata FROM invocations WHERE experiment = 'ttlb' ORDER BY id LIMIT 1"
     )
     if meta:
         m = json.loads(meta[0]["metadata"])
         if m.get("ttlb_groups") and m.get("ttlb_chains"):
-            return m["ttlb_groups"][0], m["ttlb_chains"][0]
+            sizes = m.get("ttlb_chain_bytes") or [None]
+            chain = schema.chain_label(
+                m["ttlb_chains"][0], (m.get("ttlb_client_sigs") or [None])[0]
+            )
+            return m["ttlb_groups"][0], chain, min(sizes, key=lambda b: b or 0)
+    rows = store.query("SELECT params FROM cells WHERE experiment = 'ttlb' ORDER BY rowid")
     if rows:
         p = json.loads(rows[0]["params"])
-        return p["group"], p["chain"]
+        return p["group"], p["chain"], p.get("chain_bytes")
     return None

@@ -4,11 +4,21 @@ on one TLS stack, all validated before anything runs."""
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from pqlab import catalog, units
 from pqlab.errors import UserError
-from pqlab.experiment import CellId, Cells, Option, parse_stack, stack_option
+from pqlab.experiment import (
+    SAME_AS_SERVER,
+    CellId,
+    Cells,
+    Option,
+    client_auth_options,
+    client_cell_option,
+    parse_client_auth,
+    parse_stack,
+    stack_option,
+)
 from pqlab.experiments import hosts
 from pqlab.net import profiles
 from pqlab.net.profiles import load_profiles
@@ -83,6 +93,7 @@ OPTIONS = (
         default="1",
         metavar="N",
     ),
+    *client_auth_options(same=True),
     stack_option(),
     Option(
         "shaper",
@@ -107,17 +118,28 @@ class Plan:
     stack: str = stacks.DEFAULT_STACK
     remote: object | None = None  # pqlab.net.remote.RemotePlan: one "profile" per pair
     chain_bytes: list[int] | None = None  # None: the algorithms' own chains
+    # mutual TLS: client signers (None: no client certificate; SAME_AS_SERVER: the chain's
+    # algorithm) and their CA's algorithm (None: the chain's)
+    client_sigs: list = field(default_factory=lambda: [None])
+    client_ca: object | None = None
+
+    def clients_of(self, chain) -> list:
+        """The client signers of a chain's cells (None: no client certificate)."""
+        return [chain if c == SAME_AS_SERVER else c for c in self.client_sigs]
 
     def chain_points(self) -> list[int | None]:
         return list(self.chain_bytes) if self.chain_bytes else [None]
 
     @property
     def cells(self) -> int:
-        chains = len(self.chains) * len(self.chain_points())
+        chains = len(self.chains) * len(self.chain_points()) * len(self.client_sigs)
         return len(self.profiles) * len(self.groups) * chains * len(self.sizes)
 
-    def cell_id(self, profile, group, chain, size: int, chain_bytes: int | None = None) -> CellId:
+    def cell_id(
+        self, profile, group, chain, size: int, chain_bytes: int | None = None, client=None
+    ) -> CellId:
         options = (f"chain{chain_bytes}",) if chain_bytes is not None else ()
+        options += client_cell_option(client, self.client_ca)
         return CELLS.id(profile, group, chain, size, stack=self.stack, options=options)
 
 
@@ -152,6 +174,7 @@ def from_values(values) -> Plan:
             values.chain_bytes, "--chain-bytes", CHAIN_STEP, maximum=MAX_CHAIN_BYTES
         )
         stacks.require_padded_chains(chain_bytes, stack, True, [(c, c) for c in chains])
+    client_sigs, client_ca = parse_client_auth(values, stack, chains)
     check_shaper(values.shaper or "auto")
     for p in profiles:
         for text in p.warnings():
@@ -159,7 +182,7 @@ def from_values(values) -> Plan:
     remote = hosts.plan(values, needs_capture=False, what="ttlb")
     if remote is not None:
         profiles = [network_profile(pair) for pair in remote.pairs]
-    return Plan(
+    plan = Plan(
         profiles=profiles,
         groups=groups,
         chains=chains,
@@ -171,3 +194,5 @@ def from_values(values) -> Plan:
         remote=remote,
         chain_bytes=chain_bytes,
     )
+    plan.client_sigs, plan.client_ca = client_sigs, client_ca
+    return plan

@@ -1,13 +1,24 @@
-"""The ttlb experiment's tables (ttlb.csv, ttlb_increase.csv), figures (the document's
-figures 1-6) and report section, from the database alone."""
+"""The ttlb experiment's tables (ttlb.csv, ttlb_increase.csv, and from `across` and
+`sweep` the pooled figure 1, the degradation against the clean link and the chain-size
+steps), figures (the document's figures 1-6, TTFB beside TTLB in the CDFs) and report
+section, from the database alone."""
 
 from __future__ import annotations
 
 import numpy as np
 
 from pqlab import figures
+from pqlab.experiments.ttlb import across, schema, sweep
 from pqlab.experiments.ttlb import summary as summary_part
-from pqlab.experiments.ttlb.analyse import PERCENTILES, baseline, cell_summaries, increases
+from pqlab.experiments.ttlb.analyse import (
+    PERCENTILES,
+    baseline,
+    cell_summaries,
+    combination,
+    combo_label,
+    combo_order,
+    increases,
+)
 from pqlab.report.section import Section, template
 
 
@@ -57,135 +68,152 @@ def export(store):
         "within the stated band, on links without loss or jitter)",
     )
     base = baseline(store)
-    inc = increases(summary, *base) if base else []
+    inc = increases(summary, base) if base else []
     if inc:
         csv = store.export_rows("ttlb_increase", inc)
         section.table(
             csv,
-            f"Increase over the classical combination ({base[0]} + {base[1]}) "
+            f"Increase over the classical combination ({combo_label(base)}) "
             "per size and percentile",
             max_rows=90,
         )
-    _figures(store, summary, inc, base, section, figures)
+    _figures(store, summary, inc, base, section)
+    if base is not None:
+        across.extend_section(store, section, summary, base)
+    sweep.extend_section(store, section, summary)
     return section
 
 
-def _figures(store, summary, inc, base, section, figures) -> None:
+def _figures(store, summary, inc, base, section) -> None:
+    """Per profile and combination (one chain size each; a --chain-bytes sweep's
+    combinations have the sweep's figure instead): the increase figures and the CDFs."""
+    swept = sweep.swept(summary)
+    summary = [r for r in summary if sweep.key(r) not in swept]
+    inc = [r for r in inc if sweep.key(r) not in swept]
     profiles = sorted({r["profile"] for r in summary})
-    combos = sorted({(r["group"], r["chain"]) for r in summary})
-    _increase_figures(store, inc, base, section, figures, profiles)
-    _cdf_figures(store, section, figures, profiles, combos)
-
-
-def _increase_figures(store, inc, base, section, figures, profiles) -> None:
-    """Document figure 1 (TTFB increase per percentile) and figures 2-5 (TTLB increase by
-    response size), per profile."""
-    import matplotlib.pyplot as plt
-
-    colors = {
-        p: c for p, c in zip(PERCENTILES, ("tab:blue", "tab:orange", "tab:green"), strict=True)
-    }
+    combos = sorted({combination(r) for r in summary}, key=combo_order)
     for profile in profiles:
-        pq = sorted({(r["group"], r["chain"]) for r in inc if r["profile"] == profile})
-        if pq:
-            # Document figure 1: handshake-time increase at p50/p75/p90, one bar per combo.
-            fig, ax = plt.subplots(figsize=(6, 3.5))
-            width = 0.8 / len(pq)
-            for i, combo in enumerate(pq):
-                vals = [
-                    next(
-                        (
-                            r["ttfb_increase_pct"]
-                            for r in inc
-                            if r["profile"] == profile
-                            and (r["group"], r["chain"]) == combo
-                            and r["percentile"] == p
-                            and r["data_bytes"]
-                            == min(x["data_bytes"] for x in inc if x["profile"] == profile)
-                        ),
-                        np.nan,
-                    )
-                    for p in PERCENTILES
-                ]
-                ax.bar(np.arange(3) + i * width, vals, width, label=" + ".join(combo))
-            ax.set_xticks(np.arange(3) + width * (len(pq) - 1) / 2, [f"p{p}" for p in PERCENTILES])
-            ax.set_ylabel("handshake time (TTFB) increase (%)")
-            ax.set_title(f"{profile}: TTFB increase over {base[0]} + {base[1]}", fontsize=9)
-            ax.legend(fontsize=7)
-            png = figures.save(fig, store, f"ttlb_ttfb_increase_{figures.safe_name(profile)}")
-            section.figure(
-                png,
-                f"Handshake time increase per percentile ({profile}); cf. the document's figure 1",
-            )
-            # Document figures 2-5: TTLB increase vs response size, one line per percentile.
-            for combo in pq:
-                fig, ax = plt.subplots(figsize=(6, 3.5))
-                for p in PERCENTILES:
-                    pts = sorted(
-                        (r["data_bytes"] / 1024, r["ttlb_increase_pct"])
-                        for r in inc
-                        if r["profile"] == profile
-                        and r["percentile"] == p
-                        and (r["group"], r["chain"]) == combo
-                    )
-                    ax.plot(
-                        [x for x, _ in pts],
-                        [y for _, y in pts],
-                        marker="o",
-                        color=colors[p],
-                        label=f"p{p}",
-                    )
-                ax.axhline(0, color="grey", lw=0.6)
-                ax.set_xlabel("data sent by the server (KiB)")
-                ax.set_ylabel("TTLB increase (%)")
-                ax.set_title(f"{profile}: {' + '.join(combo)} vs {base[0]} + {base[1]}", fontsize=9)
-                ax.legend(fontsize=7)
-                png = figures.save(
-                    fig,
-                    store,
-                    "ttlb_increase_" + figures.safe_name(f"{profile}_{combo[0]}_{combo[1]}"),
-                )
-                section.figure(
-                    png,
-                    f"TTLB increase by response size ({profile}, "
-                    f"{' + '.join(combo)}); cf. the document's figures 2-5",
-                )
+        pq = sorted({combination(r) for r in inc if r["profile"] == profile}, key=combo_order)
+        if not pq:
+            continue
+        mine = [r for r in inc if r["profile"] == profile]
+        _ttfb_increase_figure(store, section, profile, mine, pq, base)
+        for combo in pq:
+            _ttlb_increase_figure(store, section, profile, mine, combo, base)
+    _cdf_figures(store, section, summary, combos)
 
 
-def _cdf_figures(store, section, figures, profiles, combos) -> None:
-    """Document figure 6: CDF of TTLB at the largest size, one line per profile, per combo."""
-    import matplotlib.pyplot as plt
+def _file_part(combo: tuple) -> str:
+    group, chain, size = combo
+    return f"{group}_{chain}" + (f"_{size}" if size is not None else "")
 
-    raw = store.query("SELECT profile, grp, chain, data_bytes, ttlb_ns FROM ttlb_raw")
+
+def _ttfb_increase_figure(store, section, profile, inc, pq, base) -> None:
+    """Handshake-time increase at p50/p75/p90 on one profile, one bar per combination, at
+    the profile's smallest response size (the document's figure 1 pools profiles:
+    `across`)."""
+    plt = figures.plt
+    smallest = min(r["data_bytes"] for r in inc)
+    at = {
+        (combination(r), r["percentile"]): r["ttfb_increase_pct"]
+        for r in inc
+        if r["data_bytes"] == smallest
+    }
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    width = 0.8 / len(pq)
+    for i, combo in enumerate(pq):
+        vals = [at.get((combo, p), np.nan) for p in PERCENTILES]
+        ax.bar(np.arange(3) + i * width, vals, width, label=combo_label(combo))
+    ax.set_xticks(np.arange(3) + width * (len(pq) - 1) / 2, [f"p{p}" for p in PERCENTILES])
+    ax.set_ylabel("handshake time (TTFB) increase (%)")
+    ax.set_title(f"{profile}: TTFB increase over {combo_label(base)}", fontsize=9)
+    ax.legend(fontsize=7)
+    png = figures.save(fig, store, f"ttlb_ttfb_increase_{figures.safe_name(profile)}")
+    section.figure(
+        png,
+        f"Handshake time increase per percentile ({profile}); the document's figure 1 pools "
+        "its profiles (below)",
+    )
+
+
+def _ttlb_increase_figure(store, section, profile, inc, combo, base) -> None:
+    """Document figures 2-5: TTLB increase against the response size, one line per
+    percentile, for one combination on one profile."""
+    plt = figures.plt
+    colors = dict(zip(PERCENTILES, ("tab:blue", "tab:orange", "tab:green"), strict=True))
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    for p in PERCENTILES:
+        pts = sorted(
+            (r["data_bytes"] / 1024, r["ttlb_increase_pct"])
+            for r in inc
+            if r["percentile"] == p and combination(r) == combo
+        )
+        ax.plot(
+            [x for x, _ in pts], [y for _, y in pts], marker="o", color=colors[p], label=f"p{p}"
+        )
+    ax.axhline(0, color="grey", lw=0.6)
+    ax.set_xlabel("data sent by the server (KiB)")
+    ax.set_ylabel("TTLB increase (%)")
+    ax.set_title(f"{profile}: {combo_label(combo)} vs {combo_label(base)}", fontsize=9)
+    ax.legend(fontsize=7)
+    name = figures.safe_name(f"{profile}_{_file_part(combo)}")
+    png = figures.save(fig, store, f"ttlb_increase_{name}")
+    section.figure(
+        png,
+        f"TTLB increase by response size ({profile}, {combo_label(combo)}); cf. the "
+        "document's figures 2-5",
+    )
+
+
+def _cdf_figures(store, section, summary, combos) -> None:
+    """Document figure 6: CDF of TTLB at the largest size, one line per profile, per
+    combination; the CDF of the same connections' TTFB beside it (the document saw the same
+    spread in handshake times)."""
+    plt = figures.plt
+    raw = store.query(
+        f'SELECT profile, grp AS "group", {schema.chain_sql(store)} AS chain, '
+        "chain_bytes_requested, data_bytes, ttfb_ns, ttlb_ns FROM ttlb_raw"
+    )
+    shown = {(r["profile"], combination(r)) for r in summary}
+    raw = [r for r in raw if (r["profile"], combination(r)) in shown]
+    if not raw:
+        return
+    profiles = sorted({r["profile"] for r in summary})
     largest = max(r["data_bytes"] for r in raw)
     for combo in combos:
-        fig, ax = plt.subplots(figsize=(6, 3.5))
-        for profile in profiles:
-            v = np.sort(
-                [
-                    r["ttlb_ns"] / 1e6
-                    for r in raw
-                    if r["profile"] == profile
-                    and (r["grp"], r["chain"]) == combo
-                    and r["data_bytes"] == largest
-                ]
-            )
-            if len(v):
-                ax.step(v, np.arange(1, len(v) + 1) / len(v), where="post", label=profile)
-        lows = [ln.get_xdata().min() for ln in ax.get_lines() if len(ln.get_xdata())]
-        highs = [ln.get_xdata().max() for ln in ax.get_lines() if len(ln.get_xdata())]
-        if lows and min(lows) > 0 and max(highs) / min(lows) > 20:
-            ax.set_xscale("log")  # profiles an order of magnitude apart (1 Gbit/s vs 1 Mbit/s)
-        ax.set_xlabel(f"TTLB (ms), {largest / 1024:g} KiB from the server")
-        ax.set_ylabel("CDF")
-        ax.set_title(" + ".join(combo), fontsize=9)
-        ax.legend(fontsize=7)
-        png = figures.save(fig, store, "ttlb_cdf_" + figures.safe_name("_".join(combo)))
+        fig, axes = plt.subplots(1, 2, figsize=(11, 3.5))
+        for ax, metric in zip(axes, ("ttfb", "ttlb"), strict=True):
+            for profile in profiles:
+                v = np.sort(
+                    [
+                        r[f"{metric}_ns"] / 1e6
+                        for r in raw
+                        if r["profile"] == profile
+                        and combination(r) == combo
+                        and r["data_bytes"] == largest
+                    ]
+                )
+                if len(v):
+                    ax.step(v, np.arange(1, len(v) + 1) / len(v), where="post", label=profile)
+            _log_if_spread(ax)
+            ax.set_xlabel(f"{metric.upper()} (ms), {largest / 1024:g} KiB from the server")
+            ax.set_ylabel("CDF")
+            ax.legend(fontsize=7)
+        fig.suptitle(combo_label(combo), fontsize=9)
+        png = figures.save(fig, store, "ttlb_cdf_" + figures.safe_name(_file_part(combo)))
         section.figure(
             png,
-            f"CDF of TTLB at {largest / 1024:g} KiB ({' + '.join(combo)}); "
-            "cf. the document's figure 6",
+            f"CDF of TTFB (left) and TTLB (right) at {largest / 1024:g} KiB "
+            f"({combo_label(combo)}); cf. the document's figure 6",
         )
+
+
+def _log_if_spread(ax) -> None:
+    """A log scale for profiles an order of magnitude apart (1 Gbit/s vs 1 Mbit/s)."""
+    lows = [ln.get_xdata().min() for ln in ax.get_lines() if len(ln.get_xdata())]
+    highs = [ln.get_xdata().max() for ln in ax.get_lines() if len(ln.get_xdata())]
+    if lows and min(lows) > 0 and max(highs) / min(lows) > 20:
+        ax.set_xscale("log")
 
 
 def summarize(store):

@@ -79,22 +79,43 @@ def _record_profile(store, profile, link, hosts) -> None:
     )
 
 
+def _mutual(store, plan: Plan, chain_alg, client):
+    """A cell's mutual TLS: (what the server asks, what the client presents, the wire
+    model's view of the client's certificate), or Nones without a client certificate."""
+    if client is None:
+        return None, None, None
+    chain = make_chain(
+        store.path / "certs", plan.client_ca or chain_alg, client, plan.stack, purpose="client"
+    )
+    auth, identity = runner.mutual(chain, client)
+    model = predict.ClientAuth(client, tuple(chain.sent_der), chain.root_name_der_bytes)
+    return auth, identity, model
+
+
 def _run_sizes(store, plan: Plan, hosts, link, profile, cell, port: int, sizes, progress) -> None:
-    """One server for (group, chain algorithm, chain size) and a client run per size."""
-    group, chain_alg, chain_bytes, chain = cell
-    tls = runner.Tls(stack=plan.stack, groups=(group,), sigalgs=(chain_alg,))
+    """One server for (group, chain algorithm, chain size, client signer) and a client run
+    per size."""
+    group, chain_alg, chain_bytes, chain, client = cell
+    # A client with a certificate offers its own scheme too (stacks sign only with theirs).
+    offered = (chain_alg,) if client is None else (chain_alg, client)
+    tls = runner.Tls(stack=plan.stack, groups=(group,), sigalgs=offered)
+    client_auth, identity, model_auth = _mutual(store, plan, chain_alg, client)
     server_spec = runner.ServerSpec(
         tls=runner.Tls(stack=plan.stack, groups=(group,), sigalgs=(chain_alg,), events=False),
         chain=chain,
         listen=f"{hosts.server_ip}:{port}",
+        client_auth=client_auth,
     )
-    expected = Expected(group=group, sigalg=chain_alg)
+    expected = Expected(group=group, sigalg=chain_alg, client_sigalg=client)
     gap_ms = max(10, int(profile.rtt_s * 1e3 * 2))
     stack = stacks.get(plan.stack)
     # The wire model's view of the cell (no link model for a real network).
-    hs = None
+    hs, cliffs = None, []
     if getattr(profile, "pair", None) is None:
-        hs = predict.of_chain(stack, group, chain_alg, chain, hosts.server_ip)
+        hs = predict.of_chain(
+            stack, group, chain_alg, chain, hosts.server_ip, client_auth=model_auth
+        )
+        cliffs = analyse.cliff_rows(hs, profile)
     with runner.start_server(server_spec, hosts) as server:
         seen = 0
         for size in sizes:
@@ -110,6 +131,7 @@ def _run_sizes(store, plan: Plan, hosts, link, profile, cell, port: int, sizes, 
                 request_bytes=size,
                 gap_ms=gap_ms,
                 expected=expected,
+                identity=identity,
             )
             clients = runner.run_client(client_spec, hosts, timeout=3600)
             total = plan.n + plan.warmup
@@ -122,14 +144,19 @@ def _run_sizes(store, plan: Plan, hosts, link, profile, cell, port: int, sizes, 
             if len(cols["idx"]) != plan.n:
                 raise EngineError(f"expected {plan.n} connections, got {len(cols['idx'])}")
             cols["chain_bytes_requested"] = [chain_bytes] * len(cols["idx"])
-            _commit(store, plan, profile, (group, chain_alg, chain_bytes, size), cols, hs)
+            cols["client_sig"] = [client.name if client else "none"] * len(cols["idx"])
+            model = (hs, cliffs)
+            cell_key = (group, chain_alg, chain_bytes, size, client)
+            _commit(store, plan, profile, cell_key, cols, model)
             progress.advance()
 
 
-def _commit(store, plan: Plan, profile, cell: tuple, cols: dict, hs) -> None:
-    """One cell's rows, its prediction and its warnings, in one transaction."""
-    group, chain_alg, chain_bytes, size = cell
-    cid = str(plan.cell_id(profile, group, chain_alg, size, chain_bytes))
+def _commit(store, plan: Plan, profile, cell: tuple, cols: dict, model: tuple) -> None:
+    """One cell's rows, its prediction, its cliffs and its warnings, in one transaction.
+    `model`: the wire model's handshake (None on a real network) and its cliffs."""
+    group, chain_alg, chain_bytes, size, client = cell
+    hs, cliffs = model
+    cid = str(plan.cell_id(profile, group, chain_alg, size, chain_bytes, client))
     params = {
         "profile": profile.name,
         "group": group.name,
@@ -138,11 +165,12 @@ def _commit(store, plan: Plan, profile, cell: tuple, cols: dict, hs) -> None:
         "data_bytes": size,
         "n": plan.n,
         "stack": plan.stack,
+        "client_sig": client.name if client else "none",
     }
     pair = getattr(profile, "pair", None)
     if pair is not None:
         params["host_pair"] = pair.label
-    prediction = analyse.prediction_rows(cid, hs, profile, size) if hs is not None else []
+    prediction = analyse.prediction_rows(cid, hs, profile, size, cols) if hs is not None else []
     subject = f"ttlb {cid}"
     warnings = analyse.cell_warnings(profile, subject, cols, prediction)
     n_rows = len(cols["idx"])
@@ -153,9 +181,11 @@ def _commit(store, plan: Plan, profile, cell: tuple, cols: dict, hs) -> None:
                 **cols,
                 "stack": [plan.stack] * n_rows,
                 "host_pair": [pair.label if pair else None] * n_rows,
+                "cell_id": [cid] * n_rows,
             },
         )
         store.insert_rows("ttlb_prediction", prediction)
+        store.insert_rows("ttlb_cliffs", [{"cell_id": cid, **c} for c in cliffs])
         store.add_warnings(EXPERIMENT, cid, warnings)
 
 
@@ -168,12 +198,13 @@ def measure(plan: Plan, store) -> None:
     with CellProgress("ttlb", plan.cells) as progress:
         for profile in plan.profiles:
             todo = [
-                (g, c, b, s)
+                (g, c, b, cl, s)
                 for g in plan.groups
                 for c in plan.chains
                 for b in plan.chain_points()
+                for cl in plan.clients_of(c)
                 for s in plan.sizes
-                if plan.cell_id(profile, g, c, s, b) not in done
+                if plan.cell_id(profile, g, c, s, b, cl) not in done
             ]
             progress.advance(plan.cells // len(plan.profiles) - len(todo))
             if not todo:
@@ -191,12 +222,16 @@ def measure(plan: Plan, store) -> None:
                     hosts.record(store)
                 _record_profile(store, profile, link, hosts)
                 pairs = [
-                    (g, c, b) for g in plan.groups for c in plan.chains for b in plan.chain_points()
+                    (g, c, b, cl)
+                    for g in plan.groups
+                    for c in plan.chains
+                    for b in plan.chain_points()
+                    for cl in plan.clients_of(c)
                 ]
-                for port_n, (g, c, b) in enumerate(pairs):
-                    sizes = [s for (gg, cc, bb, s) in todo if (gg, cc, bb) == (g, c, b)]
+                for port_n, (g, c, b, cl) in enumerate(pairs):
+                    sizes = [s for (*key, s) in todo if tuple(key) == (g, c, b, cl)]
                     if sizes:
-                        cell = (g, c, b, chains[(c.name, b)])
+                        cell = (g, c, b, chains[(c.name, b)], cl)
                         _run_sizes(
                             store, plan, hosts, link, profile, cell, PORT + port_n, sizes, progress
                         )
