@@ -78,6 +78,11 @@ def expect(group: str) -> Expected:
     return Expected(group=catalog.resolve(group, "kem"), sigalg=catalog.resolve("ML-DSA-44", "sig"))
 
 
+def captures(tmp_path) -> hs.Captures:
+    """The two captures `cell_captures` wrote, read."""
+    return hs.read_captures(tmp_path / "c.pcap", tmp_path / "s.pcap", PORT)
+
+
 def cell_captures(tmp_path, ports):
     client, server, crecs, srecs = [], [], [], []
     for i, port in enumerate(ports):
@@ -105,9 +110,7 @@ def test_cell_rows_phases_and_warmup_dropped(tmp_path):
     pairs = hs.pair_records(crecs, list(reversed(srecs)))
     assert [hs._port(c["local"]) for c, _ in pairs] == [40000, 40001, 40002]
     assert [hs._port(c["local"]) for c, _ in hs.measured(pairs)] == [40001, 40002]
-    rows, phases = hs.analyse_cell(
-        tmp_path / "c.pcap", tmp_path / "s.pcap", pairs, PORT, 10, expect("X25519"), stacks.get()
-    )
+    rows, phases = hs.analyse_cell(captures(tmp_path), pairs, 10, expect("X25519"), stacks.get())
     assert len(rows) == 2 and len(phases) == 2 * 24
     r = rows[0]
     assert r["handshake_ns"] == 452_000 and r["total_ns"] == 600_000
@@ -124,9 +127,7 @@ def test_a_client_port_reused_within_a_cell_keeps_each_connection_its_own(tmp_pa
     analysed from its own connection, taken in turn, never from the warm-up's."""
     crecs, srecs = cell_captures(tmp_path, [40000, 40001, 40000])
     pairs = hs.pair_records(crecs, srecs)
-    rows, _ = hs.analyse_cell(
-        tmp_path / "c.pcap", tmp_path / "s.pcap", pairs, PORT, 10, expect("X25519"), stacks.get()
-    )
+    rows, _ = hs.analyse_cell(captures(tmp_path), pairs, 10, expect("X25519"), stacks.get())
     assert [r["client_port"] for r in rows] == [40001, 40000]
     # The connections start 0.1 s apart: the third's SYN, not the warm-up's.
     assert rows[1]["t_syn_ns"] - rows[0]["t_syn_ns"] == 10**8
@@ -137,10 +138,8 @@ def test_wrong_negotiation_is_an_error(tmp_path):
     pairs = hs.pair_records(crecs, srecs)
     with pytest.raises(EngineError, match="negotiated group"):
         hs.analyse_cell(
-            tmp_path / "c.pcap",
-            tmp_path / "s.pcap",
+            captures(tmp_path),
             pairs,
-            PORT,
             10,
             expect("X25519MLKEM768"),
             stacks.get(),
@@ -154,10 +153,8 @@ def test_missing_connection_in_capture_is_an_error(tmp_path):
     pairs = hs.pair_records(crecs, srecs)
     with pytest.raises(EngineError, match="missing from the client capture"):
         hs.analyse_cell(
-            tmp_path / "c.pcap",
-            tmp_path / "s.pcap",
+            captures(tmp_path),
             pairs,
-            PORT,
             10,
             expect("X25519"),
             stacks.get(),
@@ -167,10 +164,8 @@ def test_missing_connection_in_capture_is_an_error(tmp_path):
 def test_export_builds_tables_and_figures_from_the_database(tmp_path):
     crecs, srecs = cell_captures(tmp_path, [40000, 40001, 40002])
     rows, phases = hs.analyse_cell(
-        tmp_path / "c.pcap",
-        tmp_path / "s.pcap",
+        captures(tmp_path),
         hs.pair_records(crecs, srecs),
-        PORT,
         10,
         expect("X25519"),
         stacks.get(),

@@ -104,6 +104,8 @@ def every_field_set(chain, tmp_path):
         threads=3,
         max_response_bytes=12345,
         client_auth=auth,
+        hold_records=True,
+        connection_records=tmp_path / "server.jsonl",
     )
     client = runner.ClientSpec(
         tls=tls,
@@ -120,6 +122,8 @@ def every_field_set(chain, tmp_path):
         request_path="/x?y=1",
         await_close_ms=250,
         peer_chain=True,
+        rounds=((1, 5), (1, 6)),
+        connection_records=tmp_path / "client.jsonl",
     )
     load = runner.LoadSpec(client, mode="open", clients=6, duration_ms=1500, rate=321.5)
     bulk = runner.BulkSpec(client, push_bytes=1 << 20, pull_bytes=1 << 21)
@@ -152,6 +156,8 @@ def test_every_field_of_every_spec_reaches_the_engines_argv(chain, tmp_path):
                     continue
                 assert row.flag in argv, f"{cls.__name__}.{name}: {row.flag} not in {argv}"
                 # the flag's value is the field's, not a default
+                if row.kind == "rounds":
+                    assert argv[argv.index(row.flag) + 1] == "1:5,1:6"
                 if row.kind == "value" and not isinstance(getattr(spec, name), bool):
                     got = argv[argv.index(row.flag) + 1]
                     want = getattr(spec, name)
@@ -255,10 +261,14 @@ def test_every_flag_of_every_spec_is_what_the_engine_ran_with(chain, tmp_path):
             # --request-bytes and --request-path exclude each other: each in one run.
             (replace(client, request_path=None), "config"),
             (replace(client, request_bytes=None), "config"),
-            # The load generator paces with --rate, not the client's --gap-ms.
+            # The load generator paces with --rate, not the client's --gap-ms, and reports a
+            # summary: no rounds, no file of connection records.
             (
                 replace(
-                    by_type[runner.LoadSpec], client=replace(client, gap_ms=0, request_path=None)
+                    by_type[runner.LoadSpec],
+                    client=replace(
+                        client, gap_ms=0, request_path=None, rounds=(), connection_records=None
+                    ),
                 ),
                 None,
             ),
@@ -266,7 +276,14 @@ def test_every_flag_of_every_spec_is_what_the_engine_ran_with(chain, tmp_path):
             (
                 replace(
                     by_type[runner.BulkSpec],
-                    client=replace(client, gap_ms=0, request_bytes=None, request_path=None),
+                    client=replace(
+                        client,
+                        gap_ms=0,
+                        request_bytes=None,
+                        request_path=None,
+                        rounds=(),
+                        connection_records=None,
+                    ),
                 ),
                 None,
             ),

@@ -508,6 +508,17 @@ pub fn vm_rss_bytes() -> Option<u64> {
     parse_vm_rss(&status)
 }
 
+/// This process's peak resident set so far (VmHWM of /proc/self/status, KiB): the current
+/// memory image only, unlike getrusage's ru_maxrss, which keeps the pre-exec image's peak.
+pub fn vm_hwm_kib() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+}
+
 fn parse_vm_rss(status: &str) -> Option<u64> {
     let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
     let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import datetime as _dt
-import json
 import os
 import platform
 import shlex
@@ -266,16 +265,7 @@ def add_to_invocation(store, key: str, value: dict) -> None:
     clock offsets found)."""
     if store.invocation_id is None:
         return
-    row = store.con.execute(
-        "SELECT metadata FROM invocations WHERE id = ?", [store.invocation_id]
-    ).fetchall()
-    meta = json.loads(row[0][0]) if row and row[0][0] else {}
-    merged = meta.get(key) if isinstance(meta.get(key), dict) else {}
-    meta[key] = {**merged, **value}
-    store.con.execute(
-        "UPDATE invocations SET metadata = ? WHERE id = ?",
-        [json.dumps(meta, default=str), store.invocation_id],
-    )
+    store.merge_metadata(store.invocation_id, key, value)
     store.write_metadata_json()
 
 

@@ -5,8 +5,12 @@ pcap format (microsecond 0xa1b2c3d4 and nanosecond 0xa1b23c4d magics, either byt
 Ethernet (linktype 1) and bare-IP (linktype 101) framing, IPv4 and IPv6, TCP headers.
 `write_pcap` and `build_tcp_frame` make synthetic captures for tests.
 
+`connections(path, port)` gives a capture's TCP connections to a port (`tcp_packets` and
+`split_connections` in one, read with numpy for all packets at once: a handshake cell's
+captures hold some 25000 packets each).
+
 The timing analysis reads headers only, so its captures may be cut at a small snaplen. The
-key-log decryption (pqlab.tls.keylog) also needs the TCP payload: `tcp_packets(path,
+key-log decryption (pqlab.tls.keylog) also needs the TCP payload: `connections(path, port,
 keep_payload=True)` keeps it (and refuses a capture whose packets were cut by the snaplen),
 and `reassemble(conn, from_client)` rebuilds one direction's byte stream of a connection
 from its segments by sequence number.
@@ -18,6 +22,8 @@ import socket
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import numpy as np
 
 from pqlab.errors import UserError
 
@@ -71,9 +77,8 @@ class TcpPacket:
         return bool(self.flags & RST)
 
 
-def read_pcap(path: str | Path) -> tuple[int, list[Frame]]:
-    """(linktype, frames) of a classic pcap file; timestamps in nanoseconds."""
-    raw = Path(path).read_bytes()
+def _file_header(raw: bytes, path) -> tuple[str, int, int]:
+    """(byte order, nanoseconds per timestamp fraction unit, linktype) of a classic pcap."""
     if len(raw) < 24:
         raise UserError(f"{path}: not a pcap file (only {len(raw)} bytes)")
     for endian in ("<", ">"):
@@ -85,17 +90,35 @@ def read_pcap(path: str | Path) -> tuple[int, list[Frame]]:
             f"{path}: not a classic pcap file (magic {raw[:4].hex()}); pcapng is not supported"
         )
     scale = 1 if magic == MAGIC_NSEC else 1000
-    linktype = struct.unpack(endian + "I", raw[20:24])[0]
-    frames = []
-    pos = 24
+    return endian, scale, struct.unpack(endian + "I", raw[20:24])[0]
+
+
+def _record_offsets(raw: bytes, endian: str) -> list[int]:
+    """Where each packet record starts: the one walk a pcap needs in Python (each record's
+    length says where the next begins); a truncated last record (a capture killed
+    mid-write) is left out."""
+    incl_at = struct.Struct(endian + "I").unpack_from
+    offsets, pos, size = [], 24, len(raw)
+    while pos + 16 <= size:
+        end = pos + 16 + incl_at(raw, pos + 8)[0]
+        if end > size:
+            break
+        offsets.append(pos)
+        pos = end
+    return offsets
+
+
+def read_pcap(path: str | Path) -> tuple[int, list[Frame]]:
+    """(linktype, frames) of a classic pcap file; timestamps in nanoseconds."""
+    raw = Path(path).read_bytes()
+    endian, scale, linktype = _file_header(raw, path)
     rec = struct.Struct(endian + "IIII")
-    while pos + 16 <= len(raw):
+    frames = []
+    for pos in _record_offsets(raw, endian):
         sec, frac, incl, orig = rec.unpack_from(raw, pos)
-        pos += 16
-        if pos + incl > len(raw):
-            break  # a truncated last record (capture killed mid-write): ignore it
-        frames.append(Frame(sec * 1_000_000_000 + frac * scale, raw[pos : pos + incl], orig))
-        pos += incl
+        frames.append(
+            Frame(sec * 1_000_000_000 + frac * scale, raw[pos + 16 : pos + 16 + incl], orig)
+        )
     return linktype, frames
 
 
@@ -217,21 +240,192 @@ def tcp_packets(path: str | Path, keep_payload: bool = False) -> list[TcpPacket]
     With `keep_payload` each packet also carries its payload bytes, and a capture whose
     packets were cut short by the snaplen is refused (UserError naming the file, the first
     cut packet and the snaplen): a payload reader must never mistake a cut packet for a
-    short one."""
-    linktype, frames = read_pcap(path)
-    packets = []
-    for i, f in enumerate(frames):
-        if keep_payload and len(f.data) < f.orig_len:
-            raise UserError(
-                f"{path}: packet {i + 1} was captured with {len(f.data)} of its {f.orig_len} "
-                f"bytes (the capture's snaplen is {read_snaplen(path)}); reading TLS records "
-                "needs whole packets: capture with a full snaplen (pqlab-engine capture "
-                "--snaplen 262144, as `pqlab handshake --keep-pcap` does)"
-            )
-        p = parse_tcp(linktype, f, keep_payload)
-        if p is not None:
-            packets.append(p)
-    return packets
+    short one.
+
+    Headers are read for all packets at once (numpy over the file's bytes: IPv4 in
+    Ethernet or bare-IP framing, what pqlab's links carry); any other frame goes through
+    `parse_tcp`, so both give the same packets."""
+    raw, linktype, cols = _load(path)
+    if cols is None:
+        return []
+    if keep_payload:
+        _refuse_cut(path, cols)
+    return cols.packets(raw, linktype, keep_payload)
+
+
+def _load(path) -> tuple[bytes, int, _Headers | None]:
+    """A capture's bytes, linktype and headers (None: no packets)."""
+    raw = Path(path).read_bytes()
+    endian, scale, linktype = _file_header(raw, path)
+    if linktype not in (LINKTYPE_ETHERNET, LINKTYPE_RAW):
+        raise UserError(f"pcap linktype {linktype} is not supported (Ethernet or raw IP only)")
+    offsets = _record_offsets(raw, endian)
+    if not offsets:
+        return raw, linktype, None
+    return (
+        raw,
+        linktype,
+        _Headers(raw, np.asarray(offsets, dtype=np.int64), endian, scale, linktype),
+    )
+
+
+def _refuse_cut(path, cols: _Headers) -> None:
+    """A payload reader must never mistake a packet cut by the snaplen for a short one."""
+    cut = np.flatnonzero(cols.incl < cols.orig)
+    if cut.size:
+        i = int(cut[0])
+        raise UserError(
+            f"{path}: packet {i + 1} was captured with {int(cols.incl[i])} of its "
+            f"{int(cols.orig[i])} bytes (the capture's snaplen is {read_snaplen(path)}); "
+            "reading TLS records needs whole packets: capture with a full snaplen "
+            "(pqlab-engine capture --snaplen 262144, as `pqlab handshake --keep-pcap` does)"
+        )
+
+
+class _Headers:
+    """Every record's timestamp and lengths, and the IPv4/TCP header fields of the records
+    that are plain IPv4 TCP segments (`v4`), as numpy columns."""
+
+    def __init__(self, raw: bytes, offsets, endian: str, scale: int, linktype: int):
+        self.buf = buf = np.frombuffer(raw, dtype=np.uint8)
+        little = endian == "<"
+        self.ts = (
+            self._u32(offsets, little).astype(np.int64) * 1_000_000_000
+            + self._u32(offsets + 4, little).astype(np.int64) * scale
+        )
+        self.incl = self._u32(offsets + 8, little).astype(np.int64)
+        self.orig = self._u32(offsets + 12, little).astype(np.int64)
+        self.data = offsets + 16
+        if linktype == LINKTYPE_ETHERNET:
+            ethertype = self._u16(self.data + 12)
+            framed = (self.incl >= 14) & (ethertype == 0x0800)
+            ip_off = 14
+        else:
+            framed = np.ones(len(offsets), dtype=bool)
+            ip_off = 0
+        ip = self.data + ip_off
+        version_ihl = self._u8(ip)
+        ihl = (version_ihl & 0x0F).astype(np.int64) * 4
+        self.total = self._u16(ip + 2).astype(np.int64)
+        self.tcp = ip + ihl
+        self.v4 = (
+            framed
+            & (self.incl >= ip_off + 20)
+            & (version_ihl >> 4 == 4)
+            & (self._u8(ip + 9) == 6)
+            & (self._u16(ip + 6) & 0x1FFF == 0)
+            & (self.incl >= self.tcp - self.data + 20)
+        )
+        self.src = self._u32(ip + 12, False)
+        self.dst = self._u32(ip + 16, False)
+        self.ip_payload = self.total - ihl
+        self.ip_end = ip + self.total
+        # Frames that are something else (IPv6, VLAN tags, ARP, UDP): parse_tcp decides.
+        self.other = ~self.v4 & ~(framed & (self._u8(ip) >> 4 == 4))
+        del buf
+
+    def _at(self, idx):
+        return self.buf[np.minimum(idx, len(self.buf) - 1)]
+
+    def _u8(self, idx):
+        return self._at(idx).astype(np.uint32)
+
+    def _u16(self, idx):
+        return (self._u8(idx) << 8) | self._u8(idx + 1)
+
+    def _u32(self, idx, little: bool = False):
+        b = [self._u8(idx + k).astype(np.uint64) for k in range(4)]
+        if little:
+            b.reverse()
+        return (b[0] << 24) | (b[1] << 16) | (b[2] << 8) | b[3]
+
+    def tcp_fields(self):
+        """Ports, sequence and acknowledgment numbers, flags, window, data offset of every
+        record (meaningful where `v4`)."""
+        tcp = self.tcp
+        sport, dport = self._u16(tcp), self._u16(tcp + 2)
+        seq, ack = self._u32(tcp + 4), self._u32(tcp + 8)
+        off_flags, window = self._u16(tcp + 12), self._u16(tcp + 14)
+        doff = (off_flags >> 12).astype(np.int64) * 4
+        return sport, dport, seq, ack, off_flags & 0x3F, window, doff
+
+    def payloads_whole(self) -> bool:
+        """Whether every TCP segment's payload, as its IP length says, is in its frame."""
+        doff = self.tcp_fields()[-1]
+        v4 = self.v4
+        bad = (self.ip_end > self.data + self.incl) | (self.tcp + doff > self.ip_end)
+        return not bool((bad & v4).any())
+
+    def names(self) -> dict[int, str]:
+        """Each IPv4 address in the capture as text."""
+        addrs = np.unique(np.concatenate([self.src, self.dst]))
+        return {int(a): _ip_text(int(a).to_bytes(4, "big")) for a in addrs}
+
+    def packets(self, raw: bytes, linktype: int, keep_payload: bool) -> list[TcpPacket]:
+        sport, dport, seq, ack, flags, window, doff = self.tcp_fields()
+        tcp = self.tcp
+        names = self.names()
+        columns = zip(
+            self.v4.tolist(),
+            self.other.tolist(),
+            self.ts.tolist(),
+            self.src.tolist(),
+            self.dst.tolist(),
+            sport.tolist(),
+            dport.tolist(),
+            seq.tolist(),
+            ack.tolist(),
+            flags.tolist(),
+            (self.ip_payload - doff).tolist(),
+            self.total.tolist(),
+            window.tolist(),
+            (tcp + doff).tolist(),
+            self.ip_end.tolist(),
+            self.data.tolist(),
+            self.incl.tolist(),
+            self.orig.tolist(),
+            strict=True,
+        )
+        out = []
+        for (
+            v4,
+            other,
+            ts,
+            src,
+            dst,
+            sp,
+            dp,
+            sq,
+            ak,
+            fl,
+            plen,
+            total,
+            win,
+            p0,
+            p1,
+            d,
+            n,
+            o,
+        ) in columns:
+            if v4:
+                payload = None
+                if keep_payload:
+                    if p1 > d + n or p0 > p1:
+                        raise UserError(
+                            f"a TCP segment {names[src]}:{sp} -> {names[dst]}:{dp} claims "
+                            f"{plen} payload bytes but the frame holds {max(0, d + n - p0)}"
+                        )
+                    payload = raw[p0:p1]
+                out.append(
+                    TcpPacket(
+                        ts, names[src], names[dst], sp, dp, sq, ak, fl, plen, total, win, payload
+                    )
+                )
+            elif other:
+                p = parse_tcp(linktype, Frame(ts, raw[d : d + n], o), keep_payload)
+                if p is not None:
+                    out.append(p)
+        return out
 
 
 def build_tcp_frame(
@@ -369,6 +563,140 @@ def split_connections(packets: list[TcpPacket], server_port: int) -> list[Connec
     return done
 
 
+def connections(path: str | Path, server_port: int, keep_payload: bool = False) -> list[Connection]:
+    """The connections to `server_port` in a capture: what `split_connections(
+    tcp_packets(path, keep_payload), server_port)` gives, computed for all packets at once
+    (the lab's captures, IPv4 only); a capture with other frames (IPv6, VLAN tags) is read
+    packet by packet."""
+    raw, linktype, cols = _load(path)
+    if cols is None:
+        return []
+    if keep_payload:
+        _refuse_cut(path, cols)
+    if cols.other.any() or (keep_payload and not cols.payloads_whole()):
+        # (a frame whose IP length claims more than it holds is refused by `packets`)
+        return split_connections(cols.packets(raw, linktype, keep_payload), server_port)
+    return _Split(cols, server_port).connections(raw, keep_payload)
+
+
+class _Split:
+    """`split_connections` over numpy columns: the packets to or from the server port in
+    time order, grouped by client address (stable), each group cut into connections at the
+    client's SYNs (a SYN repeating the one before, a retransmission, starts none), sequence
+    numbers made relative to each side's initial one."""
+
+    def __init__(self, cols: _Headers, port: int):
+        sport, dport, seq, ack, flags, _, doff = cols.tcp_fields()
+        idx = np.flatnonzero(cols.v4)
+        idx = idx[np.argsort(cols.ts[idx], kind="stable")]
+        from_client = dport[idx] == port
+        keep = from_client | (sport[idx] == port)
+        idx, from_client = idx[keep], from_client[keep]
+        src, dst = cols.src[idx], cols.dst[idx]
+        cip = np.where(from_client, src, dst)
+        sip = np.where(from_client, dst, src)
+        cport = np.where(from_client, sport[idx], dport[idx])
+        key = (cip.astype(np.int64) << 16) | cport
+        if len(sip) and (sip != sip[0]).any():  # several server addresses: number them
+            _, key = np.unique(np.stack([cip, sip, cport]), axis=1, return_inverse=True)
+            key = key.reshape(-1)
+        by_key = np.argsort(key, kind="stable")
+        self.idx = idx[by_key]
+        self.key = key[by_key]
+        self.from_client = from_client[by_key]
+        self.cip, self.sip, self.cport = cip[by_key], sip[by_key], cport[by_key]
+        self.flags = flags[self.idx]
+        self.seq = seq[self.idx].astype(np.int64)
+        self.ack = ack[self.idx].astype(np.int64)
+        self.plen = (cols.ip_payload - doff)[self.idx]
+        self.payload_at = (cols.tcp + doff)[self.idx]
+        self.cols = cols
+        self.port = port
+
+    def _starts(self) -> np.ndarray:
+        """Where a connection starts: a client SYN (no ACK) whose sequence number is not the
+        previous client SYN's of the same client address."""
+        syn = (self.flags & SYN) != 0
+        csyn = self.from_client & syn & ((self.flags & ACK) == 0)
+        at = np.flatnonzero(csyn)
+        new = np.ones(len(at), dtype=bool)
+        new[1:] = (self.key[at][1:] != self.key[at][:-1]) | (self.seq[at][1:] != self.seq[at][:-1])
+        starts = np.zeros(len(self.key), dtype=bool)
+        starts[at[new]] = True
+        return starts
+
+    def connections(self, raw: bytes, keep_payload: bool) -> list[Connection]:
+        n = len(self.key)
+        starts = self._starts() if n else np.zeros(0, dtype=bool)
+        if not starts.any():
+            return []
+        # A packet belongs to the connection last started on its client address; packets
+        # before a client address's first SYN belong to none.
+        count = np.cumsum(starts)
+        first = np.ones(n, dtype=bool)
+        first[1:] = self.key[1:] != self.key[:-1]
+        before = np.maximum.accumulate(np.where(first, np.arange(n), 0))
+        owned = count - np.where(before > 0, count[before - 1], 0) > 0
+        conn = count - 1
+        start_at = np.flatnonzero(starts)
+        client_isn = self.seq[start_at][conn]
+        # The server's initial sequence number as known at each packet: its last SYN so far
+        # in the connection.
+        syn = (self.flags & SYN) != 0
+        ssyn = ~self.from_client & syn
+        last = np.maximum.accumulate(np.where(ssyn, np.arange(n), -1))
+        known = (last >= start_at[conn]) & owned
+        server_isn = np.where(known, self.seq[np.maximum(last, 0)], 0)
+        base = np.where(self.from_client, client_isn, server_isn)
+        peer = np.where(self.from_client, server_isn, client_isn)
+        peer_known = np.where(self.from_client, known, True)
+        ok = owned & (self.from_client | known)
+        wrap = 1 << 32
+        start = np.where(syn, 0, (self.seq - base - 1) % wrap)
+        end = np.where(syn, 0, start + self.plen)
+        has_ack = (self.flags & ACK) != 0
+        ack = np.where(has_ack & peer_known, (self.ack - peer - 1) % wrap, 0)
+        return self._build(raw, keep_payload, ok, conn, (start, end, ack, syn, known))
+
+    def _build(self, raw, keep_payload, ok, conn, columns) -> list[Connection]:
+        start, end, ack, syn, known = columns
+        cols = self.cols
+        names = cols.names()
+        rows = np.flatnonzero(ok)
+        out: list[Connection] = []
+        current, c = -1, None
+        payload_at = self.payload_at.tolist() if keep_payload else None
+        for i, cid, ts, fc, fl, a, b, k, ip_len, is_syn in zip(
+            rows.tolist(),
+            conn[rows].tolist(),
+            cols.ts[self.idx[rows]].tolist(),
+            self.from_client[rows].tolist(),
+            self.flags[rows].tolist(),
+            start[rows].tolist(),
+            end[rows].tolist(),
+            ack[rows].tolist(),
+            cols.total[self.idx[rows]].tolist(),
+            syn[rows].tolist(),
+            strict=True,
+        ):
+            if cid != current:
+                current = cid
+                c = Connection(
+                    client=(names[int(self.cip[i])], int(self.cport[i])),
+                    server=(names[int(self.sip[i])], self.port),
+                    client_isn=int(self.seq[i]),
+                )
+                out.append(c)
+            payload = None
+            if keep_payload and not is_syn:
+                payload = raw[payload_at[i] : payload_at[i] + b - a]
+            if not fc and is_syn:
+                c.server_isn = int(self.seq[i])
+            c.segments.append(Segment(ts, fc, fl, a, b, k, ip_len, payload))
+        out.sort(key=lambda conn: conn.syn_ns)
+        return out
+
+
 def describe(conn: Connection) -> str:
     """A connection as `client ip:port -> server ip:port`, for messages."""
     return f"{conn.client[0]}:{conn.client[1]} -> {conn.server[0]}:{conn.server[1]}"
@@ -382,7 +710,7 @@ def reassemble(conn: Connection, from_client: bool) -> bytes:
     mean a corrupt capture (UserError). Bytes missing before the last captured byte, or
     bytes the peer acknowledged that no captured segment carried, are a gap (UserError
     naming the connection and the missing range). The connection must have been read with
-    `tcp_packets(..., keep_payload=True)`."""
+    its payload (`connections(..., keep_payload=True)`)."""
     side = "client" if from_client else "server"
     pieces = []
     for s in conn.segments:

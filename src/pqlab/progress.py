@@ -18,7 +18,11 @@ console = Console(stderr=True)
 
 
 class CellProgress:
-    def __init__(self, title: str, total: int):
+    """`ticking=False`: redrawn on each update only, never by rich's refresh thread, which
+    would wake ten times a second on the CPUs of the measurements (the handshake
+    experiment, whose rounds update it often enough)."""
+
+    def __init__(self, title: str, total: int, ticking: bool = True):
         self.title = title
         self.total = total
         self._progress = Progress(
@@ -33,6 +37,7 @@ class CellProgress:
             console=console,
             transient=False,
             disable=not sys.stderr.isatty(),
+            auto_refresh=ticking,
         )
         self._task = None
 
@@ -45,12 +50,13 @@ class CellProgress:
         self._progress.__exit__(*exc)
 
     def start(self, description: str) -> None:
-        self._progress.update(self._task, description=description)
+        self._progress.update(self._task, description=description, refresh=True)
         if not sys.stderr.isatty():
             print(f"[{self.title}] {description}", file=sys.stderr, flush=True)
 
     def advance(self, n: int = 1) -> None:
         self._progress.advance(self._task, n)
+        self._progress.refresh()
 
     def log(self, text: str) -> None:
         self._progress.console.print(text)

@@ -12,6 +12,7 @@ status, and the tables, figures and report are exported once at the end.
 from __future__ import annotations
 
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -41,9 +42,11 @@ class Outcome:
 
 
 def export(store: RunStore, html: bool = True) -> None:
-    """Tables, figures and report.html of every experiment in the run (the one export)."""
-
+    """Tables, figures and report.html of every experiment in the run (the one export);
+    its time is kept as the last step's `export` stage (`pqlab.stages`)."""
+    started = time.perf_counter()
     export_all(store, html=html)
+    store.record_export(time.perf_counter() - started)
 
 
 def run_steps(

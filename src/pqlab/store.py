@@ -27,6 +27,7 @@ import duckdb
 import pyarrow as pa
 
 from pqlab.errors import UserError
+from pqlab.stages import StageClock
 
 # 2: invocations carry the writer's PID (killed runs are detected); TLS tables carry the
 # stack. Version 1 runs can still be read by `pqlab compare`.
@@ -216,6 +217,8 @@ class RunStore:
         self.con = _connect(self.db_path, read_only)
         self.invocation_id: int | None = None
         self.schema_version = SCHEMA_VERSION
+        # Where the running step's time goes (`pqlab.stages`); written into its metadata.
+        self.stages = StageClock()
 
     # --- opening -------------------------------------------------------------------------
     @classmethod
@@ -319,6 +322,7 @@ class RunStore:
     def begin(self, experiment: str, metadata: dict) -> None:
         row = self.con.execute("SELECT coalesce(max(id), 0) + 1 FROM invocations").fetchall()[:1]
         self.invocation_id = int(row[0][0])
+        self.stages = StageClock()
         metadata = {**metadata, "pid": os.getpid()}
         self.con.execute(
             "INSERT INTO invocations VALUES (?, ?, ?, ?, NULL, 'running', ?)",
@@ -335,11 +339,39 @@ class RunStore:
     def finish(self, status: str = "complete") -> None:
         if self.invocation_id is None:
             return
+        self.merge_metadata(self.invocation_id, "stages", self.stages.summary())
         self.con.execute(
             "UPDATE invocations SET finished = ?, status = ? WHERE id = ?",
             [_now(), status, self.invocation_id],
         )
         self.invocation_id = None
+        self.write_metadata_json()
+
+    def merge_metadata(self, invocation_id: int, key: str, value: dict) -> None:
+        """Merge `value` into `key` of an invocation's metadata (metadata.json follows)."""
+        row = self.con.execute(
+            "SELECT metadata FROM invocations WHERE id = ?", [invocation_id]
+        ).fetchall()
+        meta = json.loads(row[0][0]) if row and row[0][0] else {}
+        merged = meta.get(key) if isinstance(meta.get(key), dict) else {}
+        meta[key] = {**merged, **value}
+        self.con.execute(
+            "UPDATE invocations SET metadata = ? WHERE id = ?",
+            [json.dumps(meta, default=str), invocation_id],
+        )
+
+    def record_export(self, seconds: float) -> None:
+        """The run's export took `seconds`: kept as the `export` stage of the last step (the
+        export covers the whole run and follows it), its wall time grown by as much."""
+        row = self.con.execute("SELECT max(id) FROM invocations").fetchall()
+        if not row or row[0][0] is None:
+            return
+        inv = int(row[0][0])
+        meta = next((i["metadata"] for i in self.invocations() if i["id"] == inv), {})
+        stages = meta.get("stages") or {"wall_s": 0.0, "seconds": {}}
+        stages["seconds"] = {**stages.get("seconds", {}), "export": round(seconds, 3)}
+        stages["wall_s"] = round(stages.get("wall_s", 0.0) + seconds, 3)
+        self.merge_metadata(inv, "stages", stages)
         self.write_metadata_json()
 
     def mark_killed(self) -> list[int]:
@@ -440,14 +472,16 @@ class RunStore:
     @contextlib.contextmanager
     def cell(self, experiment: str, cell_id: str, params: dict) -> Iterator[None]:
         """Everything written inside is committed together with the cell's 'done' mark."""
-        self.con.execute("BEGIN TRANSACTION")
+        with self.stages.stage("database_writes"):
+            self.con.execute("BEGIN TRANSACTION")
         try:
             yield
-            self.con.execute(
-                "INSERT INTO cells VALUES (?, ?, ?, ?)",
-                [experiment, str(cell_id), json.dumps(params, sort_keys=True), _now()],
-            )
-            self.con.execute("COMMIT")
+            with self.stages.stage("database_writes"):
+                self.con.execute(
+                    "INSERT INTO cells VALUES (?, ?, ?, ?)",
+                    [experiment, str(cell_id), json.dumps(params, sort_keys=True), _now()],
+                )
+                self.con.execute("COMMIT")
         except BaseException:
             self.con.execute("ROLLBACK")
             raise
@@ -457,17 +491,19 @@ class RunStore:
         """`CREATE TABLE IF NOT EXISTS ...` for an experiment's raw or summary table."""
         self.con.execute(ddl)
 
-    def insert(self, table: str, columns: dict[str, list]) -> None:
-        """Append columns (name -> list of values) to `table`, matching by column name."""
-        if not columns:
+    def insert(self, table: str, columns: dict[str, list] | pa.Table | None) -> None:
+        """Append columns (name -> list of values, or an Arrow table) to `table`, matching
+        by column name."""
+        if columns is None or not len(columns):
             return
-        arrow = pa.table(columns)
-        names = ", ".join(f'"{c}"' for c in columns)
-        self.con.register("_pqlab_insert", arrow)
-        try:
-            self.con.execute(f"INSERT INTO {table} ({names}) SELECT {names} FROM _pqlab_insert")
-        finally:
-            self.con.unregister("_pqlab_insert")
+        with self.stages.stage("database_writes"):
+            arrow = columns if isinstance(columns, pa.Table) else pa.table(columns)
+            names = ", ".join(f'"{c}"' for c in arrow.column_names)
+            self.con.register("_pqlab_insert", arrow)
+            try:
+                self.con.execute(f"INSERT INTO {table} ({names}) SELECT {names} FROM _pqlab_insert")
+            finally:
+                self.con.unregister("_pqlab_insert")
 
     def insert_rows(self, table: str, rows: list[dict]) -> None:
         if not rows:
@@ -476,11 +512,12 @@ class RunStore:
         self.insert(table, {k: [r.get(k) for r in rows] for k in keys})
 
     def add_warnings(self, experiment: str, cell_id: str, warnings) -> None:
-        for w in warnings:
-            self.con.execute(
-                "INSERT INTO warnings VALUES (?, ?, ?, ?, ?, ?)",
-                [experiment, str(cell_id), w.code, w.subject, w.message, w.advice],
-            )
+        with self.stages.stage("database_writes"):
+            for w in warnings:
+                self.con.execute(
+                    "INSERT INTO warnings VALUES (?, ?, ?, ?, ?, ?)",
+                    [experiment, str(cell_id), w.code, w.subject, w.message, w.advice],
+                )
 
     def query(self, sql: str, params: list | None = None) -> list[dict]:
         cur = self.con.execute(sql, params or [])

@@ -240,13 +240,33 @@ fn receive(fd: libc::c_int, buf: &mut [u8]) -> Result<Option<Received>> {
     }))
 }
 
-fn wait_readable(fd: libc::c_int, timeout_ms: i32) {
+/// SIGTERM and SIGINT, the signals that stop a capture.
+fn stop_signals() -> libc::sigset_t {
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGTERM);
+        libc::sigaddset(&mut set, libc::SIGINT);
+        set
+    }
+}
+
+/// Sleep until a packet is queued, a stop signal arrives or `timeout` passes. The stop
+/// signals are blocked everywhere else and let through only while waiting here (ppoll
+/// does both at once), so one that arrives while packets are being written is not lost
+/// until the timeout, and an idle capture does not wake up at all: captures of cells
+/// that are not running stay off the CPUs of the one that is.
+fn wait_readable(fd: libc::c_int, timeout: Duration, unblocked: &libc::sigset_t) {
     let mut pfd = libc::pollfd {
         fd,
         events: libc::POLLIN,
         revents: 0,
     };
-    unsafe { libc::poll(&mut pfd, 1, timeout_ms) };
+    let ts = libc::timespec {
+        tv_sec: timeout.as_secs() as libc::time_t,
+        tv_nsec: timeout.subsec_nanos() as libc::c_long,
+    };
+    unsafe { libc::ppoll(&mut pfd, 1, &ts, unblocked) };
 }
 
 pub fn run(a: Args) -> Result<()> {
@@ -259,9 +279,14 @@ pub fn run(a: Args) -> Result<()> {
     }
     let (linktype, framing) = link_type(&a.interface)?;
     let loopback = is_loopback(&a.interface);
+    // The stop signals are taken only inside `wait_readable`.
+    let mut unblocked: libc::sigset_t = unsafe { std::mem::zeroed() };
     unsafe {
         libc::signal(libc::SIGTERM, on_signal as *const () as libc::sighandler_t);
         libc::signal(libc::SIGINT, on_signal as *const () as libc::sighandler_t);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &stop_signals(), &mut unblocked);
+        libc::sigdelset(&mut unblocked, libc::SIGTERM);
+        libc::sigdelset(&mut unblocked, libc::SIGINT);
     }
     let mut writer = pcap::Writer::create(&a.pcap, a.snaplen, linktype)?;
     let sock = open_socket(&a.interface, framing, a.port, a.snaplen)?;
@@ -307,7 +332,11 @@ pub fn run(a: Args) -> Result<()> {
         let st = statistics(sock.0);
         kernel_packets += st.tp_packets as u64;
         kernel_drops += st.tp_drops as u64;
-        wait_readable(sock.0, 50);
+        wait_readable(
+            sock.0,
+            deadline.saturating_duration_since(Instant::now()),
+            &unblocked,
+        );
     }
     // Final drain and statistics.
     while let Some(p) = receive(sock.0, &mut buf)? {

@@ -128,20 +128,9 @@ impl Sizes {
             "notes": notes,
             // The last record: the process's own peak resident set, which the lab cannot
             // sample reliably from outside for a run shorter than its sampling interval.
-            "vm_hwm_kib": own_peak_rss_kib(),
+            "vm_hwm_kib": crate::heap::vm_hwm_kib(),
         }));
     }
-}
-
-/// This process's peak resident set so far (VmHWM of /proc/self/status, KiB): the current
-/// memory image only, unlike getrusage's ru_maxrss, which keeps the pre-exec image's peak.
-fn own_peak_rss_kib() -> Option<u64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.split_whitespace().next())
-        .and_then(|v| v.parse().ok())
 }
 
 // --- phases ------------------------------------------------------------------------------

@@ -7,11 +7,13 @@
 //!
 //! A watcher thread shuts a late connection's socket down (a clone of it), which ends any
 //! read or write blocked on it at once, whatever the TLS stack; the connection's own thread
-//! then reports why it ended (`Watch::ending`).
+//! then reports why it ended (`Watch::ending`). It sleeps until the earliest deadline, and
+//! without any until a connection opens: an idle server does not wake up (the lab keeps
+//! many of them beside the handshakes it times).
 
 use std::net::{Shutdown, TcpStream};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 /// Why a connection was cut off.
@@ -31,76 +33,121 @@ struct Entry {
     ending: Option<Ending>,
 }
 
+/// The watched connections and what the watcher waits for.
+#[derive(Default)]
+struct State {
+    entries: Vec<Entry>,
+    /// When the watcher wakes next (None: it waits for a connection to open).
+    wakes_at: Option<Instant>,
+    stop: bool,
+}
+
+/// What the server's threads and the watcher share.
+struct Shared {
+    timeout: Duration,
+    state: Mutex<State>,
+    /// Signalled when the watcher must look again (a first deadline, or the end).
+    changed: Condvar,
+}
+
+impl Shared {
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A connection's opening phase begins: wake a watcher that has no deadline to wait for.
+    fn opening(&self, st: &State) {
+        if st.wakes_at.is_none() {
+            self.changed.notify_one();
+        }
+    }
+
+    /// The watcher: cut off every connection whose opening phase is older than the
+    /// timeout, then sleep until the next deadline (or until one exists), until stopped.
+    fn watch_deadlines(&self) {
+        let mut st = self.lock();
+        while !st.stop {
+            let now = Instant::now();
+            for e in st.entries.iter_mut() {
+                if e.ending.is_none() && e.opened_at.is_some_and(|t| now >= t + self.timeout) {
+                    e.ending = Some(Ending::TimedOut);
+                    let _ = e.socket.shutdown(Shutdown::Both);
+                }
+            }
+            st.wakes_at = st
+                .entries
+                .iter()
+                .filter(|e| e.ending.is_none())
+                .filter_map(|e| e.opened_at)
+                .min()
+                .map(|t| t + self.timeout);
+            st = match st.wakes_at {
+                Some(at) => {
+                    let left = at.saturating_duration_since(Instant::now());
+                    self.changed
+                        .wait_timeout(st, left)
+                        .map(|(g, _)| g)
+                        .unwrap_or_else(|p| p.into_inner().0)
+                }
+                None => self.changed.wait(st).unwrap_or_else(|p| p.into_inner()),
+            };
+        }
+    }
+}
+
 /// The connections of one server and their deadlines.
 pub struct Admission {
-    timeout: Duration,
-    entries: Mutex<Vec<Entry>>,
+    shared: Arc<Shared>,
     next_id: std::sync::atomic::AtomicU64,
-    stop: AtomicBool,
 }
 
 impl Admission {
-    /// Start the watcher; it checks the deadlines every `tick` (a twentieth of the
-    /// timeout, between 10 ms and 500 ms) until the `Admission` is dropped.
+    /// Start the watcher; it runs until the `Admission` is dropped.
     pub fn start(timeout: Duration) -> Arc<Admission> {
-        let a = Arc::new(Admission {
+        let shared = Arc::new(Shared {
             timeout,
-            entries: Mutex::new(Vec::new()),
-            next_id: std::sync::atomic::AtomicU64::new(0),
-            stop: AtomicBool::new(false),
+            state: Mutex::new(State::default()),
+            changed: Condvar::new(),
         });
-        let weak = Arc::downgrade(&a);
-        let tick = (timeout / 20).clamp(Duration::from_millis(10), Duration::from_millis(500));
+        let watcher = shared.clone();
         let _ = std::thread::Builder::new()
             .name("deadlines".into())
-            .spawn(move || loop {
-                std::thread::sleep(tick);
-                match weak.upgrade() {
-                    Some(a) if !a.stop.load(Ordering::Relaxed) => a.expire(Instant::now()),
-                    _ => return,
-                }
-            });
-        a
+            .spawn(move || watcher.watch_deadlines());
+        Arc::new(Admission {
+            shared,
+            next_id: std::sync::atomic::AtomicU64::new(0),
+        })
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Entry>> {
-        self.entries.lock().unwrap_or_else(|p| p.into_inner())
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.shared.lock()
     }
 
     /// Watch a new connection, its opening phase starting now.
     pub fn watch(self: &Arc<Self>, tcp: &TcpStream) -> std::io::Result<Watch> {
         let socket = tcp.try_clone()?;
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        self.lock().push(Entry {
+        let mut st = self.lock();
+        st.entries.push(Entry {
             id,
             socket,
             opened_at: Some(Instant::now()),
             ending: None,
         });
+        self.shared.opening(&st);
+        drop(st);
         Ok(Watch {
             admission: self.clone(),
             id,
         })
     }
 
-    /// Cut off every connection whose opening phase is older than the timeout.
-    fn expire(&self, now: Instant) {
-        for e in self.lock().iter_mut() {
-            if e.ending.is_none()
-                && e.opened_at
-                    .is_some_and(|t| now.duration_since(t) >= self.timeout)
-            {
-                e.ending = Some(Ending::TimedOut);
-                let _ = e.socket.shutdown(Shutdown::Both);
-            }
-        }
-    }
-
     /// Evict the connection that has been in its opening phase the longest; false when no
     /// connection is in one (every connection is being served).
     pub fn evict_oldest(&self) -> bool {
-        let mut entries = self.lock();
-        let victim = entries
+        let mut st = self.lock();
+        let victim = st
+            .entries
             .iter_mut()
             .filter(|e| e.ending.is_none())
             .filter_map(|e| e.opened_at.map(|t| (t, e)))
@@ -117,15 +164,20 @@ impl Admission {
     }
 
     fn update(&self, id: u64, f: impl FnOnce(&mut Entry)) {
-        if let Some(e) = self.lock().iter_mut().find(|e| e.id == id) {
+        let mut st = self.lock();
+        if let Some(e) = st.entries.iter_mut().find(|e| e.id == id) {
             f(e);
+            if e.opened_at.is_some() {
+                self.shared.opening(&st);
+            }
         }
     }
 }
 
 impl Drop for Admission {
     fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
+        self.lock().stop = true;
+        self.shared.changed.notify_one();
     }
 }
 
@@ -158,7 +210,7 @@ impl Watch {
 
 impl Drop for Watch {
     fn drop(&mut self) {
-        self.admission.lock().retain(|e| e.id != self.id);
+        self.admission.lock().entries.retain(|e| e.id != self.id);
     }
 }
 
@@ -217,6 +269,31 @@ mod tests {
         assert_eq!(w3.ending(), Some(Ending::Evicted));
         assert!(!a.evict_oldest(), "nothing left in its opening phase");
         drop(w2);
-        assert_eq!(a.lock().len(), 2);
+        assert_eq!(a.lock().entries.len(), 2);
+    }
+
+    #[test]
+    fn the_watcher_sleeps_until_the_next_deadline() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let a = Admission::start(Duration::from_secs(60));
+        std::thread::sleep(Duration::from_millis(50));
+        assert_eq!(
+            a.lock().wakes_at,
+            None,
+            "no connection: no deadline to wake for"
+        );
+        let (_c, s) = pair(&l);
+        let t0 = Instant::now();
+        let w = a.watch(&s).unwrap();
+        std::thread::sleep(Duration::from_millis(50));
+        let at = a.lock().wakes_at.expect("woken by the first opening");
+        assert!(at >= t0 + Duration::from_secs(59) && at <= t0 + Duration::from_secs(61));
+        w.opened();
+        drop(w);
+        let (_c2, s2) = pair(&l);
+        let _w2 = a.watch(&s2).unwrap();
+        std::thread::sleep(Duration::from_millis(50));
+        // A later opening does not move the wake-up earlier than the one already set.
+        assert_eq!(a.lock().wakes_at, Some(at));
     }
 }

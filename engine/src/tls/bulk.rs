@@ -41,6 +41,12 @@ pub fn run(a: Args) -> Result<()> {
             "--request-bytes and --gap-ms are for tls client; tls bulk uses --push-bytes and --pull-bytes"
         );
     }
+    if a.client.rounds.is_some() || a.client.connection_records.is_some() {
+        crate::bail!(
+            Usage,
+            "--rounds and --connection-records are for tls client; tls bulk runs -n connections"
+        );
+    }
     let stack = a.client.tls.stack()?;
     let (ctx, target, checks) = client::setup(stack, &a.client)?;
     let mut options = record::options(&a);

@@ -81,6 +81,118 @@ pub struct Args {
     /// Pause between connections in milliseconds (0: back to back).
     #[arg(long, default_value_t = 0)]
     pub gap_ms: u64,
+    /// Run the connections in rounds, WARMUP:COUNT each, comma-separated (20:100,2:100),
+    /// -n and --warmup being their totals: each round starts when the process receives
+    /// SIGCONT. Nothing is written while a round runs; its connection records follow its
+    /// last connection, then a `round` record. --time-limit then bounds the process's
+    /// whole life, the waits included.
+    #[arg(long)]
+    pub rounds: Option<String>,
+    /// Write the `connection` records to this file (JSON lines, created or truncated)
+    /// instead of stdout; every other record stays on stdout. With --rounds a round's
+    /// records are in the file before its `round` record is on stdout.
+    #[arg(long)]
+    pub connection_records: Option<PathBuf>,
+}
+
+/// Most rounds `--rounds` takes.
+pub const MAX_ROUNDS: usize = 100_000;
+
+/// `--rounds` as (warm-up, measured) connections per round, checked against -n and
+/// --warmup (their totals); None without it.
+pub fn parse_rounds(a: &Args) -> Result<Option<Vec<(u64, u64)>>> {
+    let Some(text) = a.rounds.as_deref() else {
+        return Ok(None);
+    };
+    let bad = |why: &str| {
+        crate::err!(
+            Usage,
+            "--rounds {text:?}: {why}; use WARMUP:COUNT per round, comma-separated (20:100,2:100)"
+        )
+    };
+    let mut out = Vec::new();
+    for item in text.split(',') {
+        let (w, n) = item
+            .trim()
+            .split_once(':')
+            .ok_or_else(|| bad("a round without ':'"))?;
+        let w: u64 = w
+            .trim()
+            .parse()
+            .map_err(|_| bad("a warm-up that is not a number"))?;
+        let n: u64 = n
+            .trim()
+            .parse()
+            .map_err(|_| bad("a count that is not a number"))?;
+        if w.saturating_add(n) == 0 {
+            return Err(bad("a round of no connections"));
+        }
+        out.push((w, n));
+    }
+    if out.len() > MAX_ROUNDS {
+        return Err(bad(&format!("more than {MAX_ROUNDS} rounds")));
+    }
+    let warmups = out.iter().fold(0u64, |t, r| t.saturating_add(r.0));
+    let counts = out.iter().fold(0u64, |t, r| t.saturating_add(r.1));
+    if (warmups, counts) != (a.warmup, a.count) {
+        crate::bail!(
+            Usage,
+            "--rounds {text:?} makes {warmups} warm-ups and {counts} measured connections; \
+             -n and --warmup must be those totals (-n {counts} --warmup {warmups}), not \
+             -n {} --warmup {}",
+            a.count,
+            a.warmup
+        );
+    }
+    Ok(Some(out))
+}
+
+/// SIGCONT, the signal that starts a round, blocked in this thread and every thread it
+/// starts later (call before any), so that it stays pending until `wait_for_round` takes
+/// it, whenever it arrives.
+pub fn block_round_signal() -> Result<()> {
+    let set = round_signal_set();
+    let rc = unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) };
+    if rc != 0 {
+        crate::bail!(Io, "blocking SIGCONT failed (error {rc})");
+    }
+    Ok(())
+}
+
+fn round_signal_set() -> libc::sigset_t {
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGCONT);
+        set
+    }
+}
+
+/// Wait for SIGCONT (blocked, see `block_round_signal`) until `deadline`.
+fn wait_for_round(round: usize, deadline: Instant, time_limit: u64) -> Result<()> {
+    let set = round_signal_set();
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            crate::bail!(
+                Io,
+                "--time-limit {time_limit} s reached waiting for the signal of round {round}"
+            );
+        }
+        let timeout = libc::timespec {
+            tv_sec: left.as_secs() as libc::time_t,
+            tv_nsec: left.subsec_nanos() as libc::c_long,
+        };
+        let rc = unsafe { libc::sigtimedwait(&set, std::ptr::null_mut(), &timeout) };
+        if rc == libc::SIGCONT {
+            return Ok(());
+        }
+        let err = std::io::Error::last_os_error();
+        match err.raw_os_error() {
+            Some(libc::EINTR) | Some(libc::EAGAIN) => continue,
+            _ => crate::bail!(Io, "waiting for SIGCONT failed: {err}"),
+        }
+    }
 }
 
 fn single(list: &Option<String>) -> Option<String> {
@@ -161,9 +273,21 @@ pub(super) struct Checks {
 
 pub fn run(a: Args) -> Result<()> {
     let stack = a.tls.stack()?;
+    let rounds = parse_rounds(&a)?.is_some();
+    if rounds {
+        // Before the writer thread exists, so that it blocks SIGCONT too.
+        block_round_signal()?;
+    }
     // The sink writes what it holds when dropped, before any error record of main.
-    let sink = record::Stdout::start();
-    run_with(stack, &a, &sink)
+    let sink = record::Stdout::with_records(a.connection_records.as_deref())?;
+    if rounds {
+        sink.hold();
+    }
+    run_with(stack, &a, &sink)?;
+    match sink.records_error() {
+        Some(e) => crate::bail!(Io, "{e}"),
+        None => Ok(()),
+    }
 }
 
 /// A configured client context, its target and the checks every connection must pass.
@@ -212,36 +336,118 @@ pub(super) fn setup(
     Ok((ctx, target, checks))
 }
 
-/// The client loop on a given stack, records into `sink`.
+/// The client loop on a given stack, records into `sink`: -n connections after --warmup
+/// ones, or with --rounds each round when its signal comes (`sink` holding its records
+/// until the round ends; see `run`).
 pub fn run_with(stack: &dyn Stack, a: &Args, sink: &dyn Sink) -> Result<()> {
-    let events_on = a.tls.events_on()?;
     let (ctx, target, checks) = setup(stack, a)?;
     sink.record(&record::config(
         "tls client",
         effective_options(a, &target, &checks),
     ));
     let deadline = Instant::now() + Duration::from_secs(a.time_limit);
-    let total = a.warmup.saturating_add(a.count);
-    for i in 0..total {
-        if Instant::now() > deadline {
-            crate::bail!(
-                Io,
-                "--time-limit {} s reached after {i} of {total} connections",
-                a.time_limit
-            );
+    let client = Loop {
+        events_on: a.tls.events_on()?,
+        stack,
+        ctx: &*ctx,
+        a,
+        target: &target,
+        checks: &checks,
+        sink,
+        deadline,
+    };
+    let Some(rounds) = parse_rounds(a)? else {
+        return client.connections(a.warmup, a.count, (0, 0), None);
+    };
+    // The config record out: whoever started the client may signal the first round now.
+    sink.flush_held();
+    let mut done = (0, 0);
+    for (k, &(warmup, count)) in rounds.iter().enumerate() {
+        wait_for_round(k, deadline, a.time_limit)?;
+        let t0 = Stamp::now();
+        client.connections(warmup, count, done, Some(k))?;
+        let t1 = Stamp::now();
+        sink.record(&json!({
+            "type": "round", "round": k, "warmup": warmup, "count": count,
+            "t_start": t0.real, "seconds": (t1.mono - t0.mono) as f64 / 1e9,
+            "vm_hwm_kib": crate::heap::vm_hwm_kib(),
+        }));
+        sink.flush_held();
+        done = (done.0 + warmup, done.1 + count);
+    }
+    Ok(())
+}
+
+/// What every connection of a client run shares.
+struct Loop<'a> {
+    events_on: bool,
+    stack: &'a dyn Stack,
+    ctx: &'a dyn ClientContext,
+    a: &'a Args,
+    target: &'a Target,
+    checks: &'a Checks,
+    sink: &'a dyn Sink,
+    deadline: Instant,
+}
+
+impl Loop<'_> {
+    /// `warmup` then `count` connections, each checked and recorded; `first` is how many
+    /// warm-ups and measured connections came before (their indexes go on from there),
+    /// `round` the round they belong to, if any.
+    fn connections(
+        &self,
+        warmup: u64,
+        count: u64,
+        first: (u64, u64),
+        round: Option<usize>,
+    ) -> Result<()> {
+        let total = warmup.saturating_add(count);
+        for i in 0..total {
+            if Instant::now() > self.deadline {
+                crate::bail!(
+                    Io,
+                    "--time-limit {} s reached after {i} of {total} connections",
+                    self.a.time_limit
+                );
+            }
+            let index = if i < warmup {
+                first.0 + i
+            } else {
+                first.1 + i - warmup
+            };
+            let nth = first.0 + first.1 + i;
+            self.one_recorded(i < warmup, (index, nth), round)?;
+            if self.a.gap_ms > 0 && i + 1 < total {
+                std::thread::sleep(Duration::from_millis(self.a.gap_ms));
+            }
         }
-        let warmup = i < a.warmup;
+        Ok(())
+    }
+
+    /// One connection, checked, and its record (a failed one's as `connection_error`):
+    /// `index` among the warm-ups or the measured ones, the `i`th of the run.
+    fn one_recorded(
+        &self,
+        warmup: bool,
+        (index, i): (u64, u64),
+        round: Option<usize>,
+    ) -> Result<()> {
+        let (stack, a, target, sink) = (self.stack, self.a, self.target, self.sink);
+        let events_on = self.events_on;
         let rec: SharedRecorder = Rc::new(RefCell::new(Recorder::new(events_on)));
         if !stack.reports_messages() {
             rec.borrow_mut().scan_wire();
         }
         let mut out = json!({
             "type": "connection", "role": "client", "stack": stack.name(),
-            "index": if warmup { i } else { i - a.warmup }, "warmup": warmup,
+            "index": index, "warmup": warmup,
             "server": target.addr.to_string(), "servername": target.name,
-            "security_level": ctx.security_level(),
+            "security_level": self.ctx.security_level(),
         });
-        let res = one(&*ctx, a, &target, &rec, &mut out);
+        if let Some(k) = round {
+            out["round"] = json!(k);
+        }
+        let res = one(self.ctx, a, target, &rec, &mut out);
         let events = match rec.try_borrow_mut() {
             Ok(mut r) => {
                 r.add_counters(&mut out, stack.reports_messages());
@@ -253,7 +459,7 @@ pub fn run_with(stack: &dyn Stack, a: &Args, sink: &dyn Sink) -> Result<()> {
         // before the run ends: a `connection_error` record, then the error.
         let outcome = res
             .map_err(|e| e.context(format!("connection {i} to {}", target.addr)))
-            .and_then(|n| check(stack, &checks, &n, i));
+            .and_then(|n| check(stack, self.checks, &n, i));
         if let Err(e) = outcome {
             out["type"] = json!("connection_error");
             out["kind"] = json!(e.kind());
@@ -262,11 +468,8 @@ pub fn run_with(stack: &dyn Stack, a: &Args, sink: &dyn Sink) -> Result<()> {
             return Err(e);
         }
         sink.connection(&out, events.as_deref());
-        if a.gap_ms > 0 && i + 1 < total {
-            std::thread::sleep(Duration::from_millis(a.gap_ms));
-        }
+        Ok(())
     }
-    Ok(())
 }
 
 /// The client's options as it runs with them: the name it sends and checks, and the group

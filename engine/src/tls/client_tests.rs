@@ -319,3 +319,228 @@ fn servers_refuse_the_client_only_options() {
         );
     }
 }
+
+/// A sink that holds records as `record::Stdout::hold` does: only what `flush_held` let
+/// out is `written`.
+#[derive(Default)]
+struct Held {
+    pending: std::sync::Mutex<Vec<Value>>,
+    written: std::sync::Mutex<Vec<Value>>,
+}
+
+impl Held {
+    fn written(&self) -> Vec<Value> {
+        self.written.lock().unwrap().clone()
+    }
+}
+
+impl super::record::Sink for Held {
+    fn record(&self, record: &Value) {
+        self.pending.lock().unwrap().push(record.clone());
+    }
+    fn connection(&self, record: &Value, _events: Option<&[super::record::Event]>) {
+        self.record(record);
+    }
+    fn flush_held(&self) {
+        let mut p = self.pending.lock().unwrap();
+        self.written.lock().unwrap().append(&mut p);
+    }
+}
+
+/// SIGCONT to one thread (a process-wide one could go to any thread not blocking it).
+fn signal_thread(thread: libc::pthread_t) {
+    assert_eq!(unsafe { libc::pthread_kill(thread, libc::SIGCONT) }, 0);
+}
+
+fn wait_until(what: &str, f: impl Fn() -> bool) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !f() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+}
+
+#[test]
+fn rounds_run_when_signalled_and_write_each_round_after_it() {
+    let dir = TempDir::new("rounds");
+    make_certs(dir.path(), "EC:P-256", "EC:P-256");
+    let d = dir.path().to_str().unwrap();
+    let (chain, key, root) = (
+        format!("{d}/chain.pem"),
+        format!("{d}/server.key.pem"),
+        format!("{d}/root.crt.pem"),
+    );
+    let sa = ServerCli::parse_from([
+        "t",
+        "--listen",
+        "127.0.0.1:0",
+        "--cert-chain",
+        &chain,
+        "--key",
+        &key,
+        "--max-connections",
+        "5",
+        "--response-mode",
+        "none",
+    ])
+    .a;
+    let (stack, ctx) = server::prepare(&sa).unwrap();
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let connect = format!("127.0.0.1:{}", listener.local_addr().unwrap().port());
+    let server_sink = std::sync::Arc::new(Memory::default());
+    let sink: std::sync::Arc<dyn super::record::Sink> = server_sink.clone();
+    let srv = std::thread::spawn(move || {
+        server::serve(stack, ctx, listener, std::sync::Arc::new(sa), sink)
+    });
+    let a = ClientCli::parse_from([
+        "t",
+        "--connect",
+        &connect,
+        "--ca",
+        &root,
+        "--servername",
+        "localhost",
+        "--rounds",
+        "1:1, 0:3",
+        "-n",
+        "4",
+        "--warmup",
+        "1",
+        "--time-limit",
+        "60",
+    ])
+    .a;
+    client::block_round_signal().unwrap();
+    let held = std::sync::Arc::new(Held::default());
+    let me = unsafe { libc::pthread_self() };
+    let h2 = held.clone();
+    // The caller's side: each round's signal once the client is ready for it, and what the
+    // client had written by then.
+    let caller = std::thread::spawn(move || {
+        let types = |v: &[Value]| {
+            v.iter()
+                .map(|r| r["type"].as_str().unwrap().to_string())
+                .collect::<Vec<_>>()
+        };
+        wait_until("the config record", || !h2.written().is_empty());
+        // Nothing runs before the first signal.
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        assert_eq!(types(&h2.written()), ["config"]);
+        signal_thread(me);
+        wait_until("round 0", || {
+            h2.written().iter().any(|r| r["type"] == "round")
+        });
+        let first = types(&h2.written());
+        signal_thread(me);
+        first
+    });
+    let stack = a.tls.stack().unwrap();
+    client::run_with(stack, &a, &*held).unwrap();
+    let first = caller.join().unwrap();
+    srv.join().unwrap().unwrap();
+    assert_eq!(first, ["config", "connection", "connection", "round"]);
+    let all = held.written();
+    let conns: Vec<&Value> = all.iter().filter(|r| r["type"] == "connection").collect();
+    let got: Vec<_> = conns
+        .iter()
+        .map(|c| {
+            (
+                c["round"].as_u64().unwrap(),
+                c["warmup"].as_bool().unwrap(),
+                c["index"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        got,
+        [
+            (0, true, 0),
+            (0, false, 0),
+            (1, false, 1),
+            (1, false, 2),
+            (1, false, 3)
+        ]
+    );
+    let rounds: Vec<&Value> = all.iter().filter(|r| r["type"] == "round").collect();
+    assert_eq!(rounds.len(), 2);
+    assert_eq!(
+        (rounds[1]["round"].as_u64(), rounds[1]["count"].as_u64()),
+        (Some(1), Some(3))
+    );
+    assert!(rounds[1]["seconds"].as_f64().unwrap() > 0.0);
+    assert!(rounds[1]["vm_hwm_kib"].as_u64().unwrap() > 1000);
+    assert_eq!(all.last().unwrap()["type"], "round");
+    assert!(held.pending.lock().unwrap().is_empty());
+    assert_eq!(
+        server_sink
+            .records()
+            .iter()
+            .filter(|r| r["type"] == "connection")
+            .count(),
+        5
+    );
+}
+
+#[test]
+fn rounds_are_checked_and_bounded() {
+    let dir = TempDir::new("rounds-bad");
+    make_certs(dir.path(), "EC:P-256", "EC:P-256");
+    let root = dir.path().join("root.crt.pem");
+    let root = root.to_str().unwrap();
+    for (rounds, n, warmup, why) in [
+        ("1:2,0:3", "4", "1", "-n and --warmup must be those totals"),
+        ("2", "2", "0", "a round without ':'"),
+        ("x:1", "1", "0", "a warm-up that is not a number"),
+        ("0:0", "0", "0", "a round of no connections"),
+    ] {
+        let a = ClientCli::parse_from([
+            "t",
+            "--connect",
+            "127.0.0.1:9",
+            "--ca",
+            root,
+            "--rounds",
+            rounds,
+            "-n",
+            n,
+            "--warmup",
+            warmup,
+        ])
+        .a;
+        let e = client::parse_rounds(&a).unwrap_err();
+        assert_eq!(e.kind(), "usage", "{rounds}");
+        assert!(e.message().contains(why), "{rounds}: {e}");
+    }
+    // No signal: the time limit ends the wait.
+    let (port, h) = {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        (l.local_addr().unwrap().port(), l)
+    };
+    let connect = format!("127.0.0.1:{port}");
+    let a = ClientCli::parse_from([
+        "t",
+        "--connect",
+        &connect,
+        "--ca",
+        root,
+        "--rounds",
+        "0:1",
+        "--time-limit",
+        "1",
+    ])
+    .a;
+    client::block_round_signal().unwrap();
+    let sink = Held::default();
+    let t0 = std::time::Instant::now();
+    let e = client::run_with(a.tls.stack().unwrap(), &a, &sink).unwrap_err();
+    assert!(
+        e.message().contains("waiting for the signal of round 0"),
+        "{e}"
+    );
+    assert!(t0.elapsed() >= std::time::Duration::from_millis(900));
+    assert_eq!(sink.written().len(), 1, "the config record only");
+    drop(h);
+}

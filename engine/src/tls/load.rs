@@ -127,6 +127,12 @@ pub fn run_with(a: &Args) -> Result<Value> {
             "--gap-ms is for tls client; tls load paces with --rate"
         );
     }
+    if a.client.rounds.is_some() || a.client.connection_records.is_some() {
+        crate::bail!(
+            Usage,
+            "--rounds and --connection-records are for tls client; tls load reports a summary"
+        );
+    }
     if a.client.count == 0 {
         crate::bail!(Usage, "-n 0: tls load needs at least one handshake");
     }

@@ -602,6 +602,9 @@ pub trait Sink: Send + Sync {
     fn blocked_ns(&self) -> u64 {
         0
     }
+    /// Write every record held back so far, now, on the calling thread (see
+    /// `Stdout::hold`); nothing to do for a sink that holds nothing.
+    fn flush_held(&self) {}
 }
 
 /// JSON lines on stdout, written by a thread of their own. A thread serving connections
@@ -612,9 +615,40 @@ pub trait Sink: Send + Sync {
 /// `MAX_QUEUED_BYTES`; beyond that a thread waits, and the time it waited is counted
 /// (`blocked_ns`). `finish` writes what is queued and ends the writer; call it before the
 /// command ends (an error record must come after the records before it).
+///
+/// `hold` keeps every later record queued, unwritten, until `flush_held` or `finish`: no
+/// write and no wake-up of the writer or of the reader while handshakes are timed (a held
+/// queue beyond `MAX_QUEUED_BYTES` is written by the thread that fills it, counted in
+/// `blocked_ns`, rather than grow without bound).
+///
+/// With a records file (`--connection-records`), `connection` records go to that file
+/// instead of stdout (held alike, and written before stdout's lines when both are let
+/// out: a reader that sees a record on stdout finds every connection before it in the
+/// file); everything else, `connection_error` records included, stays on stdout.
 pub struct Stdout {
     queue: Arc<Queue>,
     writer: Mutex<Option<std::thread::JoinHandle<()>>>,
+    records: Option<Mutex<RecordsFile>>,
+}
+
+/// The file connection records go to, and what is held for it.
+struct RecordsFile {
+    file: std::fs::File,
+    path: String,
+    lines: Vec<u8>,
+    held: bool,
+    error: Option<String>,
+}
+
+impl RecordsFile {
+    fn write_out(&mut self) {
+        if self.lines.is_empty() || self.error.is_some() {
+            return;
+        }
+        if let Err(e) = self.file.write_all(&std::mem::take(&mut self.lines)) {
+            self.error = Some(format!("writing {}: {e}", self.path));
+        }
+    }
 }
 
 /// Most bytes of records waiting for the writer before a thread must wait.
@@ -634,11 +668,36 @@ struct Queue {
 struct QueueState {
     lines: Vec<u8>,
     closed: bool,
+    /// Records are kept queued until `flush_held` or `finish` (see `Stdout::hold`).
+    held: bool,
+    /// The writer has taken lines out and is writing them.
+    writing: bool,
 }
 
 impl Stdout {
     /// Start the writer thread.
     pub fn start() -> Stdout {
+        Stdout::with_records(None).expect("no file to open")
+    }
+
+    /// Start the writer thread; connection records to the file at `records` if given
+    /// (created, or truncated).
+    pub fn with_records(records: Option<&std::path::Path>) -> crate::out::Result<Stdout> {
+        let records = match records {
+            Some(path) => {
+                let file = std::fs::File::create(path).map_err(|e| {
+                    crate::err!(Usage, "--connection-records {}: {e}", path.display())
+                })?;
+                Some(Mutex::new(RecordsFile {
+                    file,
+                    path: path.display().to_string(),
+                    lines: Vec::new(),
+                    held: false,
+                    error: None,
+                }))
+            }
+            None => None,
+        };
         let queue = Arc::new(Queue::default());
         let q = queue.clone();
         let writer = std::thread::Builder::new()
@@ -647,10 +706,49 @@ impl Stdout {
             .ok();
         // Without a writer thread, records are written directly.
         queue.state.lock().unwrap_or_else(|p| p.into_inner()).closed = writer.is_none();
-        Stdout {
+        Ok(Stdout {
             queue,
             writer: Mutex::new(writer),
+            records,
+        })
+    }
+
+    fn records_file(&self) -> Option<std::sync::MutexGuard<'_, RecordsFile>> {
+        self.records
+            .as_ref()
+            .map(|r| r.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    /// Why writing the connection records failed, if it did.
+    pub fn records_error(&self) -> Option<String> {
+        self.records_file().and_then(|mut f| {
+            f.write_out();
+            f.error.clone()
+        })
+    }
+
+    /// Write what is queued now, then keep every later record queued and unwritten until
+    /// `flush_held` or `finish`.
+    pub fn hold(&self) {
+        if let Some(mut f) = self.records_file() {
+            f.write_out();
+            f.held = true;
         }
+        let mut st = self.write_queued();
+        st.held = true;
+    }
+
+    /// Everything queued written, in order, on this thread (after any batch the writer is
+    /// writing); the queue's lock is still held on return.
+    fn write_queued(&self) -> std::sync::MutexGuard<'_, QueueState> {
+        let mut st = self.queue.state.lock().unwrap_or_else(|p| p.into_inner());
+        while st.writing {
+            st = self.queue.space.wait(st).unwrap_or_else(|p| p.into_inner());
+        }
+        if !st.lines.is_empty() {
+            write_stdout(&std::mem::take(&mut st.lines));
+        }
+        st
     }
 
     fn push(&self, line: Vec<u8>) {
@@ -658,6 +756,16 @@ impl Stdout {
         if st.closed {
             drop(st);
             return write_stdout(&line);
+        }
+        if st.held {
+            st.lines.extend_from_slice(&line);
+            if st.lines.len() > MAX_QUEUED_BYTES {
+                let t0 = monotonic_ns();
+                write_stdout(&std::mem::take(&mut st.lines));
+                let spent = (monotonic_ns() - t0).max(0) as u64;
+                self.queue.blocked_ns.fetch_add(spent, Ordering::Relaxed);
+            }
+            return;
         }
         if st.lines.len() + line.len() > MAX_QUEUED_BYTES && !st.lines.is_empty() {
             let t0 = monotonic_ns();
@@ -673,9 +781,14 @@ impl Stdout {
 
     /// Write everything queued and stop the writer (later records are written directly).
     pub fn finish(&self) {
+        if let Some(mut f) = self.records_file() {
+            f.held = false;
+            f.write_out();
+        }
         {
             let mut st = self.queue.state.lock().unwrap_or_else(|p| p.into_inner());
             st.closed = true;
+            st.held = false;
             self.queue.ready.notify_one();
         }
         let handle = self.writer.lock().ok().and_then(|mut w| w.take());
@@ -696,16 +809,19 @@ fn write_queue(q: &Queue) {
     loop {
         let batch = {
             let mut st = q.state.lock().unwrap_or_else(|p| p.into_inner());
-            while st.lines.is_empty() && !st.closed {
+            while (st.lines.is_empty() || st.held) && !st.closed {
                 st = q.ready.wait(st).unwrap_or_else(|p| p.into_inner());
             }
             if st.lines.is_empty() {
                 return;
             }
+            st.writing = true;
             std::mem::take(&mut st.lines)
         };
         q.space.notify_all();
         write_stdout(&batch);
+        q.state.lock().unwrap_or_else(|p| p.into_inner()).writing = false;
+        q.space.notify_all();
     }
 }
 
@@ -727,12 +843,28 @@ impl Sink for Stdout {
         }
     }
     fn connection(&self, record: &Value, events: Option<&[Event]>) {
-        if let Some(text) = line_with_events(record, events) {
-            self.push(text);
+        let Some(text) = line_with_events(record, events) else {
+            return;
+        };
+        if record["type"] == "connection" {
+            if let Some(mut f) = self.records_file() {
+                f.lines.extend_from_slice(&text);
+                if !f.held || f.lines.len() > MAX_QUEUED_BYTES {
+                    f.write_out();
+                }
+                return;
+            }
         }
+        self.push(text);
     }
     fn blocked_ns(&self) -> u64 {
         self.queue.blocked_ns.load(Ordering::Relaxed)
+    }
+    fn flush_held(&self) {
+        if let Some(mut f) = self.records_file() {
+            f.write_out();
+        }
+        drop(self.write_queued());
     }
 }
 

@@ -85,6 +85,15 @@ pub struct Args {
     /// every handshake: connections open, counted heap in use, VmRSS (docs/memory.md).
     #[arg(long)]
     pub count_heap: bool,
+    /// Write the records that follow `listening` only when the server ends: nothing is
+    /// written while it serves, so no output competes with the handshakes being timed (at
+    /// most 64 MiB are held; beyond that they are written as they come).
+    #[arg(long)]
+    pub hold_records: bool,
+    /// Write the `connection` records to this file (JSON lines, created or truncated)
+    /// instead of stdout; every other record stays on stdout.
+    #[arg(long)]
+    pub connection_records: Option<PathBuf>,
 }
 
 /// Connections whose handshake is done and that are not closed yet (for `heap` records).
@@ -178,7 +187,9 @@ pub fn run(a: Args) -> Result<()> {
     let listener = TcpListener::bind(a.listen)
         .map_err(|e| crate::err!(Io, "cannot listen on {}: {e}", a.listen))?;
     let local = listener.local_addr()?;
-    let output = Arc::new(record::Stdout::start());
+    let output = Arc::new(record::Stdout::with_records(
+        a.connection_records.as_deref(),
+    )?);
     let sink: Arc<dyn Sink> = output.clone();
     sink.record(&json!({
         "type": "listening", "address": local.to_string(), "port": local.port(),
@@ -189,10 +200,17 @@ pub fn run(a: Args) -> Result<()> {
         "response_mode": a.response_mode, "options": effective_options(&a),
         "t": record::realtime_ns(),
     }));
+    if a.hold_records {
+        output.hold();
+    }
     let served = serve(stack, ctx, listener, Arc::new(a), sink);
     // Every connection's record is out before the command ends (or its error record).
     output.finish();
-    served
+    served?;
+    match output.records_error() {
+        Some(e) => crate::bail!(Io, "{e}"),
+        None => Ok(()),
+    }
 }
 
 /// The server's options as it runs with them: --max-concurrent's default when

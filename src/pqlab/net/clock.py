@@ -196,18 +196,28 @@ def connection_samples(client: pcap.Connection, server: pcap.Connection) -> list
     return out
 
 
-def samples_from_captures(client_pcap: Path, server_pcap: Path, port: int) -> list[Sample]:
-    """Every sample of the connections to `port` found in both captures (by client port, in
-    order)."""
+def samples_from_connections(
+    client: list[pcap.Connection], server: list[pcap.Connection]
+) -> list[Sample]:
+    """Every sample of the connections found in both captures, each side's connections in
+    the order of their SYNs (a client port that comes back pairs with its connections in
+    turn)."""
     by_port: dict[int, list[pcap.Connection]] = {}
-    for conn in pcap.split_connections(pcap.tcp_packets(server_pcap), port):
+    for conn in server:
         by_port.setdefault(conn.client[1], []).append(conn)
     out = []
-    for conn in pcap.split_connections(pcap.tcp_packets(client_pcap), port):
+    for conn in client:
         peers = by_port.get(conn.client[1])
         if peers:
             out += connection_samples(conn, peers.pop(0))
     return out
+
+
+def samples_from_captures(client_pcap: Path, server_pcap: Path, port: int) -> list[Sample]:
+    """Every sample of the connections to `port` found in both captures."""
+    return samples_from_connections(
+        pcap.connections(client_pcap, port), pcap.connections(server_pcap, port)
+    )
 
 
 # --- moving a capture's timestamps ---------------------------------------------------------

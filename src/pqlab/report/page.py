@@ -8,6 +8,7 @@ import csv
 import html
 from pathlib import Path
 
+from pqlab import stages
 from pqlab.experiment import registry
 from pqlab.report import summary, warnings
 from pqlab.report.section import Section
@@ -160,10 +161,22 @@ def _invocations_html(store: RunStore) -> str:
     if not invocations:
         return ""
     items = "".join(
-        f"<li><code>{html.escape(i['command_line'])}</code> ({i['status']})</li>"
+        f"<li><code>{html.escape(i['command_line'])}</code> ({i['status']}"
+        + _time_taken(i["metadata"].get("stages"))
+        + ")</li>"
         for i in invocations
     )
-    return f"<details><summary>Commands in this run</summary><ul>{items}</ul></details>"
+    return (
+        "<details><summary>Commands in this run and where their time went</summary>"
+        f"<ul>{items}</ul></details>"
+    )
+
+
+def _time_taken(summary: dict | None) -> str:
+    """`, 71 s: handshakes 40.1 s (56 %), ...` from a step's stages (`pqlab.stages`)."""
+    if not summary or not summary.get("wall_s"):
+        return ""
+    return html.escape(f", {summary['wall_s']:.0f} s: {stages.describe(summary, top=5)}")
 
 
 def _warnings_html(store: RunStore) -> str:

@@ -608,8 +608,8 @@ def decrypt_streams(
 def connection_records(
     conn: pcap.Connection, keylog: KeyLog
 ) -> tuple[list[TlsRecord], list[TlsRecord]]:
-    """(client records, server records) of one captured connection (read with
-    `pcap.tcp_packets(..., keep_payload=True)`)."""
+    """(client records, server records) of one captured connection (read with its
+    payload: `pcap.connections(..., keep_payload=True)`)."""
     what = f"connection {pcap.describe(conn)}"
     client_stream = pcap.reassemble(conn, True)
     server_stream = pcap.reassemble(conn, False)
@@ -621,10 +621,10 @@ def records_by_connection(
 ) -> list[tuple[pcap.Connection, list[TlsRecord], list[TlsRecord]]]:
     """Every connection to `server_port` in a full-snaplen capture, in order of its SYN,
     with its (client records, server records) from the key log."""
-    packets = pcap.tcp_packets(pcap_path, keep_payload=True)
+    conns = pcap.connections(pcap_path, server_port, keep_payload=True)
     keylog = read_keylog(keylog_path)
     out = []
-    for conn in pcap.split_connections(packets, server_port):
+    for conn in conns:
         client_records, server_records = connection_records(conn, keylog)
         out.append((conn, client_records, server_records))
     return out

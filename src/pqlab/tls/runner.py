@@ -49,9 +49,10 @@ def system_ca_bundle() -> Path | None:
 class Arg:
     """One row of a spec's argument table: the spec field, the engine flag and how the value
     is written (`kind`): "value" (the value; None leaves the flag out), "switch" (the flag
-    alone when true), "in" / "secret-out" (a file the engine reads / a 0600 file it writes,
-    marked for the host that runs it), "groups" / "sigalgs" (catalogue algorithms by the
-    stack's own names, joined with ':'), "spec" (a nested spec's own arguments)."""
+    alone when true), "in" / "out" / "secret-out" (a file the engine reads / writes /
+    writes 0600, marked for the host that runs it), "groups" / "sigalgs" (catalogue algorithms by the
+    stack's own names, joined with ':'), "rounds" ((warm-up, measured) pairs as
+    W:N,W:N), "spec" (a nested spec's own arguments)."""
 
     field: str
     flag: str = ""
@@ -70,10 +71,14 @@ def _render(spec, arg: Arg) -> list:
         return [arg.flag, InFile(Path(value))]
     if arg.kind == "secret-out":
         return [arg.flag, OutFile(Path(value), "secret")]
+    if arg.kind == "out":
+        return [arg.flag, OutFile(Path(value))]
     if arg.kind in ("groups", "sigalgs"):
         st = stacks.get(spec.stack)
         name = st.group_name if arg.kind == "groups" else st.sigalg_name
         return [arg.flag, ":".join(name(a) for a in value)]
+    if arg.kind == "rounds":
+        return [arg.flag, ",".join(f"{w}:{n}" for w, n in value)]
     if isinstance(value, bool):
         return [arg.flag, "on" if value else "off"]
     if isinstance(value, float):
@@ -211,6 +216,8 @@ class ServerSpec(Spec):
     threads: int | None = None  # a fixed pool of accepting threads (capacity)
     max_response_bytes: int | None = None  # largest GET/PULL/PUSH size accepted
     client_auth: ClientAuth | None = None  # mutual TLS
+    hold_records: bool = False  # records written when the server ends, none while it serves
+    connection_records: Path | None = None  # its connection records to this file instead
 
     COMMAND = ("tls", "server")
     ARGS = (
@@ -227,6 +234,8 @@ class ServerSpec(Spec):
         Arg("threads", "--threads"),
         Arg("max_response_bytes", "--max-response-bytes"),
         Arg("client_auth", kind="spec"),
+        Arg("hold_records", "--hold-records", "switch"),
+        Arg("connection_records", "--connection-records", "out"),
     )
 
     @property
@@ -258,6 +267,10 @@ class ClientSpec(Spec):
     request_path: str | None = None  # an HTTP/1.1 GET of this path after the handshake
     await_close_ms: int | None = None  # wait this long for the server's close_notify
     peer_chain: bool = False  # record the certificates the server sent (DER)
+    # (warm-up, measured) connections per round, each run on `next_round` (n and warmup
+    # are then their totals); () one run of n after warmup.
+    rounds: tuple[tuple[int, int], ...] = ()
+    connection_records: Path | None = None  # its connection records to this file instead
 
     COMMAND = ("tls", "client")
     ARGS = (
@@ -276,7 +289,16 @@ class ClientSpec(Spec):
         Arg("request_path", "--request-path"),
         Arg("await_close_ms", "--await-close-ms"),
         Arg("peer_chain", "--peer-chain", "switch"),
+        Arg("rounds", "--rounds", "rounds"),
+        Arg("connection_records", "--connection-records", "out"),
     )
+
+    def __post_init__(self) -> None:
+        if self.rounds and (
+            sum(w for w, _ in self.rounds) != self.warmup
+            or sum(n for _, n in self.rounds) != self.n
+        ):
+            raise ValueError("with rounds, n and warmup are the rounds' totals")
 
     @property
     def stack(self) -> str:
@@ -372,10 +394,11 @@ def start_server(
 def start_client(
     spec: ClientSpec, topo=None, cpu: int | None = None, batch_s: float | None = None
 ) -> EngineProcess:
-    """The engine's TLS client, running. `batch_s`: read its records in batches (a client
-    whose records are only needed at the end; see `Process`)."""
+    """The engine's TLS client, running; with `spec.rounds`, ready for its first round
+    (`next_round`). `batch_s`: read its records in batches (a client whose records are
+    only needed at the end; see `Process`)."""
     # A remote client ends by itself within its own time limit; this bounds it regardless.
-    return EngineProcess(
+    proc = EngineProcess(
         spec.argv(),
         "TLS client",
         topo=topo,
@@ -384,6 +407,18 @@ def start_client(
         lifetime=spec.time_limit + 120,
         batch_s=batch_s,
     )
+    if spec.rounds:
+        # Its first record comes once it has blocked the signal that starts a round.
+        proc.wait_for("config", 30)
+    return proc
+
+
+def next_round(client: EngineProcess, number: int, timeout: float) -> dict:
+    """Run round `number` (counted from 0) of a client started with rounds; its `round`
+    record. The client writes nothing while the round runs, and its records of the round
+    are out (on stdout, or in its `connection_records` file) when this returns."""
+    client.signal(signal.SIGCONT)
+    return client.wait_count(("round",), number + 1, timeout)[number]
 
 
 def run_client(spec: ClientSpec, topo=None, cpu: int | None = None, timeout: float = 3600):

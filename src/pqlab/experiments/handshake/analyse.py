@@ -1,20 +1,24 @@
 """From a cell's engine records and captures to per-handshake rows and phase rows.
 
-`callback_records` gives the TLS records both sides wrote from the stack's message events
-(`pqlab.tls.records`; the key log is the other source); `pair_records` pairs client and server records by client port;
-`analyse_cell` checks what every handshake negotiated (`pqlab.tls.negotiation`), finds each
-connection in both captures and takes it apart (`phases.analyse`).
+`pair_records` pairs client and server records by client port; `read_captures` reads both
+captures once and splits them into connections; `match_records` gives each pair's TLS
+records (`callback_records`: from the stack's message events, `pqlab.tls.records`; the key
+log is the other source); `analyse_cell` checks what every handshake negotiated
+(`pqlab.tls.negotiation`), finds each connection in both captures and takes it apart
+(`phases.analyse`).
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
 from pqlab import pcap, procstat
 from pqlab.errors import CheckError, EngineError
 from pqlab.experiments.handshake import phases as hp
 from pqlab.experiments.handshake import predicted
+from pqlab.net import clock
 from pqlab.tls import flight, negotiation, records
 from pqlab.tls import keylog as kl
 from pqlab.tls.records import TlsRecord
@@ -59,11 +63,31 @@ def measured(pairs: list[tuple[dict, dict]]) -> list[tuple[dict, dict]]:
     return [(c, s) for c, s in pairs if not c.get("warmup")]
 
 
-def _by_client_port(path: Path, port: int) -> dict[int, list[pcap.Connection]]:
-    out: dict[int, list] = {}
-    for conn in pcap.split_connections(pcap.tcp_packets(path), port):
-        out.setdefault(conn.client[1], []).append(conn)
-    return out
+@dataclass
+class Captures:
+    """Both captures of a cell, each read once and split into connections (in the order of
+    their SYNs): what the clock estimate and the analysis of every handshake read."""
+
+    client: list[pcap.Connection]
+    server: list[pcap.Connection]
+
+    def by_client_port(self, side: str) -> dict[int, list[pcap.Connection]]:
+        """One side's connections by client port, in order (a fresh dict each time: the
+        analysis takes them in turn)."""
+        out: dict[int, list[pcap.Connection]] = {}
+        for conn in self.client if side == "client" else self.server:
+            out.setdefault(conn.client[1], []).append(conn)
+        return out
+
+    def clock_samples(self) -> list:
+        """The clock-offset samples of every connection seen in both captures
+        (`pqlab.net.clock`)."""
+        return clock.samples_from_connections(self.client, self.server)
+
+
+def read_captures(client_pcap: Path, server_pcap: Path, port: int) -> Captures:
+    """A cell's two captures (headers), split into the connections to `port`."""
+    return Captures(pcap.connections(client_pcap, port), pcap.connections(server_pcap, port))
 
 
 def check_pair(idx: int, crec: dict, srec: dict, expected, stack, expect_cc: str | None) -> None:
@@ -202,16 +226,20 @@ def cross_checked_records(server_pcap: Path, keylog: Path, port: int):
     return records_of
 
 
+def match_records(pairs: list[tuple[dict, dict]], records_of=callback_records) -> list:
+    """The TLS records of every pair (warm-ups included), in order: `records_of(client
+    record, server record)`, the stack's callback events or the key-log source."""
+    return [records_of(crec, srec) for crec, srec in pairs]
+
+
 def analyse_cell(
-    client_pcap: Path,
-    server_pcap: Path,
+    captures: Captures,
     pairs: list[tuple[dict, dict]],
-    port: int,
     initcwnd: int,
     expected,
     stack=None,
     expect_cc: str | None = None,
-    records_of=callback_records,
+    records: list | None = None,
     clock_tolerance_ns: float = 0,
     writes_of=predicted.io_writes,
     model: predicted.CellModel | None = None,
@@ -219,15 +247,18 @@ def analyse_cell(
     """Per-handshake rows and phase rows for one cell (without the cell's labels), for the
     measured pairs of `pairs` (all of the cell's connections in order, warm-ups included:
     each takes its connection from the captures, so a reused client port stays matched).
-    `records_of(client_record, server_record)` gives the TLS records both sides wrote;
-    `clock_tolerance_ns` how far the two captures' clocks may disagree (0: one clock);
-    `writes_of(server_record)` the server's socket writes on the server capture's clock;
-    `model` the cell's wire model, whose prediction each row carries."""
-    c_by_port = _by_client_port(client_pcap, port)
-    s_by_port = _by_client_port(server_pcap, port)
+    `records[i]`: the TLS records both sides wrote in pair i (`match_records`; default the
+    stack's callback events); `clock_tolerance_ns` how far the two captures' clocks may
+    disagree (0: one clock); `writes_of(server_record)` the server's socket writes on the
+    server capture's clock; `model` the cell's wire model, whose prediction each row
+    carries."""
+    if records is None:
+        records = match_records(pairs)
+    c_by_port = captures.by_client_port("client")
+    s_by_port = captures.by_client_port("server")
     rows, phases = [], []
     idx = -1
-    for crec, srec in pairs:
+    for (crec, srec), connection_records in zip(pairs, records, strict=True):
         warmup = bool(crec.get("warmup"))
         idx += 0 if warmup else 1
         what = "a warm-up handshake" if warmup else f"handshake {idx}"
@@ -240,7 +271,6 @@ def analyse_cell(
                 f"{'client' if not cl else 'server'} capture"
             )
         cconn, sconn = cl.pop(0), sl.pop(0)
-        connection_records = records_of(crec, srec)
         if warmup:
             continue
         mss = int((srec.get("tcp_info") or {}).get("snd_mss") or 1448)

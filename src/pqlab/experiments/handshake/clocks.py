@@ -57,24 +57,40 @@ class CellClock:
         return 0.0 if self.shared else self.estimate.uncertainty_ns
 
 
-def correct(hosts, client_pcap: Path, server_pcap: Path, port: int) -> CellClock:
-    """Estimate the offset of the server's capture clock; on separate clocks write the
-    server capture moved onto the client's clock next to it (`*.corrected.pcap`)."""
+@dataclass(frozen=True)
+class HostClocks:
+    """What the cells of a batch share about the two hosts' clocks: whether they are one
+    clock, each host's clock source and synchronisation state (read once per batch: its
+    cells ran interleaved, at the same time), and a test-only injected offset."""
+
+    shared: bool
+    states: dict
+    injected_ns: int = 0
+
+
+def host_clocks(hosts) -> HostClocks:
     shared = bool(getattr(hosts, "shared_clock", True))
-    est = clock.estimate(clock.samples_from_captures(client_pcap, server_pcap, port))
-    states = hosts.clock_states() if hasattr(hosts, "clock_states") else _local_states()
+    if hasattr(hosts, "clock_states"):
+        states = hosts.clock_states()
+    else:
+        state = metadata.local_clock()
+        states = {"client": state, "server": state}
     remote = getattr(hosts, "remote_side", lambda side: None)("server")
     injected = getattr(remote, "test_offset_ns", 0) if remote is not None else 0
+    return HostClocks(shared, states, injected)
+
+
+def correct(samples: list[clock.Sample], server_pcap: Path, hosts: HostClocks) -> CellClock:
+    """Estimate the offset of the server's capture clock from the cell's `samples`
+    (`pqlab.experiments.handshake.analyse.Captures.clock_samples`); on separate clocks
+    write the server capture moved onto the client's clock next to it
+    (`*.corrected.pcap`)."""
+    est = clock.estimate(samples)
     target = server_pcap
-    if not shared:
+    if not hosts.shared:
         target = server_pcap.with_name(server_pcap.name.replace(".pcap", ".corrected.pcap"))
         clock.correct_server_capture(server_pcap, target, est)
-    return CellClock(est, shared, target, states, injected)
-
-
-def _local_states() -> dict:
-    state = metadata.local_clock()
-    return {"client": state, "server": state}
+    return CellClock(est, hosts.shared, target, hosts.states, hosts.injected_ns)
 
 
 def tag_phases(rows: list[dict], cc: CellClock, pair: str | None) -> list[dict]:

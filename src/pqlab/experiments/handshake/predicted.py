@@ -12,6 +12,7 @@ the TCP handshake in the captures); on a shaped link the profile's delays and ra
 
 from __future__ import annotations
 
+import functools
 import json
 import statistics
 from dataclasses import dataclass
@@ -51,6 +52,17 @@ class CellModel:
     link: wire.Link | None
     mss: int
     initcwnd: int
+
+    @functools.cached_property
+    def extremes(self) -> tuple[predict.Handshake, predict.Handshake]:
+        """The smallest and largest handshake of the cell (`predict.Handshake.extremes`)."""
+        return self.handshake.extremes()
+
+    def for_cliffs(self) -> CellModel:
+        """The model with its chain's bytes left out (its certificate count kept): all that
+        `cliff_rows` depends on, so cells that differ only in their chain share it."""
+        blank = (0,) * len(self.handshake.chain_der)
+        return CellModel(self.handshake.with_chain(blank), self.link, self.mss, self.initcwnd)
 
 
 def cell_model(
@@ -106,7 +118,10 @@ def columns(model: CellModel, points: dict, writes, flight_end: int) -> dict:
     """The predicted columns of one handshake (the smallest and largest sizes)."""
     link = measured_link(model, points)
     timing = _timing(points, writes, flight_end)
-    outs = [predict.predict(hs, link, timing=timing) for hs in model.handshake.extremes()]
+    small, large = model.extremes
+    low = predict.predict(small, link, timing=timing)
+    # Most signatures have one size: then one replay serves both ends.
+    outs = [low, low if large == small else predict.predict(large, link, timing=timing)]
     w = [o.wire for o in outs]
     return {
         "predicted_flight_bytes_min": outs[0].flight_bytes,

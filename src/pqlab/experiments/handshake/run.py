@@ -1,8 +1,14 @@
-"""Running the handshake matrix: per cell, captures in both namespaces, the TLS server, the
-client's warm-up + N handshakes, then analysis and one committed cell.
+"""Running the handshake matrix: per cell, captures in both namespaces, the TLS server and
+one client, the client's warm-up + N handshakes in rounds, then analysis and one committed
+cell.
 
 Everything is started through the TLS runner (`pqlab.tls.runner`) on one topology built by
-`pqlab.net.shaping.build_hosts`; every process is stopped whatever happens.
+`pqlab.net.shaping.build_hosts`; every process is stopped whatever happens. What runs when
+(docs/handshake.md, "What runs when"): a batch's processes are all started before its first
+round; while a round runs, the lab and every other process of the batch wait without waking
+(the servers and clients hold their records, idle captures sleep); records are read between
+rounds, captures read and cells analysed and committed after the batch's last round. Each
+stage's wall time is kept in the run's metadata (`pqlab.stages`).
 """
 
 from __future__ import annotations
@@ -11,27 +17,22 @@ import contextlib
 import json
 import random
 import shutil
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import SimpleNamespace
 
 from pqlab import process, procstat, stats
 from pqlab.errors import EngineError, UserError
-from pqlab.experiments.handshake import analyse, clocks, predicted, schema
+from pqlab.experiments.handshake import analyse, clocks, predicted, schema, worker
 from pqlab.experiments.handshake.plan import CELLS, DEFAULT_INITCWND, Plan
 from pqlab.net.shaping import build_hosts
 from pqlab.net.topology import TcpSettings
-from pqlab.procstat import PeakRss
 from pqlab.progress import CellProgress
 from pqlab.tls import runner, stacks
 from pqlab.tls.chains import Chain, make_chain, private_dir, secret_file
 from pqlab.tls.negotiation import Expected
+from pqlab.workers import Workers
 
 EXPERIMENT = "handshake"
-# A cell whose median moved this much (relative) between its earlier and later rounds is
-# named in the warnings; comparisons use the drift whatever its size.
-DRIFT_WARNING = 0.05
 # After each handshake the client sends pqlab's request (`GET 22\n`) and reads a 22-byte
 # answer, the size of document 004's reply ("I hear you fa shizzle!"): the connection's bytes
 # on the wire are then document 004's (`handshake_wire_bytes.csv`). Both come after the
@@ -55,19 +56,21 @@ def cell_budget(plan: Plan, handshakes: int | None = None) -> float:
 
 
 def _cell_files(store, plan: Plan, name: str, work: Path):
-    """The cell's capture paths and its key log (0600), kept under pcap/ with --keep-pcap."""
+    """The cell's capture paths and its key log (0600), kept under pcap/ with --keep-pcap,
+    and the files of the client's and the server's connection records (in `work`)."""
     pcap_dir = private_dir(store.path / "pcap") if plan.keep_pcap else work
     client_pcap, server_pcap = pcap_dir / f"{name}.client.pcap", pcap_dir / f"{name}.server.pcap"
     keylog = pcap_dir / f"{name}.keys.log" if plan.keep_pcap or plan.needs_keylog else None
     if keylog is not None:
         secret_file(keylog)
-    return client_pcap, server_pcap, keylog
+    records = (work / f"{name}.client.jsonl", work / f"{name}.server.jsonl")
+    return (client_pcap, server_pcap, keylog), records
 
 
 @dataclass
 class _Live:
-    """One cell of a batch while the batch runs: its server and captures run for the whole
-    batch, a new client for each of its rounds."""
+    """One cell of a batch while the batch runs: its server, captures and client run for
+    the whole batch, the client told when to run each of its rounds."""
 
     algs: tuple  # group, server and CA signatures, chain bytes or None, client signature or None
     chain: Chain
@@ -75,12 +78,13 @@ class _Live:
     cid: str
     port: int
     files: tuple  # client pcap, server pcap, key log (or None)
+    records: tuple  # the client's and the server's connection records (JSON lines)
     expected: Expected
     caps: dict = field(default_factory=dict)
     server: process.EngineProcess | None = None
-    records: list = field(default_factory=list)  # client connection records, in order
+    client: process.EngineProcess | None = None
+    connections: int = 0  # made so far, warm-ups included
     order: list = field(default_factory=list)  # handshake_order rows
-    cpu: list = field(default_factory=lambda: [0.0, 0.0])  # the clients' user, system s
     peaks: dict = field(default_factory=dict)  # side -> peak RSS (KiB)
     busy_s: float = 0.0  # wall time of its rounds
     model: predicted.CellModel | None = None  # the wire model's view of the cell
@@ -88,35 +92,31 @@ class _Live:
     identity: runner.Identity | None = None  # mutual TLS: what the client presents
 
 
-class _Clients:
-    """The CPU of a cell's client processes together, as `procstat.cpu_seconds` reads it."""
-
-    def __init__(self, user: float, system: float):
-        self.rusage = SimpleNamespace(ru_utime=user, ru_stime=system)
-
-
 def _prepare(store, hosts, plan: Plan, pair, index: int, cell, work: Path) -> _Live:
     """Chain, ports and files of the batch's cell `index` (nothing started)."""
     group, server_sig, ca_sig, chain_bytes, client = cell
-    chain = make_chain(
-        store.path / "certs",
-        ca_sig,
-        server_sig,
-        plan.stack,
-        send_root=plan.send_root,
-        server_address=hosts.server_ip if pair is not None else None,
-        chain_bytes=chain_bytes,
-    )
+    with store.stages.stage("chains"):
+        chain = make_chain(
+            store.path / "certs",
+            ca_sig,
+            server_sig,
+            plan.stack,
+            send_root=plan.send_root,
+            server_address=hosts.server_ip if pair is not None else None,
+            chain_bytes=chain_bytes,
+        )
     name = f"{group.name}_{server_sig.name}_{ca_sig.name}".replace("/", "_")
     name += f"_{chain_bytes}B" if chain_bytes is not None else ""
     name += f"_client_{client.name}".replace("/", "_") if client is not None else ""
     if len(plan.pairs) > 1:
         name += "_" + "".join(c if c.isalnum() or c in ".-" else "_" for c in pair.label)
+    files, records = _cell_files(store, plan, name, work)
     client_chain = client_auth = identity = None
     if client is not None:
-        client_chain = make_chain(
-            store.path / "certs", plan.client_ca or ca_sig, client, plan.stack, purpose="client"
-        )
+        with store.stages.stage("chains"):
+            client_chain = make_chain(
+                store.path / "certs", plan.client_ca or ca_sig, client, plan.stack, purpose="client"
+            )
         client_auth, identity = runner.mutual(client_chain, client)
     return _Live(
         algs=cell,
@@ -124,7 +124,8 @@ def _prepare(store, hosts, plan: Plan, pair, index: int, cell, work: Path) -> _L
         pair=pair,
         cid=str(plan.cell_id(group, server_sig, ca_sig, chain_bytes, client, pair)),
         port=plan.port + index,
-        files=_cell_files(store, plan, name, work),
+        files=files,
+        records=records,
         expected=Expected(group=group, sigalg=server_sig, client_sigalg=client),
         client_auth=client_auth,
         identity=identity,
@@ -149,76 +150,65 @@ def _tls(plan: Plan, cell: _Live, keylog: Path | None = None) -> runner.Tls:
     return runner.Tls(stack=plan.stack, groups=(group,), sigalgs=sigalgs, keylog=keylog)
 
 
-def _start(hosts, plan: Plan, cell: _Live, handshakes: int, budget: float, procs: list) -> None:
-    """The cell's captures on both hosts and its server (for all its rounds)."""
+def _start(hosts, plan: Plan, cell: _Live, rounds: list, budget: float, procs: list) -> None:
+    """The cell's captures on both hosts, its server and its client (for all its rounds),
+    the client waiting for its first round."""
     # Headers suffice for the callback analysis; the key-log source and Wireshark need
     # whole packets.
     snaplen = 262144 if plan.keep_pcap or plan.needs_keylog else 128
     for side, path in (("client", cell.files[0]), ("server", cell.files[1])):
         cell.caps[side] = runner.start_capture(hosts, side, cell.port, path, snaplen, budget)
         procs.append(cell.caps[side])
+    warmups, measured = sum(w for w, _ in rounds), sum(n for _, n in rounds)
     spec = runner.ServerSpec(
         tls=_tls(plan, cell, keylog=cell.files[2]),
         chain=cell.chain,
         listen=f"{hosts.server_ip}:{cell.port}",
-        max_connections=handshakes,
+        max_connections=warmups + measured,
         response_mode="echo-size",
+        hold_records=True,
+        connection_records=cell.records[1],
         client_auth=cell.client_auth,
     )
     server_cpu = plan.cpus[0] if plan.cpus else None
     # A remote server ends by itself after the batch's budget, whatever happens here.
     cell.server = runner.start_server(spec, hosts, cpu=server_cpu, lifetime=budget + 120)
     procs.append(cell.server)
-
-
-def _run_round(hosts, plan: Plan, cell: _Live, rnd: tuple, position: int) -> None:
-    """One round of one cell: a client making its share of the handshakes, with its memory
-    and the server's sampled while it runs."""
-    number, (warmup, n) = rnd
-    spec = runner.ClientSpec(
+    client = runner.ClientSpec(
         tls=_tls(plan, cell),
         connect=f"{hosts.server_ip}:{cell.port}",
         ca=cell.chain.root,
         servername=None,
-        n=n,
-        warmup=warmup,
-        time_limit=int(cell_budget(plan, warmup + n)),
+        n=measured,
+        warmup=warmups,
+        time_limit=int(budget),
         expected=cell.expected,
+        rounds=tuple(rounds),
+        connection_records=cell.records[0],
         identity=cell.identity,
         request_bytes=RESPONSE_BYTES,
     )
-    started_ns, started = time.time_ns(), time.monotonic()
-    client = runner.start_client(spec, hosts, cpu=plan.cpus[1] if plan.cpus else None)
-    memory = {}
-    try:
-        if client.local:
-            memory["client"] = PeakRss(client.pid)
-        if cell.server.local:  # a remote pid is not in this machine's /proc
-            memory["server"] = PeakRss(cell.server.pid)
-        records = [
-            r for r in client.finish(cell_budget(plan, warmup + n)) if r["type"] == "connection"
-        ]
-    finally:
-        for side, m in memory.items():
-            peak = m.stop()
-            if peak is not None:
-                cell.peaks[side] = max(peak, cell.peaks.get(side) or 0)
-        client.stop()
-    seconds = time.monotonic() - started
-    bad = runner.connection_errors(client, cell.server)
-    if bad:
-        raise EngineError(f"{len(bad)} connection(s) failed: {bad[0].get('message')}")
-    if len(records) != warmup + n:
-        raise EngineError(
-            f"round {number}: expected {warmup + n} connections, the client reported {len(records)}"
-        )
-    for r in records:
-        r["round"] = number
-    cell.records += records
-    user, system = procstat.cpu_seconds(client)
-    cell.cpu[0] += user or 0.0
-    cell.cpu[1] += system or 0.0
-    cell.busy_s += seconds
+    cell.client = runner.start_client(client, hosts, cpu=plan.cpus[1] if plan.cpus else None)
+    procs.append(cell.client)
+
+
+def _run_round(plan: Plan, cell: _Live, rnd: tuple, position: int) -> None:
+    """One round of one cell: its client makes its share of the handshakes. Nothing else
+    of the lab runs meanwhile; the peak memory of both ends is read after it."""
+    number, (warmup, n) = rnd
+    done = runner.next_round(cell.client, number, cell_budget(plan, warmup + n))
+    if (done["round"], done["warmup"], done["count"]) != (number, warmup, n):
+        raise EngineError(f"round {number} of {warmup} + {n} connections, the client ran {done}")
+    cell.connections += warmup + n
+    # VmHWM is a high-water mark: read between rounds it misses nothing but a last
+    # round's growth (a remote server's /proc is not this machine's).
+    peaks = {"client": done.get("vm_hwm_kib")}
+    if cell.server.local:
+        peaks["server"] = procstat.vm_hwm_kib(cell.server.pid)
+    for side, peak in peaks.items():
+        if peak is not None:
+            cell.peaks[side] = max(peak, cell.peaks.get(side) or 0)
+    cell.busy_s += done["seconds"]
     cell.order.append(
         {
             "cell_id": cell.cid,
@@ -227,8 +217,8 @@ def _run_round(hosts, plan: Plan, cell: _Live, rnd: tuple, position: int) -> Non
             "seed": plan.seed,
             "warmup": warmup,
             "handshakes": n,
-            "started_unix_ns": started_ns,
-            "seconds": seconds,
+            "started_unix_ns": done["t_start"],
+            "seconds": done["seconds"],
             "host_pair": cell.pair.label if cell.pair is not None else None,
             "port": cell.port,
         }
@@ -247,165 +237,163 @@ def schedule(cells: int, rounds: int, seed: int) -> list[tuple[int, int]]:
     return out
 
 
-def _finish(store, hosts, plan: Plan, cell: _Live) -> None:
-    """The cell's server and captures stopped, its handshakes analysed and committed."""
-    server_recs = [r for r in cell.server.finish(30) if r["type"] == "connection"]
-    bad = runner.connection_errors(cell.server)
+def _stop(cell: _Live) -> dict:
+    """The cell's client and server ended (each by itself after its last connection), its
+    captures stopped: the captures' summaries."""
+    cell.client.finish(30)
+    cell.server.finish(30)
+    bad = runner.connection_errors(cell.client, cell.server)
     if bad:
         raise EngineError(f"{len(bad)} connection(s) failed: {bad[0].get('message')}")
-    summaries = {side: runner.stop_capture(cap) for side, cap in cell.caps.items()}
-    total = len(cell.records)
-    if len(server_recs) != total:
-        raise EngineError(
-            f"expected {total} connections, the client reported {total} and the server "
-            f"{len(server_recs)}"
-        )
-    load = analyse.load_rows(
-        {"server": cell.server, "client": _Clients(*cell.cpu)}, cell.peaks, cell.busy_s, total
-    )
-    pairs = analyse.pair_records(cell.records, server_recs)
-    client_pcap, server_pcap, keylog = cell.files
-    # Across hosts the server's capture is moved onto the client's clock first.
-    cell_clock = clocks.correct(hosts, client_pcap, server_pcap, cell.port)
-    if cell_clock.applied:
-        cell.files = (*cell.files, cell_clock.server_pcap)
-    # The server's io events are on its own clock: moved as its capture was.
-    shift = cell_clock.estimate.offset_ns if cell_clock.applied else 0.0
-    rows, phase_rows = analyse.analyse_cell(
-        client_pcap,
-        cell_clock.server_pcap,
-        pairs,
-        cell.port,
-        hosts.tcp.initcwnd or DEFAULT_INITCWND,
-        cell.expected,
-        stacks.get(plan.stack),
-        hosts.tcp.congestion_control,
-        records_of=_records_source(plan, cell_clock.server_pcap, keylog, cell.port),
-        clock_tolerance_ns=cell_clock.phase_uncertainty_ns,
-        writes_of=lambda srec: predicted.io_writes(srec, shift),
-        model=cell.model,
-    )
-    for row, (crec, _) in zip(rows, analyse.measured(pairs), strict=True):
-        row["round"] = crec["round"]
-    label = cell.pair.label if cell.pair is not None else None
-    _commit(
-        store,
-        hosts,
-        plan,
-        (cell.cid, label, cell.port),
-        cell,
-        rows,
-        clocks.tag_phases(phase_rows, cell_clock, label),
-        summaries,
-        {"client": client_pcap, "server": server_pcap},
-        cell.busy_s,
-        clocks.clock_row(cell.cid, label, cell_clock),
-        load,
-        cell.order,
-    )
+    return {side: runner.stop_capture(cap) for side, cap in cell.caps.items()}
 
 
-def run_batch(store, hosts, plan: Plan, pair, cells: list, work: Path, progress) -> None:
-    """Measure a batch of cells side by side: every cell's server and captures started, then
-    the rounds (each a client per cell, the cells in a shuffled order), then each cell
-    analysed and committed. Everything started is stopped whatever happens."""
-    rounds = plan.round_sizes(plan.rounds_for(len(cells)))
-    per_cell = sum(w + n for w, n in rounds)
-    budget = len(cells) * cell_budget(plan, per_cell)
-    live: list[_Live] = []
-    procs: list[process.EngineProcess] = []
-    where = f" ({pair.label})" if pair is not None and len(plan.pairs) > 1 else ""
-    try:
-        for i, cell in enumerate(cells):
-            group, ssig, csig = cell[:3]
-            progress.start(f"starting {group.name} / {ssig.name} / CA {csig.name}{where}")
-            live.append(_prepare(store, hosts, plan, pair, i, cell, work))
-            _start(hosts, plan, live[-1], per_cell, budget, procs)
-        for position, (number, i) in enumerate(schedule(len(live), len(rounds), plan.seed)):
-            group, ssig, csig = live[i].algs[:3]
-            progress.start(
-                f"round {number + 1}/{len(rounds)}: {group.name} / {ssig.name} / CA "
-                f"{csig.name}{where}"
-            )
-            _run_round(hosts, plan, live[i], (number, rounds[number]), position)
-        for cell in live:
-            _finish(store, hosts, plan, cell)
-            progress.advance()
-    finally:
-        for p in reversed(procs):
-            p.stop()
-        if not plan.keep_pcap:
-            for cell in live:
-                for f in cell.files:
-                    if f is not None:
-                        with contextlib.suppress(FileNotFoundError):
-                            f.unlink()
-
-
-def _records_source(plan: Plan, server_pcap: Path, keylog: Path | None, port: int):
-    """Where the analysis takes each handshake's TLS records from (--messages)."""
-    if plan.messages == "keylog":
-        return analyse.keylog_records(server_pcap, keylog, port)
-    if plan.messages == "both":
-        return analyse.cross_checked_records(server_pcap, keylog, port)
-    return analyse.callback_records
-
-
-def _commit(
-    store,
-    hosts,
-    plan: Plan,
-    ids,
-    cell: _Live,
-    rows,
-    phase_rows,
-    summaries,
-    pcaps,
-    elapsed: float,
-    clock_row,
-    load: list[dict] = (),
-    order: list[dict] = (),
-) -> None:
-    cid, pair, port = ids
+def _labels(plan: Plan, cell: _Live) -> tuple[dict, dict]:
+    """The cell's columns in every table, and those handshake_raw adds."""
     group, server_sig, ca_sig, chain_bytes, client = cell.algs
     labels = {
-        "cell_id": cid,
+        "cell_id": cell.cid,
         "group": group.name,
         "server_sig": server_sig.name,
         "ca_sig": ca_sig.name,
         "stack": plan.stack,
         "client_sig": client.name if client is not None else "none",
     }
-    topo = json.dumps(hosts.describe(), default=str)
+    raw = {
+        "chain_sent": "server+root" if plan.send_root else "server",
+        "message_source": plan.messages,
+        "host_pair": cell.pair.label if cell.pair is not None else None,
+        "chain_bytes_requested": chain_bytes,
+        "chain_der_bytes": cell.chain.sent_der_bytes,
+        "shaped": plan.profile is not None,
+    }
+    return labels, raw
+
+
+def _job(hosts, plan: Plan, cell: _Live, host_clocks) -> worker.Job:
+    """What a worker needs to analyse the cell."""
+    client_pcap, server_pcap, keylog = cell.files
+    labels, raw_columns = _labels(plan, cell)
+    return worker.Job(
+        cid=cell.cid,
+        pair=cell.pair.label if cell.pair is not None else None,
+        port=cell.port,
+        client_pcap=client_pcap,
+        server_pcap=server_pcap,
+        keylog=keylog,
+        client_records=cell.records[0],
+        server_records=cell.records[1],
+        expected=cell.expected,
+        stack=stacks.get(plan.stack),
+        congestion_control=hosts.tcp.congestion_control,
+        initcwnd=hosts.tcp.initcwnd or DEFAULT_INITCWND,
+        messages=plan.messages,
+        clocks=host_clocks,
+        labels=labels,
+        raw_columns=raw_columns,
+        shaped=plan.profile is not None,
+        model=cell.model,
+    )
+
+
+def _finish(store, hosts, plan: Plan, live: list[_Live], pool, progress) -> None:
+    """Every cell of the batch stopped, then analysed by the workers side by side and
+    committed as its result comes."""
+    stage = store.stages.stage
+    summaries = []
+    with stage("stopping"):
+        for cell in live:
+            summaries.append(_stop(cell))
+    with stage("analysis"):
+        host_clocks = clocks.host_clocks(hosts)
+        results = pool.map(worker.run, [_job(hosts, plan, c, host_clocks) for c in live])
+    # One topology for the whole batch: described once.
+    topology = json.dumps(hosts.describe(), default=str)
+    for cell, summary in zip(live, summaries, strict=True):
+        with stage("analysis"):
+            result = next(results)
+        store.stages.add_parallel(result.seconds)
+        if result.connections != cell.connections:
+            raise EngineError(
+                f"{cell.cid}: the rounds made {cell.connections} connections, the client "
+                f"recorded {result.connections}"
+            )
+        if result.corrected_pcap is not None:
+            cell.files = (*cell.files, result.corrected_pcap)
+        _commit(store, plan, cell, result, summary, topology)
+        progress.advance()
+
+
+def run_batch(store, hosts, plan: Plan, pair, cells: list, work: Path, progress, pool) -> None:
+    """Measure a batch of cells side by side: every cell's captures, server and client
+    started, then the rounds (each cell's client told to run its share, the cells in a
+    shuffled order), then the cells analysed by the worker processes (`pool`) and
+    committed. Everything started is stopped whatever happens."""
+    rounds = plan.round_sizes(plan.rounds_for(len(cells)))
+    per_cell = sum(w + n for w, n in rounds)
+    budget = len(cells) * cell_budget(plan, per_cell)
+    live: list[_Live] = []
+    procs: list[process.EngineProcess] = []
+    where = f" ({pair.label})" if pair is not None and len(plan.pairs) > 1 else ""
+    stage = store.stages.stage
+    try:
+        for i, cell in enumerate(cells):
+            group, ssig, csig = cell[:3]
+            progress.start(f"starting {group.name} / {ssig.name} / CA {csig.name}{where}")
+            live.append(_prepare(store, hosts, plan, pair, i, cell, work))
+            with stage("starting_servers_and_captures"):
+                _start(hosts, plan, live[-1], rounds, budget, procs)
+        for position, (number, i) in enumerate(schedule(len(live), len(rounds), plan.seed)):
+            group, ssig, csig = live[i].algs[:3]
+            progress.start(
+                f"round {number + 1}/{len(rounds)}: {group.name} / {ssig.name} / CA "
+                f"{csig.name}{where}"
+            )
+            with stage("handshakes"):
+                _run_round(plan, live[i], (number, rounds[number]), position)
+        progress.start(f"analysing {len(live)} cells{where}")
+        _finish(store, hosts, plan, live, pool, progress)
+    finally:
+        with stage("stopping"):
+            for p in reversed(procs):
+                p.stop()
+        for cell in live:
+            for f in (*cell.records, *(cell.files if not plan.keep_pcap else ())):
+                if f is not None:
+                    with contextlib.suppress(FileNotFoundError):
+                        f.unlink()
+
+
+def _commit(store, plan: Plan, cell: _Live, result: worker.Result, summaries, topology) -> None:
+    """Everything the cell measured, committed with its done-mark in one transaction."""
+    cid = cell.cid
+    pair = result.clock_row["host_pair"]
+    labels, _ = _labels(plan, cell)
+    clock_row = result.clock_row
     params = {
         **labels,
         "n": plan.n,
         "warmup": plan.warmup,
-        "port": port,
-        "rounds": len(order),
+        "port": cell.port,
+        "rounds": len(cell.order),
         "seed": plan.seed,
         "profile": plan.profile_name,
         "send_root": plan.send_root,
-        "chain_bytes": chain_bytes,
+        "chain_bytes": cell.algs[3],
         "stack": plan.stack,
         "host_pair": pair,
         "clock_offset_ns": clock_row["offset_ns"],
         "clock_uncertainty_ns": clock_row["uncertainty_ns"],
         "clock_applied": clock_row["applied"],
     }
+    load = analyse.load_rows(
+        {"server": cell.server, "client": cell.client}, cell.peaks, cell.busy_s, cell.connections
+    )
+    pcaps = {"client": cell.files[0], "server": cell.files[1]}
     with store.cell(EXPERIMENT, cid, params):
-        chain_sent = "server+root" if plan.send_root else "server"
-        extra = {
-            "chain_sent": chain_sent,
-            "message_source": plan.messages,
-            "host_pair": pair,
-            "chain_bytes_requested": chain_bytes,
-            "chain_der_bytes": cell.chain.sent_der_bytes,
-            "shaped": plan.profile is not None,
-        }
-        store.insert("handshake_raw", _columns(rows, {**labels, **extra}))
-        store.insert("handshake_phase", _columns(phase_rows, labels))
-        store.insert("handshake_load", _columns(list(load), labels))
+        store.insert("handshake_raw", result.raw)
+        store.insert("handshake_phase", result.phases)
+        store.insert("handshake_load", _columns(load, labels))
         store.insert_rows(
             "handshake_capture",
             [
@@ -417,73 +405,28 @@ def _commit(
                     "kernel_drops": s["kernel_drops"],
                     "userspace_timestamps": s["userspace_timestamps"],
                     "pcap": str(pcaps[side]) if plan.keep_pcap else None,
-                    "seconds": elapsed,
-                    "handshakes": sum(o["warmup"] + o["handshakes"] for o in order),
-                    "topology": topo,
+                    "seconds": cell.busy_s,
+                    "handshakes": cell.connections,
+                    "topology": topology,
                     "host_pair": pair,
                 }
                 for side, s in summaries.items()
             ],
         )
         store.insert_rows("handshake_clock", [clock_row])
-        store.insert_rows("handshake_order", list(order))
-        store.add_warnings(
-            EXPERIMENT,
-            cid,
-            stats.noise_warnings(
-                f"handshake {cid}", stats.summarize([r["handshake_ns"] for r in rows])
-            ),
-        )
-        if rows and cell.model is not None:
-            store.add_warnings(
-                EXPERIMENT,
-                cid,
-                predicted.warnings(cid, rows, plan.profile is not None, cell.model.initcwnd),
-            )
-            store.insert_rows("handshake_cliffs", predicted.cliff_rows(cid, cell.model))
-        moved = stats.drift([r["handshake_ns"] for r in rows], [r["round"] for r in rows])
-        if moved is not None and abs(moved) >= DRIFT_WARNING:
-            store.add_warnings(
-                EXPERIMENT,
-                cid,
-                [
-                    stats.Warning_(
-                        stats.Cause.DRIFT,
-                        cid,
-                        f"the median handshake moved {moved * 100:+.1f} % from the cell's "
-                        "earlier rounds to its later ones",
-                    )
-                ],
-            )
-        disagreed = sum(1 for r in rows if r.get("order_disagreements"))
-        if disagreed:
-            store.add_warnings(
-                EXPERIMENT,
-                cid,
-                [
-                    stats.Warning_(
-                        stats.Cause.CLOCK_ORDER,
-                        cid,
-                        f"{disagreed} of {len(rows)} handshakes had events on the two hosts "
-                        "in an order the two capture clocks cannot resolve (within "
-                        f"{clock_row['uncertainty_ns'] / 1e3:.1f} us)",
-                    )
-                ],
-            )
+        store.insert_rows("handshake_order", list(cell.order))
+        store.insert_rows("handshake_cliffs", result.cliffs)
         drops = sum(s["kernel_drops"] for s in summaries.values())
         if drops:
-            store.add_warnings(
-                EXPERIMENT,
-                cid,
-                [
-                    stats.Warning_(
-                        stats.Cause.CAPTURE_DROPS,
-                        cid,
-                        f"the kernel dropped {drops} captured packets",
-                        "rerun the cell with fewer parallel jobs on the machine",
-                    )
-                ],
+            result.warnings.append(
+                stats.Warning_(
+                    stats.Cause.CAPTURE_DROPS,
+                    cid,
+                    f"the kernel dropped {drops} captured packets",
+                    "rerun the cell with fewer parallel jobs on the machine",
+                )
             )
+        store.add_warnings(EXPERIMENT, cid, result.warnings)
 
 
 def measure(plan: Plan, store) -> None:
@@ -516,22 +459,29 @@ def measure(plan: Plan, store) -> None:
     work = store.path / ".work"
     work.mkdir(exist_ok=True)
     try:
-        with CellProgress("handshake", len(todo)) as progress:
+        with (
+            CellProgress("handshake", len(todo), ticking=False) as progress,
+            Workers() as pool,
+        ):
             for pair in plan.pairs:
                 cells = [cell for p, cell in todo if p is pair]
                 if cells:
-                    _measure_pair(store, plan, pair, cells, work, progress)
+                    _measure_pair(store, plan, pair, cells, (work, progress, pool))
         clocks.record_metadata(store)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
 
-def _measure_pair(store, plan: Plan, pair, cells, work: Path, progress) -> None:
+def _measure_pair(store, plan: Plan, pair, cells, context) -> None:
+    """The cells of one host pair (None: this machine's namespaces) on one topology, batch
+    by batch; `context`: the work directory, the progress display, the worker pool."""
+    work, progress, pool = context
     tcp = TcpSettings(congestion_control=plan.congestion_control, initcwnd=plan.initcwnd)
     config = plan.remote.config if plan.remote is not None else ()
-    with build_hosts(plan.profile, plan.shaper, tcp, pair, config) as hosts:
+    hosts_cm = build_hosts(plan.profile, plan.shaper, tcp, pair, config)
+    with store.stages.around(hosts_cm, "namespaces_and_links", "stopping") as hosts:
         if pair is not None:
             progress.log(f"{pair.label}: {hosts.link.choice}")
             hosts.record(store)
         for batch in plan.batches(cells):
-            run_batch(store, hosts, plan, pair, batch, work, progress)
+            run_batch(store, hosts, plan, pair, batch, work, progress, pool)

@@ -101,8 +101,7 @@ class Wire:
 def connections_by_port(pcap_path: Path, server_port: int) -> dict[int, list[pcap.Connection]]:
     """Every captured connection to the server port, by the client's port, in SYN order."""
     out: dict[int, list[pcap.Connection]] = {}
-    packets = pcap.tcp_packets(pcap_path, keep_payload=True)
-    for conn in pcap.split_connections(packets, server_port):
+    for conn in pcap.connections(pcap_path, server_port, keep_payload=True):
         out.setdefault(conn.client[1], []).append(conn)
     return out
 

@@ -1,0 +1,61 @@
+"""Worker processes for the lab's own CPU work between measurements (analysing finished
+cells): one per CPU this process may use, so the work after a batch of handshakes takes
+the machine's cores instead of one.
+
+    with Workers() as pool:
+        for result in pool.map(analyse_one, jobs):   # in the jobs' order
+            commit(result)
+
+Nothing may run beside a timed measurement, so callers use the pool only between them
+(docs/handshake.md, "What runs when"). Workers are started from a fresh server process
+(multiprocessing's forkserver: never a fork of the lab, whose threads read its children's
+output), ignore Ctrl-C (the lab stops them), and are terminated when the block ends,
+whatever happens. With one CPU the jobs run in this process, one after another.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+from collections.abc import Callable, Iterable, Iterator
+
+
+def usable_cpus() -> int:
+    """CPUs this process may run on."""
+    return len(os.sched_getaffinity(0))
+
+
+def _ignore_interrupt() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+class Workers:
+    def __init__(self, processes: int | None = None):
+        self.processes = usable_cpus() if processes is None else processes
+        self._pool = None
+
+    def __enter__(self) -> Workers:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def map(self, fn: Callable, jobs: Iterable) -> Iterator:
+        """fn(job) for every job, in the workers, results in the jobs' order; an exception
+        in a job is raised here when its result is due. `fn` must be a module-level
+        function and jobs and results picklable."""
+        jobs = list(jobs)
+        if self.processes <= 1 or len(jobs) <= 1:
+            return map(fn, jobs)
+        if self._pool is None:
+            ctx = multiprocessing.get_context("forkserver")
+            self._pool = ctx.Pool(self.processes, initializer=_ignore_interrupt)
+        return self._pool.imap(fn, jobs)
+
+    def close(self) -> None:
+        """Stop the workers (at once: a job still running is abandoned)."""
+        if self._pool is not None:
+            self._pool.terminate()
+            self._pool.join()
+            self._pool = None
