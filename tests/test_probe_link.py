@@ -55,6 +55,7 @@ def test_the_flight_waits_one_round_trip_for_an_ack_as_handshake_shows(tmp_path,
         (1, "ML-DSA-87", True),
     ]
     line = next(x for x in proc.stdout.splitlines() if x.startswith("X25519MLKEM768"))
+    print("\n" + line)
     assert "for an ACK after 10 segments (congestion window) in 5/5" in line, line
     assert assert_messages_equal_tshark(out, port) == 5
 
