@@ -8,6 +8,12 @@
 //! every private exponent is as long as the prime (p bits - 1). Document 002's nginx used the
 //! latter: its DHE handshakes cost several times more than short-exponent DHE.
 //!
+//! OpenSSL has no named group for the RFC 2409 1024-bit MODP prime (it would draw 1022-bit
+//! exponents for it, like for a generated prime), so the 1024-bit RFC parameters are RFC
+//! 5114's 1024-bit MODP group with a 160-bit prime-order subgroup (section 2.1), which
+//! OpenSSL knows as the named group `dh_1024_160` and draws 160-bit exponents for: the same
+//! short-exponent baseline as the RFC 3526 primes at the larger sizes.
+//!
 //! `--source generated --out FILE` makes a new safe-prime group (generator 2) and writes it as
 //! PEM `DH PARAMETERS`; `--source rfc` describes the named prime of that size; `--in FILE`
 //! describes an existing file. Each reports `private_bits`, measured by drawing keys with the
@@ -30,7 +36,7 @@ pub struct Args {
     /// Prime size in bits: 1024, 2048, 3072 or 4096 (with --source).
     #[arg(long)]
     pub bits: Option<u32>,
-    /// rfc: the named prime of that size (RFC 3526 MODP, RFC 2409 for 1024); generated: a
+    /// rfc: the named prime of that size (RFC 3526 MODP; RFC 5114 2.1 for 1024); generated: a
     /// new safe prime made now (slow: seconds for 2048 bits, minutes for 4096).
     #[arg(long, value_parser = ["rfc", "generated"])]
     pub source: Option<String>,
@@ -46,7 +52,7 @@ pub struct Args {
 pub fn rfc(bits: u32) -> Result<Dh<Params>> {
     use openssl::bn::BigNum;
     let p = match bits {
-        1024 => BigNum::get_rfc2409_prime_1024()?,
+        1024 => return Ok(Dh::get_1024_160()?),
         2048 => BigNum::get_rfc3526_prime_2048()?,
         3072 => BigNum::get_rfc3526_prime_3072()?,
         4096 => BigNum::get_rfc3526_prime_4096()?,

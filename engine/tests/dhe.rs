@@ -1,6 +1,7 @@
 //! The TLS 1.2 DHE server reports the length of the private exponent it drew for each
-//! connection: short with the RFC 3526 primes, which OpenSSL knows as named groups, and as
-//! long as the prime (less two bits) with the RFC 2409 1024-bit prime, which it does not.
+//! connection: short with the RFC primes, which OpenSSL knows as named groups (RFC 3526, and
+//! RFC 5114's 1024-bit group for 1024), and as long as the prime (less two bits) with a prime
+//! of no named group given in a file (here RFC 2409's 1024-bit prime).
 
 mod common;
 use common::{make_certs, Running, TempDir};
@@ -30,8 +31,9 @@ fn dhe_handshake(port: u16) {
     let _ = tls.shutdown();
 }
 
-/// The server's `dh_private_bits` for `n` connections with the RFC prime of `bits`.
-fn private_bits(dir: &TempDir, bits: &str, n: usize) -> Vec<Option<u64>> {
+/// The server's `dh_private_bits` for `n` connections with these DH options (`--dh-bits N`
+/// or `--dh-params FILE`).
+fn private_bits(dir: &TempDir, dh: [&str; 2], n: usize) -> Vec<Option<u64>> {
     let d = dir.path().to_str().unwrap();
     let (chain, key) = (format!("{d}/chain.pem"), format!("{d}/server.key.pem"));
     let count = n.to_string();
@@ -48,8 +50,8 @@ fn private_bits(dir: &TempDir, bits: &str, n: usize) -> Vec<Option<u64>> {
         "1.2",
         "--ciphers",
         SUITE,
-        "--dh-bits",
-        bits,
+        dh[0],
+        dh[1],
         "--max-connections",
         &count,
     ]);
@@ -71,7 +73,7 @@ fn the_server_reports_the_dh_exponent_it_drew() {
     make_certs(dir.path(), "RSA:2048", "RSA:2048");
     // RFC 3526's 2048-bit prime is OpenSSL's named group modp_2048: exponents of at most 225
     // bits (crypto/ffc/ffc_dh.c), never all with the top bit clear.
-    let short = private_bits(&dir, "2048", 6);
+    let short = private_bits(&dir, ["--dh-bits", "2048"], 6);
     assert!(
         short.iter().all(|b| b.is_some_and(|b| b <= 225)),
         "{short:?}"
@@ -80,8 +82,22 @@ fn the_server_reports_the_dh_exponent_it_drew() {
         short.iter().any(|b| b.is_some_and(|b| b > 200)),
         "{short:?}"
     );
+    // The 1024-bit RFC parameters are RFC 5114's dh_1024_160: 160-bit exponents.
+    let short = private_bits(&dir, ["--dh-bits", "1024"], 6);
+    assert!(
+        short.iter().all(|b| b.is_some_and(|b| (140..=160).contains(&b))),
+        "{short:?}"
+    );
     // RFC 2409's 1024-bit prime is no named group: BN_priv_rand with the top bit set,
     // p bits - 2 long (crypto/dh/dh_key.c).
-    let full = private_bits(&dir, "1024", 3);
+    let p = openssl::bn::BigNum::get_rfc2409_prime_1024().unwrap();
+    let g = openssl::bn::BigNum::from_u32(2).unwrap();
+    let pem = openssl::dh::Dh::from_pqg(p, None, g)
+        .unwrap()
+        .params_to_pem()
+        .unwrap();
+    let file = dir.path().join("rfc2409.pem");
+    std::fs::write(&file, pem).unwrap();
+    let full = private_bits(&dir, ["--dh-params", file.to_str().unwrap()], 3);
     assert!(full.iter().all(|&b| b == Some(1022)), "{full:?}");
 }

@@ -119,7 +119,9 @@ unsafe fn own_dh_private_bits(ssl: *mut openssl_sys::SSL) -> Option<i32> {
         return None;
     }
     let mut bits = None;
-    if openssl_sys::EVP_PKEY_get_id(pk) == openssl_sys::EVP_PKEY_DH {
+    // DHX: X9.42 parameters with a subgroup order q (RFC 5114's groups).
+    let id = openssl_sys::EVP_PKEY_get_id(pk);
+    if id == openssl_sys::EVP_PKEY_DH || id == openssl_sys::EVP_PKEY_DHX {
         let mut bn: *mut openssl_sys::BIGNUM = std::ptr::null_mut();
         if openssl_sys::EVP_PKEY_get_bn_param(pk, c"priv".as_ptr(), &mut bn) == 1 && !bn.is_null() {
             bits = Some(openssl_sys::BN_num_bits(bn));
