@@ -85,7 +85,9 @@ fn the_server_reports_the_dh_exponent_it_drew() {
     // The 1024-bit RFC parameters are RFC 5114's dh_1024_160: 160-bit exponents.
     let short = private_bits(&dir, ["--dh-bits", "1024"], 6);
     assert!(
-        short.iter().all(|b| b.is_some_and(|b| (140..=160).contains(&b))),
+        short
+            .iter()
+            .all(|b| b.is_some_and(|b| (140..=160).contains(&b))),
         "{short:?}"
     );
     // RFC 2409's 1024-bit prime is no named group: BN_priv_rand with the top bit set,
