@@ -139,6 +139,8 @@ def test_tls_bench_runs_beside_every_stack_and_its_binary_shrinks_without_pq(tmp
         assert 0.05 < float(r["handshake_ms"]) < 100, r
         # The client's own CPU cannot take longer than the transfer's wall time.
         assert float(r["tx_cpu_MBps"]) >= float(r["tx_MBps"]) * 0.95, r
+        # tls_bench's echo loop, run by pqlab on every stack.
+        assert float(r["echo_tx_MBps"]) > 0 and float(r["echo_rx_MBps"]) > 0, r
     bench = list(csv.DictReader(open(out / "tables" / "throughput_tls_bench.csv")))
     assert {(b["group"], b["pqlab_stack_impl"].split()[0]) for b in bench} == {
         (g, s) for g in ("X25519", "ML-KEM-768") for s in ("wolfSSL", "OpenSSL")
@@ -146,6 +148,7 @@ def test_tls_bench_runs_beside_every_stack_and_its_binary_shrinks_without_pq(tmp
     for b in bench:
         assert int(b["tls_bench_connections"]) > 0 and float(b["tls_bench_connect_avg_ms"]) > 0
         assert b["handshake_ratio"] and b["tx_cpu_ratio"]
+        assert b["echo_tx_ratio"] and b["echo_rx_ratio"]
     kem = next(b for b in bench if b["group"] == "ML-KEM-768")
     assert kem["document_004_group"] == "KYBER_LEVEL3 (Kyber768, pre-standard)"
     raw = list(csv.DictReader(open(out / "tables" / "throughput_tls_bench_raw_rows.csv")))

@@ -1,8 +1,11 @@
 //! `tls bulk`: bulk transfer after one handshake, each way, as wolfSSL's tls_bench does.
 //! Per connection: a full handshake (checked like `tls client`), then `PUSH <n>` and n
 //! pattern bytes to the server (which checks every read and answers `OK <n> <ns>`), then
-//! `PULL <m>` and m pattern bytes from the server, every read checked here. One `bulk`
-//! record per connection with the times of both directions.
+//! `PULL <m>` and m pattern bytes from the server, every read checked here; with
+//! `--echo-bytes e`, then `ECHO <e>` and e pattern bytes a record at a time, each record's
+//! echo read back and checked before the next is written (tls_bench's loop: its "Tx" is the
+//! time inside the write calls, its "Rx" the time waiting in the reads). One `bulk` record
+//! per connection with the times of every direction.
 
 use super::client;
 use super::record::{self, Recorder, SharedRecorder, Stamp, Wire};
@@ -32,6 +35,10 @@ pub struct Args {
     /// Bytes received from the server per connection (1 to 17179869184).
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..=(1u64 << 34)))]
     pub pull_bytes: u64,
+    /// Bytes echoed per connection after the pull, a 16 KiB record at a time (tls_bench
+    /// echoes 131072: 8 records), 1 to 17179869184; none by default.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=(1u64 << 34)))]
+    pub echo_bytes: Option<u64>,
 }
 
 pub fn run(a: Args) -> Result<()> {
@@ -94,6 +101,13 @@ pub fn run(a: Args) -> Result<()> {
             .map_err(|e| e.context(format!("connection {i}: push")))?;
         let (pull_ns, pull_first_ns, pull_cpu_ns) = pull(&mut *session, a.pull_bytes)
             .map_err(|e| e.context(format!("connection {i}: pull")))?;
+        let echo = match a.echo_bytes {
+            Some(e) => Some(
+                echo(&mut *session, e)
+                    .map_err(|err| err.context(format!("connection {i}: echo")))?,
+            ),
+            None => None,
+        };
         session.close(false);
         let mut out = json!({
             "type": "bulk", "index": if i < a.client.warmup { i } else { i - a.client.warmup },
@@ -104,6 +118,11 @@ pub fn run(a: Args) -> Result<()> {
             "push_cpu_ns": push_cpu_ns, "pull_cpu_ns": pull_cpu_ns,
             "tcp_info": record::tcp_info(&tcp), "t": record::realtime_ns(),
         });
+        if let (Some(e), Some((write_ns, read_ns))) = (a.echo_bytes, echo) {
+            out["echo_bytes"] = json!(e);
+            out["echo_write_ns"] = json!(write_ns);
+            out["echo_read_ns"] = json!(read_ns);
+        }
         if let Ok(r) = rec.try_borrow() {
             r.add_counters(&mut out, stack.reports_messages());
         }
@@ -153,6 +172,43 @@ fn push(session: &mut dyn Session, n: u64) -> Result<(i64, i64, u64)> {
         }
         _ => crate::bail!(Check, "the server confirmed {text:?}, pushed {n} bytes"),
     }
+}
+
+/// Send `ECHO <e>`, then e pattern bytes a record at a time, reading each record's echo back
+/// (checked) before writing the next; (ns inside the write calls, ns inside the reads), as
+/// tls_bench's client times its Tx and Rx.
+fn echo(session: &mut dyn Session, e: u64) -> Result<(i64, i64)> {
+    session.write_all(format!("ECHO {e}\n").as_bytes())?;
+    session.flush()?;
+    let mut out = vec![0u8; CHUNK];
+    let mut back = vec![0u8; CHUNK];
+    let (mut write_ns, mut read_ns, mut sent) = (0i64, 0i64, 0u64);
+    while sent < e {
+        let k = (e - sent).min(CHUNK as u64) as usize;
+        fill_pattern(&mut out[..k], sent);
+        let t0 = record::monotonic_ns();
+        session.write_all(&out[..k])?;
+        session.flush()?;
+        let t1 = record::monotonic_ns();
+        write_ns += t1 - t0;
+        let mut got = 0;
+        while got < k {
+            match session.read(&mut back[got..k])? {
+                ReadOutcome::Data(r) => got += r,
+                _ => crate::bail!(
+                    Peer,
+                    "the server stopped echoing after {} bytes",
+                    sent + got as u64
+                ),
+            }
+        }
+        read_ns += record::monotonic_ns() - t1;
+        if !is_pattern(&back[..k], sent) {
+            crate::bail!(Check, "echoed data corrupted at offset {sent}");
+        }
+        sent += k as u64;
+    }
+    Ok((write_ns, read_ns))
 }
 
 /// Send `PULL <m>` and read m pattern bytes, every read checked.

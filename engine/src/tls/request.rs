@@ -18,6 +18,9 @@ pub enum Request {
     Push(u64),
     /// `PULL <n>\n` (bulk transfer): send n pattern bytes.
     Pull(u64),
+    /// `ECHO <n>\n` (bulk transfer, tls_bench's loop): the client sends n pattern bytes a
+    /// record at a time and waits for each to come back before the next.
+    Echo(u64),
 }
 
 /// The bulk-transfer pattern: byte i of a transfer is `pattern_byte(i)`, so a lost,
@@ -77,7 +80,7 @@ impl RequestParser {
         }
     }
 
-    /// Bytes received after a complete `GET`/`PUSH`/`PULL` line (the start of a pushed
+    /// Bytes received after a complete `GET`/`PUSH`/`PULL`/`ECHO` line (the start of a pushed
     /// body that arrived with the request).
     pub fn rest(&self) -> &[u8] {
         match self.line_end {
@@ -135,6 +138,7 @@ impl RequestParser {
         for (verb, make) in [
             ("PUSH ", Request::Push as fn(u64) -> Request),
             ("PULL ", Request::Pull as fn(u64) -> Request),
+            ("ECHO ", Request::Echo as fn(u64) -> Request),
         ] {
             if let Some(arg) = line.strip_prefix(verb) {
                 let n = arg.trim().parse::<u64>().map_err(|_| {
@@ -242,6 +246,8 @@ mod tests {
         assert_eq!(p.push(b"PUSH 10\nabc").unwrap(), Some(Request::Push(10)));
         assert_eq!(p.rest(), b"abc");
         assert_eq!(parse_all(&[b"PULL 7\n"]).unwrap(), Some(Request::Pull(7)));
+        assert_eq!(parse_all(&[b"ECHO 9\n"]).unwrap(), Some(Request::Echo(9)));
+        assert!(parse_all(&[b"ECHO -1\n"]).is_err());
         assert!(parse_all(&[b"PUSH x\n"]).is_err());
         let mut p = RequestParser::new(5);
         assert!(p.push(b"PULL 6\n").is_err());
@@ -339,7 +345,9 @@ mod tests {
 
         fn check_outcome(r: &Result<Option<Request>>) {
             match r {
-                Ok(Some(Request::Size(n) | Request::Push(n) | Request::Pull(n))) => {
+                Ok(Some(
+                    Request::Size(n) | Request::Push(n) | Request::Pull(n) | Request::Echo(n),
+                )) => {
                     assert!(*n <= MAX)
                 }
                 Ok(Some(Request::Http { size, path })) => {

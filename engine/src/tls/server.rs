@@ -639,7 +639,7 @@ fn respond(
     out["t_request_received"] = json!(record::realtime_ns());
     let chunk = [b'x'; CHUNK];
     let (request_bytes, sent) = match request {
-        Request::Push(n) | Request::Pull(n) => {
+        Request::Push(n) | Request::Pull(n) | Request::Echo(n) => {
             return bulk(session, a, out, request, n, watch);
         }
         Request::Size(n) => {
@@ -680,9 +680,11 @@ fn respond(
     Ok((request_bytes, sent))
 }
 
-/// Bulk transfer (tls_bench style): `PUSH <n>` then the client's n pattern bytes, each
-/// read checked, answered with `OK <n> <first-to-last ns>\n`; then `PULL <m>`, answered with
-/// m pattern bytes a full record at a time. Either may come alone, PUSH at most once first.
+/// Bulk transfer (tls_bench style): up to three requests on one connection, in this order,
+/// each at most once: `PUSH <n>` then the client's n pattern bytes, each read checked,
+/// answered with `OK <n> <first-to-last ns>\n`; `PULL <m>`, answered with m pattern bytes a
+/// full record at a time; `ECHO <e>`, e pattern bytes each sent back as it is read (the
+/// client waits for each record's echo before writing the next, as tls_bench does).
 fn bulk(
     session: &mut dyn Session,
     a: &Args,
@@ -691,45 +693,82 @@ fn bulk(
     n: u64,
     watch: &Watch,
 ) -> Result<(Option<u64>, u64)> {
-    let mut request = first;
-    let mut sent = 0;
-    if let Request::Push(_) = request {
-        let (t_first, t_last) = receive_pattern(session, n, a.tls.io_timeout)?;
-        out["push_bytes"] = json!(n);
-        out["push_recv_ns"] = json!(t_last - t_first);
-        session.write_all(format!("OK {n} {}\n", t_last - t_first).as_bytes())?;
-        session.flush()?;
-        // The PULL line is another request head, with a deadline of its own.
-        watch.reopen();
-        let next = read_request(session, a.max_response_bytes)?;
-        watch.opened();
-        request = match next {
-            Some(r) => r,
-            None => return Ok((Some(n), 0)),
+    let mut request = Some(first);
+    let (mut stage, mut sent) = (0, 0);
+    while let Some(r) = request.take() {
+        let next_stage = match r {
+            Request::Push(_) => 1,
+            Request::Pull(_) => 2,
+            Request::Echo(_) => 3,
+            _ => 0,
         };
-    }
-    match request {
-        Request::Pull(m) => {
-            let mut buf = vec![0u8; CHUNK];
-            let t0 = record::monotonic_ns();
-            while sent < m {
-                let k = (m - sent).min(CHUNK as u64) as usize;
-                super::request::fill_pattern(&mut buf[..k], sent);
-                session.write_all(&buf[..k])?;
-                sent += k as u64;
-            }
-            session.flush()?;
-            out["pull_bytes"] = json!(m);
-            out["pull_send_ns"] = json!(record::monotonic_ns() - t0);
+        if next_stage <= stage {
+            crate::bail!(
+                Peer,
+                "a bulk transfer takes PUSH, PULL and ECHO in that order, each at most once; got {r:?}"
+            );
         }
-        other => crate::bail!(Peer, "after PUSH only PULL <n> may follow, got {other:?}"),
+        stage = next_stage;
+        match r {
+            Request::Push(p) => {
+                let (t_first, t_last) = receive_pattern(session, p, a.tls.io_timeout, None)?;
+                out["push_bytes"] = json!(p);
+                out["push_recv_ns"] = json!(t_last - t_first);
+                session.write_all(format!("OK {p} {}\n", t_last - t_first).as_bytes())?;
+                session.flush()?;
+            }
+            Request::Pull(m) => {
+                let mut buf = vec![0u8; CHUNK];
+                let t0 = record::monotonic_ns();
+                let mut pulled = 0;
+                while pulled < m {
+                    let k = (m - pulled).min(CHUNK as u64) as usize;
+                    super::request::fill_pattern(&mut buf[..k], pulled);
+                    session.write_all(&buf[..k])?;
+                    pulled += k as u64;
+                }
+                session.flush()?;
+                sent += m;
+                out["pull_bytes"] = json!(m);
+                out["pull_send_ns"] = json!(record::monotonic_ns() - t0);
+            }
+            Request::Echo(e) => {
+                receive_pattern(
+                    session,
+                    e,
+                    a.tls.io_timeout,
+                    Some(&mut |s, piece| {
+                        s.write_all(piece)?;
+                        s.flush()
+                    }),
+                )?;
+                sent += e;
+                out["echo_bytes"] = json!(e);
+            }
+            _ => unreachable!("refused above"),
+        }
+        if stage < 3 {
+            // The next line is another request head, with a deadline of its own.
+            watch.reopen();
+            request = read_request(session, a.max_response_bytes)?;
+            watch.opened();
+        }
     }
     out["t_response_written"] = json!(record::realtime_ns());
     Ok((Some(n), sent))
 }
 
-/// Read exactly n pattern bytes; (monotonic ns of the first and of the last read).
-fn receive_pattern(session: &mut dyn Session, n: u64, timeout_s: u64) -> Result<(i64, i64)> {
+/// What to do with each piece read (ECHO: write it back).
+type OnPiece<'a> = &'a mut dyn FnMut(&mut dyn Session, &[u8]) -> Result<()>;
+
+/// Read exactly n pattern bytes, handing each piece to `on_piece` when given; (monotonic ns
+/// of the first and of the last read).
+fn receive_pattern(
+    session: &mut dyn Session,
+    n: u64,
+    timeout_s: u64,
+    mut on_piece: Option<OnPiece>,
+) -> Result<(i64, i64)> {
     let mut buf = vec![0u8; 1 << 16];
     let mut got: u64 = 0;
     let (mut first, mut last) = (record::monotonic_ns(), record::monotonic_ns());
@@ -743,6 +782,9 @@ fn receive_pattern(session: &mut dyn Session, n: u64, timeout_s: u64) -> Result<
                 }
                 if !super::request::is_pattern(&buf[..k], got) {
                     crate::bail!(Check, "pushed data corrupted at offset {got}");
+                }
+                if let Some(f) = on_piece.as_mut() {
+                    f(session, &buf[..k])?;
                 }
                 got += k as u64;
                 last = record::monotonic_ns();
@@ -785,7 +827,8 @@ fn read_request(session: &mut dyn Session, max: u64) -> Result<Option<Request>> 
         match got {
             ReadOutcome::Data(k) => {
                 if let Some(r) = parser.push(&buf[..k])? {
-                    if matches!(r, Request::Push(_) | Request::Pull(_)) && !parser.rest().is_empty()
+                    if matches!(r, Request::Push(_) | Request::Pull(_) | Request::Echo(_))
+                        && !parser.rest().is_empty()
                     {
                         crate::bail!(
                             Peer,

@@ -40,6 +40,9 @@ CELLS = Cells(NAME, ("group", "cipher_suite", "server_sig"), tls=True, aux=("tls
 SUITES = ("TLS_AES_128_GCM_SHA256", "TLS_AES_256_GCM_SHA384", "TLS_CHACHA20_POLY1305_SHA256")
 MAX_BYTES = 1 << 34
 DEFAULT_PORT = 4435
+# Bytes echoed per connection after the transfers, a 16 KiB record at a time, as tls_bench's
+# client does (8 records): its Tx and Rx, measured the same way on every stack.
+ECHO_BYTES = 131072
 
 DDL = [
     """CREATE TABLE IF NOT EXISTS throughput_raw (
@@ -48,13 +51,21 @@ DDL = [
         server_recv_ns BIGINT, pull_bytes BIGINT, pull_ns BIGINT,
         pull_first_to_last_ns BIGINT, negotiated_cipher TEXT, negotiated_group TEXT,
         server_cpus TEXT, client_cpus TEXT, handshake_ns BIGINT, push_cpu_ns BIGINT,
-        pull_cpu_ns BIGINT, client_sig TEXT)""",
+        pull_cpu_ns BIGINT, client_sig TEXT, echo_bytes BIGINT, echo_write_ns BIGINT,
+        echo_read_ns BIGINT)""",
     throughput_tls_bench.DDL,
 ]
 MIGRATIONS = (
     *(
         f"ALTER TABLE IF EXISTS throughput_raw ADD COLUMN IF NOT EXISTS {c} BIGINT"
-        for c in ("handshake_ns", "push_cpu_ns", "pull_cpu_ns")
+        for c in (
+            "handshake_ns",
+            "push_cpu_ns",
+            "pull_cpu_ns",
+            "echo_bytes",
+            "echo_write_ns",
+            "echo_read_ns",
+        )
     ),
     # Runs made before mutual TLS had no client certificate.
     "ALTER TABLE IF EXISTS throughput_raw ADD COLUMN IF NOT EXISTS client_sig TEXT DEFAULT 'none'",
@@ -182,7 +193,7 @@ def run_cell(store, hosts, plan: Plan, cell, chain, cpus) -> None:
         chain=chain,
         listen=f"{hosts.server_ip}:{plan.port}",
         max_connections=total,
-        max_response_bytes=plan.nbytes,
+        max_response_bytes=max(plan.nbytes, ECHO_BYTES),
         client_auth=client_auth,
     )
     budget = 120 + total * (10 + plan.nbytes / 5e6)
@@ -199,7 +210,9 @@ def run_cell(store, hosts, plan: Plan, cell, chain, cpus) -> None:
             identity=identity,
         )
         proc = process.EngineProcess(
-            runner.BulkSpec(client, push_bytes=plan.nbytes, pull_bytes=plan.nbytes).argv(),
+            runner.BulkSpec(
+                client, push_bytes=plan.nbytes, pull_bytes=plan.nbytes, echo_bytes=ECHO_BYTES
+            ).argv(),
             "TLS bulk client",
             topo=hosts,
             side="client",
@@ -242,6 +255,9 @@ def run_cell(store, hosts, plan: Plan, cell, chain, cpus) -> None:
             "push_cpu_ns": r.get("push_cpu_ns"),
             "pull_cpu_ns": r.get("pull_cpu_ns"),
             "client_sig": client_sig.name if client_sig is not None else NO_CLIENT,
+            "echo_bytes": r.get("echo_bytes"),
+            "echo_write_ns": r.get("echo_write_ns"),
+            "echo_read_ns": r.get("echo_read_ns"),
         }
         for r in measured
     ]
@@ -291,6 +307,8 @@ COLUMNS = [
     "handshake_ms",
     "tx_cpu_MBps",
     "rx_cpu_MBps",
+    "echo_tx_MBps",
+    "echo_rx_MBps",
 ]
 
 
@@ -315,6 +333,12 @@ def summary_rows(store) -> list[dict]:
         tx = [mbps(r["push_bytes"], r["push_ns"]) for r in rs]
         rx = [mbps(r["pull_bytes"], r["pull_ns"]) for r in rs]
         srx = [mbps(r["push_bytes"], r["server_recv_ns"]) for r in rs]
+        echoed = [r for r in rs if r.get("echo_write_ns")]
+        # As tls_bench sums: all bytes over all time inside the writes (reads), not a median.
+        echo_tx = mbps(
+            sum(r["echo_bytes"] for r in echoed), sum(r["echo_write_ns"] for r in echoed)
+        )
+        echo_rx = mbps(sum(r["echo_bytes"] for r in echoed), sum(r["echo_read_ns"] for r in echoed))
         out.append(
             {
                 "stack": rs[0].get("stack"),
@@ -335,6 +359,8 @@ def summary_rows(store) -> list[dict]:
                 "handshake_ms": round(statistics.median(handshakes), 3) if handshakes else None,
                 "tx_cpu_MBps": round(statistics.median(tx_cpu), 1) if tx_cpu else None,
                 "rx_cpu_MBps": round(statistics.median(rx_cpu), 1) if rx_cpu else None,
+                "echo_tx_MBps": round(echo_tx, 1) if echoed else None,
+                "echo_rx_MBps": round(echo_rx, 1) if echoed else None,
             }
         )
     return out

@@ -119,6 +119,9 @@ def comparison(store, pqlab_rows: list[dict]) -> list[dict]:
                 continue  # tls_bench authenticates the server only
             tx, rx = p["tx_MBps"] * 1e6 / MiB, p["rx_MBps"] * 1e6 / MiB
             tx_cpu = p["tx_cpu_MBps"] * 1e6 / MiB if p.get("tx_cpu_MBps") else None
+            echo_tx, echo_rx = (
+                p[k] * 1e6 / MiB if p.get(k) else None for k in ("echo_tx_MBps", "echo_rx_MBps")
+            )
             out.append(
                 {
                     "group": b["group"],
@@ -139,6 +142,10 @@ def comparison(store, pqlab_rows: list[dict]) -> list[dict]:
                     "handshake_ratio": _ratio(p["handshake_ms"], b["connect_avg_ms"]),
                     "tx_cpu_ratio": _ratio(tx_cpu, b["tx_MiBps"]),
                     "rx_ratio": _ratio(rx, b["rx_MiBps"]),
+                    "pqlab_echo_tx_MiBps": round(echo_tx, 1) if echo_tx else None,
+                    "pqlab_echo_rx_MiBps": round(echo_rx, 1) if echo_rx else None,
+                    "echo_tx_ratio": _ratio(echo_tx, b["tx_MiBps"]),
+                    "echo_rx_ratio": _ratio(echo_rx, b["rx_MiBps"]),
                 }
             )
     return out
@@ -166,6 +173,10 @@ COMPARISON_COLUMNS = (
     "handshake_ratio",
     "tx_cpu_ratio",
     "rx_ratio",
+    "pqlab_echo_tx_MiBps",
+    "pqlab_echo_rx_MiBps",
+    "echo_tx_ratio",
+    "echo_rx_ratio",
 )
 SIZE_SQL = """
 SELECT DISTINCT stack_impl, with_pq_bytes, without_pq_bytes,

@@ -336,18 +336,21 @@ class LoadSpec(Spec):
 
 @dataclass(frozen=True)
 class BulkSpec(Spec):
-    """`tls bulk`: one handshake, then `push_bytes` to the server and `pull_bytes` back, per
-    connection of the client's options."""
+    """`tls bulk`: one handshake, then `push_bytes` to the server and `pull_bytes` back, then
+    (when given) `echo_bytes` echoed a record at a time, per connection of the client's
+    options."""
 
     client: ClientSpec
     push_bytes: int
     pull_bytes: int
+    echo_bytes: int | None = None
 
     COMMAND = ("tls", "bulk")
     ARGS = (
         Arg("client", kind="spec"),
         Arg("push_bytes", "--push-bytes"),
         Arg("pull_bytes", "--pull-bytes"),
+        Arg("echo_bytes", "--echo-bytes"),
     )
 
 
