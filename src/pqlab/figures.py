@@ -1,7 +1,16 @@
-"""Figure helpers: a consistent style, and saving each figure as PNG and SVG."""
+"""Figure helpers: a consistent style, and saving each figure as PNG and SVG.
+
+Drawing the files is most of an export's time (about 90 % of the default suite's). Inside
+`rendering()` (the report's export) `save` hands each figure, pickled, to worker processes
+and returns at once; the block ends when every file is written, so the report page, which
+embeds them, comes after. Nothing is measured while a run exports.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import pickle
+from collections.abc import Iterator
 from pathlib import Path
 
 import matplotlib
@@ -24,12 +33,58 @@ plt.rcParams.update(
 
 
 def save(fig, store, name: str) -> Path:
-    """Write figures/<name>.png and .svg; return the PNG path."""
+    """Write figures/<name>.png and .svg (in a worker inside `rendering()`); the PNG path."""
     png = store.figure_path(f"{name}.png")
-    fig.savefig(png, bbox_inches="tight")
-    fig.savefig(store.figure_path(f"{name}.svg"), bbox_inches="tight", metadata={"Date": None})
+    svg = store.figure_path(f"{name}.svg")
+    if _pending is not None:
+        try:
+            data = pickle.dumps(fig)
+        except (pickle.PicklingError, TypeError, AttributeError):
+            data = None  # an artist that does not pickle: drawn here
+        if data is not None:
+            plt.close(fig)
+            _pending.append(_pool.submit(_render, (data, str(png), str(svg))))
+            return png
+    _write(fig, png, svg)
     plt.close(fig)
     return png
+
+
+def _write(fig, png, svg) -> None:
+    fig.savefig(png, bbox_inches="tight")
+    fig.savefig(svg, bbox_inches="tight", metadata={"Date": None})
+
+
+def _render(job: tuple[bytes, str, str]) -> None:
+    """In a worker: one pickled figure's two files."""
+    data, png, svg = job
+    fig = pickle.loads(data)
+    _write(fig, png, svg)
+    plt.close(fig)
+
+
+_pending: list | None = None
+_pool = None
+
+
+@contextlib.contextmanager
+def rendering() -> Iterator[None]:
+    """Figures saved inside the block are drawn by worker processes, one per CPU; every file
+    is written (or a drawing's error raised) when the block ends."""
+    global _pending, _pool
+    from pqlab.workers import Workers
+
+    if _pending is not None:  # already inside
+        yield
+        return
+    with Workers() as pool:
+        _pending, _pool = [], pool
+        try:
+            yield
+            for job in _pending:
+                job.get()
+        finally:
+            _pending, _pool = None, None
 
 
 def safe_name(text: str) -> str:

@@ -48,10 +48,20 @@ class Workers:
         jobs = list(jobs)
         if self.processes <= 1 or len(jobs) <= 1:
             return map(fn, jobs)
+        return self._started().imap(fn, jobs)
+
+    def submit(self, fn: Callable, job):
+        """fn(job) started in a worker at once; `.get()` on the result waits for it (and
+        raises its exception). With one CPU it runs here, now."""
+        if self.processes <= 1:
+            return _Done(fn, job)
+        return self._started().apply_async(fn, (job,))
+
+    def _started(self):
         if self._pool is None:
             ctx = multiprocessing.get_context("forkserver")
             self._pool = ctx.Pool(self.processes, initializer=_ignore_interrupt)
-        return self._pool.imap(fn, jobs)
+        return self._pool
 
     def close(self) -> None:
         """Stop the workers (at once: a job still running is abandoned)."""
@@ -59,3 +69,19 @@ class Workers:
             self._pool.terminate()
             self._pool.join()
             self._pool = None
+
+
+class _Done:
+    """A job run at once in this process, with the `.get()` of a pool's result."""
+
+    def __init__(self, fn: Callable, job):
+        self._error: BaseException | None = None
+        try:
+            self._value = fn(job)
+        except Exception as e:  # raised when the result is asked for, as a pool's would be
+            self._error, self._value = e, None
+
+    def get(self):
+        if self._error is not None:
+            raise self._error
+        return self._value

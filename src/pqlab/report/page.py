@@ -8,7 +8,7 @@ import csv
 import html
 from pathlib import Path
 
-from pqlab import stages
+from pqlab import figures, stages
 from pqlab.experiment import registry
 from pqlab.report import summary, warnings
 from pqlab.report.section import Section
@@ -18,12 +18,13 @@ from pqlab.store import RunStore
 def export_all(store: RunStore, html: bool = True) -> list[Section]:
     sections = []
     present = set(store.experiments())
-    for exp in registry():
-        if exp.name not in present:
-            continue
-        section = exp.export(store)
-        if section is not None:
-            sections.append(section)
+    with figures.rendering():  # every figure file written before the page embeds them
+        for exp in registry():
+            if exp.name not in present:
+                continue
+            section = exp.export(store)
+            if section is not None:
+                sections.append(section)
     head, rows = summary.build(store)
     top = Section("Summary", intro=head)
     csv_path = store.export_rows("summary", rows, summary.SUMMARY_COLUMNS)
