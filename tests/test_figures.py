@@ -29,10 +29,10 @@ def test_workers_draw_the_same_files_as_in_place(tmp_path):
     here, there = _Store(tmp_path / "here"), _Store(tmp_path / "there")
     for d in (here.root, there.root):
         d.mkdir()
-    for i in range(4):
+    for i in range(figures.IN_PLACE + 4):
         figures.save(_draw(i), here, f"f{i}")
     with figures.rendering():
-        pngs = [figures.save(_draw(i), there, f"f{i}") for i in range(4)]
+        pngs = [figures.save(_draw(i), there, f"f{i}") for i in range(figures.IN_PLACE + 4)]
     for i, png in enumerate(pngs):
         for ext in ("png", "svg"):
             a = (here.root / "figures" / f"f{i}.{ext}").read_bytes()
@@ -44,9 +44,14 @@ def test_workers_draw_the_same_files_as_in_place(tmp_path):
 
 def test_a_drawing_that_fails_is_raised_when_the_block_ends(tmp_path):
     store = _Store(tmp_path)
+    reached = []
     with pytest.raises(OSError):
         with figures.rendering():
             # A directory where the PNG should go: the worker's savefig fails.
             (tmp_path / "figures").mkdir()
             (tmp_path / "figures" / "bad.png").mkdir()
-            figures.save(_draw(1), store, "bad")
+            for i in range(figures.IN_PLACE):
+                figures.save(_draw(i), store, f"ok{i}")
+            figures.save(_draw(1), store, "bad")  # in a worker: no error yet
+            reached.append(True)
+    assert reached  # the error came from the worker, when the block ended

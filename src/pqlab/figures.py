@@ -36,18 +36,25 @@ def save(fig, store, name: str) -> Path:
     """Write figures/<name>.png and .svg (in a worker inside `rendering()`); the PNG path."""
     png = store.figure_path(f"{name}.png")
     svg = store.figure_path(f"{name}.svg")
-    if _pending is not None:
-        try:
-            data = pickle.dumps(fig)
-        except (pickle.PicklingError, TypeError, AttributeError):
-            data = None  # an artist that does not pickle: drawn here
-        if data is not None:
-            plt.close(fig)
-            _pending.append(_pool.submit(_render, (data, str(png), str(svg))))
-            return png
-    _write(fig, png, svg)
+    if not _handed_to_worker(fig, png, svg):
+        _write(fig, png, svg)
     plt.close(fig)
     return png
+
+
+def _handed_to_worker(fig, png: Path, svg: Path) -> bool:
+    """Inside `rendering()`, past its first IN_PLACE figures: the figure pickled to a worker."""
+    if _pending is None:
+        return False
+    _saved[0] += 1
+    if _saved[0] <= IN_PLACE:
+        return False
+    try:
+        data = pickle.dumps(fig)
+    except (pickle.PicklingError, TypeError, AttributeError):
+        return False  # an artist that does not pickle: drawn here
+    _pending.append(_pool.submit(_render, (data, str(png), str(svg))))
+    return True
 
 
 def _write(fig, png, svg) -> None:
@@ -65,6 +72,10 @@ def _render(job: tuple[bytes, str, str]) -> None:
 
 _pending: list | None = None
 _pool = None
+# The first figures of a block are drawn in place: starting the workers (each imports
+# matplotlib) costs about a second, more than a small run's few figures take.
+IN_PLACE = 6
+_saved = [0]  # figures saved in the current block
 
 
 @contextlib.contextmanager
@@ -79,6 +90,7 @@ def rendering() -> Iterator[None]:
         return
     with Workers() as pool:
         _pending, _pool = [], pool
+        _saved[0] = 0
         try:
             yield
             for job in _pending:
