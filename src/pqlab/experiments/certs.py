@@ -214,9 +214,9 @@ class Certs(Experiment):
         """Per (CA, server) pair one chain (an engine run and the server's key), per CA
         its root's key."""
         cells = len(plan.ca_sigs) * len(plan.server_sigs)
-        work = estimate.Work(
-            f"{len(plan.ca_sigs)} CAs x {len(plan.server_sigs)} server algorithms", cells=cells
-        )
+        size = estimate.count(len(plan.ca_sigs), "CA") + " x "
+        size += estimate.count(len(plan.server_sigs), "server algorithm")
+        work = estimate.Work(size, cells=cells)
         work.add("chain", cells)
         for alg in plan.ca_sigs:
             work.add("operation_seconds", estimate.keygen_s(alg))

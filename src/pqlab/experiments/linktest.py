@@ -654,7 +654,8 @@ class Linktest(Experiment):
         connects a round trip and a pause apart, the rate check's bytes at the link's rate,
         --probes UDP probes each way at their interval and the sink's wait after them."""
         work = estimate.Work(
-            f"{len(plan.profiles)} links x {plan.connects} connects, {plan.probes} probes",
+            f"{estimate.count(len(plan.profiles), 'link')} x {plan.connects} connects, "
+            f"{plan.probes} probes each way",
             cells=len(plan.profiles),
         )
         for profile in plan.profiles:

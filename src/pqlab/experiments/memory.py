@@ -691,7 +691,10 @@ class Memory(Experiment):
                 work.add("memory.idle_connection", plan.idle * pairs)
             if plan.tracker(stacks.get(name)):
                 work.add("memory.tracker_cell", 1)
-        work.size = f"{len(cells) * pairs} cells x {plan.n} handshakes, {plan.idle} idle"
+        work.size = (
+            f"{len(cells) * pairs} cells x {plan.n} handshakes (+{plan.warmup} warm-up), "
+            f"{plan.idle} idle connections"
+        )
         return work
 
     def summary(self, plan: Plan) -> str | None:

@@ -77,7 +77,8 @@ class Handshake(Experiment):
                         plan.stack, group, server, der, plan.profile, _run.RESPONSE_BYTES
                     )
                     work.add("link_seconds", link * each * pairs)
-        warm = int(work.units["handshake.handshake"] / work.cells) - plan.n if cells else 0
+        first = plan.round_sizes(plan.rounds_for(min(len(cells), _plan.MAX_BATCH)))
+        warm = sum(w for w, _ in first)  # per cell, in its rounds (a last small batch: fewer)
         work.size = f"{work.cells} cells x {plan.n} handshakes (+{warm} warm-up)"
         if plan.remote is not None:
             work.notes.append("the network between the hosts is not in the estimate")

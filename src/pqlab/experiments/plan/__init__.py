@@ -62,11 +62,12 @@ class PlanExperiment(Experiment):
     def work(self, plan: _plan.Plan) -> estimate.Work:
         """Per configuration its chain and its stack's ClientHello (engine runs); per cell
         the wire model's predictions and cliffs."""
-        work = estimate.Work(
-            f"{len(plan.configs)} configurations x {len(plan.chain_points())} chains x "
-            f"{len(plan.paths)} paths",
-            cells=plan.cells,
+        parts = (
+            (len(plan.configs), "configuration"),
+            (len(plan.chain_points()), "chain"),
+            (len(plan.paths), "path"),
         )
+        work = estimate.Work(" x ".join(estimate.count(*p) for p in parts), cells=plan.cells)
         work.add("plan.configuration", len(plan.configs))
         work.add("plan.cell", plan.cells)
         return work

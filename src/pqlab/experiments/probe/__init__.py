@@ -57,7 +57,8 @@ class Probe(Experiment):
         """Per configuration a capture and a client run of -n connections, each waiting
         up to a second for the server's close; the network to the target is the user's."""
         cells = len(plan.cells)
-        work = estimate.Work(f"{cells} configurations x {plan.n} connections", cells=cells)
+        size = f"{estimate.count(cells, 'configuration')} x {estimate.count(plan.n, 'connection')}"
+        work = estimate.Work(size, cells=cells)
         work.add("probe.cell", cells)
         work.add("probe.connection", cells * plan.n)
         work.notes.append("the round trips to the target are not in the estimate")

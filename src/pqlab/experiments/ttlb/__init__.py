@@ -63,11 +63,8 @@ class Ttlb(Experiment):
                     der = estimate.chain_der(alg, alg, True, chain_bytes)
                     for size in plan.sizes * len(plan.client_sigs):
                         _cell_work(work, plan, profile, (group, alg, der), size)
-        per_link = plan.cells // max(1, len(plan.profiles))
-        work.size = (
-            f"{len(plan.profiles)} links x {per_link} cells x {plan.n} connections "
-            f"(+{plan.warmup} warm-up)"
-        )
+        links = estimate.count(len(plan.profiles), "link")
+        work.size = f"{plan.cells} cells on {links} x {plan.n} connections (+{plan.warmup} warm-up)"
         if plan.remote is not None:
             work.notes.append("the network between the hosts is not in the estimate")
         return work
@@ -111,7 +108,9 @@ def _cell_work(work: estimate.Work, plan: _plan.Plan, profile, cell: tuple, size
     work.exact_s += estimate.TTLB_CELL_ROUND_TRIPS * profile.rtt_s
     link = estimate.link_seconds(plan.stack, group, alg, der, profile, size)
     work.add("link_seconds", each * link)
-    work.add("ttlb.lost_packet", each * estimate.lost_packets(profile, der, size))
+    handshake, response = estimate.lost_packets(profile, der, size)
+    work.add("ttlb.lost_handshake_packet", each * handshake)
+    work.add("ttlb.lost_response_round_trip", each * response * profile.rtt_s)
 
 
 EXPERIMENT = Ttlb()
