@@ -104,13 +104,25 @@ def test_the_same_work_measured_before_gives_its_seconds():
 
 def test_other_work_is_scaled_by_the_measured_ratio():
     unit = estimate.cost("chain")
-    earlier = estimate.Earlier([_measured(2.0 + 20 * unit * 1.5, {"chain": 20.0}, exact_s=2.0)])
+    model = 20 * unit  # the earlier step's units, at the built-in costs
+    earlier = estimate.Earlier([_measured(2.0 + 1.5 * model, {"chain": 20.0}, exact_s=2.0)])
     work = estimate.Work("x", {"chain": 10}, exact_s=5.0)
     seconds, basis = estimate.calibrate("sizes", work, earlier)
-    assert seconds == pytest.approx(5.0 + 10 * unit * 1.5)
-    assert "x1.50" in basis and "runA" in basis
+    # the model counts as PRIOR_S seconds of measurement beside the earlier step's
+    ratio = (1.5 * model + estimate.PRIOR_S) / (model + estimate.PRIOR_S)
+    assert seconds == pytest.approx(5.0 + 10 * unit * ratio)
+    assert f"x{ratio:.2f}" in basis and "runA" in basis
     # another experiment's steps say nothing about this one
     assert estimate.calibrate("certs", work, earlier)[1] == "built-in model"
+
+
+def test_a_long_measurement_moves_the_estimate_more_than_a_short_one():
+    work = estimate.Work("x", {"operation_seconds": 100.0})
+    short = estimate.Earlier([_measured(2.0, {"operation_seconds": 1.0})])
+    long = estimate.Earlier([_measured(100.0, {"operation_seconds": 50.0})])
+    # both measured twice the model's seconds
+    assert estimate.calibrate("sizes", work, short)[0] == pytest.approx(100 * 22 / 21)
+    assert estimate.calibrate("sizes", work, long)[0] == pytest.approx(100 * 120 / 70)
 
 
 def test_an_implausible_ratio_is_not_used():
@@ -118,6 +130,19 @@ def test_an_implausible_ratio_is_not_used():
     earlier = estimate.Earlier([_measured(20 * unit * 10, {"chain": 20.0})])
     work = estimate.Work("x", {"chain": 10})
     assert estimate.calibrate("sizes", work, earlier)[1] == "built-in model"
+
+
+def test_runs_of_another_model_are_not_used(tmp_path):
+    record = {**estimate.Work("x", {"chain": 10}).record(), "resumed": False}
+    assert record["model"] == estimate.MODEL
+    meta = {"cpu": dict(zip(("model", "count"), estimate._this_machine(), strict=True))}
+    meta["stages"] = {"wall_s": 3.0, "seconds": {}}
+    for model, found in ((estimate.MODEL, 1), (estimate.MODEL + 1, 0)):
+        earlier = estimate.Earlier()
+        inv = {"metadata": {**meta, "estimate": {**record, "model": model}}}
+        inv |= {"status": "complete", "experiment": "sizes", "started": "2026-11-26T10:00"}
+        estimate._read_invocations(tmp_path, [inv], estimate._this_machine(), earlier)
+        assert len(earlier.steps) == found
 
 
 def test_units_the_model_no_longer_knows_are_not_used():
@@ -225,8 +250,10 @@ def test_check_refuses_a_missing_estimate_from(tmp_path):
 
 # --- calibration from a real earlier run ------------------------------------------------
 
+# One cheap step whose built-in model is a second or two (RSA-3072 key generation), in two
+# sizes.
 SIZES_STEP = (
-    '[[step]]\nexperiment = "sizes"\nkem = "ML-KEM-512"\nsig = "ECDSA-P256"\nbackend = "openssl"\n'
+    '[[step]]\nexperiment = "sizes"\nkem = "ML-KEM-512"\nsig = "RSA-3072"\nbackend = "openssl"\n'
 )
 
 
@@ -247,7 +274,7 @@ def test_an_earlier_runs_measured_seconds_calibrate_the_estimate(tmp_path):
     small = tmp_path / "small.toml"
     small.write_text(SIZES_STEP + 'samples = "8"\n')
     large = tmp_path / "large.toml"
-    large.write_text(SIZES_STEP + 'samples = "64"\n')
+    large.write_text(SIZES_STEP + 'samples = "16"\n')
     run = tmp_path / "results" / "earlier"
     proc = run_pqlab("suite", small, "--out", run, "--no-report", cwd=tmp_path, timeout=600)
     assert proc.returncode == 0, proc.stderr
@@ -269,20 +296,22 @@ def test_an_earlier_runs_measured_seconds_calibrate_the_estimate(tmp_path):
     same = suite.plan_steps(suite.load(str(small)))[0]
     assert estimate.calibrate("sizes", same.experiment.work(same.plan), earlier)[0] == measured
 
-    # an earlier step measured at 1.5 times the built-in model's seconds gives this step's
-    # estimate, and other sizes of the same experiment are scaled by that ratio
+    # an earlier step measured at 3 times the built-in model's seconds gives this step's
+    # estimate, and other sizes of the same experiment are scaled by the ratio
     model_small = estimate.modelled(recorded["units"])
-    _set_measured(run, recorded["exact_s"] + 1.5 * model_small)
+    _set_measured(run, recorded["exact_s"] + 3 * model_small)
     shown = ESTIMATE.fullmatch(_check(small, cwd=tmp_path)[1])[5]
-    assert shown == estimate.about(recorded["exact_s"] + 1.5 * model_small)
+    assert shown == estimate.about(recorded["exact_s"] + 3 * model_small)
     (tmp_path / "nothing-here").mkdir()
     built_in = _check(large, "--estimate-from", tmp_path / "nothing-here", cwd=tmp_path)[1]
     line = _check(large, cwd=tmp_path)[1]
-    assert line.endswith(f"| measured in {run.resolve()} ({when}): built-in model x1.50"), line
+    ratio = (3 * model_small + estimate.PRIOR_S) / (model_small + estimate.PRIOR_S)
+    assert line.endswith(f"| measured in {run.resolve()} ({when}): built-in model x{ratio:.2f}")
     big = suite.plan_steps(suite.load(str(large)))[0]
     work = big.experiment.work(big.plan)
     seconds, _ = estimate.calibrate("sizes", work, estimate.earlier_runs([tmp_path / "results"]))
-    assert seconds == pytest.approx(work.exact_s + 1.5 * work.variable_s)
+    assert seconds == pytest.approx(work.exact_s + ratio * work.variable_s)
     assert ESTIMATE.fullmatch(line)[5] == estimate.about(seconds)
     assert ESTIMATE.fullmatch(built_in)[6] == "built-in model"
     assert ESTIMATE.fullmatch(built_in)[5] == estimate.about(work.seconds)
+    assert seconds > work.seconds * 1.05  # the earlier run changed it

@@ -272,6 +272,7 @@ class Work:
             "cells": self.cells,
             "size": self.size,
             "model_s": round(self.seconds, 1),
+            "model": MODEL,
         }
 
 
@@ -296,6 +297,13 @@ MAX_RUNS = 20  # the newest run directories read for calibration
 # A calibration ratio outside these bounds says the earlier step met something the model
 # does not know (a machine busy with other work, a network that failed): not used.
 RATIO_BOUNDS = (0.25, 4.0)
+# The built-in model counts as this many seconds of measurement beside an earlier run's: a
+# ratio measured over a few seconds (where start-up and noise weigh most) moves the
+# estimate of a long step little; one measured over minutes moves it almost all the way.
+PRIOR_S = 20.0
+# The meaning of the units a run records: runs that recorded units of another model (their
+# names or what they count changed) are not used for calibration.
+MODEL = 1
 
 
 @dataclass(frozen=True)
@@ -372,6 +380,13 @@ def _read_run(path: Path, machine: tuple, earlier: Earlier) -> None:
         invocations = store.invocations()
     finally:
         store.close()
+    _read_invocations(path, invocations, machine, earlier)
+
+
+def _read_invocations(path: Path, invocations: list[dict], machine: tuple, earlier) -> None:
+    """The measured steps and export of one run's invocations (`RunStore.invocations`)
+    into `earlier`: only a run of `machine`, only complete steps of this MODEL's units
+    that resumed no finished cells."""
     cells: dict[str, int] = {}
     export: tuple[float, str] | None = None
     for inv in invocations:
@@ -385,6 +400,8 @@ def _read_run(path: Path, machine: tuple, earlier: Earlier) -> None:
             export = (export_s, inv["started"])
         if inv["status"] != "complete" or not record or seconds is None:
             continue
+        if record.get("model") != MODEL:
+            continue  # units of another model: another pqlab's
         cells[inv["experiment"]] = cells.get(inv["experiment"], 0) + int(record.get("cells", 0))
         if record.get("resumed"):
             continue  # part of its work was done before: its seconds are not its units'
@@ -418,10 +435,20 @@ def _when(started: str) -> str:
     return started[:16].replace("T", " ") if started else "an earlier run"
 
 
+def ratio(measured: float, model: float) -> float | None:
+    """Measured over modelled seconds, each with PRIOR_S more; None when the measurement
+    is implausible for the model (outside RATIO_BOUNDS) or the model is unknown."""
+    if not model or math.isnan(model):
+        return None
+    if not RATIO_BOUNDS[0] <= measured / model <= RATIO_BOUNDS[1]:
+        return None
+    return (measured + PRIOR_S) / (model + PRIOR_S)
+
+
 def calibrate(experiment: str, work: Work, earlier: Earlier) -> tuple[float, str]:
     """(estimated seconds, basis) of `work`: an earlier step's measured seconds when it did
     the same work; else the built-in model scaled by the newest run's measured / modelled
-    seconds for this experiment's steps; else the built-in model."""
+    seconds for this experiment's steps (`ratio`); else the built-in model."""
     mine = [m for m in earlier.steps if m.experiment == experiment]
     for m in mine:
         if m.same_work(work):
@@ -429,15 +456,13 @@ def calibrate(experiment: str, work: Work, earlier: Earlier) -> tuple[float, str
     if mine:
         newest = [m for m in mine if m.run == mine[0].run]
         measured = sum(max(0.0, m.seconds - m.exact_s) for m in newest)
-        model = sum(modelled(m.units) for m in newest)
-        if model and not math.isnan(model):
-            ratio = measured / model
-            if RATIO_BOUNDS[0] <= ratio <= RATIO_BOUNDS[1]:
-                where = f"{mine[0].run} ({_when(mine[0].started)})"
-                return (
-                    work.exact_s + ratio * work.variable_s,
-                    f"measured in {where}: built-in model x{ratio:.2f}",
-                )
+        r = ratio(measured, sum(modelled(m.units) for m in newest))
+        if r is not None:
+            where = f"{mine[0].run} ({_when(mine[0].started)})"
+            return (
+                work.exact_s + r * work.variable_s,
+                f"measured in {where}: built-in model x{r:.2f}",
+            )
     return work.seconds, "built-in model"
 
 
@@ -729,15 +754,13 @@ def export_units(cells: dict[str, int]) -> dict[str, float]:
 
 def calibrate_export(cells: dict[str, int], earlier: Earlier) -> tuple[float, str]:
     """(estimated seconds, basis) of exporting a run holding `cells`: the built-in model,
-    scaled by the newest earlier export's measured / modelled seconds."""
+    scaled by the newest earlier export's measured / modelled seconds (`ratio`)."""
     model = modelled(export_units(cells))
     for m in earlier.exports:
-        then = modelled(export_units(m.cells))
-        if then and not math.isnan(then):
-            ratio = m.seconds / then
-            if RATIO_BOUNDS[0] <= ratio <= RATIO_BOUNDS[1]:
-                where = f"{m.run} ({_when(m.started)})"
-                return model * ratio, f"measured in {where}: built-in model x{ratio:.2f}"
+        r = ratio(m.seconds, modelled(export_units(m.cells)))
+        if r is not None:
+            where = f"{m.run} ({_when(m.started)})"
+            return model * r, f"measured in {where}: built-in model x{r:.2f}"
     return model, "built-in model"
 
 

@@ -830,7 +830,7 @@ class Aead(Experiment):
         runs = len(plan.environments()) * len(plan.modes) * len(plan.ciphers)
         runs *= len(plan.directions)
         cells = runs * len(plan.sizes)
-        work = estimate.Work(f"{cells} cells x {plan.seconds:g} s", cells=cells)
+        work = estimate.Work(f"{estimate.count(cells, 'cell')} x {plan.seconds:g} s", cells=cells)
         work.exact_s = cells * plan.seconds
         for mode in plan.modes:  # each mode checks its records its own way
             work.add(f"aead.checks_{mode}", cells // len(plan.modes) * plan.seconds)

@@ -692,7 +692,7 @@ class Memory(Experiment):
             if plan.tracker(stacks.get(name)):
                 work.add("memory.tracker_cell", 1)
         work.size = (
-            f"{len(cells) * pairs} cells x {plan.n} handshakes (+{plan.warmup} warm-up), "
+            f"{estimate.count(len(cells) * pairs, 'cell')} x {plan.n} handshakes (+{plan.warmup} warm-up), "
             f"{plan.idle} idle connections"
         )
         return work

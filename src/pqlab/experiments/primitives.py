@@ -702,7 +702,9 @@ class Primitives(Experiment):
         operations (`estimate.OPERATIONS`), capped by --max-seconds, and the run's own
         start, checks and rows; wolfCrypt's benchmark once."""
         what = f"{plan.seconds:g} s per operation" if plan.seconds else f"{plan.iterations}"
-        size = f"{len(plan.cells)} cells x {what}" + (" iterations" if not plan.seconds else "")
+        size = f"{estimate.count(len(plan.cells), 'cell')} x {what}" + (
+            " iterations" if not plan.seconds else ""
+        )
         work = estimate.Work(size, cells=len(plan.cells))
         work.add("primitives.cell", len(plan.cells))
         estimate.add_engine_runs(

@@ -380,7 +380,7 @@ class Sizes(Experiment):
     def work(self, plan: Plan) -> estimate.Work:
         """Per cell one engine run of --samples iterations and no warm-up (the
         primitives' operations, `estimate.OPERATIONS`), and its own start and rows."""
-        size = f"{len(plan.cells)} cells x {plan.samples} samples"
+        size = f"{estimate.count(len(plan.cells), 'cell')} x {plan.samples} samples"
         work = estimate.Work(size, cells=len(plan.cells))
         work.add("sizes.cell", len(plan.cells))
         estimate.add_engine_runs(work, plan.cells, plan.samples, 0, plan.max_seconds)

@@ -419,7 +419,7 @@ class Throughput(Experiment):
         run of every group it has for --tls-bench-seconds each (fixed by the plan)."""
         cells = list(plan.cells())
         work = estimate.Work(
-            f"{len(cells)} cells x {plan.n} transfers of {units.format_bytes(plan.nbytes)}",
+            f"{estimate.count(len(cells), 'cell')} x {plan.n} transfers of {units.format_bytes(plan.nbytes)}",
             cells=len(cells),
         )
         each = plan.n + plan.warmup

@@ -860,7 +860,7 @@ class Tls12(Experiment):
                     f"{bits}-bit DHE parameters are generated first (once per machine; the "
                     "time of a safe prime search varies several-fold)"
                 )
-        work.size = f"{len(cells) * pairs} cells x {plan.n} handshakes (+{plan.warmup} warm-up)"
+        work.size = f"{estimate.count(len(cells) * pairs, 'cell')} x {plan.n} handshakes (+{plan.warmup} warm-up)"
         if plan.remote is not None:
             work.notes.append("the network between the hosts is not in the estimate")
         return work

@@ -68,7 +68,8 @@ class Capacity(Experiment):
         opened = len(plan.rates) * ("open" in plan.modes)
         points = closed + opened
         work = estimate.Work(
-            f"{cells} cells x {points} points x {plan.duration_s:g} s", cells=cells
+            f"{estimate.count(cells, 'cell')} x {points} points x {plan.duration_s:g} s",
+            cells=cells,
         )
         work.exact_s = cells * points * plan.duration_s
         work.add("capacity.cell", cells)

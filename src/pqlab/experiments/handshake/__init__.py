@@ -79,7 +79,7 @@ class Handshake(Experiment):
                     work.add("link_seconds", link * each * pairs)
         first = plan.round_sizes(plan.rounds_for(min(len(cells), _plan.MAX_BATCH)))
         warm = sum(w for w, _ in first)  # per cell, in its rounds (a last small batch: fewer)
-        work.size = f"{work.cells} cells x {plan.n} handshakes (+{warm} warm-up)"
+        work.size = f"{estimate.count(work.cells, 'cell')} x {plan.n} handshakes (+{warm} warm-up)"
         if plan.remote is not None:
             work.notes.append("the network between the hosts is not in the estimate")
         return work

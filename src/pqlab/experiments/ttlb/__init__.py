@@ -64,7 +64,7 @@ class Ttlb(Experiment):
                     for size in plan.sizes * len(plan.client_sigs):
                         _cell_work(work, plan, profile, (group, alg, der), size)
         links = estimate.count(len(plan.profiles), "link")
-        work.size = f"{plan.cells} cells on {links} x {plan.n} connections (+{plan.warmup} warm-up)"
+        work.size = f"{estimate.count(plan.cells, 'cell')} on {links} x {plan.n} connections (+{plan.warmup} warm-up)"
         if plan.remote is not None:
             work.notes.append("the network between the hosts is not in the estimate")
         return work
