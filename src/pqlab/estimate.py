@@ -813,7 +813,7 @@ def step_lines(steps, earlier: Earlier, skipped: dict[int, str]) -> list[Line]:
         cells[exp.name] = cells.get(exp.name, 0) + work.cells
     if cells:
         seconds, basis = calibrate_export(cells, earlier)
-        what = f"tables, figures and report of {len(cells)} experiments"
+        what = f"tables, figures and report of {count(len(cells), 'experiment')}"
         lines.append(Line(None, "export", what, seconds, basis))
     return lines
 

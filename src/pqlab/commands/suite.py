@@ -88,7 +88,7 @@ def _print_check(steps, places: list[Path]) -> None:
     estimate (lines starting with two spaces), then the export, the total and notes."""
     can_net, why = privileges.can_admin_network()
     skipped = {
-        i: f"needs CAP_NET_ADMIN ({why})"
+        i: "needs CAP_NET_ADMIN"
         for i, step in enumerate(steps, 1)
         if step.experiment.needs_net and not can_net
     }
@@ -111,8 +111,8 @@ def _print_check(steps, places: list[Path]) -> None:
     if skipped:
         names = ", ".join(f"{i} {steps[i - 1].experiment.name}" for i in skipped)
         print(
-            f"  note: steps {names} need CAP_NET_ADMIN, which this process lacks ({why}): "
-            "the suite would skip them; they are not in the total"
+            f"  note: the suite would skip steps {names}, which need CAP_NET_ADMIN: {why}; "
+            "they are not in the total"
         )
 
 
