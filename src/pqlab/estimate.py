@@ -109,14 +109,14 @@ COSTS: dict[str, Cost] = {
     # the packets it is expected to lose), from DEFAULT's lossy-10pct cells (RTT 200 ms)
     # and ttlb --profile lossy-5pct-1gbps --sizes 0,200KiB -n 10 (RTT 35 ms):
     "ttlb.lost_handshake_packet": Cost(
-        0.18,
-        "a handshake packet (retransmitted after a timeout): 0.58 s beyond the model over "
-        "3.25 packets expected lost, in the three cells of size 0",
+        0.24,
+        "a handshake packet (retransmitted after a timeout): the three cells of size 0, "
+        "0.58 s beyond the wire model over the 2.45 packets the model expects them to lose",
     ),
     "ttlb.lost_response_round_trip": Cost(
         1.5,
         "a response segment, in round trips of the link (fast retransmit, a smaller "
-        "window): 1.72 round trips at 200 ms, 1.30 at 35 ms",
+        "window): the two 200 KiB cells, 1.72 round trips at 200 ms, 1.35 at 35 ms",
     ),
     "aead.checks_fair": Cost(
         0.545,
@@ -593,39 +593,35 @@ def chain_der(server: Algorithm, ca: Algorithm, send_root: bool, chain_bytes=Non
     return (leaf, stacks.root_certificate_bytes(ca)) if send_root else (leaf,)
 
 
-def link_seconds(
+def connection(
     stack: str,
     group: Algorithm,
     server: Algorithm,
     certificates: tuple,
     profile,
     response_bytes: int,
-) -> float:
-    """The wire model's time from a connection's SYN to the last byte of a response of
-    `response_bytes` over `profile`'s link (a `pqlab.net.profiles.LinkProfile`; no loss,
-    no jitter), the ClientHello's size from the catalogue (`CLIENT_HELLO_BYTES` and the
-    key share)."""
+) -> wire.Prediction:
+    """The wire model's connection over `profile`'s link (a `pqlab.net.profiles.LinkProfile`;
+    no loss, no jitter) with a response of `response_bytes`, the ClientHello's size from the
+    catalogue (`CLIENT_HELLO_BYTES` and the key share)."""
     hello = CLIENT_HELLO_BYTES + messages.client_share_bytes(group)
     hs = predict.Handshake.of(group, server, certificates, hello, stacks.get(stack))
-    outcome = predict.predict(hs, wire.Link.from_profile(profile), response_bytes)
-    return outcome.wire.ttlb_s or outcome.wire.ttfb_s
+    return predict.predict(hs, wire.Link.from_profile(profile), response_bytes).wire
 
 
-# What a connection's packets other than its certificates and response take (the client's
-# SYN, hello, Finished, request and ACKs; the server's SYN-ACK and handshake messages).
-HANDSHAKE_PACKETS = (6, 2)  # (client to server, server to client besides the certificates)
-HANDSHAKE_BYTES = 2000  # the server's handshake bytes besides its certificates
+def link_seconds(prediction: wire.Prediction) -> float:
+    """A predicted connection's time from its SYN to the last byte of its response."""
+    return prediction.ttlb_s or prediction.ttfb_s
 
 
-def lost_packets(
-    profile, certificates: tuple, response_bytes: int, mss: int = wire.DEFAULT_MSS
-) -> tuple[float, float]:
-    """(handshake packets, response segments) a connection is expected to lose on
-    `profile`'s link: each direction's packets times its loss."""
-    c2s, s2c = HANDSHAKE_PACKETS
-    s2c += math.ceil((sum(certificates) + HANDSHAKE_BYTES) / mss)
+def lost_packets(profile, prediction: wire.Prediction) -> tuple[float, float]:
+    """(handshake packets, response segments) a predicted connection is expected to lose on
+    `profile`'s link: each direction's packets (its SYN or SYN-ACK and the wire model's
+    segments) times that direction's loss."""
+    c2s = 1 + len(prediction.client_hello) + len(prediction.client_flight)
+    s2c = 1 + len(prediction.flight)
     handshake = c2s * profile.c2s.loss_pct / 100 + s2c * profile.s2c.loss_pct / 100
-    return handshake, math.ceil(response_bytes / mss) * profile.s2c.loss_pct / 100
+    return handshake, len(prediction.response) * profile.s2c.loss_pct / 100
 
 
 def handshake_operations_s(

@@ -73,10 +73,10 @@ class Handshake(Experiment):
                         work.add("operation_seconds", estimate.keygen_s(key[1]))
                 if plan.profile is not None:
                     der = estimate.chain_der(server, ca, plan.send_root, chain_bytes)
-                    link = estimate.link_seconds(
+                    predicted = estimate.connection(
                         plan.stack, group, server, der, plan.profile, _run.RESPONSE_BYTES
                     )
-                    work.add("link_seconds", link * each * pairs)
+                    work.add("link_seconds", estimate.link_seconds(predicted) * each * pairs)
         first = plan.round_sizes(plan.rounds_for(min(len(cells), _plan.MAX_BATCH)))
         warm = sum(w for w, _ in first)  # per cell, in its rounds (a last small batch: fewer)
         work.size = f"{estimate.count(work.cells, 'cell')} x {plan.n} handshakes (+{warm} warm-up)"

@@ -106,9 +106,9 @@ def _cell_work(work: estimate.Work, plan: _plan.Plan, profile, cell: tuple, size
     if getattr(profile, "pair", None) is not None:
         return
     work.exact_s += estimate.TTLB_CELL_ROUND_TRIPS * profile.rtt_s
-    link = estimate.link_seconds(plan.stack, group, alg, der, profile, size)
-    work.add("link_seconds", each * link)
-    handshake, response = estimate.lost_packets(profile, der, size)
+    predicted = estimate.connection(plan.stack, group, alg, der, profile, size)
+    work.add("link_seconds", each * estimate.link_seconds(predicted))
+    handshake, response = estimate.lost_packets(profile, predicted)
     work.add("ttlb.lost_handshake_packet", each * handshake)
     work.add("ttlb.lost_response_round_trip", each * response * profile.rtt_s)
 
