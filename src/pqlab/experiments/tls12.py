@@ -851,8 +851,8 @@ class Tls12(Experiment):
             if plan.server_cpu:
                 seconds /= plan.server_cpu  # the server gets that share of a CPU
             work.add("handshake_seconds", seconds * each * pairs)
-            # TCP's round trip, then TLS 1.2's two or TLS 1.3's one, and the close
-            work.exact_s += (4 if spec.version == "1.2" else 3) * rtt * each * pairs
+            # over a link profile: TCP's round trip, then TLS 1.2's two or TLS 1.3's one
+            work.exact_s += (3 if spec.version == "1.2" else 2) * rtt * each * pairs
         for bits in sorted({c.kex.dh_bits for c in cells if c.kex.dh_source == "generated"}):
             if not (dh_cache_dir() / f"dh{bits}.pem").exists():
                 work.add(f"tls12.dh_generation_{bits}", 1)
