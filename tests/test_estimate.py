@@ -170,6 +170,41 @@ def test_every_built_in_step_has_finite_work(name):
         assert 0 < work.seconds < 86_400 and math.isfinite(work.seconds), work.record()
 
 
+@pytest.mark.parametrize(
+    "name, values",
+    [
+        ("probe", {"target": "127.0.0.1:4433", "no_capture": True}),
+        ("linktest", {"profile": ["lan", "lossy-10pct"]}),
+    ],
+)
+def test_experiments_outside_the_built_in_suites_declare_their_work(name, values):
+    exp = experiment.get(name)
+    v = exp.defaults()
+    for key, value in values.items():
+        setattr(v, key, value)
+    work = exp.work(exp.plan(v))
+    assert work.cells > 0 and 0 < work.seconds < 3600, work.record()
+    assert all(n in estimate.COSTS for n in work.units)
+
+
+def test_linktest_is_timed_by_its_checks():
+    """A link's checks take the times the link and the options fix (a second of the UDP
+    probes' pacing, 20 connects a round trip and a pause apart, the rate check's bytes at
+    the rate): what the plan fixes, not priced."""
+    from pqlab.experiments import linktest
+
+    exp = experiment.get("linktest")
+    v = exp.defaults()
+    v.profile = ["rtt=100ms,rate=10mbit"]
+    v.probes, v.connects = "1000", "20"
+    plan = exp.plan(v)
+    (profile,) = plan.profiles
+    interval = linktest.udp_interval_us(profile.s2c) / 1e6
+    rate = linktest.rate_bytes(profile, plan.rate_seconds) * 8 / 10e6
+    fixed = 20 * (0.1 + 0.005) + rate + 3 * 0.1 + 2 * (1000 * interval + 0.05)
+    assert exp.work(plan).exact_s == pytest.approx(fixed)
+
+
 def test_every_experiment_overrides_work():
     for exp in experiment.registry():
         assert type(exp).work is not experiment.Experiment.work, exp.name
