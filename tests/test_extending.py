@@ -17,7 +17,7 @@ from pqlab.store import RunStore
 FAKE = '''
 """`pqlab fakecount`: a counter measured per size (the experiment protocol's own test)."""
 
-from pqlab import units
+from pqlab import estimate, units
 from pqlab.experiment import Cells, CompareSpec, Experiment, Option
 from pqlab.report.section import Section
 from pqlab.report.summary import Summary, row
@@ -64,6 +64,9 @@ class FakeCount(Experiment):
     options = (Option("sizes", "sizes, comma separated", default="1,2"),)
     compare = (CompareSpec("fakecount", "fakecount_raw", ("size",), "v", "x"),)
 
+    def work(self, plan):
+        return estimate.Work(f"{len(plan)} sizes x 5 values", exact_s=0.0, cells=len(plan))
+
 
 EXPERIMENT = FakeCount()
 '''
@@ -99,10 +102,14 @@ def test_an_experiment_is_its_module_and_one_registry_line(fake_experiment, tmp_
     # the suite takes it like any other
     suite = tmp_path / "s.toml"
     suite.write_text('[[step]]\nexperiment = "fakecount"\nsizes = "4"\n')
+    assert cli.main(["suite", str(suite), "--check"]) == 0
+    assert "  step 1/1 fakecount | 1 sizes x 5 values | <1 s |" in capsys.readouterr().out
     assert cli.main(["suite", str(suite), "--out", str(tmp_path / "c")]) == 0
     store = RunStore.open(tmp_path / "c")
     try:
         assert store.cells_done("fakecount") == {"4"}
+        recorded = store.invocations("fakecount")[-1]["metadata"]["estimate"]
+        assert recorded["size"] == "1 sizes x 5 values" and recorded["resumed"] is False
     finally:
         store.close()
     assert "error" not in capsys.readouterr().err

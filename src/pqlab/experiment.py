@@ -4,8 +4,9 @@ An experiment is a module or a package under `pqlab.experiments` that defines an
 `Experiment` instance named `EXPERIMENT`. The instance declares the options (`Option`: the
 CLI flags and, with the same names, the keys of a suite file), its cells (`cell_axes`, and
 whether they run on a TLS stack), what `pqlab compare` compares (`compare`), the schema
-migrations of its tables (`migrations`) and the plan parameters a resumed run must match
-(`resume_key`). The work is done by four module-level functions of one shape:
+migrations of its tables (`migrations`), the plan parameters a resumed run must match
+(`resume_key`) and the plan's units of work (`work`, priced by `pqlab.estimate`). The work
+is done by four module-level functions of one shape:
 
     from_values(values) -> plan     every check happens here, before anything is created
     measure(plan, store)            cell by cell into the run directory
@@ -383,6 +384,11 @@ class Experiment:
         """Per-cell parameters that must be the same when `--resume` adds to a run (the
         matrix may grow; -n may not change)."""
         return {}
+
+    def work(self, plan: Any):
+        """The plan's units of work (`pqlab.estimate.Work`), which `pqlab suite --check`
+        turns into an estimated time; None when the experiment declares none."""
+        return None
 
     def verdict(self, plan: Any, store) -> None:
         """After the run is saved and exported: report a pass/fail outcome and raise (e.g.

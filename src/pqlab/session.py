@@ -104,6 +104,7 @@ def run_steps(
                 key=step.experiment.resume_key(step.plan),
                 out=outcome,
                 keep_going=keep_going,
+                resume=resume,
             )
         if outcome.completed:
             export(store, html=report)
@@ -114,10 +115,23 @@ def run_steps(
 
 
 def _run_one(
-    store: RunStore, step: Step, meta: dict, key: dict, out: Outcome, keep_going: bool
+    store: RunStore,
+    step: Step,
+    meta: dict,
+    key: dict,
+    out: Outcome,
+    keep_going: bool,
+    resume: bool = False,
 ) -> None:
     exp = step.experiment
     step_meta = {**meta, **exp.metadata(step.plan), "plan": key}
+    work = exp.work(step.plan)
+    if work is not None:
+        # The step's units of work beside its measured stage seconds: what later estimates
+        # are calibrated with (`pqlab.estimate`); a step resumed over finished cells did
+        # less than its units, which `resumed` says.
+        resumed = resume and bool(store.cells_done(exp.name))
+        step_meta["estimate"] = {**work.record(), "resumed": resumed}
     if step.command_line:
         step_meta["command_line"] = step.command_line
     store.begin(exp.name, step_meta)

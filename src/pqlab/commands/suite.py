@@ -11,10 +11,13 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
+from pqlab import estimate
 from pqlab import suite as suites
 from pqlab.errors import EngineError, UserError
 from pqlab.experiment import names
+from pqlab.net import privileges
 from pqlab.session import run_steps
 from pqlab.store import check_out
 from pqlab.units import split_list
@@ -45,9 +48,72 @@ def register(sub) -> None:
     p.add_argument("--resume", action="store_true", help="finish an interrupted suite")
     p.add_argument("--no-report", action="store_true", help="tables and figures, no report.html")
     p.add_argument(
-        "--check", action="store_true", help="validate the suite and list its steps; run nothing"
+        "--check",
+        action="store_true",
+        help="validate the suite and list its steps, each with its estimated time on this "
+        "machine; run nothing",
+    )
+    p.add_argument(
+        "--estimate-from",
+        metavar="DIR",
+        action="append",
+        help="with --check: earlier runs to calibrate the estimate with (a run directory or a "
+        "directory of runs; repeatable; default: results/ and the parent of --out)",
     )
     p.set_defaults(func=run)
+
+
+def _estimate_places(args) -> list[Path]:
+    """Where earlier runs are looked for to calibrate the estimate (checked before
+    anything)."""
+    if args.estimate_from and not args.check:
+        raise UserError("--estimate-from calibrates the estimate of --check; give --check too")
+    if args.estimate_from:
+        places = [Path(p) for p in args.estimate_from]
+        for p in places:
+            if not p.is_dir():
+                raise UserError(
+                    f"--estimate-from {str(p)!r} is not a directory; give a run directory or "
+                    "a directory of runs"
+                )
+        return places
+    places = [Path("results")]
+    if args.out:
+        places += [Path(args.out), Path(args.out).parent]
+    return places
+
+
+def _print_check(steps, places: list[Path]) -> None:
+    """Each step's per-cell parameters (`EXPERIMENT: {...}`, as ever) followed by its
+    estimate (lines starting with two spaces), then the export, the total and notes."""
+    can_net, why = privileges.can_admin_network()
+    skipped = {
+        i: "needs CAP_NET_ADMIN"
+        for i, step in enumerate(steps, 1)
+        if step.experiment.needs_net and not can_net
+    }
+    lines = estimate.step_lines(steps, estimate.earlier_runs(places), skipped)
+    for step, line in zip(steps, lines, strict=False):
+        print(f"{step.experiment.name}: {step.experiment.resume_key(step.plan)}")
+        print(estimate.render(line, len(steps)))
+    for line in lines[len(steps) :]:
+        print(estimate.render(line, len(steps)))
+    known = [x for x in lines if x.seconds is not None]
+    ran = sum(1 for x in lines[: len(steps)] if x.seconds is not None)
+    measured = sum(1 for x in known if x.basis.startswith("measured"))
+    basis = f"{measured} of {len(known)} measured before" if measured else "built-in model"
+    total = estimate.about(sum(x.seconds for x in known))
+    print(f"  total | {ran} of {len(steps)} steps and the export | {total} | {basis}")
+    for line in lines:
+        for note in line.notes:
+            where = f"step {line.index} {line.experiment}" if line.index else line.experiment
+            print(f"  note: {where}: {note}")
+    if skipped:
+        names = ", ".join(f"{i} {steps[i - 1].experiment.name}" for i in skipped)
+        print(
+            f"  note: the suite would skip steps {names}, which need CAP_NET_ADMIN: {why}; "
+            "they are not in the total"
+        )
 
 
 def run(args) -> int:
@@ -67,13 +133,11 @@ def run(args) -> int:
                 + ", ".join(names())
             )
     if args.out:
-        from pathlib import Path
-
         check_out(Path(args.out))
+    places = _estimate_places(args)
     steps = suites.plan_steps(suite, only)
     if args.check:
-        for step in steps:
-            print(f"{step.experiment.name}: {step.experiment.resume_key(step.plan)}")
+        _print_check(steps, places)
         return 0
     outcome = run_steps(
         steps,

@@ -13,7 +13,7 @@ import json
 import os
 from dataclasses import asdict, dataclass
 
-from pqlab import engine, figures, process
+from pqlab import engine, estimate, figures, process
 from pqlab.errors import EngineError, UserError
 from pqlab.experiment import CellId, Cells, CompareSpec, Experiment, Option
 from pqlab.experiments import aead_document
@@ -823,6 +823,19 @@ class Aead(Experiment):
 
     def resume_key(self, plan: Plan) -> dict:
         return {"seconds": plan.seconds}
+
+    def work(self, plan: Plan) -> estimate.Work:
+        """Per cell --seconds of timed work (fixed by the plan), the checks beside it (as
+        long again as the mode's checks take) and the cell's own start and rows."""
+        runs = len(plan.environments()) * len(plan.modes) * len(plan.ciphers)
+        runs *= len(plan.directions)
+        cells = runs * len(plan.sizes)
+        work = estimate.Work(f"{estimate.count(cells, 'cell')} x {plan.seconds:g} s", cells=cells)
+        work.exact_s = cells * plan.seconds
+        for mode in plan.modes:  # each mode checks its records its own way
+            work.add(f"aead.checks_{mode}", cells // len(plan.modes) * plan.seconds)
+        work.add("aead.cell", cells)
+        return work
 
 
 EXPERIMENT = Aead()

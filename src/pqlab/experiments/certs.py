@@ -10,7 +10,7 @@ import hashlib
 import json
 from dataclasses import dataclass
 
-from pqlab import catalog, units
+from pqlab import catalog, estimate, units
 from pqlab.catalog import Algorithm
 from pqlab.experiment import CellId, Cells, Experiment, Option, parse_stack, stack_option
 from pqlab.progress import CellProgress
@@ -209,6 +209,20 @@ class Certs(Experiment):
         ),
         stack_option(),
     )
+
+    def work(self, plan: Plan) -> estimate.Work:
+        """Per (CA, server) pair one chain (an engine run and the server's key), per CA
+        its root's key."""
+        cells = len(plan.ca_sigs) * len(plan.server_sigs)
+        size = estimate.count(len(plan.ca_sigs), "CA") + " x "
+        size += estimate.count(len(plan.server_sigs), "server algorithm")
+        work = estimate.Work(size, cells=cells)
+        work.add("chain", cells)
+        for alg in plan.ca_sigs:
+            work.add("operation_seconds", estimate.keygen_s(alg))
+        for alg in plan.server_sigs:
+            work.add("operation_seconds", len(plan.ca_sigs) * estimate.keygen_s(alg))
+        return work
 
 
 EXPERIMENT = Certs()

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pqlab import engine, figures, units
+from pqlab import engine, estimate, figures, units
 from pqlab.errors import CheckError, EngineError, UserError
 from pqlab.experiment import CellId, Cells, Experiment, Option
 from pqlab.net import probes, profiles
@@ -180,12 +180,17 @@ def _result(check, direction, expected, measured, low, high, unit, n, note=""):
     }
 
 
+def connect_gap_ms(profile: LinkProfile) -> float:
+    """The pause between two connects of the round-trip check: so that no packet of the
+    previous one is still queued (with jitter and a rate, netem would hold the SYN behind
+    it)."""
+    spread = max(d.delay_s + 4.5 * d.jitter_s for d in (profile.c2s, profile.s2c))
+    return max(5.0, 2e3 * spread + 5) if (profile.c2s.jitter_s or profile.s2c.jitter_s) else 5.0
+
+
 def check_rtt(topo, profile: LinkProfile, count: int, raw: list, seed: int) -> dict:
     port = PORT + 1
-    # Space the connects so that no packet of the previous one is still queued (with jitter
-    # and a rate, netem would hold the SYN behind it).
-    spread = max(d.delay_s + 4.5 * d.jitter_s for d in (profile.c2s, profile.s2c))
-    gap_ms = max(5.0, 2e3 * spread + 5) if (profile.c2s.jitter_s or profile.s2c.jitter_s) else 5.0
+    gap_ms = connect_gap_ms(profile)
     srv, cli = _pair(
         topo,
         "server",
@@ -243,7 +248,9 @@ def check_rtt(topo, profile: LinkProfile, count: int, raw: list, seed: int) -> d
     )
 
 
-def check_rate(topo, profile: LinkProfile, seconds: float, raw: list) -> dict | None:
+def rate_bytes(profile: LinkProfile, seconds: float) -> int | None:
+    """The bytes the rate check sends, or None when the link has no rate to check or the
+    check does not apply."""
     d = profile.s2c
     if not d.rate_bps or any(x.loss_pct or x.jitter_s for x in (profile.c2s, profile.s2c)):
         # With loss, TCP's recovery leaves the link idle; with jitter and a rate, netem holds
@@ -252,7 +259,14 @@ def check_rate(topo, profile: LinkProfile, seconds: float, raw: list) -> dict | 
         return None
     # Long enough that slow start (about log2(BDP / initcwnd) round trips) is a small part.
     seconds = max(seconds, 30 * profile.rtt_s)
-    nbytes = int(min(max(d.rate_bps / 8 * seconds, 200_000), 200_000_000))
+    return int(min(max(d.rate_bps / 8 * seconds, 200_000), 200_000_000))
+
+
+def check_rate(topo, profile: LinkProfile, seconds: float, raw: list) -> dict | None:
+    d = profile.s2c
+    nbytes = rate_bytes(profile, seconds)
+    if nbytes is None:
+        return None
     port = PORT + 2
     srv, cli = _pair(
         topo,
@@ -292,17 +306,29 @@ def check_rate(topo, profile: LinkProfile, seconds: float, raw: list) -> dict | 
     )
 
 
+UDP_PROBE_BYTES = 100
+
+
+def udp_interval_us(d: Direction) -> int:
+    """The pause between two UDP probes: three probes' time on the wire, at least 0.5 ms."""
+    return max(500, 3 * packet_time_ns(d, UDP_PROBE_BYTES + 28 + ETH) // 1000)
+
+
+def udp_idle_s(d: Direction) -> float:
+    """How long the sink waits for more probes after the last one it received."""
+    return max(1.0, 2 * (d.delay_s + 4.5 * d.jitter_s) + 0.5)
+
+
 def check_udp(
     topo, profile: LinkProfile, direction: str, count: int, raw: list, seed: int
 ) -> list[dict]:
     d: Direction = profile.c2s if direction == "c2s" else profile.s2c
-    size = 100
+    size = UDP_PROBE_BYTES
     wire = size + 28 + ETH
-    interval_us = max(500, 3 * packet_time_ns(d, wire) // 1000)
+    interval_us = udp_interval_us(d)
     send_side, recv_side = ("client", "server") if direction == "c2s" else ("server", "client")
     dst = topo.server_ip if direction == "c2s" else topo.client_ip
     port = PORT + (3 if direction == "c2s" else 4)
-    max_delay = d.delay_s + 4.5 * d.jitter_s
     sink, sender = _pair(
         topo,
         recv_side,
@@ -313,7 +339,7 @@ def check_udp(
             "--count",
             count,
             "--idle",
-            f"{max(1.0, 2 * max_delay + 0.5):.2f}",
+            f"{udp_idle_s(d):.2f}",
             "--timeout",
             300,
         ),
@@ -622,6 +648,27 @@ class Linktest(Experiment):
             "connects": plan.connects,
             "rate_seconds": plan.rate_seconds,
         }
+
+    def work(self, plan: Plan) -> estimate.Work:
+        """Per profile its topology and its checks, whose times the link fixes: --connects
+        connects a round trip and a pause apart, the rate check's bytes at the link's rate,
+        --probes UDP probes each way at their interval and the sink's wait after them."""
+        work = estimate.Work(
+            f"{estimate.count(len(plan.profiles), 'link')} x {plan.connects} connects, "
+            f"{plan.probes} probes each way",
+            cells=len(plan.profiles),
+        )
+        for profile in plan.profiles:
+            work.add("linktest.profile", 1)
+            work.exact_s += plan.connects * (profile.rtt_s + connect_gap_ms(profile) / 1e3)
+            nbytes = rate_bytes(profile, plan.rate_seconds)
+            if nbytes is not None:
+                work.exact_s += nbytes * 8 / profile.s2c.rate_bps + 3 * profile.rtt_s
+            for d in (profile.c2s, profile.s2c):
+                work.exact_s += plan.probes * udp_interval_us(d) / 1e6 + d.delay_s
+                if d.loss_pct:  # the sink waits for probes that never come
+                    work.exact_s += udp_idle_s(d)
+        return work
 
     def verdict(self, plan: Plan, store) -> None:
         """Print every check of this plan's profiles; fail (exit 5) if any failed."""

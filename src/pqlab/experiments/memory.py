@@ -18,7 +18,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from pqlab import catalog, engine, units
+from pqlab import catalog, engine, estimate, units
 from pqlab.catalog import Algorithm
 from pqlab.errors import CheckError, EngineError, UserError
 from pqlab.experiment import (
@@ -672,6 +672,30 @@ class Memory(Experiment):
             "fixed_random": plan.fixed_random,
             "host_pairs": plan.remote.labels() if plan.remote is not None else None,
         }
+
+    def work(self, plan: Plan) -> estimate.Work:
+        """Per cell one engine run of warm-up + -n handshakes (both roles, heap counted;
+        their operations from `estimate.OPERATIONS`), --idle connections held, and on a
+        stack with the library's own tracker its example programs."""
+        cells = list(plan.cells())
+        pairs = len(plan.pairs)
+        work = estimate.Work("", cells=len(cells) * pairs)
+        each = plan.n + plan.warmup
+        for name, group, server, ca, client in cells:
+            work.add("memory.cell", pairs)
+            work.add("memory.handshake", each * pairs)
+            cpu = estimate.handshake_operations_s(group, server, ca, client)
+            work.add("operation_seconds", cpu * each * pairs)
+            if plan.idle:
+                work.add("memory.idle", pairs)
+                work.add("memory.idle_connection", plan.idle * pairs)
+            if plan.tracker(stacks.get(name)):
+                work.add("memory.tracker_cell", 1)
+        work.size = (
+            f"{estimate.count(len(cells) * pairs, 'cell')} x {plan.n} handshakes (+{plan.warmup} warm-up), "
+            f"{plan.idle} idle connections"
+        )
+        return work
 
     def summary(self, plan: Plan) -> str | None:
         return "memory: tables/memory.csv (per handshake), tables/memory_idle.csv (per idle connection)"

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pqlab import catalog, metadata, procstat, stats, units
+from pqlab import catalog, estimate, metadata, procstat, stats, units
 from pqlab.errors import EngineError, UserError
 from pqlab.experiment import CellId, Cells, CompareSpec, Experiment, Option
 from pqlab.experiments import primitives_figures as figs
@@ -696,6 +696,24 @@ class Primitives(Experiment):
             harness = _python_versions()
             key["python_harness"] = {k: harness[k] for k in ("cryptography", "openssl")}
         return key
+
+    def work(self, plan: Plan) -> estimate.Work:
+        """Per cell one engine run: its two phases priced from the algorithm's measured
+        operations (`estimate.OPERATIONS`), capped by --max-seconds, and the run's own
+        start, checks and rows; wolfCrypt's benchmark once."""
+        what = f"{plan.seconds:g} s per operation" if plan.seconds else f"{plan.iterations}"
+        size = f"{estimate.count(len(plan.cells), 'cell')} x {what}" + (
+            " iterations" if not plan.seconds else ""
+        )
+        work = estimate.Work(size, cells=len(plan.cells))
+        work.add("primitives.cell", len(plan.cells))
+        estimate.add_engine_runs(
+            work, plan.cells, plan.iterations, plan.warmup, plan.max_seconds, plan.seconds
+        )
+        if plan.wolfcrypt:
+            work.size += ", wolfCrypt's benchmark"
+            work.add("primitives.wolfcrypt_benchmark", 1)
+        return work
 
     def metadata(self, plan: Plan) -> dict:
         out = {}

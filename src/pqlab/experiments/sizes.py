@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pqlab import catalog, engine, figures, units
+from pqlab import catalog, engine, estimate, figures, units
 from pqlab.errors import EngineError, UserError
 from pqlab.experiment import Cells, Experiment, Option
 from pqlab.experiments.selection import SELECTION_OPTIONS, selection
@@ -376,6 +376,15 @@ class Sizes(Experiment):
 
     def resume_key(self, plan: Plan) -> dict:
         return {"samples": plan.samples}
+
+    def work(self, plan: Plan) -> estimate.Work:
+        """Per cell one engine run of --samples iterations and no warm-up (the
+        primitives' operations, `estimate.OPERATIONS`), and its own start and rows."""
+        size = f"{estimate.count(len(plan.cells), 'cell')} x {plan.samples} samples"
+        work = estimate.Work(size, cells=len(plan.cells))
+        work.add("sizes.cell", len(plan.cells))
+        estimate.add_engine_runs(work, plan.cells, plan.samples, 0, plan.max_seconds)
+        return work
 
 
 EXPERIMENT = Sizes()

@@ -10,7 +10,7 @@ from __future__ import annotations
 import html
 import statistics
 
-from pqlab import catalog, figures, process, units
+from pqlab import catalog, estimate, figures, process, units
 from pqlab.errors import EngineError, UserError
 from pqlab.experiment import (
     NO_CLIENT,
@@ -30,7 +30,7 @@ from pqlab.experiments.handshake.plan import pick_cpus
 from pqlab.net.shaping import build_hosts
 from pqlab.progress import CellProgress
 from pqlab.report.section import Section, template
-from pqlab.tls import negotiation, runner, stacks
+from pqlab.tls import negotiation, runner, stacks, wolfssl_tools
 from pqlab.tls.chains import make_chain
 
 NAME = "throughput"
@@ -438,6 +438,32 @@ class Throughput(Experiment):
 
     def resume_key(self, plan: Plan) -> dict:
         return {"bytes": plan.nbytes, "n": plan.n, "warmup": plan.warmup, "mtu": plan.mtu}
+
+    def work(self, plan: Plan) -> estimate.Work:
+        """Per cell a server and warm-up + -n connections, each a handshake and --bytes
+        each way; per stack whose build has tls_bench and suite it knows, one tls_bench
+        run of every group it has for --tls-bench-seconds each (fixed by the plan)."""
+        cells = list(plan.cells())
+        work = estimate.Work(
+            f"{estimate.count(len(cells), 'cell')} x {plan.n} transfers of {units.format_bytes(plan.nbytes)}",
+            cells=len(cells),
+        )
+        each = plan.n + plan.warmup
+        work.add("throughput.topology", 1)
+        work.add("throughput.cell", len(cells))
+        work.add("throughput.connection", each * len(cells))
+        work.add("throughput.byte", 2 * plan.nbytes * each * len(cells))
+        work.add("chain", len(plan.stacks))
+        runs = 0
+        for name in plan.stacks:
+            if plan.tls_bench_seconds and wolfssl_tools.has_tools(stacks.get(name), "tls_bench"):
+                runs += len([s for s in plan.suites if s in throughput_tls_bench.SUITES])
+        if runs:
+            groups = estimate.TLS_BENCH_GROUPS
+            work.exact_s += runs * groups * plan.tls_bench_seconds
+            work.add("throughput.tls_bench_group", runs * groups)
+            work.size += f", {runs} tls_bench runs"
+        return work
 
     def metadata(self, plan: Plan) -> dict:
         return {

@@ -16,7 +16,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pqlab import catalog, engine, figures, stats, units
+from pqlab import catalog, engine, estimate, figures, stats, units
 from pqlab.cpuquota import CpuQuota, parse_fraction
 from pqlab.errors import CheckError, EngineError, UserError
 from pqlab.experiment import CellId, Cells, CompareSpec, Experiment, Option
@@ -834,6 +834,36 @@ class Tls12(Experiment):
             "host_pairs": plan.remote.labels() if plan.remote is not None else None,
             "dh_params": plan.dh_sources,
         }
+
+    def work(self, plan: Plan) -> estimate.Work:
+        """Per defined cell a server and a client run of warm-up + -n handshakes, each priced
+        from the measured table of this experiment's handshakes
+        (`estimate.TLS12_HANDSHAKES`; over a link profile plus its round trips), and the
+        DHE parameters the plan generates that are not cached yet."""
+        cells = [c for c in plan.cells() if c.suite is not None]
+        pairs = len(plan.pairs)
+        work = estimate.Work("", cells=len(plan.cells()) * pairs)
+        each = plan.n + plan.warmup
+        work.add("tls12.cell", len(cells) * pairs)
+        rtt = plan.profile.rtt_s if plan.profile is not None else 0.0
+        for spec in cells:
+            seconds = estimate.tls12_handshake_s(spec.version, spec.kex, spec.cert)
+            if plan.server_cpu:
+                seconds /= plan.server_cpu  # the server gets that share of a CPU
+            work.add("handshake_seconds", seconds * each * pairs)
+            # over a link profile: TCP's round trip, then TLS 1.2's two or TLS 1.3's one
+            work.exact_s += (3 if spec.version == "1.2" else 2) * rtt * each * pairs
+        for bits in sorted({c.kex.dh_bits for c in cells if c.kex.dh_source == "generated"}):
+            if not (dh_cache_dir() / f"dh{bits}.pem").exists():
+                work.add(f"tls12.dh_generation_{bits}", 1)
+                work.notes.append(
+                    f"{bits}-bit DHE parameters are generated first (once per machine; the "
+                    "time of a safe prime search varies several-fold)"
+                )
+        work.size = f"{estimate.count(len(cells) * pairs, 'cell')} x {plan.n} handshakes (+{plan.warmup} warm-up)"
+        if plan.remote is not None:
+            work.notes.append("the network between the hosts is not in the estimate")
+        return work
 
     def metadata(self, plan: Plan) -> dict:
         return {

@@ -11,6 +11,7 @@ host's CPU accounting), `analyse` (pure statistics), `schema`, `report`.
 
 from __future__ import annotations
 
+from pqlab import estimate
 from pqlab.experiment import CompareSpec, Experiment
 from pqlab.experiments.capacity import plan as _plan
 from pqlab.experiments.capacity import report as _report
@@ -57,6 +58,25 @@ class Capacity(Experiment):
             "stack": plan.stack,
             "host_pairs": plan.remote.labels() if plan.remote is not None else None,
         }
+
+    def work(self, plan: _plan.Plan) -> estimate.Work:
+        """Per cell a server and its load points (a closed-loop point per client count, an
+        open-loop point per rate), each --duration long (fixed by the plan) with its
+        load generator's start, warm-up and drain."""
+        cells = len(list(plan.cells())) * len(plan.pairs)
+        closed = len(plan.clients) * ("closed" in plan.modes)
+        opened = len(plan.rates) * ("open" in plan.modes)
+        points = closed + opened
+        work = estimate.Work(
+            f"{estimate.count(cells, 'cell')} x {points} points x {plan.duration_s:g} s",
+            cells=cells,
+        )
+        work.exact_s = cells * points * plan.duration_s
+        work.add("capacity.cell", cells)
+        work.add("capacity.point", cells * points)
+        work.add("capacity.open_point", cells * opened)
+        work.add("chain", len({(s.name, getattr(c, "name", c)) for _, s, c, *_ in plan.cells()}))
+        return work
 
     def metadata(self, plan: _plan.Plan) -> dict:
         return {

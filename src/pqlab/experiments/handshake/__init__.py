@@ -9,6 +9,7 @@ taken apart), `schema` (database tables), `report` (tables, figures, report sect
 
 from __future__ import annotations
 
+from pqlab import estimate
 from pqlab.experiment import CompareSpec, Experiment
 from pqlab.experiments.handshake import plan as _plan
 from pqlab.experiments.handshake import report as _report
@@ -45,6 +46,43 @@ class Handshake(Experiment):
             "profile": getattr(plan.profile, "spec", None) or plan.profile_name,
             "host_pairs": plan.remote.labels() if plan.remote is not None else None,
         }
+
+    def work(self, plan: _plan.Plan) -> estimate.Work:
+        """Per cell its handshakes (warm-ups of every round included), their cryptographic
+        operations and, over a link profile, the wire model's time; per chain its key; per
+        batch its processes."""
+        cells = list(plan.cells())
+        pairs = len(plan.pairs)
+        work = estimate.Work("", cells=len(cells) * pairs)
+        made = set()
+        for batch in plan.batches(cells):
+            rounds = plan.rounds_for(len(batch))
+            each = sum(w + m for w, m in plan.round_sizes(rounds))
+            work.add("handshake.batch", pairs)
+            for group, server, ca, chain_bytes, client in batch:
+                work.add("handshake.cell", pairs)
+                work.add("handshake.handshake", each * pairs)
+                work.add("handshake.measured", plan.n * pairs)
+                cpu = estimate.handshake_operations_s(group, server, ca, client, plan.client_ca)
+                work.add("operation_seconds", cpu * each * pairs)
+                for key in ((ca, server, chain_bytes), (plan.client_ca or ca, client, "client")):
+                    name = tuple(getattr(a, "name", a) for a in key)
+                    if key[1] is not None and name not in made:
+                        made.add(name)
+                        work.add("chain", 1)
+                        work.add("operation_seconds", estimate.keygen_s(key[1]))
+                if plan.profile is not None:
+                    der = estimate.chain_der(server, ca, plan.send_root, chain_bytes)
+                    predicted = estimate.connection(
+                        plan.stack, group, server, der, plan.profile, _run.RESPONSE_BYTES
+                    )
+                    work.add("link_seconds", estimate.link_seconds(predicted) * each * pairs)
+        first = plan.round_sizes(plan.rounds_for(min(len(cells), _plan.MAX_BATCH)))
+        warm = sum(w for w, _ in first)  # per cell, in its rounds (a last small batch: fewer)
+        work.size = f"{estimate.count(work.cells, 'cell')} x {plan.n} handshakes (+{warm} warm-up)"
+        if plan.remote is not None:
+            work.notes.append("the network between the hosts is not in the estimate")
+        return work
 
     def metadata(self, plan: _plan.Plan) -> dict:
         cells = len(list(plan.cells()))

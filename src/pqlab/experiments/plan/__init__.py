@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import sys
 
+from pqlab import estimate
 from pqlab.experiment import CompareSpec, Experiment
 from pqlab.experiments.plan import plan as _plan
 from pqlab.experiments.plan import report as _report
@@ -57,6 +58,19 @@ class PlanExperiment(Experiment):
                 "migration": [c.label() for c in plan.migration] if plan.migration else None,
             }
         }
+
+    def work(self, plan: _plan.Plan) -> estimate.Work:
+        """Per configuration its chain and its stack's ClientHello (engine runs); per cell
+        the wire model's predictions and cliffs."""
+        parts = (
+            (len(plan.configs), "configuration"),
+            (len(plan.chain_points()), "chain"),
+            (len(plan.paths), "path"),
+        )
+        work = estimate.Work(" x ".join(estimate.count(*p) for p in parts), cells=plan.cells)
+        work.add("plan.configuration", len(plan.configs))
+        work.add("plan.cell", plan.cells)
+        return work
 
     def summary(self, plan: _plan.Plan) -> str:
         extra = ", tables/plan_migration.csv" if plan.migration else ""

@@ -12,6 +12,7 @@ verdict lines), `wire` (a connection from the capture or the client's events), `
 
 from __future__ import annotations
 
+from pqlab import estimate
 from pqlab.experiment import CompareSpec, Experiment
 from pqlab.experiments.probe import plan as _plan
 from pqlab.experiments.probe import report as _report
@@ -51,6 +52,17 @@ class Probe(Experiment):
             "servername": plan.servername,
             "timeout": plan.timeout,
         }
+
+    def work(self, plan: _plan.Plan) -> estimate.Work:
+        """Per configuration a capture and a client run of -n connections, each waiting
+        up to a second for the server's close; the network to the target is the user's."""
+        cells = len(plan.cells)
+        size = f"{estimate.count(cells, 'configuration')} x {estimate.count(plan.n, 'connection')}"
+        work = estimate.Work(size, cells=cells)
+        work.add("probe.cell", cells)
+        work.add("probe.connection", cells * plan.n)
+        work.notes.append("the round trips to the target are not in the estimate")
+        return work
 
     def metadata(self, plan: _plan.Plan) -> dict:
         return {

@@ -12,6 +12,7 @@ document's own numbers), `schema` (database tables), `summary` (its summary line
 
 from __future__ import annotations
 
+from pqlab import estimate
 from pqlab.experiment import CompareSpec, Experiment
 from pqlab.experiments.ttlb import across as _across
 from pqlab.experiments.ttlb import plan as _plan
@@ -45,6 +46,29 @@ class Ttlb(Experiment):
             "host_pairs": plan.remote.labels() if plan.remote is not None else None,
         }
 
+    def work(self, plan: _plan.Plan) -> estimate.Work:
+        """Per link profile its topology; per cell a client run of warm-up + -n
+        connections, each the wire model's time to its last byte over the profile's link,
+        the client's pause between connections (fixed by the plan) and the packets the
+        link's loss is expected to cost."""
+        work = estimate.Work("", cells=plan.cells)
+        chains = [(c, b) for c in plan.chains for b in plan.chain_points()]
+        work.add("chain", len(chains))
+        for alg, _ in chains:
+            work.add("operation_seconds", estimate.keygen_s(alg))
+        for profile in plan.profiles:
+            work.add("ttlb.profile", 1)
+            for group in plan.groups:
+                for alg, chain_bytes in chains:
+                    der = estimate.chain_der(alg, alg, True, chain_bytes)
+                    for size in plan.sizes * len(plan.client_sigs):
+                        _cell_work(work, plan, profile, (group, alg, der), size)
+        links = estimate.count(len(plan.profiles), "link")
+        work.size = f"{estimate.count(plan.cells, 'cell')} on {links} x {plan.n} connections (+{plan.warmup} warm-up)"
+        if plan.remote is not None:
+            work.notes.append("the network between the hosts is not in the estimate")
+        return work
+
     def metadata(self, plan: _plan.Plan) -> dict:
         return {
             "ttlb_groups": [g.name for g in plan.groups],
@@ -69,6 +93,24 @@ class Ttlb(Experiment):
         if len(plan.chain_bytes or ()) >= _sweep.MIN_POINTS:
             tables.append("ttlb_chain_steps")
         return ", ".join(f"tables/{t}.csv" for t in tables)
+
+
+def _cell_work(work: estimate.Work, plan: _plan.Plan, profile, cell: tuple, size: int) -> None:
+    """One cell's connections into `work`: over a real network (a host pair) only their
+    number, the link being the user's."""
+    group, alg, der = cell
+    each = plan.n + plan.warmup
+    work.add("ttlb.cell", 1)
+    work.add("ttlb.connection", each)
+    work.exact_s += _run.gap_ms(profile) / 1e3 * (each - 1)
+    if getattr(profile, "pair", None) is not None:
+        return
+    work.exact_s += estimate.TTLB_CELL_ROUND_TRIPS * profile.rtt_s
+    predicted = estimate.connection(plan.stack, group, alg, der, profile, size)
+    work.add("link_seconds", each * estimate.link_seconds(predicted))
+    handshake, response = estimate.lost_packets(profile, predicted)
+    work.add("ttlb.lost_handshake_packet", each * handshake)
+    work.add("ttlb.lost_response_round_trip", each * response * profile.rtt_s)
 
 
 EXPERIMENT = Ttlb()

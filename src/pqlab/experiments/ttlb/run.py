@@ -79,6 +79,12 @@ def _record_profile(store, profile, link, hosts) -> None:
     )
 
 
+def gap_ms(profile) -> int:
+    """The client's pause between two connections of a cell: two round trips of the
+    profile's link, at least 10 ms."""
+    return max(10, int(profile.rtt_s * 1e3 * 2))
+
+
 def _mutual(store, plan: Plan, chain_alg, client):
     """A cell's mutual TLS: (what the server asks, what the client presents, the wire
     model's view of the client's certificate), or Nones without a client certificate."""
@@ -107,7 +113,7 @@ def _run_sizes(store, plan: Plan, hosts, link, profile, cell, port: int, sizes, 
         client_auth=client_auth,
     )
     expected = Expected(group=group, sigalg=chain_alg, client_sigalg=client)
-    gap_ms = max(10, int(profile.rtt_s * 1e3 * 2))
+    gap = gap_ms(profile)
     stack = stacks.get(plan.stack)
     # The wire model's view of the cell (no link model for a real network).
     hs, cliffs = None, []
@@ -129,7 +135,7 @@ def _run_sizes(store, plan: Plan, hosts, link, profile, cell, port: int, sizes, 
                 n=plan.n,
                 warmup=plan.warmup,
                 request_bytes=size,
-                gap_ms=gap_ms,
+                gap_ms=gap,
                 expected=expected,
                 identity=identity,
             )
