@@ -203,15 +203,20 @@ COSTS: dict[str, Cost] = {
     # The export (tables, figures, report.html) once per run, timed experiment by
     # experiment on copies of DEFAULT's run (two exports, 66.4 and 67.3 s; in the run itself
     # 65.3 s) and of QUICK's (23.3 s; 21.8 s in the run), per experiment a fixed part and,
-    # where the two differ with the cells, a part per cell (the cells of its steps).
+    # where the two differ with the cells, a part per cell (the cells of its steps). The
+    # figure-heavy two (primitives, handshake) re-timed with the figures drawn by worker
+    # processes (`figures.rendering`): the whole DEFAULT export 50.1 s, QUICK's 25.7 s.
     "export.report": Cost(0.3, "the summary and report.html: 0.35 s (DEFAULT), 0.26 s (QUICK)"),
-    "primitives.export": Cost(0.1, "primitives: 17.3 s for 34 cells, 13.5 s for 27"),
-    "primitives.export_cell": Cost(0.5, "the same two, with primitives.export"),
+    "primitives.export": Cost(
+        14.3, "primitives, figures drawn by workers: 14.1 s (DEFAULT), 14.5 s (QUICK)"
+    ),
     "sizes.export": Cost(0.53, "sizes: 0.53 s (DEFAULT and QUICK, 27 cells)"),
     "certs.export": Cost(0.01, "certs: 0.01 s (64 and 16 cells)"),
     "plan.export": Cost(0.5, "plan: 0.50 s, a 24-cell run (`pqlab plan` with a grid of paths)"),
-    "handshake.export": Cost(1.84, "handshake: 40.1 s for 99 cells, 3.4 s for 4"),
-    "handshake.export_cell": Cost(0.386, "the same two, with handshake.export"),
+    "handshake.export": Cost(
+        2.39, "handshake, figures drawn by workers: 26.5 s for 99 cells, 3.4 s for 4"
+    ),
+    "handshake.export_cell": Cost(0.243, "the same two, with handshake.export"),
     "ttlb.export": Cost(1.39, "ttlb: 3.6 s for 51 cells, 1.9 s for 12"),
     "ttlb.export_cell": Cost(0.0428, "the same two, with ttlb.export"),
     "linktest.export": Cost(0.26, "linktest: 0.26 s for two profiles"),
