@@ -126,7 +126,7 @@ def every_field_set(chain, tmp_path):
         connection_records=tmp_path / "client.jsonl",
     )
     load = runner.LoadSpec(client, mode="open", clients=6, duration_ms=1500, rate=321.5)
-    bulk = runner.BulkSpec(client, push_bytes=1 << 20, pull_bytes=1 << 21)
+    bulk = runner.BulkSpec(client, push_bytes=1 << 20, pull_bytes=1 << 21, echo_bytes=1 << 17)
     return [tls, auth, ident, server, client, load, bulk]
 
 

@@ -18,6 +18,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from pqlab import workers  # noqa: E402
+
 plt.rcParams.update(
     {
         "figure.dpi": 110,
@@ -83,12 +85,10 @@ def rendering() -> Iterator[None]:
     """Figures saved inside the block are drawn by worker processes, one per CPU; every file
     is written (or a drawing's error raised) when the block ends."""
     global _pending, _pool
-    from pqlab.workers import Workers
-
     if _pending is not None:  # already inside
         yield
         return
-    with Workers() as pool:
+    with workers.Workers() as pool:
         _pending, _pool = [], pool
         _saved[0] = 0
         try:
