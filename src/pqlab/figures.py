@@ -46,10 +46,11 @@ def save(fig, store, name: str) -> Path:
 
 def _handed_to_worker(fig, png: Path, svg: Path) -> bool:
     """Inside `rendering()`, past its first IN_PLACE figures: the figure pickled to a worker."""
+    global _saved
     if _pending is None:
         return False
-    _saved[0] += 1
-    if _saved[0] <= IN_PLACE:
+    _saved += 1
+    if _saved <= IN_PLACE:
         return False
     try:
         data = pickle.dumps(fig)
@@ -77,20 +78,20 @@ _pool = None
 # The first figures of a block are drawn in place: starting the workers (each imports
 # matplotlib) costs about a second, more than a small run's few figures take.
 IN_PLACE = 6
-_saved = [0]  # figures saved in the current block
+_saved = 0  # figures saved in the current block
 
 
 @contextlib.contextmanager
 def rendering() -> Iterator[None]:
     """Figures saved inside the block are drawn by worker processes, one per CPU; every file
     is written (or a drawing's error raised) when the block ends."""
-    global _pending, _pool
+    global _pending, _pool, _saved
     if _pending is not None:  # already inside
         yield
         return
     with workers.Workers() as pool:
         _pending, _pool = [], pool
-        _saved[0] = 0
+        _saved = 0
         try:
             yield
             for job in _pending:
