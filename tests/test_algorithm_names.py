@@ -5,6 +5,8 @@ so a wrong catalogue entry fails."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from conftest import run_pqlab
@@ -149,6 +151,37 @@ def test_a_predecessor_must_be_an_entry_of_the_same_kind():
     good = catalog.Algorithm("Kyber512", "kem", "Kyber")
     bad = catalog.Algorithm("New", "kem", "ML-KEM", predecessor="Dilithium2")
     with pytest.raises(ValueError, match="predecessor"):
-        catalog._check_predecessors([good, bad, catalog.Algorithm("Dilithium2", "sig", "D")])
+        catalog._check_references([good, bad, catalog.Algorithm("Dilithium2", "sig", "D")])
     with pytest.raises(ValueError, match="own predecessor"):
         catalog._check(catalog.Algorithm("X", "kem", "F", predecessor="X"))
+
+
+def test_same_keys_as_must_name_an_entry_making_the_same_keys():
+    """PKCS #1 v1.5 and PSS sign with one kind of RSA key: an entry may share its key
+    generation only with one of the same kind, library and key parameters."""
+    pss = catalog.Algorithm(
+        "R", "sig", "RSA", openssl="RSA", params={"bits": 2048, "padding": "pss"}
+    )
+    pkcs1 = catalog.Algorithm(
+        "P",
+        "sig",
+        "RSA",
+        openssl="RSA",
+        params={"bits": 2048, "padding": "pkcs1"},
+        same_keys_as="R",
+    )
+    catalog._check_references([pss, pkcs1])
+    bigger = catalog.Algorithm(
+        "B",
+        "sig",
+        "RSA",
+        openssl="RSA",
+        params={"bits": 3072, "padding": "pkcs1"},
+        same_keys_as="R",
+    )
+    with pytest.raises(ValueError, match="same_keys_as 'R'"):
+        catalog._check_references([pss, bigger])
+    with pytest.raises(ValueError, match="same_keys_as 'Q'"):
+        catalog._check_references([pss, dataclasses.replace(pkcs1, same_keys_as="Q")])
+    for bits in (2048, 3072, 4096):
+        assert catalog.resolve(f"RSA-{bits}-PKCS1").same_keys_as == f"RSA-{bits}"

@@ -301,3 +301,52 @@ def test_fixed_time_mode_gives_the_liboqs_speed_table_from_raw_samples(tmp_path)
     assert rows[("ML-KEM-512", "keygen")]["document_iterations"] == ""
     bad = run_pqlab("primitives", "--kem", "X25519", "--backend", "python", "--seconds", "1")
     assert bad.returncode == 2 and "fixed-time" in bad.stderr
+
+
+def test_rsa_key_generation_is_timed_once_for_pss_and_pkcs1(tmp_path):
+    """RSA-2048 (PSS) and RSA-2048-PKCS1 sign with one kind of key pair: a run with both
+    times that key generation once (the PKCS #1 entry's engine run skips it) and records the
+    same samples under both names; each entry still times its own signing. Alone, the PKCS #1
+    entry times its own key generation."""
+    out = tmp_path / "rsa"
+    r = run_pqlab(
+        "primitives", "--sig", "RSA-2048-PKCS1,RSA-2048,RSA-3072-PKCS1", "--backend", "openssl",
+        "--iterations", "12", "--warmup", "1", "--out", out,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    con = duckdb.connect(str(out / "results.duckdb"), read_only=True)
+    try:
+
+        def samples(alg, op):
+            return con.execute(
+                "SELECT i, ns FROM primitive_samples WHERE algorithm = ? AND operation = ? "
+                "ORDER BY i",
+                [alg, op],
+            ).fetchall()
+
+        def args(alg, op):
+            (row,) = con.execute(
+                "SELECT engine_args FROM primitive_runs WHERE algorithm = ? AND operation = ?",
+                [alg, op],
+            ).fetchall()
+            return json.loads(row[0])
+
+        shared = samples("RSA-2048", "keygen")
+        assert len(shared) == 13 and samples("RSA-2048-PKCS1", "keygen") == shared
+        # The PKCS #1 entry's key generation row names the run that made the samples.
+        assert args("RSA-2048-PKCS1", "keygen") == args("RSA-2048", "keygen")
+        assert "--skip-keygen" not in args("RSA-2048", "sign")
+        assert "--skip-keygen" in args("RSA-2048-PKCS1", "sign")
+        for op in ("sign", "verify"):
+            assert len(samples("RSA-2048-PKCS1", op)) == 13
+            assert samples("RSA-2048-PKCS1", op) != samples("RSA-2048", op)
+        # Without its PSS entry in the run, RSA-3072-PKCS1 times its own key generation.
+        assert len(samples("RSA-3072-PKCS1", "keygen")) == 13
+        assert "--skip-keygen" not in args("RSA-3072-PKCS1", "keygen")
+    finally:
+        con.close()
+    with open(out / "tables" / "primitives.csv", newline="") as f:
+        rows = {(row["algorithm"], row["operation"]): row for row in csv.DictReader(f)}
+    assert (
+        rows[("RSA-2048-PKCS1", "keygen")]["median_us"] == rows[("RSA-2048", "keygen")]["median_us"]
+    )

@@ -54,6 +54,7 @@ class Algorithm:
     wolfssl_oid: str | None = None  # wolfSSL's certificate OID where it differs from oid (004)
     python: str | None = None  # the `cryptography` class family (the python harness backend)
     predecessor: str | None = None  # the pre-standard entry a document measured in its place
+    same_keys_as: str | None = None  # the entry whose key generation is this one's
 
     def document_004_name(self) -> str | None:
         """The name document 004 (wolfSSL's appendix) gave this algorithm, or the
@@ -133,13 +134,33 @@ def _check(alg: Algorithm) -> None:
         raise ValueError(f"{where} is its own predecessor")
 
 
-def _check_predecessors(algorithms: list[Algorithm]) -> None:
+# Parameters that choose how a key signs, not which key is made.
+_SIGNING_PARAMS = ("padding", "digest")
+
+
+def _check_references(algorithms: list[Algorithm]) -> None:
+    """`predecessor` names an entry of the same kind; `same_keys_as` one that makes the same
+    keys (same kind and library names, parameters equal but for how it signs)."""
     by_name = {a.name: a for a in algorithms}
     for alg in algorithms:
         before = by_name.get(alg.predecessor) if alg.predecessor else None
         if alg.predecessor and (before is None or before.kind != alg.kind):
             raise ValueError(
                 f"catalogue: {alg.name}'s predecessor {alg.predecessor!r} is no entry of its kind"
+            )
+        if alg.same_keys_as is None:
+            continue
+        other = by_name.get(alg.same_keys_as)
+        key_params = {k: v for k, v in alg.params.items() if k not in _SIGNING_PARAMS}
+        if (
+            other is None
+            or other is alg
+            or (other.kind, other.openssl, other.liboqs) != (alg.kind, alg.openssl, alg.liboqs)
+            or {k: v for k, v in other.params.items() if k not in _SIGNING_PARAMS} != key_params
+        ):
+            raise ValueError(
+                f"catalogue: {alg.name}'s same_keys_as {alg.same_keys_as!r} is no entry making "
+                "the same keys"
             )
 
 
@@ -162,7 +183,7 @@ def _load() -> tuple[tuple[Algorithm, ...], dict[tuple[str, str], Algorithm]]:
     dup = [n for n, c in Counter(a.name for a in algorithms).items() if c > 1]
     if dup:
         raise ValueError(f"catalogue: names listed twice: {dup}")
-    _check_predecessors(algorithms)
+    _check_references(algorithms)
     index: dict[tuple[str, str], Algorithm] = {}
     for alg in algorithms:
         cls = _CLASS[alg.kind]

@@ -555,17 +555,23 @@ def _family(name: str) -> str | None:
 
 
 def engine_phases_s(
-    ops: Operations, iterations: int, warmup: int, max_seconds: float | None, seconds=None
+    ops: Operations,
+    iterations: int,
+    warmup: int,
+    max_seconds: float | None,
+    seconds=None,
+    keygen: bool = True,
 ) -> tuple[float, float]:
     """(seconds the plan fixes, modelled seconds) of one engine `kem`/`sig` run: each phase
     warms up (`warmup` runs, at most 2 s and at most `max_seconds`), then makes `iterations`
     + 1 timed runs, stopped by `max_seconds`; in fixed-time mode (`seconds`) it runs until
     its operations' own time reaches `seconds` (the pair phase until the faster operation's
-    has: `iterations` is then the cap)."""
+    has: `iterations` is then the cap). `keygen=False`: a run without its key generation
+    phase (`--skip-keygen`)."""
     cap = max_seconds or math.inf
     exact = modelled_s = 0.0
     phases = (
-        (ops.keygen_phase, ops.keygen),
+        *([(ops.keygen_phase, ops.keygen)] if keygen else []),
         (ops.pair_phase, min(ops.first, ops.second) or ops.pair_phase),
     )
     for per_run, own in phases:
@@ -661,14 +667,19 @@ def keygen_s(alg: Algorithm) -> float:
     return operations(alg, "openssl")[0].keygen
 
 
-def add_engine_runs(work: Work, cells, iterations, warmup, max_seconds, seconds=None) -> None:
+def add_engine_runs(
+    work: Work, cells, iterations, warmup, max_seconds, seconds=None, shared=()
+) -> None:
     """One engine `kem`/`sig` run per (algorithm, backend) cell (`pqlab.experiments.selection.
     Cell`) into `work`: its phases' fixed and modelled seconds (`engine_phases_s`), and a
-    note naming the algorithms priced from their family's operations."""
+    note naming the algorithms priced from their family's operations. `shared`: the ids of
+    cells whose key generation another cell times (`selection.shared_keygen`)."""
     estimated = []
     for cell in cells:
         ops, measured = operations(cell.algorithm, cell.backend)
-        exact, priced = engine_phases_s(ops, iterations, warmup, max_seconds, seconds)
+        exact, priced = engine_phases_s(
+            ops, iterations, warmup, max_seconds, seconds, keygen=cell.cell_id not in shared
+        )
         work.exact_s += exact
         work.add("operation_seconds", priced)
         if not measured:

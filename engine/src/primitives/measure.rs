@@ -520,10 +520,13 @@ pub fn kex<X: KeyAgreement>(x: &X, plan: &Plan) -> Result<()> {
 
 // --- signatures --------------------------------------------------------------------------
 
-pub fn sig<S: Signature>(s: &S, plan: &Plan) -> Result<()> {
-    let mut sizes = Sizes::default();
-    let mut checks = 0u64;
-    let mut counter = 0u64;
+/// The key generation phase of `sig`: each generated key signs one message, checked.
+fn sig_keygen_phase<S: Signature>(
+    s: &S,
+    plan: &Plan,
+    sizes: &mut Sizes,
+    (checks, counter): (&mut u64, &mut u64),
+) -> Result<()> {
     run_phase(plan, &["keygen"], |meters, deadline| {
         let mut keys = Vec::new();
         let mut i = 0;
@@ -534,8 +537,8 @@ pub fn sig<S: Signature>(s: &S, plan: &Plan) -> Result<()> {
             i += 1;
         }
         for key in &keys {
-            counter += 1;
-            let m = message(counter);
+            *counter += 1;
+            let m = message(*counter);
             let signature = s.sign(key, &m)?;
             if !s.verify(key, &m, &signature)? {
                 return Err(check_failed(
@@ -544,12 +547,25 @@ pub fn sig<S: Signature>(s: &S, plan: &Plan) -> Result<()> {
             }
             sizes.key(s.key_sizes(key)?);
             sizes.sig(s.signature_sizes(&signature)?);
-            checks += 1;
+            *checks += 1;
         }
         Ok(())
-    })?;
+    })
+}
 
+/// `skip_keygen`: no key generation phase (sign and verify with one untimed key, whose
+/// sizes are reported).
+pub fn sig<S: Signature>(s: &S, plan: &Plan, skip_keygen: bool) -> Result<()> {
+    let mut sizes = Sizes::default();
+    let mut checks = 0u64;
+    let mut counter = 0u64;
+    if !skip_keygen {
+        sig_keygen_phase(s, plan, &mut sizes, (&mut checks, &mut counter))?;
+    }
     let key = s.keygen()?;
+    if skip_keygen {
+        sizes.key(s.key_sizes(&key)?);
+    }
     let mut pool: Vec<([u8; MESSAGE_LEN], Vec<u8>)> = Vec::new();
     run_phase(plan, &["sign", "verify"], |meters, deadline| {
         let fresh = fill(meters, deadline, &mut pool, |m| {

@@ -112,22 +112,32 @@ fn signature_checks_pass_and_reject_corrupted_signatures() {
         ("liboqs", "ML-DSA-44", Params::new()),
         ("liboqs", "Falcon-512", Params::new()),
     ];
-    for (backend, alg, params) in cases {
-        let what = format!("{backend} {alg} {params:?}");
+    // With and without the key generation phase (--skip-keygen): the checks are the same.
+    for ((backend, alg, params), skip) in cases
+        .iter()
+        .flat_map(|c| [(c.clone(), false), (c.clone(), true)])
+    {
+        let what = format!("{backend} {alg} {params:?} skip_keygen={skip}");
         let (ok, bad) = if backend == "openssl" {
             (
-                measure::sig(&ossl::OsslSig::new(alg, &params).unwrap(), &plan()),
+                measure::sig(&ossl::OsslSig::new(alg, &params).unwrap(), &plan(), skip),
                 measure::sig(
                     &BadSigner(ossl::OsslSig::new(alg, &params).unwrap()),
                     &plan(),
+                    skip,
                 ),
             )
         } else {
             (
-                measure::sig(&oqs::OqsSig::new(alg, &params, None).unwrap(), &plan()),
+                measure::sig(
+                    &oqs::OqsSig::new(alg, &params, None).unwrap(),
+                    &plan(),
+                    skip,
+                ),
                 measure::sig(
                     &BadSigner(oqs::OqsSig::new(alg, &params, None).unwrap()),
                     &plan(),
+                    skip,
                 ),
             )
         };
@@ -159,8 +169,8 @@ fn fixed_time_mode_checks_every_output_too() {
         "{err:?}"
     );
     let sig = || oqs::OqsSig::new("ML-DSA-44", &Params::new(), None).unwrap();
-    assert!(measure::sig(&sig(), &fixed).is_ok());
-    let err = measure::sig(&BadSigner(sig()), &fixed).expect_err("a corrupted signature");
+    assert!(measure::sig(&sig(), &fixed, false).is_ok());
+    let err = measure::sig(&BadSigner(sig()), &fixed, false).expect_err("a corrupted signature");
     assert!(
         matches!(&err, Error::Check(m) if m.contains("check failed")),
         "{err:?}"

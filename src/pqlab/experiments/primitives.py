@@ -25,6 +25,7 @@ from pqlab.experiments.selection import (
     SELECTION_OPTIONS,
     Cell,
     selection,
+    shared_keygen,
 )
 from pqlab.process import EngineProcess, Process
 from pqlab.procstat import PeakRss
@@ -50,6 +51,13 @@ CREATE TABLE IF NOT EXISTS primitive_runs (
     kept INTEGER, warmup_runs INTEGER, budget_exhausted BOOLEAN, phase_seconds DOUBLE,
     checks_passed BIGINT, negative_checks JSON, seconds_per_op DOUBLE)
 """
+# Every column but `algorithm` (a shared key generation is copied under another name).
+SAMPLE_COLUMNS = ("backend", "operation", "i", "ns", "cycles", "dropped")
+RUN_COLUMNS = (
+    "backend", "kind", "operation", "engine_args", "iterations", "warmup", "max_seconds",
+    "timed_runs", "kept", "warmup_runs", "budget_exhausted", "phase_seconds", "checks_passed",
+    "negative_checks", "seconds_per_op",
+)  # fmt: skip
 # Runs made before the fixed-time mode.
 MIGRATIONS = (
     "ALTER TABLE IF EXISTS primitive_runs ADD COLUMN IF NOT EXISTS seconds_per_op DOUBLE",
@@ -157,7 +165,9 @@ def run_cells(
     store.ensure_table(RESOURCES_DDL)
     store.ensure_table(sizes_exp.SIZES_DDL)
     done = CELLS.done(store)
-    todo = [c for c in cells if c.cell_id not in done]
+    shared = shared_keygen(cells)
+    # A cell whose key generation another times runs after it (its samples are copied).
+    todo = sorted((c for c in cells if c.cell_id not in done), key=lambda c: c.cell_id in shared)
     machine = CELLS.auxiliary(MACHINE)
     if machine not in done:
         with store.cell(NAME, machine, {}):
@@ -166,7 +176,9 @@ def run_cells(
         progress.advance(len(cells) - len(todo))
         for cell in todo:
             progress.start(f"{cell.algorithm.name} ({cell.backend})")
-            measure_cell(store, cell, iterations, warmup, max_seconds, seconds)
+            measure_cell(
+                store, cell, iterations, warmup, max_seconds, seconds, shared.get(cell.cell_id)
+            )
             progress.advance()
     bench = CELLS.auxiliary(WOLFCRYPT)
     if wolfcrypt and bench not in done:
@@ -289,12 +301,18 @@ def measure_cell(
     warmup: int,
     max_seconds: float | None,
     seconds: float | None = None,
+    keygen_from: Cell | None = None,
 ) -> None:
+    """One cell's engine run and rows. `keygen_from`: the cell whose key generation is this
+    one's (`selection.shared_keygen`), already measured: this run skips it and that cell's
+    key generation samples and run are recorded under this cell's algorithm too."""
     args = cell.engine_args() + ["--iterations", str(iterations), "--warmup", str(warmup)]
     if max_seconds:
         args += ["--max-seconds", f"{max_seconds:g}"]
     if seconds:
         args += ["--seconds", f"{seconds:g}"]
+    if keygen_from is not None:
+        args.append("--skip-keygen")
     samples, op_done, checks, size_rec, usage = _read_cell(cell, args, max_seconds, seconds)
     n = len(samples["i"])
     name, backend = cell.algorithm.name, cell.backend
@@ -327,9 +345,37 @@ def measure_cell(
                 for r in op_done
             ],
         )
+        if keygen_from is not None:
+            _copy_keygen(store, keygen_from, name)
         sizes_exp.store_sizes(store, NAME, cell, size_rec)
         store.insert_rows("primitive_resources", [{"algorithm": name, "backend": backend, **usage}])
         store.add_warnings(NAME, cell.cell_id, warnings)
+
+
+def _copy_keygen(store: RunStore, source: Cell, name: str) -> None:
+    """`source`'s key generation samples and run row recorded again as `name`'s (the same
+    operation: see the catalogue's `same_keys_as`); the run row keeps the engine arguments
+    that made them."""
+    where = "WHERE algorithm = ? AND backend = ? AND operation = 'keygen'"
+    key = [source.algorithm.name, source.backend]
+    with store.stages.stage("database_writes"):
+        for table, columns in (
+            ("primitive_samples", SAMPLE_COLUMNS),
+            ("primitive_runs", RUN_COLUMNS),
+        ):
+            cols = ", ".join(columns)
+            store.con.execute(
+                f"INSERT INTO {table} (algorithm, {cols}) SELECT ?, {cols} FROM {table} {where}",
+                [name, *key],
+            )
+    copied = store.query(
+        f"SELECT count(*) AS n FROM primitive_runs {where}", [name, source.backend]
+    )[0]["n"]
+    if copied != 1:
+        raise EngineError(
+            f"{name} ({source.backend}): {source.algorithm.name}'s key generation, which it "
+            "shares, is not in this run"
+        )
 
 
 # --- export ----------------------------------------------------------------------------
@@ -708,7 +754,13 @@ class Primitives(Experiment):
         work = estimate.Work(size, cells=len(plan.cells))
         work.add("primitives.cell", len(plan.cells))
         estimate.add_engine_runs(
-            work, plan.cells, plan.iterations, plan.warmup, plan.max_seconds, plan.seconds
+            work,
+            plan.cells,
+            plan.iterations,
+            plan.warmup,
+            plan.max_seconds,
+            plan.seconds,
+            shared=shared_keygen(plan.cells),
         )
         if plan.wolfcrypt:
             work.size += ", wolfCrypt's benchmark"

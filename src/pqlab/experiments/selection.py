@@ -71,6 +71,20 @@ class Cell:
         return args
 
 
+def shared_keygen(cells: list[Cell]) -> dict[CellId, Cell]:
+    """The cells whose key generation another cell of the same list times: the catalogue's
+    `same_keys_as` entry on the same engine backend (cell id -> that cell). Such a cell's
+    engine run skips its key generation phase; the other's samples stand for both. The
+    python harness times its own."""
+    by_key = {(c.algorithm.name, c.backend): c for c in cells}
+    out = {}
+    for c in cells:
+        source = by_key.get((c.algorithm.same_keys_as, c.backend))
+        if source is not None and c.backend != "python":
+            out[c.cell_id] = source
+    return out
+
+
 def _param_str(v) -> str:
     if isinstance(v, bool):
         return "true" if v else "false"
