@@ -42,6 +42,25 @@ def test_workers_draw_the_same_files_as_in_place(tmp_path):
     assert not plt.get_fignums()  # every figure closed in this process
 
 
+def test_figures_built_by_workers_are_the_same_files(tmp_path):
+    """`draw` hands a worker the figure's function and data: built and written there, the
+    files equal those built and written in place (and `save`'s)."""
+    here, there = _Store(tmp_path / "here"), _Store(tmp_path / "there")
+    for d in (here.root, there.root):
+        d.mkdir()
+    n = figures.IN_PLACE + 4
+    for i in range(n):
+        figures.save(_draw(i), here, f"f{i}")
+    with figures.rendering():
+        pngs = [figures.draw(there, f"f{i}", _draw, i) for i in range(n)]
+    for i, png in enumerate(pngs):
+        for ext in ("png", "svg"):
+            a = (here.root / "figures" / f"f{i}.{ext}").read_bytes()
+            assert a == (there.root / "figures" / f"f{i}.{ext}").read_bytes(), (i, ext)
+        assert png == there.root / "figures" / f"f{i}.png"
+    assert not plt.get_fignums()
+
+
 def test_a_drawing_that_fails_is_raised_when_the_block_ends(tmp_path):
     store = _Store(tmp_path)
     reached = []

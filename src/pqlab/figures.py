@@ -2,15 +2,17 @@
 
 Drawing the files is most of an export's time (about 90 % of the default suite's). Inside
 `rendering()` (the report's export) `save` hands each figure, pickled, to worker processes
-and returns at once; the block ends when every file is written, so the report page, which
-embeds them, comes after. Nothing is measured while a run exports.
+and returns at once, and `draw` hands over only what a figure is made from, so a worker
+builds it too (for figures with many artists building costs as much as drawing, and a
+built figure is slow to pickle); the block ends when every file is written, so the report
+page, which embeds them, comes after. Nothing is measured while a run exports.
 """
 
 from __future__ import annotations
 
 import contextlib
 import pickle
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import matplotlib
@@ -44,13 +46,34 @@ def save(fig, store, name: str) -> Path:
     return png
 
 
-def _handed_to_worker(fig, png: Path, svg: Path) -> bool:
-    """Inside `rendering()`, past its first IN_PLACE figures: the figure pickled to a worker."""
+def draw(store, name: str, build: Callable, *args) -> Path:
+    """Write figures/<name>.png and .svg of the figure `build(*args)` returns; inside
+    `rendering()` (past its first IN_PLACE figures) a worker builds and writes it, so
+    `build` must be a module-level function and `args` picklable. The PNG path."""
+    png = store.figure_path(f"{name}.png")
+    svg = store.figure_path(f"{name}.svg")
+    if _in_worker():
+        _pending.append(_pool.submit(_build, (build, args, str(png), str(svg))))
+    else:
+        fig = build(*args)
+        _write(fig, png, svg)
+        plt.close(fig)
+    return png
+
+
+def _in_worker() -> bool:
+    """Whether the next figure goes to a worker: inside `rendering()`, past its first
+    IN_PLACE figures (counted)."""
     global _saved
     if _pending is None:
         return False
     _saved += 1
-    if _saved <= IN_PLACE:
+    return _saved > IN_PLACE
+
+
+def _handed_to_worker(fig, png: Path, svg: Path) -> bool:
+    """Inside `rendering()`, past its first IN_PLACE figures: the figure pickled to a worker."""
+    if not _in_worker():
         return False
     try:
         data = pickle.dumps(fig)
@@ -63,6 +86,14 @@ def _handed_to_worker(fig, png: Path, svg: Path) -> bool:
 def _write(fig, png, svg) -> None:
     fig.savefig(png, bbox_inches="tight")
     fig.savefig(svg, bbox_inches="tight", metadata={"Date": None})
+
+
+def _build(job: tuple) -> None:
+    """In a worker: one figure built from its data, and its two files."""
+    build, args, png, svg = job
+    fig = build(*args)
+    _write(fig, png, svg)
+    plt.close(fig)
 
 
 def _render(job: tuple[bytes, str, str]) -> None:

@@ -404,8 +404,13 @@ def _lab_text(store) -> str:
 
 
 def _stacked(store, title: str, name: str, labels: list[str], rows: dict, views=hp.VIEWS) -> Path:
-    """One stacked-bar figure: client view left, server view right, one bar per label."""
+    """One stacked-bar figure: client view left, server view right, one bar per label
+    (built by a figure worker during the export: `stacked_figure`)."""
+    return figures.draw(store, name, stacked_figure, title, labels, rows, views)
 
+
+def stacked_figure(title: str, labels: list[str], rows: dict, views):
+    """The figure of `_stacked`."""
     plt = figures.plt
     colours = phase_colours()
     fig, axes = plt.subplots(1, 2, figsize=(12, 0.5 * len(labels) + 2.2), sharey=True)
@@ -434,7 +439,7 @@ def _stacked(store, title: str, name: str, labels: list[str], rows: dict, views=
             fontsize=6, loc="upper center", bbox_to_anchor=(0.5, -0.18), ncol=2, frameon=False
         )
     fig.suptitle(title)
-    return figures.save(fig, store, name)
+    return fig
 
 
 class _PhaseMeans:
