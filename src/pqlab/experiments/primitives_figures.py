@@ -28,43 +28,47 @@ def _groups(rows: list[dict]) -> dict[str, list[dict]]:
 
 
 def distributions(store, rows: list[dict]):
-    import matplotlib.pyplot as plt
-
+    """One histogram figure per operation group (built by a figure worker during the
+    export: `distribution_figure`)."""
     for key, series in _groups(rows).items():
-        series = series[:MAX_PANELS]
-        cols = 2 if len(series) > 4 else 1
-        nrows = -(-len(series) // cols)
-        fig, axes = plt.subplots(
-            nrows, cols, figsize=(4.2 * cols, 1.6 * nrows + 0.6), squeeze=False
-        )
-        for ax, r in zip(axes.flat, series, strict=False):
-            us = r["_us"]
-            hi = float(np.percentile(us, 99))
-            shown = us[us <= hi]
-            ax.hist(shown, bins=50, color="#4c72b0")
-            ax.axvline(r["median_us"], color="#c44e52", lw=1)
-            ax.set_title(
-                f"{_label(r)}: median {r['median_us']:.3g} us, robust CV {r['robust_cv']:.2f}",
-                fontsize=7,
-            )
-            ax.tick_params(labelsize=7)
-            ax.set_xlabel("us (up to p99)", fontsize=7)
-        for ax in list(axes.flat)[len(series) :]:
-            ax.set_visible(False)
-        group, op = key.split("-", 1)
-        fig.suptitle(
-            f"Distribution of {op} times ({'signatures' if group == 'sig' else 'KEMs and key agreements'})",
-            fontsize=9,
-        )
-        fig.tight_layout()
-        png = figures.save(fig, store, f"primitives-dist-{key}")
+        panels = [
+            (_label(r), r["_us"], r["median_us"], r["robust_cv"]) for r in series[:MAX_PANELS]
+        ]
+        png = figures.draw(store, f"primitives-dist-{key}", distribution_figure, key, panels)
         yield (
             png,
             (
-                f"Distribution of {op} times per algorithm and backend (n samples each, "
-                "x axis clipped at the 99th percentile; red line: median)"
+                f"Distribution of {key.split('-', 1)[1]} times per algorithm and backend (n "
+                "samples each, x axis clipped at the 99th percentile; red line: median)"
             ),
         )
+
+
+def distribution_figure(key: str, panels: list[tuple]):
+    """The histograms of one operation group: a panel per (label, samples in us, median,
+    robust CV)."""
+    import matplotlib.pyplot as plt
+
+    cols = 2 if len(panels) > 4 else 1
+    nrows = -(-len(panels) // cols)
+    fig, axes = plt.subplots(nrows, cols, figsize=(4.2 * cols, 1.6 * nrows + 0.6), squeeze=False)
+    for ax, (label, us, median, robust_cv) in zip(axes.flat, panels, strict=False):
+        hi = float(np.percentile(us, 99))
+        shown = us[us <= hi]
+        ax.hist(shown, bins=50, color="#4c72b0")
+        ax.axvline(median, color="#c44e52", lw=1)
+        ax.set_title(f"{label}: median {median:.3g} us, robust CV {robust_cv:.2f}", fontsize=7)
+        ax.tick_params(labelsize=7)
+        ax.set_xlabel("us (up to p99)", fontsize=7)
+    for ax in list(axes.flat)[len(panels) :]:
+        ax.set_visible(False)
+    group, op = key.split("-", 1)
+    fig.suptitle(
+        f"Distribution of {op} times ({'signatures' if group == 'sig' else 'KEMs and key agreements'})",
+        fontsize=9,
+    )
+    fig.tight_layout()
+    return fig
 
 
 def comparison(store, rows: list[dict]):
