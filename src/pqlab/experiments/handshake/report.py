@@ -616,8 +616,6 @@ def _write_models_text(store) -> str:
 
 
 def _size_time_figures(store) -> list[tuple[Path, str]]:
-
-    plt = figures.plt
     rows = store.query(
         'SELECT "group", server_sig, ca_sig, median(server_flight_bytes) AS flight, '
         "median(bytes_through_certificate) AS through_cert, avg(sh_to_fin_ns) / 1e6 AS "
@@ -647,34 +645,41 @@ def _size_time_figures(store) -> list[tuple[Path, str]]:
             "server (figures 11 and 12; right: zoomed to 0-0.5 ms)",
         ),
     ):
-        fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
-        for ax, limit in zip(axes, (None, zoom), strict=True):
-            for r in rows:
-                ax.scatter(r[key_x], r[key_y], s=18)
-                if len(rows) <= 24:
-                    ax.annotate(
-                        f"{r['group']}/{r['server_sig']}/{r['ca_sig']}",
-                        (r[key_x], r[key_y]),
-                        fontsize=5,
-                        alpha=0.7,
-                    )
-            for x, label in marks:
-                ax.axvline(x, color="#888", linestyle="--", linewidth=0.8)
-                ax.text(
-                    x,
-                    1.0,
-                    f" {label}",
-                    rotation=90,
-                    fontsize=6,
-                    va="top",
-                    transform=ax.get_xaxis_transform(),
-                )
-            ax.set_xlabel(xlabel)
-            ax.set_ylabel(ylabel)
-            if limit is not None:
-                ax.set_ylim(0, limit)
-        out.append((figures.save(fig, store, name), caption))
+        points = [
+            (r[key_x], r[key_y], f"{r['group']}/{r['server_sig']}/{r['ca_sig']}") for r in rows
+        ]
+        axis = (xlabel, ylabel, zoom)
+        out.append((figures.draw(store, name, size_time_figure, points, marks, axis), caption))
     return out
+
+
+def size_time_figure(points: list[tuple], marks: list[tuple], axis: tuple):
+    """The figure of `_size_time_figures`: (x, y, cell label) points, the write model's
+    thresholds marked, the whole range left and `zoom` (the y limit) right."""
+    plt = figures.plt
+    xlabel, ylabel, zoom = axis
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
+    for ax, limit in zip(axes, (None, zoom), strict=True):
+        for x, y, label in points:
+            ax.scatter(x, y, s=18)
+            if len(points) <= 24:
+                ax.annotate(label, (x, y), fontsize=5, alpha=0.7)
+        for x, label in marks:
+            ax.axvline(x, color="#888", linestyle="--", linewidth=0.8)
+            ax.text(
+                x,
+                1.0,
+                f" {label}",
+                rotation=90,
+                fontsize=6,
+                va="top",
+                transform=ax.get_xaxis_transform(),
+            )
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel(ylabel)
+        if limit is not None:
+            ax.set_ylim(0, limit)
+    return fig
 
 
 def summarize(store):
