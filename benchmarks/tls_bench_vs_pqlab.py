@@ -131,7 +131,7 @@ def tls_bench_shimmed(shim: Path, groups: list[str], seconds: int, way: str) -> 
     env = {"LD_PRELOAD": str(shim)}
     prefix = WAYS[way]
     server_cpu, client_cpu = pick_cpus() or (None, None)
-    if way == "pinned":
+    if way == "pinned" and server_cpu is not None:  # one CPU: nothing to pin apart
         env |= {"PIN_SERVER_CPU": str(server_cpu), "PIN_CLIENT_CPU": str(client_cpu)}
     wolfssl, suite = stacks.get("wolfssl"), wolfssl_tools.DOCUMENT_SUITE
     if way == "veth":
