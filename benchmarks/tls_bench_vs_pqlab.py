@@ -257,9 +257,7 @@ def main() -> int:
     args = ap.parse_args()
     try:  # refused here, by throughput's own rules, before anything runs
         units.parse_positive_int(args.n, "-n", maximum=1000)
-        size = units.parse_size(args.echo_bytes, "--echo-bytes", maximum=throughput.MAX_ECHO_BYTES)
-        if size < throughput.MIN_ECHO_BYTES:
-            raise UserError(f"--echo-bytes {args.echo_bytes!r}: at least 16KiB")
+        throughput.parse_echo_bytes(args.echo_bytes)
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -178,12 +178,19 @@ def from_values(values) -> Plan:
     )
     plan.client_sigs, plan.client_ca = clients[0]
     plan.mtu = units.parse_positive_int(values.mtu, "--mtu", minimum=576, maximum=65535)
-    plan.echo_bytes = units.parse_size(values.echo_bytes, "--echo-bytes", maximum=MAX_ECHO_BYTES)
-    if plan.echo_bytes < MIN_ECHO_BYTES:
-        raise UserError(
-            f"--echo-bytes {values.echo_bytes!r}: at least 16KiB (one record, as tls_bench)"
-        )
+    plan.echo_bytes = parse_echo_bytes(values.echo_bytes)
     return plan
+
+
+def parse_echo_bytes(text) -> int:
+    """`--echo-bytes`: from one 16 KiB record (tls_bench's client writes whole records) to
+    1 GiB."""
+    size = units.parse_size(text, "--echo-bytes")
+    if not MIN_ECHO_BYTES <= size <= MAX_ECHO_BYTES:
+        raise UserError(
+            f"--echo-bytes {units.show(text)} is out of range; accepted: 16KiB (one record) to 1GiB"
+        )
+    return size
 
 
 def run_cell(store, hosts, plan: Plan, cell, chain, cpus) -> None:
@@ -463,9 +470,10 @@ class Throughput(Experiment):
         }
 
     def work(self, plan: Plan) -> estimate.Work:
-        """Per cell a server and warm-up + -n connections, each a handshake, --bytes
-        each way and the echo's --echo-bytes; per stack whose build has tls_bench and suite it knows, one tls_bench
-        run of every group it has for --tls-bench-seconds each (fixed by the plan)."""
+        """Per cell a server and warm-up + -n connections, each a handshake, --bytes each
+        way and the echo's --echo-bytes; per stack whose build has tls_bench and suite it
+        knows, one tls_bench run of every group it has for --tls-bench-seconds each (fixed
+        by the plan)."""
         cells = list(plan.cells())
         work = estimate.Work(
             f"{estimate.count(len(cells), 'cell')} x {plan.n} transfers of {units.format_bytes(plan.nbytes)}",
