@@ -12,14 +12,28 @@ alternating. Target: within 15 % where the two measure the same quantity.
   pqlab's echo of the same loop in `throughput` (`echo_tx_MBps`, `echo_rx_MBps`), with the
   lab's link at loopback's MTU (`--mtu 65535`).
 
-tls_bench's sockets keep Nagle's algorithm on; pqlab's set TCP_NODELAY (as TLS servers and
-clients commonly do). Each round therefore runs tls_bench twice: as built, and with
-TCP_NODELAY set on its sockets by a preloaded shim (compiled here with the C compiler; the
-same binary). The target is checked against the second, the same socket options as pqlab;
-the first is printed beside it, so Nagle's effect on tls_bench's own figures is measured,
-not assumed.
+Each round runs the same tls_bench binary four ways:
 
-    sudo .venv/bin/python benchmarks/tls_bench_vs_pqlab.py [--rounds 3] [--seconds 3]
+- "Nagle": as built and as `pqlab throughput` runs it (one process, a client and a server
+  thread over 127.0.0.1, Nagle's algorithm on);
+- "NODELAY": the same with TCP_NODELAY set on its sockets by a preloaded shim (compiled
+  here with the C compiler), as pqlab's sockets are;
+- "pinned": TCP_NODELAY, and its client thread pinned to the CPU pqlab's client gets, its
+  server thread to the server's;
+- "veth": TCP_NODELAY, its server side alone (`tls_bench -s`) in the server namespace of a
+  lab made as `throughput` makes its own (`pqlab.net.shaping.build_hosts`: two namespaces
+  joined by a veth pair, offloads off, the MTU `--mtu 65535` gives) and its client side
+  alone (`-c -h <server address>`) in the client namespace, each process pinned to pqlab's
+  server and client CPU: pqlab's path, pqlab's socket options and placement.
+
+The target is checked against "veth", the only way that shares pqlab's path (a veth link
+between two namespaces, two processes); the loopback ways are printed beside it, so what
+the path, Nagle's algorithm and the threads' placement each do to tls_bench's figures is
+measured, not assumed. `-n` and `--echo-bytes` set pqlab's echo sample (connections per
+cell, bytes echoed by each); tls_bench echoes 128 KiB per connection for `--seconds`.
+
+    sudo .venv/bin/python benchmarks/tls_bench_vs_pqlab.py [--rounds 3] [--seconds 3] \
+        [-n 20] [--echo-bytes 128KiB]
 """
 
 from __future__ import annotations
@@ -36,13 +50,22 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 
-from pqlab import engine  # noqa: E402
+from pqlab import engine, units  # noqa: E402
+from pqlab.errors import UserError  # noqa: E402
+from pqlab.experiments import throughput  # noqa: E402
 from pqlab.experiments.handshake.plan import pick_cpus  # noqa: E402
+from pqlab.net.shaping import build_hosts  # noqa: E402
 from pqlab.tls import stacks, wolfssl_tools  # noqa: E402
 
 TOLERANCE = 0.15
 SUITE = "TLS_AES_256_GCM_SHA384"
 MiB = 1 << 20
+# The lab link's MTU in pqlab's throughput runs and in tls_bench's "veth" runs: loopback's.
+MTU = 65535
+# How tls_bench runs besides as built (the rows' labels, and the keys' prefixes); the target
+# is checked against TARGET_WAY.
+WAYS = {"NODELAY": "nodelay", "pinned": "pinned", "veth": "veth"}
+TARGET_WAY = "veth"
 
 
 def pqlab(*args) -> None:
@@ -99,20 +122,27 @@ def nodelay_shim(tmp: Path) -> Path | None:
     return lib if cc.returncode == 0 else None
 
 
-def tls_bench_shimmed(shim: Path, groups: list[str], seconds: int, pinned: bool) -> dict:
-    """tls_bench with TCP_NODELAY on its sockets, and (pinned) its client thread on the CPU
-    pqlab's client gets, its server thread on the server's."""
+def tls_bench_shimmed(shim: Path, groups: list[str], seconds: int, way: str) -> dict:
+    """tls_bench with TCP_NODELAY on its sockets ("NODELAY"); and its client thread on the
+    CPU pqlab's client gets, its server thread on the server's ("pinned"); or its two sides
+    as two processes on those CPUs across a lab link made as throughput makes its own
+    ("veth")."""
     names = wolfssl_tools_names()
     env = {"LD_PRELOAD": str(shim)}
-    prefix = "nodelay"
-    if pinned:
-        server_cpu, client_cpu = pick_cpus()
+    prefix = WAYS[way]
+    server_cpu, client_cpu = pick_cpus() or (None, None)
+    if way == "pinned" and server_cpu is not None:  # one CPU: nothing to pin apart
         env |= {"PIN_SERVER_CPU": str(server_cpu), "PIN_CLIENT_CPU": str(client_cpu)}
-        prefix = "pinned"
+    wolfssl, suite = stacks.get("wolfssl"), wolfssl_tools.DOCUMENT_SUITE
+    if way == "veth":
+        with build_hosts(None, mtu=MTU) as hosts:  # torn down on every exit, Ctrl-C included
+            rows = wolfssl_tools.tls_bench(
+                wolfssl, seconds, suite, env=env, hosts=hosts, cpus=(server_cpu, client_cpu)
+            )
+    else:
+        rows = wolfssl_tools.tls_bench(wolfssl, seconds, suite, env=env)
     out = {}
-    for r in wolfssl_tools.tls_bench(
-        stacks.get("wolfssl"), seconds, wolfssl_tools.DOCUMENT_SUITE, env=env
-    ):
+    for r in rows:
         group = names.get(r["group"])
         if r["side"] == "client" and group in groups:
             out[group] = {
@@ -138,13 +168,16 @@ def rows(path: Path) -> list[dict]:
         return list(csv.DictReader(f))
 
 
-def one_round(tmp: Path, i: int, groups: str, seconds: int, shim: Path) -> dict:
-    """One throughput run (tls_bench included) and one capacity run; per group the figures."""
+def one_round(tmp: Path, i: int, args, shim: Path) -> dict:
+    """One throughput run (tls_bench as built included), one capacity run, tls_bench the
+    other ways; per group the figures."""
     tp, cap = tmp / f"throughput-{i}", tmp / f"capacity-{i}"
+    groups, seconds = args.groups, args.seconds
     pqlab(
         "throughput", "--stack", "wolfssl", "--groups", groups, "--ciphersuites", SUITE,
-        "--server-sig", "RSA-2048", "--bytes", "16MiB", "-n", "20", "--mtu", "65535",
-        "--tls-bench-seconds", seconds, "--out", tp, "--no-report",
+        "--server-sig", "RSA-2048", "--bytes", "16MiB", "-n", args.n, "--mtu", MTU,
+        "--echo-bytes", args.echo_bytes, "--tls-bench-seconds", seconds, "--out", tp,
+        "--no-report",
     )  # fmt: skip
     pqlab(
         "capacity", "--stack", "wolfssl", "--groups", groups, "--server-sig", "RSA-2048",
@@ -167,8 +200,8 @@ def one_round(tmp: Path, i: int, groups: str, seconds: int, shim: Path) -> dict:
         if r["group"] in out:
             out[r["group"]]["capacity_p50_ms"] = float(r["latency_p50_ms"])
             out[r["group"]]["capacity_per_s"] = float(r["handshakes_per_s"])
-    for pinned in (False, True):
-        for group, figures in tls_bench_shimmed(shim, list(out), seconds, pinned).items():
+    for way in WAYS:
+        for group, figures in tls_bench_shimmed(shim, list(out), seconds, way).items():
             out[group].update(figures)
     return out
 
@@ -193,8 +226,7 @@ def report(rounds: list[dict]) -> list[str]:
         m = medians(rounds, group)
         for label, c, tx, rx in (
             ("Nagle", m["connect_ms"], m["tls_bench_tx"], m["tls_bench_rx"]),
-            ("NODELAY", m["nodelay_connect_ms"], m["nodelay_tx"], m["nodelay_rx"]),
-            ("pinned", m["pinned_connect_ms"], m["pinned_tx"], m["pinned_rx"]),
+            *((w, m[f"{p}_connect_ms"], m[f"{p}_tx"], m[f"{p}_rx"]) for w, p in WAYS.items()),
         ):
             ratios = {
                 "handshake": m["handshake_ms"] / c,
@@ -208,7 +240,7 @@ def report(rounds: list[dict]) -> list[str]:
                 f"{m['handshake_ms']:6.3f} ms {r[0]:6.3f} {m['capacity_p50_ms']:5.3f} ms "
                 f"{r[1]:6.3f} {m['echo_tx']:8.0f} {r[2]:6.3f} {m['echo_rx']:8.0f} {r[3]:6.3f}"
             )
-            if label == "pinned":
+            if label == TARGET_WAY:
                 failed += [f"{group} {k}: {v:.3f}" for k, v in ratios.items() if verdict(v) != "ok"]
     return failed
 
@@ -218,7 +250,17 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--seconds", type=int, default=3)
     ap.add_argument("--groups", default="X25519,X25519MLKEM768,ML-KEM-768,SecP256r1MLKEM768")
+    ap.add_argument("-n", default="20", help="pqlab throughput's connections per cell")
+    ap.add_argument(
+        "--echo-bytes", default="128KiB", help="bytes each of pqlab's connections echoes"
+    )
     args = ap.parse_args()
+    try:  # refused here, by throughput's own rules, before anything runs
+        units.parse_positive_int(args.n, "-n", maximum=1000)
+        throughput.parse_echo_bytes(args.echo_bytes)
+    except UserError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     if os.geteuid() != 0:
         print("skipped: needs root (pqlab throughput and capacity build network namespaces)")
         return 0
@@ -227,7 +269,8 @@ def main() -> int:
         return 0
     info = engine.info()
     print(f"engine build {info.get('build_id', '?')[:16]}, CPUs {os.cpu_count()}, load "
-          f"{os.getloadavg()[0]:.2f}; {args.rounds} rounds, tls_bench {args.seconds} s per group")  # fmt: skip
+          f"{os.getloadavg()[0]:.2f}; {args.rounds} rounds, tls_bench {args.seconds} s per group; "
+          f"pqlab's echo: -n {args.n} x {args.echo_bytes}")  # fmt: skip
     rounds = []
     with tempfile.TemporaryDirectory(prefix="pqlab-tls-bench-") as tmp:
         shim = nodelay_shim(Path(tmp))
@@ -235,12 +278,14 @@ def main() -> int:
             print("failed: no C compiler to build the TCP_NODELAY shim (apt install gcc)")
             return 1
         for i in range(args.rounds):
-            rounds.append(one_round(Path(tmp), i, args.groups, args.seconds, shim))
-    print("tls_bench as built (Nagle, threads unpinned), with TCP_NODELAY (preloaded shim) and "
+            rounds.append(one_round(Path(tmp), i, args, shim))
+    print("tls_bench as built (Nagle, threads unpinned), with TCP_NODELAY (preloaded shim), "
           "with TCP_NODELAY and its client and server threads pinned to the CPUs pqlab's client "
-          "and server get; pqlab's figures and ratios pqlab / tls_bench (medians over rounds); "
-          "target within 15 % of the pinned rows (pqlab's sockets are TCP_NODELAY, its "
-          "processes pinned)")  # fmt: skip
+          "and server get (these three over loopback in one process), and (veth) its server "
+          "and client sides as two pinned TCP_NODELAY processes across a veth link between two "
+          f"namespaces, MTU {MTU}, as pqlab's throughput runs; pqlab's figures and ratios "
+          "pqlab / tls_bench (medians over rounds); target within 15 % of the veth rows "
+          "(pqlab's path, socket options and placement)")  # fmt: skip
     failed = report(rounds)
     for f in failed:
         print(f"OUTSIDE TARGET: {f}")

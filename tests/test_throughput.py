@@ -45,6 +45,9 @@ def test_ccm_is_a_suite_of_openssl_only():
         ({"groups": "X25519,Nope"}, ["Nope"]),
         ({"server_sig": "ML-KEM-512"}, ["ML-KEM-512"]),
         ({"warmup": "101"}, ["--warmup"]),
+        ({"echo_bytes": "16383"}, ["--echo-bytes", "16383", "16KiB"]),
+        ({"echo_bytes": "2GiB"}, ["--echo-bytes", "2GiB"]),
+        ({"echo_bytes": "much"}, ["--echo-bytes", "much"]),
     ],
 )
 def test_bad_values_are_refused_by_name(kw, words):
@@ -52,6 +55,22 @@ def test_bad_values_are_refused_by_name(kw, words):
         throughput.from_values(values(**kw))
     for w in words:
         assert w in str(e.value), str(e.value)
+
+
+def test_echo_size_reaches_the_plan_and_the_resume_key():
+    plan = throughput.from_values(values(echo_bytes="1MiB"))
+    assert plan.echo_bytes == 1 << 20
+    assert throughput.EXPERIMENT.resume_key(plan)["echo_bytes"] == 1 << 20
+    assert throughput.from_values(values()).echo_bytes == throughput.ECHO_BYTES == 131072
+
+
+def test_suite_key_echo_bytes_is_the_flag(tmp_path):
+    from pqlab import suite
+
+    path = tmp_path / "s.toml"
+    path.write_text('[[step]]\nexperiment = "throughput"\necho_bytes = "512KiB"\n')
+    (step,) = suite.plan_steps(suite.load(str(path)))
+    assert step.plan.echo_bytes == 512 << 10
 
 
 def test_cli_refusal_creates_nothing(tmp_path):
@@ -75,6 +94,8 @@ def test_both_directions_for_each_group_and_suite(tmp_path, no_leaks):
         "4MiB",
         "-n",
         "2",
+        "--echo-bytes",
+        "320KiB",
         "--out",
         out,
         check=True,
@@ -83,6 +104,8 @@ def test_both_directions_for_each_group_and_suite(tmp_path, no_leaks):
     with open(out / "tables" / "throughput.csv") as f:
         rows = list(csv.DictReader(f))
     assert len(rows) == 4
+    # Every connection echoed --echo-bytes (the engine checks each echoed record).
+    assert {int(r["echo_bytes"]) for r in rows} == {320 << 10}
     cells = {(r["group"], r["cipher_suite"]) for r in rows}
     assert ("X25519MLKEM768", "TLS_CHACHA20_POLY1305_SHA256") in cells
     for r in rows:
@@ -110,6 +133,28 @@ def test_tls_bench_rows_are_read_as_printed():
     assert client["connect_avg_ms"] == pytest.approx(1.187)
     assert client["tx_MiBps"] == pytest.approx(1679.089)
     assert client["total_bytes"] == 6029312
+
+
+def test_tls_bench_sides_out_of_step_are_refused():
+    """Run apart, tls_bench's two sides must count the same connections in every group."""
+    from pqlab.errors import EngineError
+    from pqlab.tls import wolfssl_tools
+
+    rows = wolfssl_tools.parse_tls_bench(TLS_BENCH_OUTPUT)
+    wolfssl_tools.check_tls_bench_sides(rows)  # 24 and 24: in step
+    rows[1]["connections"] = 23
+    with pytest.raises(EngineError, match="X25519MLKEM768"):
+        wolfssl_tools.check_tls_bench_sides(rows)
+    with pytest.raises(EngineError, match="out of step"):
+        wolfssl_tools.check_tls_bench_sides(rows[:1])
+
+
+def _link_bytes(hosts) -> int:
+    """Bytes the server's end of the lab link received (the kernel's interface counter)."""
+    import json
+
+    out = hosts.sh("server", ["ip", "-j", "-s", "link", "show", "dev", hosts.server_if]).stdout
+    return json.loads(out)[0]["stats64"]["rx"]["bytes"]
 
 
 def _wolfssl():
@@ -172,3 +217,29 @@ def test_mutual_tls_cells_transfer_with_the_client_certificate(tmp_path, no_leak
     rows = list(csv.DictReader(open(out / "tables" / "throughput.csv")))
     assert sorted(r["client_sig"] for r in rows) == ["ECDSA-P256", "none"]
     assert all(float(r["tx_MBps"]) > 0 for r in rows)
+
+
+@pytest.mark.skipif(not is_root(), reason="needs root (network namespaces)")
+@pytest.mark.skipif(_wolfssl() is None, reason="pqlab-engine-wolfssl is not built")
+def test_tls_bench_sides_run_across_the_lab_link(no_leaks):
+    """tls_bench's server side (-s) in the lab's server namespace, its client side (-c) in the
+    client's: every group's two rows count the same connections, and the bytes the client
+    side says it sent crossed the lab's link (the server interface's own counter)."""
+    from pqlab.experiments.handshake.plan import pick_cpus
+    from pqlab.net.shaping import build_hosts
+    from pqlab.tls import wolfssl_tools
+
+    with build_hosts(None, mtu=65535) as hosts:
+        before = _link_bytes(hosts)
+        rows = wolfssl_tools.tls_bench(_wolfssl(), 1, hosts=hosts, cpus=pick_cpus() or (None, None))
+        received = _link_bytes(hosts) - before
+    client = [r for r in rows if r["side"] == "client"]
+    server = [r for r in rows if r["side"] == "server"]
+    assert [r["group"] for r in client] == [r["group"] for r in server]
+    assert {"ML_KEM_768", "X25519MLKEM768", "ECC_X25519"} <= {r["group"] for r in client}
+    for c, s in zip(client, server, strict=True):
+        assert c["connections"] == s["connections"] > 0, (c, s)
+        assert c["connect_avg_ms"] > 0 and c["tx_MiBps"] > 0 and c["rx_MiBps"] > 0, c
+    # The client's Tx half of its total: what it wrote, plus TLS framing and handshakes.
+    sent = sum(r["total_bytes"] for r in client) // 2
+    assert received > sent > 0, (received, sent)

@@ -39,9 +39,11 @@ CELLS = Cells(NAME, ("group", "cipher_suite", "server_sig"), tls=True, aux=("tls
 # (`pqlab algorithms --tls` does not list suites; `pqlab-engine info` does).
 SUITES = ("TLS_AES_128_GCM_SHA256", "TLS_AES_256_GCM_SHA384", "TLS_CHACHA20_POLY1305_SHA256")
 MAX_BYTES = 1 << 34
+MIN_ECHO_BYTES, MAX_ECHO_BYTES = 1 << 14, 1 << 30
 DEFAULT_PORT = 4435
 # Bytes echoed per connection after the transfers, a 16 KiB record at a time, as tls_bench's
-# client does (8 records): its Tx and Rx, measured the same way on every stack.
+# client does (8 records): its Tx and Rx, measured the same way on every stack
+# (`--echo-bytes`, default).
 ECHO_BYTES = 131072
 
 DDL = [
@@ -83,6 +85,13 @@ OPTIONS = (
     Option("server-sig", "server certificate algorithm", default="ECDSA-P256", metavar="ALG"),
     Option("bytes", "bytes each way per connection (e.g. 64MiB), at most 16GiB", default="64MiB"),
     Option("n", "measured connections per cell (1-1000)", default="5", short="-n", metavar="N"),
+    Option(
+        "echo-bytes",
+        "bytes each connection echoes after the transfers, a 16 KiB record at a time as "
+        "tls_bench's client (128KiB as tls_bench), 16KiB to 1GiB",
+        default="128KiB",
+        metavar="BYTES",
+    ),
     Option("warmup", "unrecorded connections per cell (0-100)", default="1", metavar="N"),
     Option(
         "tls-bench-seconds",
@@ -110,6 +119,7 @@ class Plan:
         self.nbytes, self.n, self.warmup, self.stacks, self.port = nbytes, n, warmup, stacks, port
         self.tls_bench_seconds = bench_s  # 0: no tls_bench
         self.mtu = 1500  # the lab link's MTU
+        self.echo_bytes = ECHO_BYTES  # echoed per connection after the transfers
         self.client_sigs: list = [None]  # mutual TLS: client signers (None: no certificate)
         self.client_ca = None  # their CA's algorithm (None: the server chain's)
 
@@ -168,7 +178,19 @@ def from_values(values) -> Plan:
     )
     plan.client_sigs, plan.client_ca = clients[0]
     plan.mtu = units.parse_positive_int(values.mtu, "--mtu", minimum=576, maximum=65535)
+    plan.echo_bytes = parse_echo_bytes(values.echo_bytes)
     return plan
+
+
+def parse_echo_bytes(text) -> int:
+    """`--echo-bytes`: from one 16 KiB record (tls_bench's client writes whole records) to
+    1 GiB."""
+    size = units.parse_size(text, "--echo-bytes")
+    if not MIN_ECHO_BYTES <= size <= MAX_ECHO_BYTES:
+        raise UserError(
+            f"--echo-bytes {units.show(text)} is out of range; accepted: 16KiB (one record) to 1GiB"
+        )
+    return size
 
 
 def run_cell(store, hosts, plan: Plan, cell, chain, cpus) -> None:
@@ -193,10 +215,10 @@ def run_cell(store, hosts, plan: Plan, cell, chain, cpus) -> None:
         chain=chain,
         listen=f"{hosts.server_ip}:{plan.port}",
         max_connections=total,
-        max_response_bytes=max(plan.nbytes, ECHO_BYTES),
+        max_response_bytes=max(plan.nbytes, plan.echo_bytes),
         client_auth=client_auth,
     )
-    budget = 120 + total * (10 + plan.nbytes / 5e6)
+    budget = 120 + total * (10 + (plan.nbytes + plan.echo_bytes) / 5e6)
     server_cpu, client_cpu = cpus
     with runner.start_server(server_spec, hosts, cpu=server_cpu) as server:
         client = runner.ClientSpec(
@@ -211,7 +233,7 @@ def run_cell(store, hosts, plan: Plan, cell, chain, cpus) -> None:
         )
         proc = process.EngineProcess(
             runner.BulkSpec(
-                client, push_bytes=plan.nbytes, pull_bytes=plan.nbytes, echo_bytes=ECHO_BYTES
+                client, push_bytes=plan.nbytes, pull_bytes=plan.nbytes, echo_bytes=plan.echo_bytes
             ).argv(),
             "TLS bulk client",
             topo=hosts,
@@ -297,6 +319,7 @@ COLUMNS = [
     "client_sig",
     "bytes",
     "n",
+    "echo_bytes",
     "tx_MBps",
     "rx_MBps",
     "tx_MBps_min",
@@ -349,6 +372,7 @@ def summary_rows(store) -> list[dict]:
                 "client_sig": client,
                 "bytes": rs[0]["push_bytes"],
                 "n": len(rs),
+                "echo_bytes": echoed[0]["echo_bytes"] if echoed else None,
                 "tx_MBps": round(statistics.median(tx), 1),
                 "rx_MBps": round(statistics.median(rx), 1),
                 "tx_MBps_min": round(min(tx), 1),
@@ -437,12 +461,19 @@ class Throughput(Experiment):
     )
 
     def resume_key(self, plan: Plan) -> dict:
-        return {"bytes": plan.nbytes, "n": plan.n, "warmup": plan.warmup, "mtu": plan.mtu}
+        return {
+            "bytes": plan.nbytes,
+            "n": plan.n,
+            "warmup": plan.warmup,
+            "mtu": plan.mtu,
+            "echo_bytes": plan.echo_bytes,
+        }
 
     def work(self, plan: Plan) -> estimate.Work:
-        """Per cell a server and warm-up + -n connections, each a handshake and --bytes
-        each way; per stack whose build has tls_bench and suite it knows, one tls_bench
-        run of every group it has for --tls-bench-seconds each (fixed by the plan)."""
+        """Per cell a server and warm-up + -n connections, each a handshake, --bytes each
+        way and the echo's --echo-bytes; per stack whose build has tls_bench and suite it
+        knows, one tls_bench run of every group it has for --tls-bench-seconds each (fixed
+        by the plan)."""
         cells = list(plan.cells())
         work = estimate.Work(
             f"{estimate.count(len(cells), 'cell')} x {plan.n} transfers of {units.format_bytes(plan.nbytes)}",
@@ -452,7 +483,8 @@ class Throughput(Experiment):
         work.add("throughput.topology", 1)
         work.add("throughput.cell", len(cells))
         work.add("throughput.connection", each * len(cells))
-        work.add("throughput.byte", 2 * plan.nbytes * each * len(cells))
+        # The echo moves its bytes each way too (a round trip per record: slower per byte).
+        work.add("throughput.byte", 2 * (plan.nbytes + plan.echo_bytes) * each * len(cells))
         work.add("chain", len(plan.stacks))
         runs = 0
         for name in plan.stacks:
@@ -477,6 +509,7 @@ class Throughput(Experiment):
                 "stacks": list(plan.stacks),
                 "tls_bench_seconds": plan.tls_bench_seconds,
                 "mtu": plan.mtu,
+                "echo_bytes": plan.echo_bytes,
                 "client_sigs": [c.name if c else NO_CLIENT for c in plan.client_sigs],
                 "client_ca_sig": plan.client_ca.name if plan.client_ca else None,
             }

@@ -285,22 +285,115 @@ def parse_tls_bench(text: str) -> list[dict]:
     return rows
 
 
+# The port tls_bench's server side listens on in the lab's server namespace (its own default;
+# nothing else listens in a namespace the lab just made).
+TLS_BENCH_PORT = 11112
+# What tls_bench prints (stderr) once its listening socket is up, before its first group.
+TLS_BENCH_STARTED = "Running TLS Benchmarks"
+
+
 def tls_bench(
-    stack, seconds: float = 1.0, suite: str = DOCUMENT_SUITE, extra=(), env=None
+    stack,
+    seconds: float = 1.0,
+    suite: str = DOCUMENT_SUITE,
+    extra=(),
+    env=None,
+    hosts=None,
+    cpus: tuple = (None, None),
 ) -> list[dict]:
-    """Run `tls_bench -g` (every TLS 1.3 group it has, one after another, a client and a
-    server thread over 127.0.0.1 for `seconds` each) with one suite; its rows."""
+    """Run `tls_bench -g` (every TLS 1.3 group it has, one after another, for `seconds`
+    each) with one suite; its rows (both sides, every group).
+
+    Without `hosts`: one process, a client and a server thread over 127.0.0.1 (as document
+    004 ran it). With `hosts` (a lab from `pqlab.net.shaping.build_hosts`): its server side
+    alone (`-s`) in the server's namespace and its client side alone (`-c -h <server
+    address>`) in the client's, over the lab's link, each on its CPU of `cpus` (server,
+    client) like pqlab's own server and client. Both sides run the same binary with the same
+    options, so both walk the same list of groups in the same order: the client ends a group
+    by sending "shutdown" on its last connection, the server then leaves that group and
+    accepts the next group's first connection on the listening socket it keeps. Each group's
+    two rows are checked to count the same connections (sides out of step fail the run)."""
     argv = [str(tool(stack, "tls_bench")), "-g", "-l", suite, "-t", str(max(1, round(seconds)))]
     argv += [str(a) for a in extra]
+    budget = 60 + 20 * seconds * len(TLS_BENCH_GROUPS)
+    if hosts is not None:
+        return _tls_bench_across(argv, hosts, budget, env, cpus)
     proc = Process(argv, "tls_bench", json_lines=False, env=env)
     try:
-        text = _finish(proc, 60 + 20 * seconds * len(TLS_BENCH_GROUPS))
+        text = _finish(proc, budget)
     finally:
         proc.stop()
+    return _tls_bench_rows(text)
+
+
+def _tls_bench_rows(text: str) -> list[dict]:
     rows = parse_tls_bench(text)
     if not rows:
         raise EngineError(f"tls_bench printed no result rows: {text.strip()[-300:]}")
     return rows
+
+
+def _tls_bench_across(argv: list[str], hosts, budget: float, env, cpus) -> list[dict]:
+    """tls_bench's server and client sides as two processes across the lab's link."""
+    server_cpu, client_cpu = cpus
+    port = str(TLS_BENCH_PORT)
+    server = Process(
+        [*argv, "-s", "-P", port],
+        "tls_bench's server side",
+        topo=hosts,
+        side="server",
+        cpu=server_cpu,
+        env=env,
+        json_lines=False,
+    )
+    try:
+        _wait_started(server)
+        client = Process(
+            [*argv, "-c", "-h", hosts.server_ip, "-P", port],
+            "tls_bench's client side",
+            topo=hosts,
+            side="client",
+            cpu=client_cpu,
+            env=env,
+            json_lines=False,
+        )
+        try:
+            client_text = _finish(client, budget)
+        finally:
+            client.stop()
+        # The client's last "shutdown" ends the server's last group: it exits at once.
+        server_text = _finish(server, 30)
+    finally:
+        server.stop()
+    rows = _tls_bench_rows(server_text + client_text)
+    check_tls_bench_sides(rows)
+    return rows
+
+
+def _wait_started(server: Process) -> None:
+    deadline = time.monotonic() + 10
+    while TLS_BENCH_STARTED not in server.stderr_text():
+        if server.p.poll() is not None:
+            raise EngineError(
+                f"tls_bench's server side ended before listening: {server.stderr_text()[-300:]}"
+            )
+        if time.monotonic() > deadline:
+            raise EngineIOError("tls_bench's server side did not start listening within 10 s")
+        time.sleep(0.01)
+
+
+def check_tls_bench_sides(rows: list[dict]) -> None:
+    """Every group has a server and a client row with the same number of connections (each
+    side counts a connection once its handshake succeeded: the same connections)."""
+    sides: dict[str, dict[str, int]] = {}
+    for r in rows:
+        sides.setdefault(r["group"], {})[r["side"]] = r["connections"]
+    for group, counts in sides.items():
+        if len(counts) != 2 or counts["server"] != counts["client"]:
+            raise EngineError(
+                f"tls_bench's sides disagree on group {group}: connections {counts} "
+                "(server and client out of step)"
+            )
 
 
 # --- binary size ---------------------------------------------------------------------------
