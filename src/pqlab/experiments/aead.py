@@ -227,6 +227,7 @@ def _run_job(store, plan: Plan, job: tuple, cpus: dict, progress) -> None:
     ]
     cpu = cpus[(aesni, mask)]
     windows: list[dict] = []
+    cells: list[tuple] = []
     timeout = len(todo) * (plan.seconds * 20 + 30)
     for rec in process.stream(args, env=_engine_env(value), timeout=timeout):
         if rec["type"] == "cpu" and rec["openssl_ia32cap"] != cpu["openssl_ia32cap"]:
@@ -236,9 +237,10 @@ def _run_job(store, plan: Plan, job: tuple, cpus: dict, progress) -> None:
         if rec["type"] == "window":
             windows.append(rec)
         elif rec["type"] == "cell":
-            _save_cell(store, plan, rec, windows, aesni, mask, value, cpu)
+            cells.append(_cell_rows(plan, rec, windows, aesni, mask, value, cpu))
             windows = []
             progress.advance()
+    _save_cells(store, cells)
 
 
 def _contention_warning(store) -> None:
@@ -264,7 +266,9 @@ def _contention_warning(store) -> None:
         )
 
 
-def _save_cell(store, plan, rec, windows, aesni, mask, value, cpu) -> None:
+def _cell_rows(plan, rec, windows, aesni, mask, value, cpu) -> tuple:
+    """One cell's (id, parameters, window rows, cell row), checked: every record verified, the
+    windows adding up to the cell."""
     size = rec["record_bytes"]
     cid = str(cell_id(rec["cipher"], aesni, mask, rec["mode"], rec["direction"], size))
     if rec["verified_records"] != rec["records"] or rec["records"] <= 0:
@@ -282,52 +286,48 @@ def _save_cell(store, plan, rec, windows, aesni, mask, value, cpu) -> None:
         "direction": rec["direction"],
         "record_bytes": size,
     }
-    with store.cell(NAME, cid, params):
-        store.insert(
-            "aead_windows",
-            {
-                "cell_id": [cid] * len(windows),
-                "cipher": [rec["cipher"]] * len(windows),
-                "aesni": [aesni] * len(windows),
-                "mask": [mask] * len(windows),
-                "mode": [rec["mode"]] * len(windows),
-                "direction": [rec["direction"]] * len(windows),
-                "record_bytes": [size] * len(windows),
-                "window_index": [w["index"] for w in windows],
-                "records": [w["records"] for w in windows],
-                "bytes": [w["bytes"] for w in windows],
-                "ns": [w["ns"] for w in windows],
-                "cpu_ns": [w["cpu_ns"] for w in windows],
-            },
-        )
-        store.insert_rows(
-            "aead_cells",
-            [
-                {
-                    "cell_id": cid,
-                    "cipher": rec["cipher"],
-                    "aesni": aesni,
-                    "mask": mask,
-                    "ia32cap_env": value,
-                    "openssl_ia32cap": cpu["openssl_ia32cap"],
-                    "aes_gcm_path": cpu["aes_gcm_path"],
-                    "mode": rec["mode"],
-                    "direction": rec["direction"],
-                    "record_bytes": size,
-                    "records": rec["records"],
-                    "bytes": rec["bytes"],
-                    "ns": rec["ns"],
-                    "cpu_ns": rec["cpu_ns"],
-                    "verified_records": rec["verified_records"],
-                    "windows": rec["windows"],
-                    "batch_records": rec["batch_records"],
-                    "aad_bytes": rec["aad_bytes"],
-                    "key_set_per_record": rec["key_set_per_record"],
-                    "nonce": rec["nonce"],
-                    "seconds_requested": plan.seconds,
-                }
-            ],
-        )
+    window_rows = [
+        {
+            **params,
+            "cell_id": cid,
+            "window_index": w["index"],
+            "records": w["records"],
+            "bytes": w["bytes"],
+            "ns": w["ns"],
+            "cpu_ns": w["cpu_ns"],
+        }
+        for w in windows
+    ]
+    cell_row = {
+        **params,
+        "cell_id": cid,
+        "ia32cap_env": value,
+        "openssl_ia32cap": cpu["openssl_ia32cap"],
+        "aes_gcm_path": cpu["aes_gcm_path"],
+        "records": rec["records"],
+        "bytes": rec["bytes"],
+        "ns": rec["ns"],
+        "cpu_ns": rec["cpu_ns"],
+        "verified_records": rec["verified_records"],
+        "windows": rec["windows"],
+        "batch_records": rec["batch_records"],
+        "aad_bytes": rec["aad_bytes"],
+        "key_set_per_record": rec["key_set_per_record"],
+        "nonce": rec["nonce"],
+        "seconds_requested": plan.seconds,
+    }
+    return cid, params, window_rows, cell_row
+
+
+def _save_cells(store, cells: list[tuple]) -> None:
+    """The cells of one engine run, stored in one transaction with their 'done' marks."""
+    if not cells:
+        return
+    with store.cells(NAME) as mark:
+        store.insert_rows("aead_windows", [w for c in cells for w in c[2]])
+        store.insert_rows("aead_cells", [c[3] for c in cells])
+        for cid, params, _, _ in cells:
+            mark(cid, params)
 
 
 # --- export --------------------------------------------------------------------------------
