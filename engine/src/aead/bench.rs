@@ -1,13 +1,15 @@
 //! The timed loops. Work is done in batches of records written to separate output slots;
 //! only the batch itself is timed, and every record of a batch is checked right after it,
-//! outside the timed region (decrypted back to the plaintext with its tag verified, or for
-//! decryption compared with the plaintext). Batches are grouped into timing windows, and one
-//! raw sample (records, bytes, nanoseconds) is emitted per window.
+//! outside the timed region (see each loop: compared with a reference record that was
+//! verified before timing, compared with the plaintext, or run through the inverse
+//! operation). Batches are grouped into timing windows, and one raw sample (records, bytes,
+//! nanoseconds) is emitted per window.
 //!
 //! Two ways of driving EVP per record:
 //! - `fair`: what a TLS record layer does. The key is set once; every record is a complete
 //!   init(nonce) [CCM: length] [AEAD: 13 bytes AAD] update final [AEAD: get/set tag] with a
-//!   fresh nonce, for every cipher including the unauthenticated ones.
+//!   nonce of its own in its batch (every batch uses the same ones), for every cipher
+//!   including the unauthenticated ones.
 //! - `speed-compatible`: what OpenSSL 3.5.4's `apps/speed.c` does for `speed -evp`. GCM and
 //!   CCM ("AE" modes) re-set key and the same fixed IV on every call (CCM also its length),
 //!   without AAD; everything else, ChaCha20-Poly1305 included (its EVP mode is 0, stream),
