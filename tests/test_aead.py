@@ -192,6 +192,22 @@ def test_corrupted_data_of_unauthenticated_cipher_is_detected():
         )
 
 
+@pytest.mark.parametrize("cipher", ["aes-128-gcm", "chacha20-poly1305", "aes-128-ctr"])
+def test_fair_encryption_is_checked_against_the_verified_reference_records(cipher):
+    """Fair encryption: every timed record must reproduce, byte for byte, the reference record
+    of its nonce (made and verified by decryption before timing); a corrupted ciphertext is
+    caught by that comparison."""
+    args = ["aead", "--cipher", cipher, "--sizes", "64", "--directions", "encrypt"]
+    args += ["--seconds", "0.002", "--batch-bytes", "1024"]
+    with pytest.raises(EngineError, match="differs from the verified reference record"):
+        engine.run([*args, "--inject-fault", "data"], timeout=60)
+    cell = [r for r in engine.run(args, timeout=60) if r["type"] == "cell"][0]
+    # Several batches, every record of each checked.
+    assert cell["records"] > cell["batch_records"] == 1024 // 64
+    assert cell["verified_records"] == cell["records"]
+    assert cell["nonce"] == "fresh per record of a batch, reused by every batch"
+
+
 @pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="x86_64 masks")
 def test_masks_change_the_features_openssl_uses():
     full = experiment.probe_cpu(None)

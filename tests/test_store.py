@@ -29,6 +29,27 @@ def test_cells_commit_atomically_and_resume(tmp_path):
     again.close()
 
 
+def test_several_cells_commit_together_or_not_at_all(tmp_path):
+    store = RunStore.create(tmp_path / "run", "demo")
+    store.begin("demo", {"command_line": "pqlab demo"})
+    store.ensure_table("CREATE TABLE IF NOT EXISTS demo_samples (cell TEXT, v DOUBLE)")
+    with store.cells("demo") as mark:
+        store.insert("demo_samples", {"cell": ["a", "b"], "v": [1.0, 2.0]})
+        mark("a", {"x": 1})
+        mark("b", {"x": 2})
+    with pytest.raises(RuntimeError):
+        with store.cells("demo") as mark:
+            store.insert("demo_samples", {"cell": ["c", "d"], "v": [3.0, 4.0]})
+            mark("c", {"x": 3})
+            raise RuntimeError("crash before the batch's last cell")
+    assert store.cells_done("demo") == {"a", "b"}
+    rows = store.query("SELECT cell FROM demo_samples ORDER BY cell")
+    assert [r["cell"] for r in rows] == ["a", "b"]  # nothing of the interrupted batch
+    params = store.query("SELECT params FROM cells WHERE cell_id = 'b'")[0]["params"]
+    assert json.loads(params) == {"x": 2}
+    store.close()
+
+
 def test_metadata_json_and_exports(tmp_path):
     store = RunStore.create(tmp_path / "r", "demo")
     store.begin("demo", {"command_line": "pqlab demo --x", "cpu": {"model": "test"}})

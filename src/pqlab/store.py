@@ -20,7 +20,7 @@ import errno
 import fcntl
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import duckdb
@@ -472,15 +472,28 @@ class RunStore:
     @contextlib.contextmanager
     def cell(self, experiment: str, cell_id: str, params: dict) -> Iterator[None]:
         """Everything written inside is committed together with the cell's 'done' mark."""
+        with self.cells(experiment) as mark:
+            yield
+            mark(cell_id, params)
+
+    @contextlib.contextmanager
+    def cells(self, experiment: str) -> Iterator[Callable[[str, dict], None]]:
+        """Everything written inside is committed together with the 'done' marks of the
+        cells given to `mark(cell_id, params)`: one transaction (and one insert per table)
+        for the cells one process measured. An interruption loses them all, and a resume
+        measures them again."""
+        marks: list[list] = []
+
+        def mark(cell_id: str, params: dict) -> None:
+            marks.append([experiment, str(cell_id), json.dumps(params, sort_keys=True), _now()])
+
         with self.stages.stage("database_writes"):
             self.con.execute("BEGIN TRANSACTION")
         try:
-            yield
+            yield mark
             with self.stages.stage("database_writes"):
-                self.con.execute(
-                    "INSERT INTO cells VALUES (?, ?, ?, ?)",
-                    [experiment, str(cell_id), json.dumps(params, sort_keys=True), _now()],
-                )
+                if marks:
+                    self.con.executemany("INSERT INTO cells VALUES (?, ?, ?, ?)", marks)
                 self.con.execute("COMMIT")
         except BaseException:
             self.con.execute("ROLLBACK")

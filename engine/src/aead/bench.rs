@@ -1,13 +1,15 @@
 //! The timed loops. Work is done in batches of records written to separate output slots;
 //! only the batch itself is timed, and every record of a batch is checked right after it,
-//! outside the timed region (decrypted back to the plaintext with its tag verified, or for
-//! decryption compared with the plaintext). Batches are grouped into timing windows, and one
-//! raw sample (records, bytes, nanoseconds) is emitted per window.
+//! outside the timed region (see each loop: compared with a reference record that was
+//! verified before timing, compared with the plaintext, or run through the inverse
+//! operation). Batches are grouped into timing windows, and one raw sample (records, bytes,
+//! nanoseconds) is emitted per window.
 //!
 //! Two ways of driving EVP per record:
 //! - `fair`: what a TLS record layer does. The key is set once; every record is a complete
 //!   init(nonce) [CCM: length] [AEAD: 13 bytes AAD] update final [AEAD: get/set tag] with a
-//!   fresh nonce, for every cipher including the unauthenticated ones.
+//!   nonce of its own in its batch (every batch uses the same ones), for every cipher
+//!   including the unauthenticated ones.
 //! - `speed-compatible`: what OpenSSL 3.5.4's `apps/speed.c` does for `speed -evp`. GCM and
 //!   CCM ("AE" modes) re-set key and the same fixed IV on every call (CCM also its length),
 //!   without AAD; everything else, ChaCha20-Poly1305 included (its EVP mode is 0, stream),
@@ -211,7 +213,7 @@ pub fn run_cell(cell: &Cell) -> Result<()> {
             if cell.spec.is_aead() { AAD_LEN } else { 0 },
             false,
             if cell.spec.iv_len > 0 {
-                "fresh per record"
+                "fresh per record of a batch, reused by every batch"
             } else {
                 "none (ECB)"
             },
@@ -341,6 +343,57 @@ fn fail_record(cell: &Cell, seq: u64, what: &str) -> crate::out::Error {
     ))
 }
 
+/// The batch's reference records for fair mode: record `i` encrypted with nonce `i` by a
+/// context of its own, then decrypted back by another with its tag verified and its output
+/// compared with the plaintext, all before timing. Returns (records in `stride` slots, tags).
+#[allow(clippy::too_many_arguments)] // the cell's parts, as `fair` holds them
+fn reference_records(
+    cell: &Cell,
+    alg: &Algorithm,
+    key: &[u8],
+    salt: &[u8; 4],
+    plaintext: &[u8],
+    aad: &[u8],
+    batch: usize,
+    stride: usize,
+) -> Result<(Vec<u8>, Vec<u8>)> {
+    let spec = &cell.spec;
+    let size = cell.size;
+    let maker = keyed_ctx(alg, key, true)?;
+    let checker = keyed_ctx(alg, key, false)?;
+    let mut records = vec![0u8; batch * stride];
+    let mut tags = vec![0u8; batch * TAG_LEN];
+    let mut back = vec![0u8; stride];
+    let mut iv = [0u8; 16];
+    for i in 0..batch {
+        nonce(spec, salt, i as u64, &mut iv);
+        let slot = &mut records[i * stride..(i + 1) * stride];
+        let t = &mut tags[i * TAG_LEN..(i + 1) * TAG_LEN];
+        if !fair_record(&maker, spec, true, &iv, aad, plaintext, slot, t)? {
+            bail!(
+                Library,
+                "{}: preparing the reference records failed",
+                spec.name
+            );
+        }
+        if !fair_record(&checker, spec, false, &iv, aad, &slot[..size], &mut back, t)?
+            || back[..size] != *plaintext
+        {
+            bail!(
+                Check,
+                "{}: reference record {i} does not decrypt to the plaintext",
+                spec.name
+            );
+        }
+    }
+    Ok((records, tags))
+}
+
+/// Fair mode. Both directions use the batch's reference records (`reference_records`), so
+/// record `i` of every batch has nonce `i`: encryption must reproduce reference record `i`
+/// byte for byte, ciphertext and tag (encryption is deterministic for a key, nonce and
+/// plaintext, and the reference was shown to decrypt and verify), and decryption reads it
+/// (the tag check is part of the timed operation) and must give the plaintext.
 fn fair(
     cell: &Cell,
     alg: &Algorithm,
@@ -353,63 +406,48 @@ fn fair(
     let spec = &cell.spec;
     let size = cell.size;
     let encrypt = cell.direction == Direction::Encrypt;
-    // `out` has one extra block after each record for EVP's final (which writes nothing here).
+    // Each slot has one extra block after the record for EVP's final (which writes nothing).
     let stride = size + 32;
-    let mut out = vec![0u8; batch * stride];
-    let mut tags = vec![0u8; batch * TAG_LEN];
-    let mut scratch = vec![0u8; stride];
-    let mut iv = [0u8; 16];
-    let work = keyed_ctx(alg, key, encrypt)?;
-    let other = keyed_ctx(alg, key, !encrypt)?;
-    let mut clock = Clock::new(cell);
-
-    // Decryption reads a pool of `batch` valid records (each with its own nonce and tag),
-    // made by the other context before timing starts; every batch decrypts the pool again.
-    let mut pool = Vec::new();
+    let (mut pool, mut pool_tags) =
+        reference_records(cell, alg, key, salt, plaintext, aad, batch, stride)?;
     if !encrypt {
-        pool = vec![0u8; batch * stride];
-        for i in 0..batch {
-            nonce(spec, salt, i as u64, &mut iv);
-            let slot = &mut pool[i * stride..(i + 1) * stride];
-            let t = &mut tags[i * TAG_LEN..(i + 1) * TAG_LEN];
-            if !fair_record(&other, spec, true, &iv, aad, plaintext, slot, t)? {
-                bail!(Library, "{}: preparing the ciphertexts failed", spec.name);
-            }
-        }
         match cell.fault {
-            Some(Fault::Tag) => flip(&mut tags[..TAG_LEN]),
+            Some(Fault::Tag) => flip(&mut pool_tags[..TAG_LEN]),
             Some(Fault::Data) => flip(&mut pool[..size]),
             None => {}
         }
     }
-
+    let mut out = vec![0u8; batch * stride];
+    let mut tags = vec![0u8; batch * TAG_LEN];
+    let mut iv = [0u8; 16];
+    let work = keyed_ctx(alg, key, encrypt)?;
+    let mut clock = Clock::new(cell);
     let mut seq: u64 = 0;
     let mut first = true;
     while first || !clock.done() {
-        let base = seq;
         let c0 = thread_cpu_ns();
         let t0 = Instant::now();
         for i in 0..batch {
-            let s = if encrypt { base + i as u64 } else { i as u64 };
-            nonce(spec, salt, s, &mut iv);
+            nonce(spec, salt, i as u64, &mut iv);
             let slot = &mut out[i * stride..(i + 1) * stride];
-            let t = &mut tags[i * TAG_LEN..(i + 1) * TAG_LEN];
-            let input = if encrypt {
-                plaintext
+            let (input, t) = if encrypt {
+                (plaintext, &mut tags[i * TAG_LEN..(i + 1) * TAG_LEN])
             } else {
-                &pool[i * stride..i * stride + size]
+                (
+                    &pool[i * stride..i * stride + size],
+                    &mut pool_tags[i * TAG_LEN..(i + 1) * TAG_LEN],
+                )
             };
             if !fair_record(&work, spec, encrypt, &iv, aad, input, slot, t)? {
                 return Err(fail_record(
                     cell,
-                    s,
+                    seq + i as u64,
                     "did not authenticate (tag check failed)",
                 ));
             }
         }
         let ns = t0.elapsed().as_nanos() as u64;
         let cpu = thread_cpu_ns().saturating_sub(c0);
-        seq += batch as u64;
 
         // Checks, untimed.
         if first && encrypt {
@@ -419,39 +457,52 @@ fn fair(
                 None => {}
             }
         }
-        for i in 0..batch {
-            let slot = &out[i * stride..i * stride + size];
-            let s = if encrypt { base + i as u64 } else { i as u64 };
-            if encrypt {
-                nonce(spec, salt, s, &mut iv);
-                let t = &mut tags[i * TAG_LEN..(i + 1) * TAG_LEN];
-                if !fair_record(&other, spec, false, &iv, aad, slot, &mut scratch, t)? {
-                    return Err(fail_record(
-                        cell,
-                        s,
-                        "failed its check: the tag did not verify",
-                    ));
-                }
-                if scratch[..size] != *plaintext {
-                    return Err(fail_record(
-                        cell,
-                        s,
-                        "failed its check: it does not decrypt to the plaintext",
-                    ));
-                }
-            } else if *slot != *plaintext {
-                return Err(fail_record(
-                    cell,
-                    s,
-                    "failed its check: the output is not the plaintext",
-                ));
-            }
-        }
+        check_fair_batch(
+            cell, seq, batch, stride, &out, &tags, &pool, &pool_tags, plaintext,
+        )?;
+        seq += batch as u64;
         clock.totals.verified += batch as u64;
         clock.add(batch, ns, cpu);
         first = false;
     }
     Ok(clock.finish())
+}
+
+/// Every record of a fair batch: an encryption must equal its reference record and tag, a
+/// decryption must give the plaintext.
+#[allow(clippy::too_many_arguments)] // the batch's buffers, as `fair` holds them
+fn check_fair_batch(
+    cell: &Cell,
+    seq: u64,
+    batch: usize,
+    stride: usize,
+    out: &[u8],
+    tags: &[u8],
+    pool: &[u8],
+    pool_tags: &[u8],
+    plaintext: &[u8],
+) -> Result<()> {
+    let size = cell.size;
+    let encrypt = cell.direction == Direction::Encrypt;
+    let tag_checked = encrypt && cell.spec.is_aead();
+    for i in 0..batch {
+        let slot = &out[i * stride..i * stride + size];
+        let what = if !encrypt {
+            (*slot != *plaintext).then_some("failed its check: the output is not the plaintext")
+        } else if *slot != pool[i * stride..i * stride + size] {
+            Some("failed its check: the ciphertext differs from the verified reference record")
+        } else if tag_checked
+            && tags[i * TAG_LEN..(i + 1) * TAG_LEN] != pool_tags[i * TAG_LEN..(i + 1) * TAG_LEN]
+        {
+            Some("failed its check: the tag differs from the verified reference record's")
+        } else {
+            None
+        };
+        if let Some(what) = what {
+            return Err(fail_record(cell, seq + i as u64, what));
+        }
+    }
+    Ok(())
 }
 
 /// `openssl speed -evp` for GCM and CCM: `EVP_Update_loop_aead_enc/dec`.
