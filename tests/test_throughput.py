@@ -135,6 +135,27 @@ def test_tls_bench_rows_are_read_as_printed():
     assert client["total_bytes"] == 6029312
 
 
+def test_tls_bench_first_group_printed_unnamed_is_named():
+    """tls_bench prints its first group's name as N/A (it reads it before setting it): that
+    row is the first group of its list no other row names, here ECC_SECP256R1."""
+    from pqlab.tls import wolfssl_tools
+
+    line = TLS_BENCH_OUTPUT.splitlines()[2]
+    text = "\n".join(
+        [
+            line.replace("X25519MLKEM768", "N/A           "),
+            line.replace("X25519MLKEM768", "ECC_SECP384R1 "),
+            line.replace("X25519MLKEM768", "ECC_X25519    "),
+        ]
+    )
+    groups = [r["group"] for r in wolfssl_tools.parse_tls_bench(text)]
+    assert groups == ["ECC_SECP256R1", "ECC_SECP384R1", "ECC_X25519"]
+    # Rows that name every group keep their names.
+    assert [r["group"] for r in wolfssl_tools.parse_tls_bench(TLS_BENCH_OUTPUT)] == [
+        "X25519MLKEM768"
+    ] * 2
+
+
 def test_tls_bench_sides_out_of_step_are_refused():
     """Run apart, tls_bench's two sides must count the same connections in every group."""
     from pqlab.errors import EngineError
