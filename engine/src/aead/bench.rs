@@ -204,7 +204,16 @@ pub fn run_cell(cell: &Cell) -> Result<()> {
     let aad = [0xccu8; AAD_LEN];
 
     let totals = match (cell.mode, cell.spec.speed_ae_mode()) {
-        (Mode::Fair, _) => fair(cell, &alg, &key, &salt, &plaintext, &aad, batch)?,
+        (Mode::Fair, _) => {
+            let inputs = FairInputs {
+                alg: &alg,
+                key: &key,
+                salt: &salt,
+                plaintext: &plaintext,
+                aad: &aad,
+            };
+            fair(cell, &inputs, batch)?
+        }
         (Mode::SpeedCompatible, true) => speed_ae(cell, &alg, &key, &plaintext, batch)?,
         (Mode::SpeedCompatible, false) => speed_stream(cell, &alg, &key, &plaintext, batch)?,
     };
@@ -343,20 +352,33 @@ fn fail_record(cell: &Cell, seq: u64, what: &str) -> crate::out::Error {
     ))
 }
 
+/// What every record of a fair cell is made from: the cipher, its key, the nonces' salt, the
+/// plaintext and the additional data.
+#[derive(Clone, Copy)]
+struct FairInputs<'a> {
+    alg: &'a Algorithm,
+    key: &'a [u8],
+    salt: &'a [u8; 4],
+    plaintext: &'a [u8],
+    aad: &'a [u8],
+}
+
 /// The batch's reference records for fair mode: record `i` encrypted with nonce `i` by a
 /// context of its own, then decrypted back by another with its tag verified and its output
 /// compared with the plaintext, all before timing. Returns (records in `stride` slots, tags).
-#[allow(clippy::too_many_arguments)] // the cell's parts, as `fair` holds them
 fn reference_records(
     cell: &Cell,
-    alg: &Algorithm,
-    key: &[u8],
-    salt: &[u8; 4],
-    plaintext: &[u8],
-    aad: &[u8],
+    inputs: &FairInputs,
     batch: usize,
     stride: usize,
 ) -> Result<(Vec<u8>, Vec<u8>)> {
+    let FairInputs {
+        alg,
+        key,
+        salt,
+        plaintext,
+        aad,
+    } = *inputs;
     let spec = &cell.spec;
     let size = cell.size;
     let maker = keyed_ctx(alg, key, true)?;
@@ -394,22 +416,20 @@ fn reference_records(
 /// byte for byte, ciphertext and tag (encryption is deterministic for a key, nonce and
 /// plaintext, and the reference was shown to decrypt and verify), and decryption reads it
 /// (the tag check is part of the timed operation) and must give the plaintext.
-fn fair(
-    cell: &Cell,
-    alg: &Algorithm,
-    key: &[u8],
-    salt: &[u8; 4],
-    plaintext: &[u8],
-    aad: &[u8],
-    batch: usize,
-) -> Result<Totals> {
+fn fair(cell: &Cell, inputs: &FairInputs, batch: usize) -> Result<Totals> {
+    let FairInputs {
+        alg,
+        key,
+        salt,
+        plaintext,
+        aad,
+    } = *inputs;
     let spec = &cell.spec;
     let size = cell.size;
     let encrypt = cell.direction == Direction::Encrypt;
     // Each slot has one extra block after the record for EVP's final (which writes nothing).
     let stride = size + 32;
-    let (mut pool, mut pool_tags) =
-        reference_records(cell, alg, key, salt, plaintext, aad, batch, stride)?;
+    let (mut pool, mut pool_tags) = reference_records(cell, inputs, batch, stride)?;
     if !encrypt {
         match cell.fault {
             Some(Fault::Tag) => flip(&mut pool_tags[..TAG_LEN]),

@@ -192,9 +192,13 @@ def _wait_ready(server: Process, ready: Path) -> None:
 
 
 def _finish(proc: Process, timeout: float) -> str:
-    """Wait for a text program to exit 0; what it printed on stdout and stderr."""
-    proc.finish(timeout)
-    return proc.output() + proc.stderr_text()
+    """Wait for a text program to exit 0 (stopped whatever happens); what it printed on
+    stdout and stderr."""
+    try:
+        proc.finish(timeout)
+        return proc.output() + proc.stderr_text()
+    finally:
+        proc.stop()
 
 
 def _check_negotiated(text: str, role: str, spec: PairSpec) -> None:
@@ -239,10 +243,7 @@ def tracked_pair(stack, spec: PairSpec, connections: int = 1, bench: bool = Fals
                     json_lines=False,
                     cwd=root,
                 )
-                try:
-                    client_text = _finish(client, TIMEOUT_S)
-                finally:
-                    client.stop()
+                client_text = _finish(client, TIMEOUT_S)
                 server_text = _finish(server, TIMEOUT_S)
             finally:
                 server.stop()
@@ -329,11 +330,7 @@ def tls_bench(
     budget = 60 + 20 * seconds * len(TLS_BENCH_GROUPS)
     if hosts is not None:
         return _tls_bench_across(argv, hosts, budget, env, cpus)
-    proc = Process(argv, "tls_bench", json_lines=False, env=env)
-    try:
-        text = _finish(proc, budget)
-    finally:
-        proc.stop()
+    text = _finish(Process(argv, "tls_bench", json_lines=False, env=env), budget)
     return _tls_bench_rows(text)
 
 
@@ -368,10 +365,7 @@ def _tls_bench_across(argv: list[str], hosts, budget: float, env, cpus) -> list[
             env=env,
             json_lines=False,
         )
-        try:
-            client_text = _finish(client, budget)
-        finally:
-            client.stop()
+        client_text = _finish(client, budget)
         # The client's last "shutdown" ends the server's last group: it exits at once.
         server_text = _finish(server, 30)
     finally:
