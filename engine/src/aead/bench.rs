@@ -373,16 +373,15 @@ fn reference_records(
     stride: usize,
 ) -> Result<(Vec<u8>, Vec<u8>)> {
     let FairInputs {
-        alg,
-        key,
         salt,
         plaintext,
         aad,
+        ..
     } = *inputs;
     let spec = &cell.spec;
     let size = cell.size;
-    let maker = keyed_ctx(alg, key, true)?;
-    let checker = keyed_ctx(alg, key, false)?;
+    let maker = keyed_ctx(inputs.alg, inputs.key, true)?;
+    let checker = keyed_ctx(inputs.alg, inputs.key, false)?;
     let mut records = vec![0u8; batch * stride];
     let mut tags = vec![0u8; batch * TAG_LEN];
     let mut back = vec![0u8; stride];
