@@ -23,6 +23,7 @@ difference between a client point and a server point needs no clock correction.
 
 from __future__ import annotations
 
+import bisect
 import functools
 from dataclasses import dataclass, field
 
@@ -339,7 +340,11 @@ class _FlightReplay:
     unless the window was full when the ACK before it arrived (case a), then it is one
     round after the newest segment that ACK acknowledged; never before the segment ahead of
     it. (A segment held by something else, such as the kernel's own queueing on a link
-    faster than the CPU, waits in the same round.)"""
+    faster than the CPU, waits in the same round.)
+
+    The flight segments' ends only grow (a segment ending no further is a retransmission),
+    and so do their rounds: the segments an ACK covers are a prefix of them, found by
+    bisection."""
 
     def __init__(self, predicted_writes: list[int], initcwnd: int):
         self.predicted = predicted_writes
@@ -359,24 +364,24 @@ class _FlightReplay:
         self.acked_round = 0  # the round of the newest segment the last ACK acknowledged
 
     def write_of(self, end: int) -> int:
-        """Which of the predicted writes carried stream byte end-1."""
-        return next((i for i, w in enumerate(self.predicted) if w >= end), len(self.predicted))
+        """Which of the predicted writes (stream offsets, in order) carried stream byte
+        end-1."""
+        return bisect.bisect_left(self.predicted, end)
 
     def ack(self, seg: Segment) -> None:
         if not (seg.flags & ACK and seg.ack > self.snd_una):
             return
-        outstanding = [e for e in self.segs if e > self.snd_una]
-        newly = sum(1 for e in outstanding if e <= seg.ack)
-        if len(outstanding) >= self.cwnd:
+        acked_before = bisect.bisect_right(self.segs, self.snd_una)
+        acked = bisect.bisect_right(self.segs, seg.ack)
+        outstanding = len(self.segs) - acked_before
+        newly = acked - acked_before
+        if outstanding >= self.cwnd:
             self.full_at_ack = True
-        if 2 * len(outstanding) >= self.cwnd:
+        if 2 * outstanding >= self.cwnd:
             self.cwnd += newly
         self.snd_una = seg.ack
         self.last_ack_ns = seg.ts_ns
-        self.acked_round = max(
-            (r for end, r in zip(self.segs, self.rounds, strict=True) if end <= seg.ack),
-            default=0,
-        )
+        self.acked_round = self.rounds[acked - 1] if acked else 0
 
     def data(self, seg: Segment) -> None:
         if seg.payload_len == 0 or seg.flags & SYN:
@@ -397,7 +402,8 @@ class _FlightReplay:
         base = self.acked_round + 1 if held else 1
         self.rounds.append(max(base, self.rounds[-1] if self.rounds else 1))
         self.segs.append(seg.end)
-        self.max_in_flight = max(self.max_in_flight, sum(1 for e in self.segs if e > self.snd_una))
+        in_flight = len(self.segs) - bisect.bisect_right(self.segs, self.snd_una)
+        self.max_in_flight = max(self.max_in_flight, in_flight)
         self.max_end = seg.end
         self.prev_seg_ts, self.prev_write = seg.ts_ns, write
 
