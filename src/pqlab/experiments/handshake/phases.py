@@ -246,12 +246,16 @@ def client_flight(client_conn: Connection, records: list[TlsRecord] | Messages) 
 def connection_bytes(conn: Connection) -> dict[str, int]:
     """The whole connection each way: TCP payload bytes (every segment's tcp.len,
     retransmissions included, as a packet count sums it) and IP bytes (headers included)."""
-    out = {"client_payload": 0, "server_payload": 0, "client_ip": 0, "server_ip": 0}
+    payload, ip = [0, 0], [0, 0]  # [server, client]
     for s in conn.segments:
-        side = "client" if s.from_client else "server"
-        out[f"{side}_payload"] += s.payload_len
-        out[f"{side}_ip"] += s.ip_len
-    return out
+        payload[s.from_client] += s.end - s.start
+        ip[s.from_client] += s.ip_len
+    return {
+        "client_payload": payload[1],
+        "server_payload": payload[0],
+        "client_ip": ip[1],
+        "server_ip": ip[0],
+    }
 
 
 def message_sizes(records: list[TlsRecord], sender: str) -> dict[str, int]:
