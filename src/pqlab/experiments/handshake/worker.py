@@ -62,16 +62,18 @@ class Result:
     seconds: dict = field(default_factory=dict)  # the job's time per stage
 
 
-def table(rows: list[dict], labels: dict) -> pa.Table | None:
-    """Rows as an Arrow table, the cell's labels first as constant columns."""
-    if not rows:
+def table(rows: list[dict] | dict[str, list], labels: dict) -> pa.Table | None:
+    """Rows (dicts, or columns: name -> values) as an Arrow table, the cell's labels first
+    as constant columns."""
+    columns = rows if isinstance(rows, dict) else None
+    n = len(next(iter(columns.values()), [])) if columns is not None else len(rows)
+    if not n:
         return None
-    n = len(rows)
-    columns = {k: pa.repeat(v, n) for k, v in labels.items()}
-    for k in rows[0]:
+    out = {k: pa.repeat(v, n) for k, v in labels.items()}
+    for k in columns if columns is not None else rows[0]:
         if k not in labels:
-            columns[k] = pa.array([r[k] for r in rows])
-    return pa.table(columns)
+            out[k] = pa.array(columns[k] if columns is not None else [r[k] for r in rows])
+    return pa.table(out)
 
 
 # The cliffs found so far by this worker, by the model they depend on (pickled: its
