@@ -101,7 +101,7 @@ if [ ! -x .venv/bin/python ]; then
   say "creating .venv"
   "$PY" -m venv .venv
 fi
-if ! .venv/bin/python -c 'import pqlab, duckdb, pyarrow, matplotlib, rich, pytest, asyncssh, yaml' 2>/dev/null \
+if ! .venv/bin/python -c 'import pqlab, duckdb, pyarrow, matplotlib, rich, pytest, asyncssh, yaml, orjson' 2>/dev/null \
    || [ pyproject.toml -nt .venv/.pqlab-installed ]; then
   say "installing the pqlab Python package (editable) and its test tools"
   .venv/bin/pip install -q --upgrade pip >/dev/null

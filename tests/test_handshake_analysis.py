@@ -12,7 +12,7 @@ from pqlab import catalog, pcap
 from pqlab.errors import EngineError
 from pqlab.experiments.handshake import analyse as hs
 from pqlab.experiments.handshake import phases as hp
-from pqlab.experiments.handshake import report, run, schema
+from pqlab.experiments.handshake import report, run, schema, worker
 from pqlab.store import RunStore
 from pqlab.tls import records, stacks
 from pqlab.tls.negotiation import Expected
@@ -111,14 +111,21 @@ def test_cell_rows_phases_and_warmup_dropped(tmp_path):
     assert [hs._port(c["local"]) for c, _ in pairs] == [40000, 40001, 40002]
     assert [hs._port(c["local"]) for c, _ in hs.measured(pairs)] == [40001, 40002]
     rows, phases = hs.analyse_cell(captures(tmp_path), pairs, 10, expect("X25519"), stacks.get())
-    assert len(rows) == 2 and len(phases) == 2 * 24
+    assert len(rows) == 2 and all(len(c) == 2 * 24 for c in phases.values())
     r = rows[0]
     assert r["handshake_ns"] == 452_000 and r["total_ns"] == 600_000
     assert r["server_flight_segments"] == 3 and r["server_flight_bytes"] == 3299
     assert r["certificate_bytes"] == 2800 and r["client_hello_bytes"] == 295
     assert json.loads(r["points"])["9"] == 600_000
     for view in ("client", "server"):
-        assert sum(p["ns"] for p in phases if p["idx"] == 0 and p["view"] == view) == 600_000
+        assert (
+            sum(
+                ns
+                for i, v, ns in zip(phases["idx"], phases["view"], phases["ns"], strict=True)
+                if i == 0 and v == view
+            )
+            == 600_000
+        )
 
 
 def test_a_client_port_reused_within_a_cell_keeps_each_connection_its_own(tmp_path):
@@ -183,7 +190,7 @@ def test_export_builds_tables_and_figures_from_the_database(tmp_path):
         }
         with store.cell("handshake", labels["cell_id"], labels):
             store.insert("handshake_raw", run._columns(rows, labels))
-            store.insert("handshake_phase", run._columns(phases, labels))
+            store.insert("handshake_phase", worker.table(phases, labels))
     section = report.export(store)
     tables = tmp_path / "run" / "tables"
     with open(tables / "handshake_summary.csv") as f:

@@ -663,36 +663,53 @@ class _Split:
         cols = self.cols
         names = cols.names()
         rows = np.flatnonzero(ok)
+        if not len(rows):
+            return []
+        # A connection's packets are adjacent (`conn` never decreases): its segments are
+        # made all at once, then sliced.
+        cid = conn[rows]
+        firsts = np.flatnonzero(np.r_[True, cid[1:] != cid[:-1]])
+        lasts = np.r_[firsts[1:], len(rows)] - 1
+        from_client, is_syn = self.from_client[rows], syn[rows]
+        # The server's initial sequence number: that of its last SYN in the connection.
+        server_syn = np.maximum.accumulate(
+            np.where(~from_client & is_syn, np.arange(len(rows)), -1)
+        )
+        a, b = start[rows], end[rows]
+        payloads = [None] * len(rows)
+        if keep_payload:
+            payloads = [
+                None if s else raw[at : at + n]
+                for at, n, s in zip(
+                    self.payload_at[rows].tolist(), (b - a).tolist(), is_syn.tolist(), strict=True
+                )
+            ]
+        segments = list(
+            map(
+                Segment,
+                cols.ts[self.idx[rows]].tolist(),
+                from_client.tolist(),
+                self.flags[rows].tolist(),
+                a.tolist(),
+                b.tolist(),
+                ack[rows].tolist(),
+                cols.total[self.idx[rows]].tolist(),
+                payloads,
+            )
+        )
         out: list[Connection] = []
-        current, c = -1, None
-        payload_at = self.payload_at.tolist() if keep_payload else None
-        for i, cid, ts, fc, fl, a, b, k, ip_len, is_syn in zip(
-            rows.tolist(),
-            conn[rows].tolist(),
-            cols.ts[self.idx[rows]].tolist(),
-            self.from_client[rows].tolist(),
-            self.flags[rows].tolist(),
-            start[rows].tolist(),
-            end[rows].tolist(),
-            ack[rows].tolist(),
-            cols.total[self.idx[rows]].tolist(),
-            syn[rows].tolist(),
-            strict=True,
-        ):
-            if cid != current:
-                current = cid
-                c = Connection(
+        for first, last in zip(firsts.tolist(), lasts.tolist(), strict=True):
+            i = int(rows[first])
+            syn_at = int(server_syn[last])
+            out.append(
+                Connection(
                     client=(names[int(self.cip[i])], int(self.cport[i])),
                     server=(names[int(self.sip[i])], self.port),
+                    segments=segments[first : last + 1],
                     client_isn=int(self.seq[i]),
+                    server_isn=int(self.seq[rows[syn_at]]) if syn_at >= first else None,
                 )
-                out.append(c)
-            payload = None
-            if keep_payload and not is_syn:
-                payload = raw[payload_at[i] : payload_at[i] + b - a]
-            if not fc and is_syn:
-                c.server_isn = int(self.seq[i])
-            c.segments.append(Segment(ts, fc, fl, a, b, k, ip_len, payload))
+            )
         out.sort(key=lambda conn: conn.syn_ns)
         return out
 

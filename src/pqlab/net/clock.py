@@ -162,35 +162,31 @@ def estimate(samples: list[Sample]) -> Estimate:
 # --- samples from two captures -------------------------------------------------------------
 
 
-def _only(segments: list[pcap.Segment], pred) -> pcap.Segment | None:
-    """The one segment matching pred, or None when there is none or more than one (a
-    retransmission makes the exchange ambiguous: which copy did the other side see?)."""
-    found = [s for s in segments if pred(s)]
-    return found[0] if len(found) == 1 else None
-
-
-def _is_syn(s: pcap.Segment) -> bool:
-    return s.from_client and bool(s.flags & pcap.SYN) and not s.flags & pcap.ACK
-
-
-def _is_synack(s: pcap.Segment) -> bool:
-    return not s.from_client and bool(s.flags & pcap.SYN) and bool(s.flags & pcap.ACK)
-
-
-def _first_data(from_client: bool):
-    return lambda s: s.from_client == from_client and s.start == 0 and s.end > 0
+def _exchange(segments: list[pcap.Segment]) -> tuple:
+    """The segments of one capture's connection the samples use, each kind the one segment
+    of its kind or None when there is none or more than one (a retransmission makes the
+    exchange ambiguous: which copy did the other side see?): (the client's SYN, the
+    server's SYN/ACK, the client's first data, the server's first data). One pass."""
+    found: tuple[list, list, list, list] = ([], [], [], [])
+    syn, ack = pcap.SYN, pcap.ACK
+    for s in segments:
+        if s.flags & syn:
+            if s.from_client and not s.flags & ack:
+                found[0].append(s)
+            elif not s.from_client and s.flags & ack:
+                found[1].append(s)
+        if s.start == 0 and s.end > 0:
+            found[2 if s.from_client else 3].append(s)
+    return tuple(f[0] if len(f) == 1 else None for f in found)
 
 
 def connection_samples(client: pcap.Connection, server: pcap.Connection) -> list[Sample]:
     """The two samples one connection gives (fewer where a packet was retransmitted)."""
     port = client.client[1]
+    c, s = _exchange(client.segments), _exchange(server.segments)
     out = []
-    for kind, first, second in (
-        ("syn", _is_syn, _is_synack),
-        ("hello", _first_data(True), _first_data(False)),
-    ):
-        a_c, a_s = _only(client.segments, first), _only(server.segments, first)
-        b_s, b_c = _only(server.segments, second), _only(client.segments, second)
+    for kind, first, second in (("syn", 0, 1), ("hello", 2, 3)):
+        a_c, a_s, b_s, b_c = c[first], s[first], s[second], c[second]
         if a_c and a_s and b_s and b_c:
             out.append(sample(a_c.ts_ns, a_s.ts_ns, b_s.ts_ns, b_c.ts_ns, kind, port))
     return out

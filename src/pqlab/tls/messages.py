@@ -30,6 +30,7 @@ in full records of 16384 bytes and a last shorter one.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 from pqlab.catalog import Algorithm
@@ -169,6 +170,11 @@ class ServerFlight:
         of the records that complete Certificate, CertificateVerify and Finished, for a
         stack that frames encrypted messages in records of their own (`records`
         "message") or joins them into shared records of up to 16 KiB ("flight")."""
+        return self._flight
+
+    @functools.cached_property
+    def _flight(self) -> Flight:
+        # (worked out once: the flight is frozen, and every prediction asks for its bytes)
         sh = RECORD_HEADER + self.server_hello
         sh += CHANGE_CIPHER_SPEC_RECORD if self.change_cipher_spec else 0
         messages = self._encrypted()

@@ -12,6 +12,7 @@ Variable-size signatures (ECDSA, Falcon) give two handshakes, the smallest and t
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 from dataclasses import dataclass, field, replace
 
@@ -101,8 +102,12 @@ class Handshake:
     def with_chain(self, chain_der: tuple[int, ...]) -> Handshake:
         return replace(self, chain_der=tuple(chain_der))
 
-    def server_flight(self) -> messages.ServerFlight:
-        return messages.server_flight(
+    @functools.cached_property
+    def _flights(self) -> tuple[messages.ServerFlight, tuple[int, ...], tuple[int, ...]]:
+        """The server's flight, the offsets of its writes and those of the client's second
+        flight (without a request): the same for every prediction of this handshake, so
+        worked out once (the handshake is frozen)."""
+        flight = messages.server_flight(
             self.group,
             list(self.chain_der),
             self.signature,
@@ -113,15 +118,6 @@ class Handshake:
             certificate_request=self.certificate_request,
             session_id=self.session_id,
         )
-
-    def server_writes(self) -> list[int]:
-        """Stream offsets at which the server's flight reaches the socket."""
-        return self.write_model.writes(self.server_flight().record_sizes())
-
-    def client_writes(self, request: int | None) -> list[int]:
-        """Stream offsets (from the end of the ClientHello) at which the client's second
-        flight reaches the socket (the stack's write model: one flush on OpenSSL), then its
-        request for `request` bytes in a write of its own (None: no request)."""
         recs = messages.client_flight(
             self.suite,
             change_cipher_spec=self.change_cipher_spec,
@@ -129,7 +125,24 @@ class Handshake:
             signature=self.client_auth.signature if self.client_auth else 0,
             records=self.write_model.records,
         )
-        writes = self.write_model.writes(recs)
+        return (
+            flight,
+            tuple(self.write_model.writes(flight.record_sizes())),
+            tuple(self.write_model.writes(recs)),
+        )
+
+    def server_flight(self) -> messages.ServerFlight:
+        return self._flights[0]
+
+    def server_writes(self) -> list[int]:
+        """Stream offsets at which the server's flight reaches the socket."""
+        return list(self._flights[1])
+
+    def client_writes(self, request: int | None) -> list[int]:
+        """Stream offsets (from the end of the ClientHello) at which the client's second
+        flight reaches the socket (the stack's write model: one flush on OpenSSL), then its
+        request for `request` bytes in a write of its own (None: no request)."""
+        writes = list(self._flights[2])
         if request is not None:
             writes.append(writes[-1] + messages.request_record(request))
         return writes

@@ -35,19 +35,18 @@ def from_events(conn_record: dict, sender: str, direction: str = "sent") -> list
     """The records one side wrote (dir "sent") with the handshake messages they carried, from
     an engine connection record's message events; with `direction` "recv", the records of
     `sender` as the side that recorded them read them (offsets in the sender's stream)."""
-    out: list[TlsRecord] = []
+    ends: list[tuple[int, int]] = []  # (offset at the record's end, its content type)
     messages: dict[int, list] = {}
     for ev in conn_record.get("events", []):
         if ev.get("dir") != direction:
             continue
-        if ev.get("ev") == "record":
-            out.append(
-                TlsRecord(sender, int(ev["offset_end"]), CONTENT_TYPES.get(ev["content_type"], 0))
-            )
-        elif ev.get("ev") == "handshake":
+        kind = ev.get("ev")
+        if kind == "record":
+            ends.append((int(ev["offset_end"]), CONTENT_TYPES.get(ev["content_type"], 0)))
+        elif kind == "handshake":
             name = MESSAGE_NAMES.get(ev["msg"], ev["msg"])
             messages.setdefault(int(ev["offset_end"]), []).append((name, int(ev["length"])))
-    return [TlsRecord(r.sender, r.end, r.content_type, tuple(messages.get(r.end, ()))) for r in out]
+    return [TlsRecord(sender, end, ct, tuple(messages.get(end, ()))) for end, ct in ends]
 
 
 def has_events(conn_record: dict) -> bool:

@@ -204,15 +204,18 @@ class Sender:
         return sent
 
     def _send(self, now, queue, sent, acks, acked, released_by) -> None:
+        if not queue:
+            return
         window = min(int(self.cwnd), self.receiver.window())
+        forward, back = self.fwd.send, self.back.send
         while queue and len(sent) - acked < window:
             seg = queue.pop(0)
             seg.sent = now
             waited = seg.ready < now and released_by is not None
             base = sent[released_by].round + 1 if waited else 1
             seg.round = max(base, sent[-1].round if sent else 1)
-            seg.arrival = self.fwd.send(now, seg.end - seg.start + TCP_IP_HEADERS)
-            acks.append((self.back.send(seg.arrival, TCP_IP_HEADERS), len(sent)))
+            seg.arrival = forward(now, seg.end - seg.start + TCP_IP_HEADERS)
+            acks.append((back(seg.arrival, TCP_IP_HEADERS), len(sent)))
             sent.append(seg)
             self.max_in_flight = max(self.max_in_flight, len(sent) - acked)
 

@@ -161,23 +161,22 @@ def handshake_row(idx: int, cport: int, h: hp.Handshake, crec: dict, srec: dict)
     return row
 
 
-def phase_rows(idx: int, h: hp.Handshake) -> list[dict]:
-    out = []
+# handshake_phase's own columns, as `analyse_cell` gives them (one list per column).
+PHASE_COLUMNS = ("idx", "view", "phase_order", "phase", "family", "ns")
+
+
+def add_phase_rows(phases: dict[str, list], idx: int, h: hp.Handshake) -> None:
+    """Handshake `idx`'s rows of handshake_phase (a phase per view), appended to the
+    columns `phases`."""
     for view, table in h.views.items():
-        for order, ((name, ns), (_, _, _, family)) in enumerate(
-            zip(h.phases[view], table, strict=True)
-        ):
-            out.append(
-                {
-                    "idx": idx,
-                    "view": view,
-                    "phase_order": order,
-                    "phase": name,
-                    "family": family,
-                    "ns": ns,
-                }
-            )
-    return out
+        measured = h.phases[view]
+        n = len(measured)
+        phases["idx"] += [idx] * n
+        phases["view"] += [view] * n
+        phases["phase_order"] += range(n)
+        phases["phase"] += [name for name, _ in measured]
+        phases["family"] += [family for (_, _, _, family), _ in zip(table, measured, strict=True)]
+        phases["ns"] += [ns for _, ns in measured]
 
 
 def callback_records(crec: dict, srec: dict) -> list[TlsRecord]:
@@ -244,7 +243,8 @@ def analyse_cell(
     writes_of=predicted.io_writes,
     model: predicted.CellModel | None = None,
 ):
-    """Per-handshake rows and phase rows for one cell (without the cell's labels), for the
+    """Per-handshake rows and phase rows (columns: `PHASE_COLUMNS`) for one cell (without
+    the cell's labels), for the
     measured pairs of `pairs` (all of the cell's connections in order, warm-ups included:
     each takes its connection from the captures, so a reused client port stays matched).
     `records[i]`: the TLS records both sides wrote in pair i (`match_records`; default the
@@ -256,7 +256,8 @@ def analyse_cell(
         records = match_records(pairs)
     c_by_port = captures.by_client_port("client")
     s_by_port = captures.by_client_port("server")
-    rows, phases = [], []
+    rows: list[dict] = []
+    phases: dict[str, list] = {c: [] for c in PHASE_COLUMNS}
     idx = -1
     for (crec, srec), connection_records in zip(pairs, records, strict=True):
         warmup = bool(crec.get("warmup"))
@@ -292,7 +293,7 @@ def analyse_cell(
         if model is not None:
             row |= predicted.columns(model, h.points, writes, h.flight["bytes"])
         rows.append(row)
-        phases += phase_rows(idx, h)
+        add_phase_rows(phases, idx, h)
     return rows, phases
 
 

@@ -93,17 +93,19 @@ def correct(samples: list[clock.Sample], server_pcap: Path, hosts: HostClocks) -
     return CellClock(est, hosts.shared, target, hosts.states, hosts.injected_ns)
 
 
-def tag_phases(rows: list[dict], cc: CellClock, pair: str | None) -> list[dict]:
-    """Each phase row with its pair, whether it crosses hosts, the clock uncertainty it
-    carries and whether it is shorter than that uncertainty."""
+def tag_phases(phases: dict[str, list], cc: CellClock, pair: str | None) -> dict[str, list]:
+    """The phase rows (columns, `analyse.analyse_cell`) with each one's pair, whether it
+    crosses hosts, the clock uncertainty it carries and whether it is shorter than that
+    uncertainty."""
     u = cc.phase_uncertainty_ns
-    for r in rows:
-        cross = r["phase"] in CROSS_HOST[r["view"]]
-        r["host_pair"] = pair
-        r["cross_host"] = cross
-        r["clock_uncertainty_ns"] = u if cross else 0.0
-        r["below_clock_uncertainty"] = bool(cross and u > 0 and abs(r["ns"]) < u)
-    return rows
+    cross = [p in CROSS_HOST[v] for v, p in zip(phases["view"], phases["phase"], strict=True)]
+    phases["host_pair"] = [pair] * len(cross)
+    phases["cross_host"] = cross
+    phases["clock_uncertainty_ns"] = [u if c else 0.0 for c in cross]
+    phases["below_clock_uncertainty"] = [
+        bool(c and u > 0 and abs(ns) < u) for c, ns in zip(cross, phases["ns"], strict=True)
+    ]
+    return phases
 
 
 def _chrony_bound_ns(states: dict) -> float | None:

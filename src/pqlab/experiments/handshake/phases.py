@@ -23,6 +23,8 @@ difference between a client point and a server point needs no clock correction.
 
 from __future__ import annotations
 
+import bisect
+import functools
 from dataclasses import dataclass, field
 
 from pqlab.pcap import ACK, SYN, Connection, Segment
@@ -98,26 +100,106 @@ class Handshake:
     views: dict = field(default_factory=lambda: VIEWS)  # view -> its phase table
 
 
-def message_end(records: list[TlsRecord], sender: str, name: str) -> int:
+class Messages:
+    """What one handshake's TLS records say, whatever its packets: where each message ends
+    in its sender's stream, the records' spans, the messages' sizes, and the flight the
+    server's write model makes of them (`flight_plan`). Made once per distinct list of
+    records (`messages_of`): a cell's handshakes mostly write the very same records."""
+
+    def __init__(self, records: tuple[TlsRecord, ...]):
+        self.records = records
+        ends: dict[tuple[str, str], int] = {}
+        for r in records:
+            for name, _ in r.messages:
+                key = (r.sender, name)
+                if key not in ends or r.end > ends[key]:
+                    ends[key] = r.end
+        self.ends = ends
+        self.mutual = ("client", "Certificate") in ends
+        self.sizes = {side: message_sizes(records, side) for side in ("server", "client")}
+        self._spans: dict[tuple[str, str], tuple[int, int]] = {}
+        self._plans: dict[tuple, dict] = {}
+
+    def end(self, sender: str, name: str) -> int:
+        """Stream offset at the end of the last record carrying (part of) message `name`."""
+        end = self.ends.get((sender, name))
+        if end is None:
+            raise AnalysisError(f"no {name} from the {sender} in the TLS records")
+        return end
+
+    def span(self, sender: str, name: str) -> tuple[int, int]:
+        """Stream offsets [start, end) of the records carrying message `name` (record
+        headers included): from the end of the sender's record before the first one
+        carrying it."""
+        key = (sender, name)
+        if key not in self._spans:
+            mine = sorted((r for r in self.records if r.sender == sender), key=lambda r: r.end)
+            start = None
+            for prev_end, r in zip([0, *[x.end for x in mine]], mine, strict=False):
+                if any(m == name for m, _ in r.messages):
+                    start = prev_end
+                    break
+            if start is None:
+                raise AnalysisError(f"no {name} from the {sender} in the TLS records")
+            self._spans[key] = (start, self.end(sender, name))
+        return self._spans[key]
+
+    def flight_plan(self, write_model: WriteModel, mss: int, initcwnd: int) -> dict:
+        """The server's flight from ServerHello to Finished as its records and the write
+        model make it: its ends, the predicted writes, document 000's case and whether the
+        window runs out before CertificateVerify."""
+        key = (write_model, mss, initcwnd)
+        if key not in self._plans:
+            self._plans[key] = self._flight_plan(write_model, mss, initcwnd)
+        return self._plans[key]
+
+    def _flight_plan(self, write_model: WriteModel, mss: int, initcwnd: int) -> dict:
+        fin_end = self.end("server", "Finished")
+        measured = Flight(
+            self.end("server", "ServerHello"),
+            self.end("server", "Certificate"),
+            self.end("server", "CertificateVerify"),
+            fin_end,
+        )
+        server_records = sorted(
+            (r for r in self.records if r.sender == "server" and r.end <= fin_end),
+            key=lambda r: r.end,
+        )
+        sizes, prev = [], 0
+        for r in server_records:
+            sizes.append(r.end - prev)
+            prev = r.end
+        predicted = write_model.writes(sizes)
+        return {
+            "fin_end": fin_end,
+            "cert_end": measured.through_certificate,
+            "predicted": predicted,
+            "document_case": document_case(measured, write_model),
+            "cv_stall_predicted": segments_through(
+                measured.through_certificate_verify, predicted, mss
+            )
+            > initcwnd,
+        }
+
+
+@functools.lru_cache(maxsize=256)
+def messages_of(records: tuple[TlsRecord, ...]) -> Messages:
+    """The `Messages` of a handshake's records (the same records give the same object)."""
+    return Messages(records)
+
+
+def _messages(records: list[TlsRecord] | Messages) -> Messages:
+    return records if isinstance(records, Messages) else messages_of(tuple(records))
+
+
+def message_end(records: list[TlsRecord] | Messages, sender: str, name: str) -> int:
     """Stream offset at the end of the last record carrying (part of) message `name`."""
-    ends = [r.end for r in records if r.sender == sender and any(m == name for m, _ in r.messages)]
-    if not ends:
-        raise AnalysisError(f"no {name} from the {sender} in the TLS records")
-    return max(ends)
+    return _messages(records).end(sender, name)
 
 
-def message_span(records: list[TlsRecord], sender: str, name: str) -> tuple[int, int]:
-    """Stream offsets [start, end) of the records carrying message `name` (record headers
-    included): from the end of the sender's record before the first one carrying it."""
-    mine = sorted((r for r in records if r.sender == sender), key=lambda r: r.end)
-    start = None
-    for prev_end, r in zip([0, *[x.end for x in mine]], mine, strict=False):
-        if any(m == name for m, _ in r.messages):
-            start = prev_end
-            break
-    if start is None:
-        raise AnalysisError(f"no {name} from the {sender} in the TLS records")
-    return start, message_end(records, sender, name)
+def message_span(records: list[TlsRecord] | Messages, sender: str, name: str) -> tuple[int, int]:
+    """Stream offsets [start, end) of the records carrying message `name` (`Messages.span`)."""
+    return _messages(records).span(sender, name)
 
 
 def segments_carrying(conn: Connection, from_client: bool, start: int, end: int) -> int:
@@ -137,40 +219,43 @@ def segments_carrying(conn: Connection, from_client: bool, start: int, end: int)
 
 
 def hello_segments(
-    client_conn: Connection, server_conn: Connection, records: list[TlsRecord]
+    client_conn: Connection, server_conn: Connection, records: list[TlsRecord] | Messages
 ) -> tuple[int, int]:
     """Segments that carried the ClientHello (client capture) and the ServerHello (server
     capture): document 000 says each needs at most two, even with ML-KEM-1024."""
-    ch = segments_carrying(client_conn, True, *message_span(records, "client", "ClientHello"))
-    sh = segments_carrying(server_conn, False, *message_span(records, "server", "ServerHello"))
+    m = _messages(records)
+    ch = segments_carrying(client_conn, True, *m.span("client", "ClientHello"))
+    sh = segments_carrying(server_conn, False, *m.span("server", "ServerHello"))
     return ch, sh
 
 
-def is_mutual(records: list[TlsRecord]) -> bool:
+def is_mutual(records: list[TlsRecord] | Messages) -> bool:
     """Whether the client sent a certificate (mutual TLS)."""
-    return any(
-        r.sender == "client" and any(m == "Certificate" for m, _ in r.messages) for r in records
-    )
+    return _messages(records).mutual
 
 
-def client_flight(client_conn: Connection, records: list[TlsRecord]) -> tuple[int, int]:
+def client_flight(client_conn: Connection, records: list[TlsRecord] | Messages) -> tuple[int, int]:
     """The client's second flight (after the ClientHello: its Certificate and
     CertificateVerify in mutual TLS, and its Finished), in TLS bytes and in the segments of
     the client capture that carried it."""
-    start = message_end(records, "client", "ClientHello")
-    end = message_end(records, "client", "Finished")
+    m = _messages(records)
+    start, end = m.end("client", "ClientHello"), m.end("client", "Finished")
     return end - start, segments_carrying(client_conn, True, start, end)
 
 
 def connection_bytes(conn: Connection) -> dict[str, int]:
     """The whole connection each way: TCP payload bytes (every segment's tcp.len,
     retransmissions included, as a packet count sums it) and IP bytes (headers included)."""
-    out = {"client_payload": 0, "server_payload": 0, "client_ip": 0, "server_ip": 0}
+    payload, ip = [0, 0], [0, 0]  # [server, client]
     for s in conn.segments:
-        side = "client" if s.from_client else "server"
-        out[f"{side}_payload"] += s.payload_len
-        out[f"{side}_ip"] += s.ip_len
-    return out
+        payload[s.from_client] += s.end - s.start
+        ip[s.from_client] += s.ip_len
+    return {
+        "client_payload": payload[1],
+        "server_payload": payload[0],
+        "client_ip": ip[1],
+        "server_ip": ip[0],
+    }
 
 
 def message_sizes(records: list[TlsRecord], sender: str) -> dict[str, int]:
@@ -215,14 +300,15 @@ def tcp_points(conn: Connection) -> tuple[int, int, int]:
 
 
 def points(
-    client_conn: Connection, server_conn: Connection, records: list[TlsRecord]
+    client_conn: Connection, server_conn: Connection, records: list[TlsRecord] | Messages
 ) -> dict[str, int]:
+    m = _messages(records)
     p: dict[str, int] = {}
     p["1"], p["2"], p["3"] = tcp_points(client_conn)
     p["A"], p["B"], p["C"] = tcp_points(server_conn)
-    extra = MUTUAL_MESSAGE_POINTS if is_mutual(records) else []
+    extra = MUTUAL_MESSAGE_POINTS if m.mutual else []
     for sender, name, at_sender, at_receiver in MESSAGE_POINTS + extra:
-        end = message_end(records, sender, name)
+        end = m.end(sender, name)
         from_client = sender == "client"
         sender_conn = client_conn if from_client else server_conn
         receiver_conn = server_conn if from_client else client_conn
@@ -258,7 +344,11 @@ class _FlightReplay:
     unless the window was full when the ACK before it arrived (case a), then it is one
     round after the newest segment that ACK acknowledged; never before the segment ahead of
     it. (A segment held by something else, such as the kernel's own queueing on a link
-    faster than the CPU, waits in the same round.)"""
+    faster than the CPU, waits in the same round.)
+
+    The flight segments' ends only grow (a segment ending no further is a retransmission),
+    and so do their rounds: the segments an ACK covers are a prefix of them, found by
+    bisection."""
 
     def __init__(self, predicted_writes: list[int], initcwnd: int):
         self.predicted = predicted_writes
@@ -278,24 +368,24 @@ class _FlightReplay:
         self.acked_round = 0  # the round of the newest segment the last ACK acknowledged
 
     def write_of(self, end: int) -> int:
-        """Which of the predicted writes carried stream byte end-1."""
-        return next((i for i, w in enumerate(self.predicted) if w >= end), len(self.predicted))
+        """Which of the predicted writes (stream offsets, in order) carried stream byte
+        end-1."""
+        return bisect.bisect_left(self.predicted, end)
 
     def ack(self, seg: Segment) -> None:
         if not (seg.flags & ACK and seg.ack > self.snd_una):
             return
-        outstanding = [e for e in self.segs if e > self.snd_una]
-        newly = sum(1 for e in outstanding if e <= seg.ack)
-        if len(outstanding) >= self.cwnd:
+        acked_before = bisect.bisect_right(self.segs, self.snd_una)
+        acked = bisect.bisect_right(self.segs, seg.ack)
+        outstanding = len(self.segs) - acked_before
+        newly = acked - acked_before
+        if outstanding >= self.cwnd:
             self.full_at_ack = True
-        if 2 * len(outstanding) >= self.cwnd:
+        if 2 * outstanding >= self.cwnd:
             self.cwnd += newly
         self.snd_una = seg.ack
         self.last_ack_ns = seg.ts_ns
-        self.acked_round = max(
-            (r for end, r in zip(self.segs, self.rounds, strict=True) if end <= seg.ack),
-            default=0,
-        )
+        self.acked_round = self.rounds[acked - 1] if acked else 0
 
     def data(self, seg: Segment) -> None:
         if seg.payload_len == 0 or seg.flags & SYN:
@@ -316,7 +406,8 @@ class _FlightReplay:
         base = self.acked_round + 1 if held else 1
         self.rounds.append(max(base, self.rounds[-1] if self.rounds else 1))
         self.segs.append(seg.end)
-        self.max_in_flight = max(self.max_in_flight, sum(1 for e in self.segs if e > self.snd_una))
+        in_flight = len(self.segs) - bisect.bisect_right(self.segs, self.snd_una)
+        self.max_in_flight = max(self.max_in_flight, in_flight)
         self.max_end = seg.end
         self.prev_seg_ts, self.prev_write = seg.ts_ns, write
 
@@ -324,7 +415,7 @@ class _FlightReplay:
 def server_flight(
     client_conn: Connection,
     server_conn: Connection,
-    records: list[TlsRecord],
+    records: list[TlsRecord] | Messages,
     mss: int,
     initcwnd: int,
     write_model: WriteModel = OPENSSL,
@@ -334,22 +425,8 @@ def server_flight(
     segments, bytes, where the stack's writes split it (its write model, `pqlab.tls.flight`;
     `writes`: its socket writes as its io events report them), whether and for how many
     rounds it waited for ACKs."""
-    fin_end = message_end(records, "server", "Finished")
-    cert_end = message_end(records, "server", "Certificate")
-    measured = Flight(
-        message_end(records, "server", "ServerHello"),
-        cert_end,
-        message_end(records, "server", "CertificateVerify"),
-        fin_end,
-    )
-    server_records = sorted(
-        (r for r in records if r.sender == "server" and r.end <= fin_end), key=lambda r: r.end
-    )
-    sizes, prev = [], 0
-    for r in server_records:
-        sizes.append(r.end - prev)
-        prev = r.end
-    predicted = write_model.writes(sizes)
+    plan = _messages(records).flight_plan(write_model, mss, initcwnd)
+    fin_end, predicted = plan["fin_end"], list(plan["predicted"])
 
     last = covering(server_conn, False, fin_end)
     replay = _FlightReplay(predicted, initcwnd)
@@ -367,7 +444,7 @@ def server_flight(
         "segments": len(segs),
         "retransmissions": replay.retrans,
         "bytes": fin_end,
-        "bytes_through_certificate": cert_end,
+        "bytes_through_certificate": plan["cert_end"],
         "writes_predicted": len(predicted),
         "flush_offsets_predicted": predicted,
         "short_segment_ends": observed,
@@ -376,9 +453,8 @@ def server_flight(
         "cwnd_stall_wait_ns": replay.stall_wait_ns,
         # Document 000's section 4-3-2 for this flight: its case (1-3, buffering stacks) and
         # whether the window runs out before CertificateVerify (conditions 1-3).
-        "document_case": document_case(measured, write_model),
-        "cv_stall_predicted": segments_through(measured.through_certificate_verify, predicted, mss)
-        > initcwnd,
+        "document_case": plan["document_case"],
+        "cv_stall_predicted": plan["cv_stall_predicted"],
         "flight_rounds": replay.rounds[-1] if replay.rounds else 0,
         "max_in_flight": replay.max_in_flight,
         "server_writes": [end for _, end in writes or [] if end <= fin_end],
@@ -447,7 +523,7 @@ def order_disagreements(p: dict[str, int], clock_tolerance_ns: float = 0) -> lis
 def analyse(
     client_conn: Connection,
     server_conn: Connection,
-    records: list[TlsRecord],
+    records: list[TlsRecord] | Messages,
     mss: int = 1448,
     initcwnd: int = 10,
     clock_tolerance_ns: float = 0,
@@ -457,6 +533,7 @@ def analyse(
     """One handshake taken apart. `clock_tolerance_ns`: how far the two captures' clocks may
     disagree (see `order_disagreements`); `writes`: the server's socket writes (start time,
     stream offset at their end), recorded beside the flight."""
+    records = _messages(records)
     p = points(client_conn, server_conn, records)
     disagreements = order_disagreements(p, clock_tolerance_ns)
     flight = server_flight(client_conn, server_conn, records, mss, initcwnd, write_model, writes)
@@ -466,8 +543,8 @@ def analyse(
         client_conn, server_conn, records
     )
     flight["message_sizes"] = {
-        **{f"server {k}": v for k, v in message_sizes(records, "server").items()},
-        **{f"client {k}": v for k, v in message_sizes(records, "client").items()},
+        **{f"server {k}": v for k, v in records.sizes["server"].items()},
+        **{f"client {k}": v for k, v in records.sizes["client"].items()},
     }
     flight["client_flight_bytes"], flight["client_flight_segments"] = client_flight(
         client_conn, records
