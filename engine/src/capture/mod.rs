@@ -10,6 +10,13 @@
 //! On a loopback interface every packet passes the socket twice, once leaving and once
 //! arriving; the capture keeps the arriving copy only, so each packet is in the pcap once
 //! (`loopback_copies_skipped` counts the others).
+//!
+//! The kernel hands every packet on an interface to every packet socket hooked on it, and
+//! runs each one's filter, in the packet's path: many captures on one interface (one per
+//! cell of a batch) would slow every packet, the timed ones included. With `--unhooked` the
+//! socket starts unhooked (bound to no protocol, it is offered no packet); SIGUSR1 hooks it
+//! (`hooked` record: from then on it captures), SIGUSR2 unhooks it again once no packet has
+//! come for `UNHOOK_QUIET` (the tail of the last connection is kept; `unhooked` record).
 
 mod bpf;
 mod pcap;
@@ -41,12 +48,30 @@ pub struct Args {
     /// Also print one `packet` record per captured packet.
     #[arg(long)]
     json_packets: bool,
+    /// Start unhooked: no packet reaches the socket until SIGUSR1 hooks it; SIGUSR2
+    /// unhooks it again (see the module documentation).
+    #[arg(long)]
+    unhooked: bool,
 }
 
 static STOP: AtomicBool = AtomicBool::new(false);
+/// A hook (SIGUSR1) or unhook (SIGUSR2) asked for and not yet done.
+static HOOK: AtomicBool = AtomicBool::new(false);
+static UNHOOK: AtomicBool = AtomicBool::new(false);
+/// IEEE 802 Local Experimental EtherType 1: what an unhooked socket is bound to.
+const PARKED: u16 = 0x88B5;
+/// An unhook waits until no packet has come for this long.
+const UNHOOK_QUIET: Duration = Duration::from_millis(20);
 
-extern "C" fn on_signal(_sig: libc::c_int) {
-    STOP.store(true, Ordering::SeqCst);
+extern "C" fn on_signal(sig: libc::c_int) {
+    match sig {
+        libc::SIGUSR1 => {
+            UNHOOK.store(false, Ordering::SeqCst);
+            HOOK.store(true, Ordering::SeqCst);
+        }
+        libc::SIGUSR2 => UNHOOK.store(true, Ordering::SeqCst),
+        _ => STOP.store(true, Ordering::SeqCst),
+    }
 }
 
 const SOL_PACKET: libc::c_int = 263;
@@ -87,7 +112,8 @@ fn link_type(interface: &str) -> Result<(u32, bpf::Framing)> {
     }
 }
 
-struct Socket(libc::c_int);
+/// A packet socket and the index of the interface it binds to.
+struct Socket(libc::c_int, libc::c_int);
 
 impl Drop for Socket {
     fn drop(&mut self) {
@@ -113,12 +139,17 @@ fn setsockopt<T>(fd: libc::c_int, level: libc::c_int, name: libc::c_int, v: &T) 
 
 /// Open the socket with protocol 0 (receives nothing), attach the filter, then bind with
 /// ETH_P_ALL, so no unfiltered packet can slip into the queue before the filter is on.
-fn open_socket(interface: &str, framing: bpf::Framing, port: u16, snaplen: u32) -> Result<Socket> {
+fn open_socket(
+    interface: &str,
+    framing: bpf::Framing,
+    (port, snaplen): (u16, u32),
+    hooked: bool,
+) -> Result<Socket> {
     let fd = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) };
     if fd < 0 {
         return Err(os_err("AF_PACKET socket (needs CAP_NET_RAW)"));
     }
-    let sock = Socket(fd);
+    let mut sock = Socket(fd, 0);
     let mut program = bpf::tcp_port(framing, port, snaplen);
     let fprog = libc::sock_fprog {
         len: program.len() as u16,
@@ -142,21 +173,33 @@ fn open_socket(interface: &str, framing: bpf::Framing, port: u16, snaplen: u32) 
     if ifindex == 0 {
         return Err(os_err(&format!("interface {interface:?}")));
     }
-    let mut addr: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
-    addr.sll_family = libc::AF_PACKET as u16;
-    addr.sll_protocol = (libc::ETH_P_ALL as u16).to_be();
-    addr.sll_ifindex = ifindex as i32;
-    let rc = unsafe {
-        libc::bind(
-            fd,
-            &addr as *const libc::sockaddr_ll as *const libc::sockaddr,
-            std::mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t,
-        )
-    };
-    if rc < 0 {
-        return Err(os_err(&format!("binding to {interface:?}")));
-    }
+    sock.1 = ifindex as i32;
+    sock.hook(hooked, interface)?;
     Ok(sock)
+}
+
+impl Socket {
+    /// Bind to the interface for every protocol (hooked: the kernel offers it every packet,
+    /// its filter keeps the port's) or, unhooked, for the local experimental EtherType no
+    /// traffic of the lab carries (`PARKED`): the kernel then offers it nothing, not even to
+    /// filter, in either direction (a protocol 0 bind would keep the current protocol).
+    fn hook(&self, on: bool, interface: &str) -> Result<()> {
+        let mut addr: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
+        addr.sll_family = libc::AF_PACKET as u16;
+        addr.sll_protocol = if on { libc::ETH_P_ALL as u16 } else { PARKED }.to_be();
+        addr.sll_ifindex = self.1;
+        let rc = unsafe {
+            libc::bind(
+                self.0,
+                &addr as *const libc::sockaddr_ll as *const libc::sockaddr,
+                std::mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t,
+            )
+        };
+        if rc < 0 {
+            return Err(os_err(&format!("binding to {interface:?}")));
+        }
+        Ok(())
+    }
 }
 
 fn statistics(fd: libc::c_int) -> TpacketStats {
@@ -240,13 +283,18 @@ fn receive(fd: libc::c_int, buf: &mut [u8]) -> Result<Option<Received>> {
     }))
 }
 
-/// SIGTERM and SIGINT, the signals that stop a capture.
-fn stop_signals() -> libc::sigset_t {
+/// The signals a capture takes: SIGTERM and SIGINT stop it, SIGUSR1 and SIGUSR2 hook and
+/// unhook its socket.
+const CONTROL_SIGNALS: [libc::c_int; 4] =
+    [libc::SIGTERM, libc::SIGINT, libc::SIGUSR1, libc::SIGUSR2];
+
+fn control_signals() -> libc::sigset_t {
     unsafe {
         let mut set: libc::sigset_t = std::mem::zeroed();
         libc::sigemptyset(&mut set);
-        libc::sigaddset(&mut set, libc::SIGTERM);
-        libc::sigaddset(&mut set, libc::SIGINT);
+        for sig in CONTROL_SIGNALS {
+            libc::sigaddset(&mut set, sig);
+        }
         set
     }
 }
@@ -269,6 +317,41 @@ fn wait_readable(fd: libc::c_int, timeout: Duration, unblocked: &libc::sigset_t)
     unsafe { libc::ppoll(&mut pfd, 1, &ts, unblocked) };
 }
 
+/// Do what SIGUSR1 / SIGUSR2 asked: hook the socket at once (`hooked` record), unhook it
+/// once no packet has come for UNHOOK_QUIET (`unhooked` record). Returns how long to wait at
+/// most before looking again (an unhook still waiting for quiet).
+fn follow_hook_requests(
+    sock: &Socket,
+    interface: &str,
+    hooked: &mut bool,
+    last_packet: Instant,
+) -> Result<Option<Duration>> {
+    if HOOK.swap(false, Ordering::SeqCst) {
+        if !*hooked {
+            sock.hook(true, interface)?;
+            *hooked = true;
+        }
+        emit(&json!({"type": "hooked", "t": realtime_ns()}));
+    }
+    if !UNHOOK.load(Ordering::SeqCst) {
+        return Ok(None);
+    }
+    if !*hooked {
+        UNHOOK.store(false, Ordering::SeqCst);
+        emit(&json!({"type": "unhooked", "t": realtime_ns()}));
+        return Ok(None);
+    }
+    let quiet = last_packet.elapsed();
+    if quiet < UNHOOK_QUIET {
+        return Ok(Some(UNHOOK_QUIET - quiet));
+    }
+    sock.hook(false, interface)?;
+    *hooked = false;
+    UNHOOK.store(false, Ordering::SeqCst);
+    emit(&json!({"type": "unhooked", "t": realtime_ns()}));
+    Ok(None)
+}
+
 pub fn run(a: Args) -> Result<()> {
     if !(a.max_seconds > 0.0 && a.max_seconds <= 604_800.0) {
         crate::bail!(
@@ -279,23 +362,28 @@ pub fn run(a: Args) -> Result<()> {
     }
     let (linktype, framing) = link_type(&a.interface)?;
     let loopback = is_loopback(&a.interface);
-    // The stop signals are taken only inside `wait_readable`.
+    // The control signals are taken only inside `wait_readable`.
     let mut unblocked: libc::sigset_t = unsafe { std::mem::zeroed() };
     unsafe {
-        libc::signal(libc::SIGTERM, on_signal as *const () as libc::sighandler_t);
-        libc::signal(libc::SIGINT, on_signal as *const () as libc::sighandler_t);
-        libc::pthread_sigmask(libc::SIG_BLOCK, &stop_signals(), &mut unblocked);
-        libc::sigdelset(&mut unblocked, libc::SIGTERM);
-        libc::sigdelset(&mut unblocked, libc::SIGINT);
+        for sig in CONTROL_SIGNALS {
+            libc::signal(sig, on_signal as *const () as libc::sighandler_t);
+        }
+        libc::pthread_sigmask(libc::SIG_BLOCK, &control_signals(), &mut unblocked);
+        for sig in CONTROL_SIGNALS {
+            libc::sigdelset(&mut unblocked, sig);
+        }
     }
     let mut writer = pcap::Writer::create(&a.pcap, a.snaplen, linktype)?;
-    let sock = open_socket(&a.interface, framing, a.port, a.snaplen)?;
+    let mut hooked = !a.unhooked;
+    let sock = open_socket(&a.interface, framing, (a.port, a.snaplen), hooked)?;
     let _ = statistics(sock.0); // reset counters
     emit(&json!({
         "type": "capturing", "interface": a.interface, "port": a.port,
         "pcap": a.pcap.display().to_string(), "linktype": linktype, "snaplen": a.snaplen,
         "timestamps": "SO_TIMESTAMPNS", "clock": "CLOCK_REALTIME", "loopback": loopback,
+        "hooked": hooked,
     }));
+    let mut last_packet = Instant::now();
     let deadline = Instant::now() + Duration::from_secs_f64(a.max_seconds);
     let mut buf = vec![0u8; a.snaplen as usize];
     let (mut packets, mut bytes, mut outgoing, mut user_ts) = (0u64, 0u64, 0u64, 0u64);
@@ -306,6 +394,7 @@ pub fn run(a: Args) -> Result<()> {
         // Drain what is queued; after a stop request this also collects the packets that
         // arrived before the signal, so the tail of the last handshake is not lost.
         while let Some(p) = receive(sock.0, &mut buf)? {
+            last_packet = Instant::now();
             if loopback && p.outgoing {
                 skipped += 1;
                 continue;
@@ -332,11 +421,11 @@ pub fn run(a: Args) -> Result<()> {
         let st = statistics(sock.0);
         kernel_packets += st.tp_packets as u64;
         kernel_drops += st.tp_drops as u64;
-        wait_readable(
-            sock.0,
-            deadline.saturating_duration_since(Instant::now()),
-            &unblocked,
-        );
+        let mut wait = deadline.saturating_duration_since(Instant::now());
+        if let Some(next) = follow_hook_requests(&sock, &a.interface, &mut hooked, last_packet)? {
+            wait = wait.min(next);
+        }
+        wait_readable(sock.0, wait, &unblocked);
     }
     // Final drain and statistics.
     while let Some(p) = receive(sock.0, &mut buf)? {

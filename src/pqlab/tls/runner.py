@@ -449,10 +449,13 @@ def start_capture(
     snaplen: int,
     max_seconds: float,
     interface: str | None = None,
+    unhooked: bool = False,
 ) -> EngineProcess:
     """The engine's packet capture on one host's interface (TCP port `port`), capturing
     once its `capturing` record arrived. Stop it with `stop_capture`. Without a topology
-    (`topo` None) it captures on this machine's `interface`."""
+    (`topo` None) it captures on this machine's `interface`. `unhooked`: it sees no packet
+    until `hook_captures` (many captures on one interface then cost a packet nothing but
+    the hooked ones' filters)."""
     proc = EngineProcess(
         [
             "capture",
@@ -466,6 +469,7 @@ def start_capture(
             snaplen,
             "--max-seconds",
             f"{max_seconds:.0f}",
+            *(["--unhooked"] if unhooked else []),
         ],
         f"capture on the {side} host",
         topo=topo,
@@ -474,6 +478,22 @@ def start_capture(
     )
     proc.wait_for("capturing", 30)
     return proc
+
+
+def hook_captures(caps: list[EngineProcess], hooks: int, timeout: float = 10) -> None:
+    """Hook unhooked captures (SIGUSR1) and wait until each has: its `hooks`-th `hooked`
+    record (a capture's records are counted from its start)."""
+    for proc in caps:
+        proc.signal(signal.SIGUSR1)
+    for proc in caps:
+        proc.wait_count(("hooked",), hooks, timeout)
+
+
+def unhook_captures(caps: list[EngineProcess]) -> None:
+    """Unhook captures (SIGUSR2): each does once its port has been quiet for a moment, so
+    the tail of its last connection is kept; nothing waits for it."""
+    for proc in caps:
+        proc.signal(signal.SIGUSR2)
 
 
 def stop_capture(proc: EngineProcess, timeout: float = 30) -> dict:
