@@ -174,6 +174,16 @@ def test_open_loop_wait_for_a_worker_and_handshake_time():
     assert st["latency_mean_ms"] == pytest.approx(23 / 1e6)
 
 
+def test_tls_handshake_alone_from_the_tcp_connect():
+    start, connected, done = [0, 100, 200], [10, 130, 205], [50, 170, 265]
+    st = analyse.point_stats(start, done, done, start_ns=start, connected_ns=connected)
+    assert st["tls_handshake_p50_ms"] == pytest.approx(40 / 1e6)
+    assert st["tls_handshake_mean_ms"] == pytest.approx(140 / 3 / 1e6)
+    # Runs recorded before the stamp: a NULL column, no figure.
+    old = np.ma.masked_array(connected, mask=[True] * 3)
+    assert analyse.point_stats(start, done, done, connected_ns=old)["tls_handshake_mean_ms"] is None
+
+
 def test_little_ratio_of_a_closed_loop():
     # 4 clients, 1000 handshakes/s, 3.6 ms each: 90 % of their time in handshakes.
     assert analyse.little_ratio(1000.0, 3.6, 4) == pytest.approx(0.9)
@@ -309,6 +319,10 @@ def test_one_client_rate_matches_the_handshake_time(tmp_path, no_leaks):
             break
     assert 0.8 <= seen[-1] <= 1.2, f"rate x handshake time in every run: {seen}"
     assert float(one["rate_x_handshake_median"]) < float(one["rate_x_handshake_total_median"])
+    # The TLS handshake alone is the latency less the TCP connect: one round trip over the
+    # lab's veth, well under half a millisecond.
+    tls, latency = float(one["tls_handshake_p50_ms"]), float(one["latency_p50_ms"])
+    assert 0 < tls < latency < tls + 0.5
     for r in rows:
         assert float(r["handshakes_per_s"]) > 0
         assert float(r["server_cpu_us_per_handshake"]) > 0

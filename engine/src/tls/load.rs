@@ -91,6 +91,8 @@ struct Sample {
     scheduled: i64,
     /// When the worker started its TCP connect.
     start: i64,
+    /// TCP connected: the TLS handshake starts.
+    connected: i64,
     /// Handshake complete (client side).
     done: i64,
     /// Connection closed (close_notify sent), ready for the next.
@@ -257,6 +259,7 @@ fn result_record(sh: &Shared, samples: &[Sample], t0: Stamp) -> Value {
             "worker": samples.iter().map(|s| s.worker).collect::<Vec<u32>>(),
             "scheduled_ns": col(|s| s.scheduled),
             "start_ns": col(|s| s.start),
+            "connected_ns": col(|s| s.connected),
             "handshake_done_ns": col(|s| s.done),
             "end_ns": col(|s| s.end),
         },
@@ -275,7 +278,7 @@ fn warm_up(
 )> {
     let (ctx, target, checks) = client::setup(stack, a)?;
     for i in 0..a.warmup {
-        let (n, _) = handshake(&*ctx, a, &target)?;
+        let (n, _, _) = handshake(&*ctx, a, &target)?;
         client::check(stack, &checks, &n, i)?;
     }
     Ok((ctx, target, checks))
@@ -298,7 +301,7 @@ fn worker(stack: &dyn super::stack::Stack, sh: &Shared, w: u32) -> Result<Vec<Sa
             Mode::Open { .. } => record::monotonic_ns() - t0,
         };
         let result = handshake(&*ctx, &sh.a.client, &target);
-        let (neg, done) = match result {
+        let (neg, connected, done) = match result {
             Ok(x) => x,
             Err(e) => {
                 sh.errors.fetch_add(1, Ordering::SeqCst);
@@ -327,6 +330,7 @@ fn worker(stack: &dyn super::stack::Stack, sh: &Shared, w: u32) -> Result<Vec<Sa
             worker: w,
             scheduled,
             start,
+            connected: connected - t0,
             done: done - t0,
             end,
         });
@@ -369,22 +373,24 @@ fn claim(sh: &Shared, t0: i64) -> Option<i64> {
 }
 
 /// One connection: TCP connect, full handshake, close_notify; what it negotiated and when
-/// (monotonic ns) the handshake completed.
+/// (monotonic ns) the TCP connect and the handshake completed.
 fn handshake(
     ctx: &dyn super::stack::ClientContext,
     a: &client::Args,
     target: &client::Target,
-) -> Result<(client::Negotiation, i64)> {
+) -> Result<(client::Negotiation, i64, i64)> {
     let rec: SharedRecorder = Rc::new(RefCell::new(Recorder::new(false)));
     let mut out = json!({});
     // `one` stamps its own start right after this one; the gap is a few hundred ns.
     let start = record::monotonic_ns();
     let n = client::one(ctx, a, target, &rec, &mut out)?;
-    let done = out["durations"]["connect_to_handshake_ns"]
-        .as_i64()
-        .map(|d| start + d)
-        .ok_or_else(|| Error::Io("the client recorded no handshake time".into()))?;
-    Ok((n, done))
+    let at = |key: &str| {
+        out["durations"][key]
+            .as_i64()
+            .map(|d| start + d)
+            .ok_or_else(|| Error::Io(format!("the client recorded no {key}")))
+    };
+    Ok((n, at("tcp_connect_ns")?, at("connect_to_handshake_ns")?))
 }
 
 #[cfg(test)]

@@ -694,16 +694,18 @@ fn closed_loop_load_is_bounded_by_count_and_every_handshake_checked() {
     assert_eq!(r["completed"], 30, "{r}");
     assert_eq!(r["errors"], 0);
     assert_eq!(r["negotiated"]["group_code"], 0x001d);
-    let (sched, start, done, end) = (
+    let (sched, start, connected, done, end) = (
         column(&r, "scheduled_ns"),
         column(&r, "start_ns"),
+        column(&r, "connected_ns"),
         column(&r, "handshake_done_ns"),
         column(&r, "end_ns"),
     );
     for i in 0..30 {
-        // Closed loop: due when started; done after the start; closed after done.
+        // Closed loop: due when started; TCP connected, then the handshake done, after the
+        // start; closed after done.
         assert_eq!(sched[i], start[i]);
-        assert!(start[i] < done[i] && done[i] <= end[i]);
+        assert!(start[i] < connected[i] && connected[i] < done[i] && done[i] <= end[i]);
     }
     let workers: std::collections::BTreeSet<i64> = column(&r, "worker").into_iter().collect();
     assert_eq!(workers.len(), 3);

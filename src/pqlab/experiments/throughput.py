@@ -41,7 +41,7 @@ SUITES = ("TLS_AES_128_GCM_SHA256", "TLS_AES_256_GCM_SHA384", "TLS_CHACHA20_POLY
 MAX_BYTES = 1 << 34
 MIN_ECHO_BYTES, MAX_ECHO_BYTES = 1 << 14, 1 << 30
 DEFAULT_PORT = 4435
-# Bytes echoed per connection after the transfers, a 16 KiB record at a time, as tls_bench's
+# Bytes echoed per connection right after its handshake, a 16 KiB record at a time, as tls_bench's
 # client does (8 records): its Tx and Rx, measured the same way on every stack
 # (`--echo-bytes`, default).
 ECHO_BYTES = 131072
@@ -87,7 +87,7 @@ OPTIONS = (
     Option("n", "measured connections per cell (1-1000)", default="5", short="-n", metavar="N"),
     Option(
         "echo-bytes",
-        "bytes each connection echoes after the transfers, a 16 KiB record at a time as "
+        "bytes each connection echoes right after its handshake, a 16 KiB record at a time as "
         "tls_bench's client (128KiB as tls_bench), 16KiB to 1GiB",
         default="128KiB",
         metavar="BYTES",
@@ -119,7 +119,7 @@ class Plan:
         self.nbytes, self.n, self.warmup, self.stacks, self.port = nbytes, n, warmup, stacks, port
         self.tls_bench_seconds = bench_s  # 0: no tls_bench
         self.mtu = 1500  # the lab link's MTU
-        self.echo_bytes = ECHO_BYTES  # echoed per connection after the transfers
+        self.echo_bytes = ECHO_BYTES  # echoed per connection after its handshake
         self.client_sigs: list = [None]  # mutual TLS: client signers (None: no certificate)
         self.client_ca = None  # their CA's algorithm (None: the server chain's)
 
@@ -328,6 +328,7 @@ COLUMNS = [
     "rx_MBps_max",
     "server_rx_MBps",
     "handshake_ms",
+    "handshake_mean_ms",
     "tx_cpu_MBps",
     "rx_cpu_MBps",
     "echo_tx_MBps",
@@ -381,6 +382,7 @@ def summary_rows(store) -> list[dict]:
                 "rx_MBps_max": round(max(rx), 1),
                 "server_rx_MBps": round(statistics.median(srx), 1),
                 "handshake_ms": round(statistics.median(handshakes), 3) if handshakes else None,
+                "handshake_mean_ms": round(statistics.fmean(handshakes), 3) if handshakes else None,
                 "tx_cpu_MBps": round(statistics.median(tx_cpu), 1) if tx_cpu else None,
                 "rx_cpu_MBps": round(statistics.median(rx_cpu), 1) if rx_cpu else None,
                 "echo_tx_MBps": round(echo_tx, 1) if echoed else None,

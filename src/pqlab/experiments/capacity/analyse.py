@@ -19,12 +19,15 @@ def latencies_ns(scheduled_ns, done_ns) -> np.ndarray:
     return done - sched
 
 
-def point_stats(scheduled_ns, done_ns, end_ns, window_ns: int | None = None, start_ns=None) -> dict:
+def point_stats(
+    scheduled_ns, done_ns, end_ns, window_ns: int | None = None, start_ns=None, connected_ns=None
+) -> dict:
     """Handshakes per second and latency percentiles of one load point. The rate is
     completed handshakes over the time from the start of the window to the last completion
     (for a closed loop bounded by count, or an open loop draining its backlog, that is not
     the configured window). With `start_ns`, also the median wait for a worker (start -
-    scheduled: an open loop's queue) and the median handshake itself (done - start)."""
+    scheduled: an open loop's queue) and the median handshake itself (done - start). With
+    `connected_ns`, the TLS handshake alone (TCP connected to done): its median and mean."""
     lat = latencies_ns(scheduled_ns, done_ns)
     n = int(lat.size)
     if n == 0:
@@ -36,6 +39,8 @@ def point_stats(scheduled_ns, done_ns, end_ns, window_ns: int | None = None, sta
             "latency_mean_ms": None,
             "wait_p50_ms": None,
             "service_p50_ms": None,
+            "tls_handshake_p50_ms": None,
+            "tls_handshake_mean_ms": None,
         }
     span = int(window_ns) if window_ns else int(np.max(np.asarray(end_ns)))
     p50, p99 = np.percentile(lat, [50, 99])
@@ -44,6 +49,11 @@ def point_stats(scheduled_ns, done_ns, end_ns, window_ns: int | None = None, sta
         start = np.asarray(start_ns, dtype=np.int64)
         wait = float(np.median(start - np.asarray(scheduled_ns, dtype=np.int64))) / 1e6
         service = float(np.median(np.asarray(done_ns, dtype=np.int64) - start)) / 1e6
+    tls_p50 = tls_mean = None
+    # Runs recorded before the stamp have it NULL (a masked column).
+    if connected_ns is not None and not np.ma.getmaskarray(connected_ns).any():
+        tls = np.asarray(done_ns, dtype=np.int64) - np.asarray(connected_ns, dtype=np.int64)
+        tls_p50, tls_mean = float(np.median(tls)) / 1e6, float(np.mean(tls)) / 1e6
     return {
         "completed": n,
         "handshakes_per_s": n / (span / 1e9) if span > 0 else None,
@@ -52,6 +62,8 @@ def point_stats(scheduled_ns, done_ns, end_ns, window_ns: int | None = None, sta
         "latency_mean_ms": float(np.mean(lat)) / 1e6,
         "wait_p50_ms": wait,
         "service_p50_ms": service,
+        "tls_handshake_p50_ms": tls_p50,
+        "tls_handshake_mean_ms": tls_mean,
     }
 
 

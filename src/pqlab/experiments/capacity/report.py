@@ -26,6 +26,8 @@ COLUMNS = [
     "latency_p50_ms",
     "latency_p99_ms",
     "latency_mean_ms",
+    "tls_handshake_p50_ms",
+    "tls_handshake_mean_ms",
     "limited_by",
     "server_cpu_us_per_handshake",
     "server_cpu_utilisation",
@@ -76,7 +78,11 @@ def point_row(p: dict, raw: dict) -> dict:
     """One load point's table row from its `capacity_points` row and raw samples: rates,
     latencies, each side's CPU utilisation and what limited the rate."""
     st = analyse.point_stats(
-        raw["scheduled_ns"], raw["done_ns"], raw["end_ns"], start_ns=raw.get("start_ns")
+        raw["scheduled_ns"],
+        raw["done_ns"],
+        raw["end_ns"],
+        start_ns=raw.get("start_ns"),
+        connected_ns=raw.get("connected_ns"),
     )
     cpu = p["server_cpu_s"]
     conns = p["server_connections"]
@@ -126,6 +132,8 @@ def point_row(p: dict, raw: dict) -> dict:
             "latency_p50_ms": _r(st["latency_p50_ms"], 3),
             "latency_p99_ms": _r(st["latency_p99_ms"], 3),
             "latency_mean_ms": _r(st["latency_mean_ms"], 3),
+            "tls_handshake_p50_ms": _r(st["tls_handshake_p50_ms"], 3),
+            "tls_handshake_mean_ms": _r(st["tls_handshake_mean_ms"], 3),
             "limited_by": limit,
             "server_cpu_us_per_handshake": _r(cpu / conns * 1e6, 1) if cpu and conns else None,
             "server_cpu_utilisation": _r(server_util, 3),
@@ -160,7 +168,7 @@ def rows(store, cell_id: str | None = None) -> list[dict]:
     out = []
     for p in points:
         raw = store.numpy(
-            "SELECT scheduled_ns, start_ns, done_ns, end_ns FROM capacity_raw "
+            "SELECT scheduled_ns, start_ns, connected_ns, done_ns, end_ns FROM capacity_raw "
             "WHERE cell_id = ? AND point = ?",
             [p["cell_id"], p["point"]],
         )

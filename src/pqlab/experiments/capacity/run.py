@@ -132,6 +132,7 @@ def run_point(plan: Plan, hosts, server, cell: dict, point: Point, cpus: Pinning
         "worker": s["worker"],
         "scheduled_ns": s["scheduled_ns"],
         "start_ns": s["start_ns"],
+        "connected_ns": s["connected_ns"],
         "done_ns": s["handshake_done_ns"],
         "end_ns": s["end_ns"],
     }

@@ -8,7 +8,7 @@ LABELS = """cell_id TEXT, stack TEXT, stack_impl TEXT, "group" TEXT, server_sig 
 DDL = [
     f"""CREATE TABLE IF NOT EXISTS capacity_raw ({LABELS}, mode TEXT, clients_or_rate TEXT,
         worker INTEGER, scheduled_ns BIGINT, start_ns BIGINT, done_ns BIGINT, end_ns BIGINT,
-        host_pair TEXT)""",
+        host_pair TEXT, connected_ns BIGINT)""",
     f"""CREATE TABLE IF NOT EXISTS capacity_points ({LABELS}, mode TEXT, clients INTEGER,
         rate DOUBLE, rate_label TEXT, clients_or_rate TEXT, open_workers INTEGER,
         warmup_per_worker INTEGER, duration_ms BIGINT, window_ns BIGINT, completed BIGINT,
@@ -23,6 +23,8 @@ DDL = [
 # the server's host's CPUs (None: the load generator's machine, `machine_cpu`).
 MIGRATIONS = (
     "ALTER TABLE IF EXISTS capacity_raw ADD COLUMN IF NOT EXISTS host_pair TEXT",
+    # Runs made before the TCP connect was stamped apart from the handshake.
+    "ALTER TABLE IF EXISTS capacity_raw ADD COLUMN IF NOT EXISTS connected_ns BIGINT",
     "ALTER TABLE IF EXISTS capacity_points ADD COLUMN IF NOT EXISTS host_pair TEXT",
     "ALTER TABLE IF EXISTS capacity_points ADD COLUMN IF NOT EXISTS server_machine_cpu TEXT",
     # Runs made before mutual TLS had no client certificate.
