@@ -3,16 +3,19 @@ the same groups and suite (TLS_AES_256_GCM_SHA384) and the same server key (RSA-
 an RSA-2048 CA, what tls_bench's built-in certificates are), side by side in one run, rounds
 alternating. Target: within 15 % where the two measure the same quantity.
 
-- tls_bench's client "Connect Avg" (wolfSSL_connect on a connected socket) against pqlab's
-  client handshake time in `throughput` (`handshake_ms`: the same span) and against the
-  median latency of `capacity`'s one closed-loop client (which adds the TCP connect and the
-  close over the lab's link);
+- tls_bench's client "Connect Avg" (wolfSSL_connect on a connected socket, averaged)
+  against the mean of pqlab's client handshake time in `throughput` (`handshake_mean_ms`: the
+  same span) and of `capacity`'s one closed-loop client (`tls_handshake_mean_ms`: TCP
+  connected to handshake done, handshake after handshake as tls_bench connects);
 - tls_bench's client "Tx" and "Rx" (16 KiB writes, each echoed back before the next: bytes
   over the time inside the write calls, and over the time waiting in the reads) against
   pqlab's echo of the same loop in `throughput` (`echo_tx_MBps`, `echo_rx_MBps`), with the
   lab's link at loopback's MTU (`--mtu 65535`).
 
-Each round runs the same tls_bench binary four ways:
+pqlab's throughput connections carry what tls_bench's carry: a handshake, then the echo
+right after it; the bulk transfers that follow are 1 KiB each way (BULK).
+
+The first round runs the same tls_bench binary four ways:
 
 - "Nagle": as built and as `pqlab throughput` runs it (one process, a client and a server
   thread over 127.0.0.1, Nagle's algorithm on);
@@ -29,11 +32,17 @@ Each round runs the same tls_bench binary four ways:
 The target is checked against "veth", the only way that shares pqlab's path (a veth link
 between two namespaces, two processes); the loopback ways are printed beside it, so what
 the path, Nagle's algorithm and the threads' placement each do to tls_bench's figures is
-measured, not assumed. `-n` and `--echo-bytes` set pqlab's echo sample (connections per
-cell, bytes echoed by each); tls_bench echoes 128 KiB per connection for `--seconds`.
+measured, not assumed. Every round runs pqlab (throughput, capacity) and tls_bench's veth
+way back to back, in alternating order (pqlab first in even rounds): the machine's speed
+drifts between runs minutes apart (up to 20 % on the development machine), so each round's
+ratio compares two runs a minute apart and the verdict is the median of the rounds'
+ratios, printed with their range and with tls_bench's own range over the rounds (how far
+tls_bench moves against itself). `-n` and `--echo-bytes` set pqlab's echo sample
+(connections per cell, bytes echoed by each); tls_bench echoes 128 KiB per connection for
+`--seconds`.
 
-    sudo .venv/bin/python benchmarks/tls_bench_vs_pqlab.py [--rounds 3] [--seconds 3] \
-        [-n 20] [--echo-bytes 128KiB]
+    sudo .venv/bin/python benchmarks/tls_bench_vs_pqlab.py [--rounds 5] [--seconds 3] \
+        [-n 50] [--echo-bytes 128KiB]
 """
 
 from __future__ import annotations
@@ -58,6 +67,10 @@ from pqlab.net.shaping import build_hosts  # noqa: E402
 from pqlab.tls import stacks, wolfssl_tools  # noqa: E402
 
 TOLERANCE = 0.15
+# pqlab's connections push and pull this much after the echo: as little as throughput takes,
+# as tls_bench's connections carry nothing but their echo (a connection's handshake right
+# after another's 16 MiB transfers measured 3-17 % slower, docs/throughput.md).
+BULK = "1KiB"
 SUITE = "TLS_AES_256_GCM_SHA384"
 MiB = 1 << 20
 # The lab link's MTU in pqlab's throughput runs and in tls_bench's "veth" runs: loopback's.
@@ -168,16 +181,16 @@ def rows(path: Path) -> list[dict]:
         return list(csv.DictReader(f))
 
 
-def one_round(tmp: Path, i: int, args, shim: Path) -> dict:
-    """One throughput run (tls_bench as built included), one capacity run, tls_bench the
-    other ways; per group the figures."""
+def run_pqlab(tmp: Path, i: int, args, tls_bench_seconds: int) -> dict:
+    """One throughput run (tls_bench as built included when `tls_bench_seconds`) and one
+    capacity run; per group pqlab's figures (and tls_bench's as built)."""
     tp, cap = tmp / f"throughput-{i}", tmp / f"capacity-{i}"
     groups, seconds = args.groups, args.seconds
     pqlab(
         "throughput", "--stack", "wolfssl", "--groups", groups, "--ciphersuites", SUITE,
-        "--server-sig", "RSA-2048", "--bytes", "16MiB", "-n", args.n, "--mtu", MTU,
-        "--echo-bytes", args.echo_bytes, "--tls-bench-seconds", seconds, "--out", tp,
-        "--no-report",
+        "--server-sig", "RSA-2048", "--bytes", BULK, "-n", args.n, "--mtu", MTU,
+        "--echo-bytes", args.echo_bytes, "--tls-bench-seconds", tls_bench_seconds,
+        "--out", tp, "--no-report",
     )  # fmt: skip
     pqlab(
         "capacity", "--stack", "wolfssl", "--groups", groups, "--server-sig", "RSA-2048",
@@ -185,24 +198,42 @@ def one_round(tmp: Path, i: int, args, shim: Path) -> dict:
         "--duration", f"{seconds}s", "--out", cap, "--no-report",
     )  # fmt: skip
     out: dict[str, dict] = {}
-    for r in rows(tp / "tables" / "throughput_tls_bench.csv"):
+    for r in rows(tp / "tables" / "throughput.csv"):
         out[r["group"]] = {
-            "connect_ms": float(r["tls_bench_connect_avg_ms"]),
-            "tls_bench_tx": float(r["tls_bench_tx_MiBps"]),
-            "tls_bench_rx": float(r["tls_bench_rx_MiBps"]),
-            "rx_wait_ms": float(r["tls_bench_rx_wait_ms_per_connection"]),
-            "handshake_ms": float(r["pqlab_handshake_ms"]),
-            "tx_cpu": float(r["pqlab_tx_cpu_MiBps"]),
-            "echo_tx": float(r["pqlab_echo_tx_MiBps"]),
-            "echo_rx": float(r["pqlab_echo_rx_MiBps"]),
+            "handshake_ms": float(r["handshake_mean_ms"]),
+            "echo_tx": float(r["echo_tx_MBps"]) * 1e6 / MiB,
+            "echo_rx": float(r["echo_rx_MBps"]) * 1e6 / MiB,
         }
+    for r in rows(tp / "tables" / "throughput_tls_bench.csv") if tls_bench_seconds else ():
+        if r["group"] in out:
+            out[r["group"]] |= {
+                "connect_ms": float(r["tls_bench_connect_avg_ms"]),
+                "tls_bench_tx": float(r["tls_bench_tx_MiBps"]),
+                "tls_bench_rx": float(r["tls_bench_rx_MiBps"]),
+            }
     for r in rows(cap / "tables" / "capacity.csv"):
         if r["group"] in out:
-            out[r["group"]]["capacity_p50_ms"] = float(r["latency_p50_ms"])
-            out[r["group"]]["capacity_per_s"] = float(r["handshakes_per_s"])
-    for way in WAYS:
-        for group, figures in tls_bench_shimmed(shim, list(out), seconds, way).items():
-            out[group].update(figures)
+            out[r["group"]]["capacity_ms"] = float(r["tls_handshake_mean_ms"])
+    return out
+
+
+def one_round(tmp: Path, i: int, args, shim: Path) -> dict:
+    """pqlab and tls_bench's veth way back to back (pqlab first in even rounds); in the first
+    round also tls_bench over loopback, the three other ways. Per group the figures."""
+    first = i == 0
+    steps = [
+        lambda: run_pqlab(tmp, i, args, args.seconds if first else 0),
+        lambda: tls_bench_shimmed(shim, args.groups.split(","), args.seconds, TARGET_WAY),
+    ]
+    out: dict[str, dict] = {}
+    for step in steps if i % 2 == 0 else steps[::-1]:
+        for group, figures in step().items():
+            out.setdefault(group, {}).update(figures)
+    if first:
+        for way in WAYS:
+            if way != TARGET_WAY:
+                for group, figures in tls_bench_shimmed(shim, list(out), args.seconds, way).items():
+                    out[group].update(figures)
     return out
 
 
@@ -210,52 +241,87 @@ def verdict(ratio: float) -> str:
     return "ok" if abs(ratio - 1) <= TOLERANCE else "OUTSIDE"
 
 
-def medians(rounds: list[dict], group: str) -> dict:
-    return {k: statistics.median(r[group][k] for r in rounds) for k in rounds[0][group]}
+# pqlab's figure and tls_bench's (given the way's key prefix) each target compares.
+COMPARED = {
+    "handshake": ("handshake_ms", "{}_connect_ms"),
+    "capacity handshake": ("capacity_ms", "{}_connect_ms"),
+    "echo Tx": ("echo_tx", "{}_tx"),
+    "echo Rx": ("echo_rx", "{}_rx"),
+}
+# The loopback ways ran in the first round only; tls_bench as built inside pqlab throughput.
+AS_BUILT = {"connect_ms": "connect_ms", "tx": "tls_bench_tx", "rx": "tls_bench_rx"}
+
+
+def ratios(rounds: list[dict], group: str, name: str) -> list[float]:
+    """One ratio per round (pqlab / tls_bench veth, the two runs of that round)."""
+    mine, theirs = COMPARED[name]
+    key = theirs.format(WAYS[TARGET_WAY])
+    return [r[group][mine] / r[group][key] for r in rounds]
+
+
+def spread(values: list[float]) -> str:
+    return f"{min(values):.3f}-{max(values):.3f}"
 
 
 def report(rounds: list[dict]) -> list[str]:
-    """Print the table; the comparisons outside the target."""
-    failed = []
+    """Print the first round's four ways, then per group and target the rounds' ratios
+    against the veth way; the targets outside 15 % (their median ratio)."""
+    first = rounds[0]
+    print("first round, every way (MiB/s; ratios pqlab / that way):")
     print(
-        f"{'group':20} {'':9} {'connect':>9} {'Tx MiB/s':>9} {'Rx MiB/s':>9}   "
-        f"{'handshake':>9} {'ratio':>6} {'cap p50':>8} {'ratio':>6} {'echo Tx':>8} "
-        f"{'ratio':>6} {'echo Rx':>8} {'ratio':>6}"
+        f"{'group':20} {'':9} {'connect':>9} {'Tx':>6} {'Rx':>6}   {'handshake':>9} "
+        f"{'ratio':>6} {'cap hs':>8} {'ratio':>6} {'echo Tx':>8} {'ratio':>6} "
+        f"{'echo Rx':>8} {'ratio':>6}"
     )
-    for group in rounds[0]:
-        m = medians(rounds, group)
-        for label, c, tx, rx in (
-            ("Nagle", m["connect_ms"], m["tls_bench_tx"], m["tls_bench_rx"]),
-            *((w, m[f"{p}_connect_ms"], m[f"{p}_tx"], m[f"{p}_rx"]) for w, p in WAYS.items()),
-        ):
-            ratios = {
-                "handshake": m["handshake_ms"] / c,
-                "capacity latency": m["capacity_p50_ms"] / c,
-                "echo Tx": m["echo_tx"] / tx,
-                "echo Rx": m["echo_rx"] / rx,
-            }
-            r = list(ratios.values())
+    for group, m in first.items():
+        ways = [("Nagle", m[AS_BUILT["connect_ms"]], m[AS_BUILT["tx"]], m[AS_BUILT["rx"]])]
+        ways += [(w, m[f"{p}_connect_ms"], m[f"{p}_tx"], m[f"{p}_rx"]) for w, p in WAYS.items()]
+        for label, c, tx, rx in ways:
             print(
-                f"{group:20} {label:9} {c:6.3f} ms {tx:9.0f} {rx:9.0f}   "
-                f"{m['handshake_ms']:6.3f} ms {r[0]:6.3f} {m['capacity_p50_ms']:5.3f} ms "
-                f"{r[1]:6.3f} {m['echo_tx']:8.0f} {r[2]:6.3f} {m['echo_rx']:8.0f} {r[3]:6.3f}"
+                f"{group:20} {label:9} {c:6.3f} ms {tx:6.0f} {rx:6.0f}   "
+                f"{m['handshake_ms']:6.3f} ms {m['handshake_ms'] / c:6.3f} "
+                f"{m['capacity_ms']:5.3f} ms {m['capacity_ms'] / c:6.3f} "
+                f"{m['echo_tx']:8.0f} {m['echo_tx'] / tx:6.3f} "
+                f"{m['echo_rx']:8.0f} {m['echo_rx'] / rx:6.3f}"
             )
-            if label == TARGET_WAY:
-                failed += [f"{group} {k}: {v:.3f}" for k, v in ratios.items() if verdict(v) != "ok"]
+    veth = WAYS[TARGET_WAY]
+    print(
+        f"\nevery round against the veth way ({len(rounds)} rounds): the median of the rounds' "
+        "ratios (the verdict), their range, and how far each tool moved over the rounds "
+        "(max / min of its own figure)"
+    )
+    print(
+        f"{'group':20} {'target':19} {'ratio':>6} {'range':>12} {'pqlab moved':>11} "
+        f"{'tls_bench moved':>15}  verdict"
+    )
+    failed = []
+    for group in first:
+        for name, (mine, theirs) in COMPARED.items():
+            rs = ratios(rounds, group, name)
+            med = statistics.median(rs)
+            own = [r[group][mine] for r in rounds]
+            other = [r[group][theirs.format(veth)] for r in rounds]
+            print(
+                f"{group:20} {name:19} {med:6.3f} {spread(rs):>12} "
+                f"{max(own) / min(own):11.3f} {max(other) / min(other):15.3f}  {verdict(med)}"
+            )
+            if verdict(med) != "ok":
+                failed.append(f"{group} {name}: {med:.3f} (rounds {spread(rs)})")
     return failed
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--seconds", type=int, default=3)
     ap.add_argument("--groups", default="X25519,X25519MLKEM768,ML-KEM-768,SecP256r1MLKEM768")
-    ap.add_argument("-n", default="20", help="pqlab throughput's connections per cell")
+    ap.add_argument("-n", default="50", help="pqlab throughput's connections per cell")
     ap.add_argument(
         "--echo-bytes", default="128KiB", help="bytes each of pqlab's connections echoes"
     )
     args = ap.parse_args()
     try:  # refused here, by throughput's own rules, before anything runs
+        units.parse_positive_int(str(args.rounds), "--rounds", maximum=100)
         units.parse_positive_int(args.n, "-n", maximum=1000)
         throughput.parse_echo_bytes(args.echo_bytes)
     except UserError as e:
@@ -283,9 +349,8 @@ def main() -> int:
           "with TCP_NODELAY and its client and server threads pinned to the CPUs pqlab's client "
           "and server get (these three over loopback in one process), and (veth) its server "
           "and client sides as two pinned TCP_NODELAY processes across a veth link between two "
-          f"namespaces, MTU {MTU}, as pqlab's throughput runs; pqlab's figures and ratios "
-          "pqlab / tls_bench (medians over rounds); target within 15 % of the veth rows "
-          "(pqlab's path, socket options and placement)")  # fmt: skip
+          f"namespaces, MTU {MTU}, as pqlab's throughput runs; target: pqlab within 15 % of "
+          "the veth way (pqlab's path, socket options and placement)")  # fmt: skip
     failed = report(rounds)
     for f in failed:
         print(f"OUTSIDE TARGET: {f}")

@@ -681,10 +681,11 @@ fn respond(
 }
 
 /// Bulk transfer (tls_bench style): up to three requests on one connection, in this order,
-/// each at most once: `PUSH <n>` then the client's n pattern bytes, each read checked,
-/// answered with `OK <n> <first-to-last ns>\n`; `PULL <m>`, answered with m pattern bytes a
-/// full record at a time; `ECHO <e>`, e pattern bytes each sent back as it is read (the
-/// client waits for each record's echo before writing the next, as tls_bench does).
+/// each at most once: `ECHO <e>`, e pattern bytes each sent back as it is read (the client
+/// waits for each record's echo before writing the next, as tls_bench does right after its
+/// handshake); `PUSH <n>` then the client's n pattern bytes, each read checked, answered
+/// with `OK <n> <first-to-last ns>\n`; `PULL <m>`, answered with m pattern bytes a full
+/// record at a time.
 fn bulk(
     session: &mut dyn Session,
     a: &Args,
@@ -697,15 +698,15 @@ fn bulk(
     let (mut stage, mut sent) = (0, 0);
     while let Some(r) = request.take() {
         let next_stage = match r {
-            Request::Push(_) => 1,
-            Request::Pull(_) => 2,
-            Request::Echo(_) => 3,
+            Request::Echo(_) => 1,
+            Request::Push(_) => 2,
+            Request::Pull(_) => 3,
             _ => 0,
         };
         if next_stage <= stage {
             crate::bail!(
                 Peer,
-                "a bulk transfer takes PUSH, PULL and ECHO in that order, each at most once; got {r:?}"
+                "a bulk transfer takes ECHO, PUSH and PULL in that order, each at most once; got {r:?}"
             );
         }
         stage = next_stage;
