@@ -264,3 +264,19 @@ def test_tls_bench_sides_run_across_the_lab_link(no_leaks):
     # The client's Tx half of its total: what it wrote, plus TLS framing and handshakes.
     sent = sum(r["total_bytes"] for r in client) // 2
     assert received > sent > 0, (received, sent)
+
+
+@pytest.mark.skipif(_wolfssl() is None, reason="pqlab-engine-wolfssl is not built")
+def test_two_tls_bench_runs_at_once_each_reach_their_own_server():
+    """tls_bench over loopback listens on a port of its own: two runs on one machine at once
+    (two users, two pqlab runs) each complete every group against their own server."""
+    import concurrent.futures
+
+    from pqlab.tls import wolfssl_tools
+
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        runs = [pool.submit(wolfssl_tools.tls_bench, _wolfssl(), 1) for _ in range(2)]
+        results = [r.result(timeout=300) for r in runs]
+    for rows in results:
+        wolfssl_tools.check_tls_bench_sides(rows)
+        assert all(r["connections"] > 0 for r in rows), rows

@@ -317,7 +317,8 @@ def tls_bench(
     each) with one suite; its rows (both sides, every group).
 
     Without `hosts`: one process, a client and a server thread over 127.0.0.1 (as document
-    004 ran it). With `hosts` (a lab from `pqlab.net.shaping.build_hosts`): its server side
+    004 ran it), on a port free when it starts (tls_bench's own default, 11112, would let
+    two runs at once on one machine connect to each other's server and wait for good). With `hosts` (a lab from `pqlab.net.shaping.build_hosts`): its server side
     alone (`-s`) in the server's namespace and its client side alone (`-c -h <server
     address>`) in the client's, over the lab's link, each on its CPU of `cpus` (server,
     client) like pqlab's own server and client. Both sides run the same binary with the same
@@ -330,6 +331,7 @@ def tls_bench(
     budget = 60 + 20 * seconds * len(TLS_BENCH_GROUPS)
     if hosts is not None:
         return _tls_bench_across(argv, hosts, budget, env, cpus)
+    argv += ["-P", str(_free_port())]
     text = _finish(Process(argv, "tls_bench", json_lines=False, env=env), budget)
     return _tls_bench_rows(text)
 
