@@ -82,7 +82,7 @@ def test_a_batch_hooks_only_the_running_cells_captures(tmp_path):
     """Four cells side by side: while they run, at most the running cell's capture (and
     the one before it, for the moment its port stays quiet) is offered the server's
     packets; the others are parked. With every capture hooked all along there would be
-    four."""
+    four. (A hooked capture captures on a fresh socket and keeps its parked one aside.)"""
     out = tmp_path / "run"
     proc = subprocess.Popen(
         [sys.executable, "-m", "pqlab", "handshake", "-n", "400", "--groups", "X25519,ML-KEM-768"]
@@ -102,7 +102,7 @@ def test_a_batch_hooks_only_the_running_cells_captures(tmp_path):
             server = [n for n in server if n.endswith("-s")]
             if server:
                 protocols = _protocols(server[0])
-                if protocols.count(ALL) + protocols.count(PARKED) == 4:
+                if protocols.count(PARKED) == 4:
                     seen.append(protocols)
             time.sleep(0.005)
         _, err = proc.communicate(timeout=max(1, deadline - time.monotonic()))
@@ -113,4 +113,4 @@ def test_a_batch_hooks_only_the_running_cells_captures(tmp_path):
     assert proc.returncode == 0, err
     assert len(seen) > 20, f"only {len(seen)} samples with the batch's four captures up"
     assert max(p.count(ALL) for p in seen) <= 2, seen
-    assert any(p.count(PARKED) >= 3 for p in seen)
+    assert any(p.count(ALL) == 1 for p in seen), seen

@@ -14,9 +14,11 @@
 //! The kernel hands every packet on an interface to every packet socket hooked on it, and
 //! runs each one's filter, in the packet's path: many captures on one interface (one per
 //! cell of a batch) would slow every packet, the timed ones included. With `--unhooked` the
-//! socket starts unhooked (bound to no protocol, it is offered no packet); SIGUSR1 hooks it
-//! (`hooked` record: from then on it captures), SIGUSR2 unhooks it again once no packet has
-//! come for `UNHOOK_QUIET` (the tail of the last connection is kept; `unhooked` record).
+//! socket starts unhooked (bound to an EtherType no lab traffic carries, it is offered no
+//! packet); SIGUSR1 hooks it (`hooked` record: from then on it captures, on a fresh socket
+//! bound at once, as re-binding one would first wait for the kernel's RCU grace period),
+//! SIGUSR2 unhooks it again once no packet has come for `UNHOOK_QUIET` (the tail of the last
+//! connection is kept; the fresh socket closed; `unhooked` record).
 
 mod bpf;
 mod pcap;
@@ -317,39 +319,55 @@ fn wait_readable(fd: libc::c_int, timeout: Duration, unblocked: &libc::sigset_t)
     unsafe { libc::ppoll(&mut pfd, 1, &ts, unblocked) };
 }
 
-/// Do what SIGUSR1 / SIGUSR2 asked: hook the socket at once (`hooked` record), unhook it
-/// once no packet has come for UNHOOK_QUIET (`unhooked` record). Returns how long to wait at
-/// most before looking again (an unhook still waiting for quiet).
-fn follow_hook_requests(
+/// What a capture counted so far.
+#[derive(Default)]
+struct Tally {
+    packets: u64,
+    bytes: u64,
+    outgoing: u64,
+    user_ts: u64,
+    skipped: u64,
+    kernel_packets: u64,
+    kernel_drops: u64,
+}
+
+impl Tally {
+    /// Add a socket's kernel counters (reading them resets them).
+    fn add_statistics(&mut self, sock: &Socket) {
+        let st = statistics(sock.0);
+        self.kernel_packets += st.tp_packets as u64;
+        self.kernel_drops += st.tp_drops as u64;
+    }
+}
+
+/// Write every packet queued on `sock` to the pcap; whether there was any.
+fn drain(
     sock: &Socket,
-    interface: &str,
-    hooked: &mut bool,
-    last_packet: Instant,
-) -> Result<Option<Duration>> {
-    if HOOK.swap(false, Ordering::SeqCst) {
-        if !*hooked {
-            sock.hook(true, interface)?;
-            *hooked = true;
+    buf: &mut [u8],
+    writer: &mut pcap::Writer,
+    tally: &mut Tally,
+    (loopback, json_packets): (bool, bool),
+) -> Result<bool> {
+    let mut any = false;
+    while let Some(p) = receive(sock.0, buf)? {
+        any = true;
+        if loopback && p.outgoing {
+            tally.skipped += 1;
+            continue;
         }
-        emit(&json!({"type": "hooked", "t": realtime_ns()}));
+        writer.write(p.ts_ns, &buf[..p.caplen as usize], p.orig_len)?;
+        tally.packets += 1;
+        tally.bytes += p.orig_len as u64;
+        tally.outgoing += p.outgoing as u64;
+        tally.user_ts += (!p.kernel_ts) as u64;
+        if json_packets {
+            emit(
+                &json!({"type": "packet", "t_ns": p.ts_ns, "len": p.orig_len,
+                         "caplen": p.caplen, "outgoing": p.outgoing}),
+            );
+        }
     }
-    if !UNHOOK.load(Ordering::SeqCst) {
-        return Ok(None);
-    }
-    if !*hooked {
-        UNHOOK.store(false, Ordering::SeqCst);
-        emit(&json!({"type": "unhooked", "t": realtime_ns()}));
-        return Ok(None);
-    }
-    let quiet = last_packet.elapsed();
-    if quiet < UNHOOK_QUIET {
-        return Ok(Some(UNHOOK_QUIET - quiet));
-    }
-    sock.hook(false, interface)?;
-    *hooked = false;
-    UNHOOK.store(false, Ordering::SeqCst);
-    emit(&json!({"type": "unhooked", "t": realtime_ns()}));
-    Ok(None)
+    Ok(any)
 }
 
 pub fn run(a: Args) -> Result<()> {
@@ -375,7 +393,10 @@ pub fn run(a: Args) -> Result<()> {
     }
     let mut writer = pcap::Writer::create(&a.pcap, a.snaplen, linktype)?;
     let mut hooked = !a.unhooked;
-    let sock = open_socket(&a.interface, framing, (a.port, a.snaplen), hooked)?;
+    let open = |hooked| open_socket(&a.interface, framing, (a.port, a.snaplen), hooked);
+    let mut sock = open(hooked)?;
+    // The parked socket while a fresh one is hooked.
+    let mut spare: Option<Socket> = None;
     let _ = statistics(sock.0); // reset counters
     emit(&json!({
         "type": "capturing", "interface": a.interface, "port": a.port,
@@ -383,33 +404,17 @@ pub fn run(a: Args) -> Result<()> {
         "timestamps": "SO_TIMESTAMPNS", "clock": "CLOCK_REALTIME", "loopback": loopback,
         "hooked": hooked,
     }));
+    let how = (loopback, a.json_packets);
     let mut last_packet = Instant::now();
     let deadline = Instant::now() + Duration::from_secs_f64(a.max_seconds);
     let mut buf = vec![0u8; a.snaplen as usize];
-    let (mut packets, mut bytes, mut outgoing, mut user_ts) = (0u64, 0u64, 0u64, 0u64);
-    let (mut kernel_packets, mut kernel_drops) = (0u64, 0u64);
-    let mut skipped = 0u64;
+    let mut tally = Tally::default();
     let mut stopped_by = "signal";
     loop {
         // Drain what is queued; after a stop request this also collects the packets that
         // arrived before the signal, so the tail of the last handshake is not lost.
-        while let Some(p) = receive(sock.0, &mut buf)? {
+        if drain(&sock, &mut buf, &mut writer, &mut tally, how)? {
             last_packet = Instant::now();
-            if loopback && p.outgoing {
-                skipped += 1;
-                continue;
-            }
-            writer.write(p.ts_ns, &buf[..p.caplen as usize], p.orig_len)?;
-            packets += 1;
-            bytes += p.orig_len as u64;
-            outgoing += p.outgoing as u64;
-            user_ts += (!p.kernel_ts) as u64;
-            if a.json_packets {
-                emit(
-                    &json!({"type": "packet", "t_ns": p.ts_ns, "len": p.orig_len,
-                             "caplen": p.caplen, "outgoing": p.outgoing}),
-                );
-            }
         }
         if STOP.load(Ordering::SeqCst) {
             break;
@@ -418,38 +423,55 @@ pub fn run(a: Args) -> Result<()> {
             stopped_by = "max-seconds";
             break;
         }
-        let st = statistics(sock.0);
-        kernel_packets += st.tp_packets as u64;
-        kernel_drops += st.tp_drops as u64;
+        tally.add_statistics(&sock);
         let mut wait = deadline.saturating_duration_since(Instant::now());
-        if let Some(next) = follow_hook_requests(&sock, &a.interface, &mut hooked, last_packet)? {
-            wait = wait.min(next);
+        // SIGUSR1: hooked at once. Re-binding or closing a hooked packet socket waits for
+        // the kernel's RCU grace period (5-16 ms measured); binding a fresh one does not. So
+        // a fresh socket (its filter attached before its bind) does the capturing, the
+        // parked one waits aside, and unhooking closes the fresh one once the port is
+        // quiet: the grace period falls after the round, outside every wait of the lab's.
+        if HOOK.swap(false, Ordering::SeqCst) {
+            if !hooked {
+                spare = Some(std::mem::replace(&mut sock, open(true)?));
+                hooked = true;
+            }
+            emit(&json!({"type": "hooked", "t": realtime_ns()}));
+        }
+        // SIGUSR2: unhooked once no packet has come for UNHOOK_QUIET (the tail of the last
+        // connection is kept); nothing waits for it.
+        if UNHOOK.load(Ordering::SeqCst) {
+            let quiet = last_packet.elapsed();
+            if hooked && quiet < UNHOOK_QUIET {
+                wait = wait.min(UNHOOK_QUIET - quiet);
+            } else {
+                if hooked {
+                    let parked = match spare.take() {
+                        Some(parked) => parked,
+                        None => open(false)?,
+                    };
+                    let done = std::mem::replace(&mut sock, parked);
+                    drain(&done, &mut buf, &mut writer, &mut tally, how)?;
+                    tally.add_statistics(&done);
+                    hooked = false;
+                }
+                UNHOOK.store(false, Ordering::SeqCst);
+                emit(&json!({"type": "unhooked", "t": realtime_ns()}));
+            }
         }
         wait_readable(sock.0, wait, &unblocked);
     }
     // Final drain and statistics.
-    while let Some(p) = receive(sock.0, &mut buf)? {
-        if loopback && p.outgoing {
-            skipped += 1;
-            continue;
-        }
-        writer.write(p.ts_ns, &buf[..p.caplen as usize], p.orig_len)?;
-        packets += 1;
-        bytes += p.orig_len as u64;
-        outgoing += p.outgoing as u64;
-        user_ts += (!p.kernel_ts) as u64;
-    }
-    let st = statistics(sock.0);
-    kernel_packets += st.tp_packets as u64;
-    kernel_drops += st.tp_drops as u64;
+    drain(&sock, &mut buf, &mut writer, &mut tally, how)?;
+    tally.add_statistics(&sock);
     writer.finish()?;
+    let t = &tally;
     emit(&json!({
         "type": "capture_summary", "interface": a.interface,
-        "pcap": a.pcap.display().to_string(), "packets": packets, "bytes": bytes,
-        "outgoing": outgoing, "incoming": packets - outgoing,
-        "kernel_packets": kernel_packets, "kernel_drops": kernel_drops,
-        "userspace_timestamps": user_ts, "stopped_by": stopped_by,
-        "loopback_copies_skipped": skipped,
+        "pcap": a.pcap.display().to_string(), "packets": t.packets, "bytes": t.bytes,
+        "outgoing": t.outgoing, "incoming": t.packets - t.outgoing,
+        "kernel_packets": t.kernel_packets, "kernel_drops": t.kernel_drops,
+        "userspace_timestamps": t.user_ts, "stopped_by": stopped_by,
+        "loopback_copies_skipped": t.skipped,
     }));
     Ok(())
 }
