@@ -496,7 +496,7 @@ class Throughput(Experiment):
             groups = estimate.TLS_BENCH_GROUPS
             work.exact_s += runs * groups * plan.tls_bench_seconds
             work.add("throughput.tls_bench_group", runs * groups)
-            work.size += f", {runs} tls_bench runs"
+            work.size += f", {estimate.count(runs, 'tls_bench run')}"
         return work
 
     def metadata(self, plan: Plan) -> dict:
