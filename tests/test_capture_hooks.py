@@ -114,3 +114,44 @@ def test_a_batch_hooks_only_the_running_cells_captures(tmp_path):
     assert len(seen) > 20, f"only {len(seen)} samples with the batch's four captures up"
     assert max(p.count(ALL) for p in seen) <= 2, seen
     assert any(p.count(ALL) == 1 for p in seen), seen
+
+
+def _switches(pid: int) -> int:
+    """A process's voluntary context switches (each time it slept and was woken)."""
+    with open(f"/proc/{pid}/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("voluntary_ctxt"))
+
+
+def test_a_hooked_capture_reads_on_a_timer_not_per_packet(tmp_path):
+    """A capture asleep on its socket would be woken by every packet, by the process that
+    sent it, in the packet's path; hooked, it sleeps on a timer instead (10 ms) and takes
+    the queue in batches, every packet still captured with its kernel timestamp. 300
+    connection attempts a millisecond apart (600 packets in about 0.4 s): a per-packet
+    reader wakes at least 300 times, a timed one about 40."""
+    port = 40000 + (int(time.time()) + 5000) % 10000
+    proc = subprocess.Popen(
+        [str(engine.engine_path()), "capture", "--interface", "lo", "--port", str(port)]
+        + ["--pcap", str(tmp_path / "c.pcap"), "--max-seconds", "60"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert json.loads(proc.stdout.readline())["type"] == "capturing"
+        time.sleep(0.05)
+        before = _switches(proc.pid)
+        t0 = time.monotonic()
+        for _ in range(300):
+            _knock(port)
+            time.sleep(0.001)
+        seconds = time.monotonic() - t0
+        time.sleep(0.05)
+        woken = _switches(proc.pid) - before
+        proc.send_signal(signal.SIGTERM)
+        summary = json.loads(proc.stdout.read().strip().splitlines()[-1])
+    finally:
+        proc.kill()
+        proc.wait()
+    assert summary["packets"] == 600, summary
+    assert summary["kernel_drops"] == 0 and summary["userspace_timestamps"] == 0, summary
+    # A tick every 10 ms over the knocks and the pauses around them, and room to spare.
+    assert woken <= 2 * (seconds + 0.1) / 0.010 + 20, (woken, seconds)

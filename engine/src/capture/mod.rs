@@ -19,6 +19,15 @@
 //! bound at once, as re-binding one would first wait for the kernel's RCU grace period),
 //! SIGUSR2 unhooks it again once no packet has come for `UNHOOK_QUIET` (the tail of the last
 //! connection is kept; the fresh socket closed; `unhooked` record).
+//!
+//! A hooked capture reads its queue on a timer (`HOOKED_TICK`), not when a packet arrives:
+//! a reader asleep on the socket is woken by every packet, and that wake-up (a scheduler
+//! call, on a virtual machine an interrupt to the other CPU) is made in the path of the
+//! packet being timed, by the process that sent or received it. Nothing waits on the
+//! socket while the capture sleeps on its timer, so a packet costs the queueing alone; the
+//! kernel stamps each packet as it is queued (SO_TIMESTAMPNS), so the timestamps do not
+//! depend on when they are read, and the queue (`RCVBUF`) holds far more than a tick's
+//! packets. Unhooked, a capture sleeps until a signal: idle captures never wake.
 
 mod bpf;
 mod pcap;
@@ -64,6 +73,13 @@ static UNHOOK: AtomicBool = AtomicBool::new(false);
 const PARKED: u16 = 0x88B5;
 /// An unhook waits until no packet has come for this long.
 const UNHOOK_QUIET: Duration = Duration::from_millis(20);
+/// How often a hooked capture reads its queue (see the module documentation). Packets
+/// queue meanwhile: at a handshake a millisecond some 200 a tick, a few hundred kilobytes
+/// of `RCVBUF`.
+const HOOKED_TICK: Duration = Duration::from_millis(10);
+/// The socket's receive queue: a burst of handshakes is not dropped while the pcap is
+/// written or between two ticks.
+const RCVBUF: libc::c_int = 32 << 20;
 
 extern "C" fn on_signal(sig: libc::c_int) {
     match sig {
@@ -164,10 +180,8 @@ fn open_socket(
     if setsockopt(fd, libc::SOL_SOCKET, libc::SO_TIMESTAMPNS, &on) < 0 {
         return Err(os_err("SO_TIMESTAMPNS"));
     }
-    // A large queue so a burst of handshakes is not dropped while we write the file.
-    let rcvbuf: libc::c_int = 32 << 20;
-    if setsockopt(fd, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, &rcvbuf) < 0 {
-        let _ = setsockopt(fd, libc::SOL_SOCKET, libc::SO_RCVBUF, &rcvbuf);
+    if setsockopt(fd, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, &RCVBUF) < 0 {
+        let _ = setsockopt(fd, libc::SOL_SOCKET, libc::SO_RCVBUF, &RCVBUF);
     }
     let cname = std::ffi::CString::new(interface)
         .map_err(|_| crate::err!(Usage, "interface name {interface:?} contains a NUL byte"))?;
@@ -319,6 +333,16 @@ fn wait_readable(fd: libc::c_int, timeout: Duration, unblocked: &libc::sigset_t)
     unsafe { libc::ppoll(&mut pfd, 1, &ts, unblocked) };
 }
 
+/// Sleep for `timeout` or until a control signal arrives (let through only here, as in
+/// `wait_readable`), without waiting on any socket.
+fn pause(timeout: Duration, unblocked: &libc::sigset_t) {
+    let ts = libc::timespec {
+        tv_sec: timeout.as_secs() as libc::time_t,
+        tv_nsec: timeout.subsec_nanos() as libc::c_long,
+    };
+    unsafe { libc::ppoll(std::ptr::null_mut(), 0, &ts, unblocked) };
+}
+
 /// What a capture counted so far.
 #[derive(Default)]
 struct Tally {
@@ -458,7 +482,11 @@ pub fn run(a: Args) -> Result<()> {
                 emit(&json!({"type": "unhooked", "t": realtime_ns()}));
             }
         }
-        wait_readable(sock.0, wait, &unblocked);
+        if hooked {
+            pause(wait.min(HOOKED_TICK), &unblocked);
+        } else {
+            wait_readable(sock.0, wait, &unblocked);
+        }
     }
     // Final drain and statistics.
     drain(&sock, &mut buf, &mut writer, &mut tally, how)?;
