@@ -80,9 +80,13 @@ def _record_profile(store, profile, link, hosts) -> None:
 
 
 def gap_ms(profile) -> int:
-    """The client's pause between two connections of a cell: two round trips of the
-    profile's link, at least 10 ms."""
-    return max(10, int(profile.rtt_s * 1e3 * 2))
+    """The client's pause between two connections of a cell: a round trip of the profile's
+    link and 10 ms. The client closes once it has read the server's close_notify; its FIN
+    reaches the server half a round trip later, the server's FIN comes back a round trip
+    after the close, and the client's ACK of it leaves then: 10 ms after that the next SYN
+    leaves, behind every packet of the last connection (on a lossless link; a packet the
+    link drops comes back after a retransmission timeout, longer than any pause here)."""
+    return max(10, int(profile.rtt_s * 1e3 + 10))
 
 
 def _mutual(store, plan: Plan, chain_alg, client):
