@@ -315,32 +315,27 @@ fn control_signals() -> libc::sigset_t {
     }
 }
 
-/// Sleep until a packet is queued, a stop signal arrives or `timeout` passes. The stop
-/// signals are blocked everywhere else and let through only while waiting here (ppoll
-/// does both at once), so one that arrives while packets are being written is not lost
-/// until the timeout, and an idle capture does not wake up at all: captures of cells
-/// that are not running stay off the CPUs of the one that is.
-fn wait_readable(fd: libc::c_int, timeout: Duration, unblocked: &libc::sigset_t) {
+/// Sleep until a packet is queued on `fd` (with `None`, on no socket: a plain sleep), a
+/// stop signal arrives or `timeout` passes. The stop signals are blocked everywhere else
+/// and let through only while waiting here (ppoll does both at once), so one that arrives
+/// while packets are being written is not lost until the timeout, and an idle capture does
+/// not wake up at all: captures of cells that are not running stay off the CPUs of the one
+/// that is.
+fn sleep_on(fd: Option<libc::c_int>, timeout: Duration, unblocked: &libc::sigset_t) {
     let mut pfd = libc::pollfd {
-        fd,
+        fd: fd.unwrap_or(-1),
         events: libc::POLLIN,
         revents: 0,
     };
+    let (fds, nfds) = match fd {
+        Some(_) => (&mut pfd as *mut libc::pollfd, 1),
+        None => (std::ptr::null_mut(), 0),
+    };
     let ts = libc::timespec {
         tv_sec: timeout.as_secs() as libc::time_t,
         tv_nsec: timeout.subsec_nanos() as libc::c_long,
     };
-    unsafe { libc::ppoll(&mut pfd, 1, &ts, unblocked) };
-}
-
-/// Sleep for `timeout` or until a control signal arrives (let through only here, as in
-/// `wait_readable`), without waiting on any socket.
-fn pause(timeout: Duration, unblocked: &libc::sigset_t) {
-    let ts = libc::timespec {
-        tv_sec: timeout.as_secs() as libc::time_t,
-        tv_nsec: timeout.subsec_nanos() as libc::c_long,
-    };
-    unsafe { libc::ppoll(std::ptr::null_mut(), 0, &ts, unblocked) };
+    unsafe { libc::ppoll(fds, nfds, &ts, unblocked) };
 }
 
 /// What a capture counted so far.
@@ -404,7 +399,7 @@ pub fn run(a: Args) -> Result<()> {
     }
     let (linktype, framing) = link_type(&a.interface)?;
     let loopback = is_loopback(&a.interface);
-    // The control signals are taken only inside `wait_readable`.
+    // The control signals are taken only inside `sleep_on`.
     let mut unblocked: libc::sigset_t = unsafe { std::mem::zeroed() };
     unsafe {
         for sig in CONTROL_SIGNALS {
@@ -483,9 +478,9 @@ pub fn run(a: Args) -> Result<()> {
             }
         }
         if hooked {
-            pause(wait.min(HOOKED_TICK), &unblocked);
+            sleep_on(None, wait.min(HOOKED_TICK), &unblocked);
         } else {
-            wait_readable(sock.0, wait, &unblocked);
+            sleep_on(Some(sock.0), wait, &unblocked);
         }
     }
     // Final drain and statistics.
