@@ -315,6 +315,70 @@ def test_key_log_and_callback_agree_for_every_handshake_of_a_matrix(tmp_path):
     assert len(sizes) == 9 and all(r[2] and r[3] and r[4] == 10 for r in sizes)
 
 
+# The handshake command with the writing of a batch's second cell failing: what the lab does
+# when it is interrupted (or fails) between the batch's first written cell and its commit.
+FAIL_SECOND_WRITE = """
+import sys
+import pqlab.experiments.handshake.run as run
+write, calls = run._write, []
+def failing(*args):
+    calls.append(1)
+    if len(calls) == 2:
+        raise KeyboardInterrupt
+    return write(*args)
+run._write = failing
+from pqlab.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_a_batch_is_committed_whole_or_not_at_all(tmp_path):
+    """A batch's cells are measured together (their rounds interleaved) and committed in one
+    transaction: an interruption after its first cell's rows were written leaves no cell of
+    it done and none of its rows, and a resume measures the whole batch again."""
+    out = tmp_path / "B"
+    args = [
+        "handshake",
+        "--groups",
+        "X25519",
+        "--server-sig",
+        "RSA-2048,ECDSA-P256",
+        "--ca-sig",
+        "ECDSA-P256",
+        "-n",
+        "5",
+        "--port",
+        "4470",
+        "--out",
+        str(out),
+    ]
+    failed = subprocess.run(
+        [sys.executable, "-c", FAIL_SECOND_WRITE, *args],
+        env=pqlab_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert failed.returncode != 0
+    con = duckdb.connect(str(out / "results.duckdb"), read_only=True)
+    try:
+        done = con.execute("SELECT count(*) FROM cells WHERE experiment = 'handshake'").fetchone()
+        rows = con.execute("SELECT count(*) FROM handshake_raw").fetchone()
+    finally:
+        con.close()
+    assert done == (0,) and rows == (0,)
+    resumed = run_pqlab(*args, "--resume", timeout=300)
+    assert resumed.returncode == 0, resumed.stderr
+    con = duckdb.connect(str(out / "results.duckdb"), read_only=True)
+    try:
+        per_cell = con.execute(
+            "SELECT cell_id, count(*) FROM handshake_raw GROUP BY 1 ORDER BY 1"
+        ).fetchall()
+    finally:
+        con.close()
+    assert [n for _, n in per_cell] == [5, 5]
+
+
 def test_ctrl_c_leaves_nothing(tmp_path):
     before = set(netns_list())
     out = tmp_path / "C"

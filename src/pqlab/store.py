@@ -2,8 +2,8 @@
 
 A run directory holds `results.duckdb` (raw samples, summaries, metadata, cell status),
 `metadata.json`, `tables/` (CSV and Parquet exports), `figures/` (PNG and SVG) and
-`report.html`. Results are committed cell by cell: a crash loses at most the cell in
-flight, and `--resume` finishes the rest. Summaries are always recomputed from raw samples.
+`report.html`. Results are committed cell by cell (or for the cells measured together, as
+one): a crash loses at most the cells in flight, and `--resume` finishes the rest. Summaries are always recomputed from raw samples.
 
 One writer at a time: a writer holds an exclusive lock on `RUN/.lock` (with its PID in it)
 for as long as the store is open; readers (`report`, `compare`) take a shared lock and open

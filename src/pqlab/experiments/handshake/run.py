@@ -1,6 +1,6 @@
 """Running the handshake matrix: per cell, captures in both namespaces, the TLS server and
-one client, the client's warm-up + N handshakes in rounds, then analysis and one committed
-cell.
+one client, the client's warm-up + N handshakes in rounds; per batch of cells, then their
+analysis and one commit.
 
 Everything is started through the TLS runner (`pqlab.tls.runner`) on one topology built by
 `pqlab.net.shaping.build_hosts`; every process is stopped whatever happens. What runs when
@@ -316,8 +316,12 @@ def _job(hosts, plan: Plan, cell: _Live, host_clocks) -> worker.Job:
 
 
 def _finish(store, hosts, plan: Plan, live: list[_Live], pool, progress) -> None:
-    """Every cell of the batch stopped, then analysed by the workers side by side and
-    committed as its result comes."""
+    """Every cell of the batch stopped, then analysed by the workers side by side, its rows
+    written as its result comes, and the batch committed in one transaction (a commit
+    costs some 30 ms whatever it holds, a checkpoint of the database more: per cell they
+    were most of the time between the last round and the end). The batch is measured as
+    one, its cells' rounds interleaved: an interruption before its commit loses all of it,
+    as one during its rounds does, and a resume measures it again."""
     stage = store.stages.stage
     summaries = []
     with stage("stopping"):
@@ -328,19 +332,21 @@ def _finish(store, hosts, plan: Plan, live: list[_Live], pool, progress) -> None
         results = pool.map(worker.run, [_job(hosts, plan, c, host_clocks) for c in live])
     # One topology for the whole batch: described once.
     topology = json.dumps(hosts.describe(), default=str)
-    for cell, summary in zip(live, summaries, strict=True):
-        with stage("analysis"):
-            result = next(results)
-        store.stages.add_parallel(result.seconds)
-        if result.connections != cell.connections:
-            raise EngineError(
-                f"{cell.cid}: the rounds made {cell.connections} connections, the client "
-                f"recorded {result.connections}"
-            )
-        if result.corrected_pcap is not None:
-            cell.files = (*cell.files, result.corrected_pcap)
-        _commit(store, plan, cell, result, summary, topology)
-        progress.advance()
+    with store.cells(EXPERIMENT) as mark:
+        for cell, summary in zip(live, summaries, strict=True):
+            with stage("analysis"):
+                result = next(results)
+            store.stages.add_parallel(result.seconds)
+            if result.connections != cell.connections:
+                raise EngineError(
+                    f"{cell.cid}: the rounds made {cell.connections} connections, the client "
+                    f"recorded {result.connections}"
+                )
+            if result.corrected_pcap is not None:
+                cell.files = (*cell.files, result.corrected_pcap)
+            _write(store, plan, cell, result, summary, topology)
+            mark(cell.cid, _params(plan, cell, result))
+            progress.advance()
 
 
 def run_batch(store, hosts, plan: Plan, pair, cells: list, work: Path, progress, pool) -> None:
@@ -383,13 +389,11 @@ def run_batch(store, hosts, plan: Plan, pair, cells: list, work: Path, progress,
                         f.unlink()
 
 
-def _commit(store, plan: Plan, cell: _Live, result: worker.Result, summaries, topology) -> None:
-    """Everything the cell measured, committed with its done-mark in one transaction."""
-    cid = cell.cid
-    pair = result.clock_row["host_pair"]
+def _params(plan: Plan, cell: _Live, result: worker.Result) -> dict:
+    """The cell's parameters, kept with its done-mark."""
     labels, _ = _labels(plan, cell)
     clock_row = result.clock_row
-    params = {
+    return {
         **labels,
         "n": plan.n,
         "warmup": plan.warmup,
@@ -400,52 +404,58 @@ def _commit(store, plan: Plan, cell: _Live, result: worker.Result, summaries, to
         "send_root": plan.send_root,
         "chain_bytes": cell.algs[3],
         "stack": plan.stack,
-        "host_pair": pair,
+        "host_pair": clock_row["host_pair"],
         "clock_offset_ns": clock_row["offset_ns"],
         "clock_uncertainty_ns": clock_row["uncertainty_ns"],
         "clock_applied": clock_row["applied"],
     }
+
+
+def _write(store, plan: Plan, cell: _Live, result: worker.Result, summaries, topology) -> None:
+    """Everything the cell measured, written into the batch's transaction."""
+    cid = cell.cid
+    pair = result.clock_row["host_pair"]
+    labels, _ = _labels(plan, cell)
     load = analyse.load_rows(
         {"server": cell.server, "client": cell.client}, cell.peaks, cell.busy_s, cell.connections
     )
     pcaps = {"client": cell.files[0], "server": cell.files[1]}
-    with store.cell(EXPERIMENT, cid, params):
-        store.insert("handshake_raw", result.raw)
-        store.insert("handshake_phase", result.phases)
-        store.insert("handshake_load", _columns(load, labels))
-        store.insert_rows(
-            "handshake_capture",
-            [
-                {
-                    "cell_id": cid,
-                    "side": side,
-                    "packets": s["packets"],
-                    "kernel_packets": s["kernel_packets"],
-                    "kernel_drops": s["kernel_drops"],
-                    "userspace_timestamps": s["userspace_timestamps"],
-                    "pcap": str(pcaps[side]) if plan.keep_pcap else None,
-                    "seconds": cell.busy_s,
-                    "handshakes": cell.connections,
-                    "topology": topology,
-                    "host_pair": pair,
-                }
-                for side, s in summaries.items()
-            ],
-        )
-        store.insert_rows("handshake_clock", [clock_row])
-        store.insert_rows("handshake_order", list(cell.order))
-        store.insert_rows("handshake_cliffs", result.cliffs)
-        drops = sum(s["kernel_drops"] for s in summaries.values())
-        if drops:
-            result.warnings.append(
-                stats.Warning_(
-                    stats.Cause.CAPTURE_DROPS,
-                    cid,
-                    f"the kernel dropped {drops} captured packets",
-                    "rerun the cell with fewer parallel jobs on the machine",
-                )
+    store.insert("handshake_raw", result.raw)
+    store.insert("handshake_phase", result.phases)
+    store.insert("handshake_load", _columns(load, labels))
+    store.insert_rows(
+        "handshake_capture",
+        [
+            {
+                "cell_id": cid,
+                "side": side,
+                "packets": s["packets"],
+                "kernel_packets": s["kernel_packets"],
+                "kernel_drops": s["kernel_drops"],
+                "userspace_timestamps": s["userspace_timestamps"],
+                "pcap": str(pcaps[side]) if plan.keep_pcap else None,
+                "seconds": cell.busy_s,
+                "handshakes": cell.connections,
+                "topology": topology,
+                "host_pair": pair,
+            }
+            for side, s in summaries.items()
+        ],
+    )
+    store.insert_rows("handshake_clock", [result.clock_row])
+    store.insert_rows("handshake_order", list(cell.order))
+    store.insert_rows("handshake_cliffs", result.cliffs)
+    drops = sum(s["kernel_drops"] for s in summaries.values())
+    if drops:
+        result.warnings.append(
+            stats.Warning_(
+                stats.Cause.CAPTURE_DROPS,
+                cid,
+                f"the kernel dropped {drops} captured packets",
+                "rerun the cell with fewer parallel jobs on the machine",
             )
-        store.add_warnings(EXPERIMENT, cid, result.warnings)
+        )
+    store.add_warnings(EXPERIMENT, cid, result.warnings)
 
 
 def measure(plan: Plan, store) -> None:
