@@ -84,8 +84,12 @@ def _handed_to_worker(fig, png: Path, svg: Path) -> bool:
 
 
 def _write(fig, png, svg) -> None:
-    fig.savefig(png, bbox_inches="tight")
-    fig.savefig(svg, bbox_inches="tight", metadata={"Date": None})
+    """Both files, cropped to the figure's tight box. The box is found once: savefig's
+    "tight" lays the figure out anew (a draw that renders nothing) for each file."""
+    fig.draw_without_rendering()
+    box = fig.get_tightbbox().padded(plt.rcParams["savefig.pad_inches"])
+    fig.savefig(png, bbox_inches=box)
+    fig.savefig(svg, bbox_inches=box, metadata={"Date": None})
 
 
 def _build(job: tuple) -> None:

@@ -55,7 +55,8 @@ def distribution_figure(key: str, panels: list[tuple]):
     for ax, (label, us, median, robust_cv) in zip(axes.flat, panels, strict=False):
         hi = float(np.percentile(us, 99))
         shown = us[us <= hi]
-        ax.hist(shown, bins=50, color="#4c72b0")
+        # One filled outline, not 50 bars: the same picture, a fiftieth of the artists.
+        ax.hist(shown, bins=50, color="#4c72b0", histtype="stepfilled")
         ax.axvline(median, color="#c44e52", lw=1)
         ax.set_title(f"{label}: median {median:.3g} us, robust CV {robust_cv:.2f}", fontsize=7)
         ax.tick_params(labelsize=7)
