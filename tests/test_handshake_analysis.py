@@ -6,9 +6,10 @@ from __future__ import annotations
 import csv
 import json
 
+import matplotlib.colors
 import pytest
 
-from pqlab import catalog, pcap
+from pqlab import catalog, figures, pcap
 from pqlab.errors import EngineError
 from pqlab.experiments.handshake import analyse as hs
 from pqlab.experiments.handshake import phases as hp
@@ -241,3 +242,34 @@ def test_export_builds_tables_and_figures_from_the_database(tmp_path):
     figs = [b for b in section.blocks if b[0] == "figure"]
     assert figs and all(b[1].exists() for b in figs)
     store.close()
+
+
+def test_stacked_figure_names_every_phase_of_each_view_under_it():
+    """The legend under each view: one entry per phase of the view, in the view's order down
+    the first column and then the second, each patch coloured as the phase's bars."""
+    labels = ["RSA-2048", "ML-DSA-44"]
+    rows = {
+        (lab, view, p[0]): 0.1 * (i + 1)
+        for lab in labels
+        for view, table in hp.VIEWS.items()
+        for i, p in enumerate(table)
+    }
+    fig = report.stacked_figure("t", labels, rows, hp.VIEWS)
+    try:
+        colours = report.phase_colours()
+        for ax, view in zip(fig.axes, ("client", "server"), strict=True):
+            names = [p[0] for p in hp.VIEWS[view]]
+            assert [t.get_text() for t in ax.texts] == names
+            entries = [p for p in ax.patches if not p.get_clip_on()]
+            assert len(entries) == len(names)
+            for name, patch in zip(names, entries, strict=True):
+                assert matplotlib.colors.same_color(patch.get_facecolor(), colours[name][0])
+                assert patch.get_hatch() == colours[name][1]
+            # Column-major: the first half down the left column, the rest down the right.
+            half = -(-len(names) // 2)
+            xs = [t.get_window_extent().x0 for t in ax.texts]
+            assert max(xs[:half]) < min(xs[half:])
+            ys = [t.get_window_extent().y0 for t in ax.texts[:half]]
+            assert ys == sorted(ys, reverse=True)
+    finally:
+        figures.plt.close(fig)

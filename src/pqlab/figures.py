@@ -135,5 +135,36 @@ def rendering() -> Iterator[None]:
             _pending, _pool = None, None
 
 
+def legend_below(ax, entries: list[tuple[str, dict]], columns: int = 2, fontsize: float = 6):
+    """A legend under `ax`'s x label, its entries (label, the patch's colour and hatch
+    keywords) in `columns` columns filled top to bottom, as `ax.legend(ncol=...)` orders
+    them. Drawn as plain patches and texts: matplotlib's legend lays its boxes out anew at
+    every draw, half the drawing of a stacked-bar figure with two 12-entry legends."""
+    from matplotlib.patches import Rectangle
+    from matplotlib.transforms import Affine2D, ScaledTranslation
+
+    fig = ax.figure
+    rows = -(-len(entries) // columns)
+    line = fontsize * 1.5 / 72  # inches
+    top = 38 / 72  # below the axes' bottom: past the tick labels and the x label
+    for i, (label, style) in enumerate(entries):
+        col, row = divmod(i, rows)
+        anchor = ScaledTranslation(0.04 + col / columns, 0, ax.transAxes)
+        y = -top - row * line
+        box = Affine2D().scale(2 * fontsize / 72, fontsize / 72).translate(0, y)
+        ax.add_artist(
+            Rectangle(
+                (0, -0.5),
+                1,
+                1,
+                transform=box + fig.dpi_scale_trans + anchor,
+                clip_on=False,
+                **style,
+            )
+        )
+        at = Affine2D().translate(2.6 * fontsize / 72, y) + fig.dpi_scale_trans + anchor
+        ax.text(0, 0, label, transform=at, fontsize=fontsize, va="center", clip_on=False)
+
+
 def safe_name(text: str) -> str:
     return "".join(c if c.isalnum() or c in "-_." else "_" for c in text)

@@ -417,27 +417,19 @@ def stacked_figure(title: str, labels: list[str], rows: dict, views):
     for ax, view in zip(axes, ("client", "server"), strict=True):
         table = views[view]
         left = [0.0] * len(labels)
+        entries = []
         for pname, *_ in table:
             vals = [rows.get((lab, view, pname), 0.0) for lab in labels]
             colour, hatch = colours[pname]
-            ax.barh(
-                range(len(labels)),
-                vals,
-                left=left,
-                color=colour,
-                hatch=hatch,
-                edgecolor="white",
-                linewidth=0.4,
-                label=pname,
-            )
+            style = {"facecolor": colour, "hatch": hatch, "edgecolor": "white", "linewidth": 0.4}
+            ax.barh(range(len(labels)), vals, left=left, **style)
+            entries.append((pname, style))
             left = [a + b for a, b in zip(left, vals, strict=True)]
         ax.set_title(f"{view} view")
         ax.set_xlabel("mean time (ms)")
         ax.set_yticks(range(len(labels)), labels)
         ax.invert_yaxis()
-        ax.legend(
-            fontsize=6, loc="upper center", bbox_to_anchor=(0.5, -0.18), ncol=2, frameon=False
-        )
+        figures.legend_below(ax, entries)
     fig.suptitle(title)
     return fig
 
