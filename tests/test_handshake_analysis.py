@@ -13,7 +13,7 @@ from pqlab import catalog, figures, pcap
 from pqlab.errors import EngineError
 from pqlab.experiments.handshake import analyse as hs
 from pqlab.experiments.handshake import phases as hp
-from pqlab.experiments.handshake import report, run, schema, worker
+from pqlab.experiments.handshake import report, schema, worker
 from pqlab.store import RunStore
 from pqlab.tls import records, stacks
 from pqlab.tls.negotiation import Expected
@@ -190,7 +190,7 @@ def test_export_builds_tables_and_figures_from_the_database(tmp_path):
             "ca_sig": sigs[1].name,
         }
         with store.cell("handshake", labels["cell_id"], labels):
-            store.insert("handshake_raw", run._columns(rows, labels))
+            store.insert("handshake_raw", worker.table(rows, labels))
             store.insert("handshake_phase", worker.table(phases, labels))
     section = report.export(store)
     tables = tmp_path / "run" / "tables"

@@ -525,12 +525,12 @@ class RunStore:
         self.insert(table, {k: [r.get(k) for r in rows] for k in keys})
 
     def add_warnings(self, experiment: str, cell_id: str, warnings) -> None:
-        with self.stages.stage("database_writes"):
-            for w in warnings:
-                self.con.execute(
-                    "INSERT INTO warnings VALUES (?, ?, ?, ?, ?, ?)",
-                    [experiment, str(cell_id), w.code, w.subject, w.message, w.advice],
-                )
+        rows = [
+            [experiment, str(cell_id), w.code, w.subject, w.message, w.advice] for w in warnings
+        ]
+        if rows:
+            with self.stages.stage("database_writes"):
+                self.con.executemany("INSERT INTO warnings VALUES (?, ?, ?, ?, ?, ?)", rows)
 
     def query(self, sql: str, params: list | None = None) -> list[dict]:
         cur = self.con.execute(sql, params or [])

@@ -40,13 +40,6 @@ EXPERIMENT = "handshake"
 RESPONSE_BYTES = 22
 
 
-def _columns(rows: list[dict], extra: dict) -> dict[str, list]:
-    if not rows:
-        return {}
-    keys = list(extra) + list(rows[0])
-    return {k: [extra[k]] * len(rows) if k in extra else [r[k] for r in rows] for k in keys}
-
-
 def cell_budget(plan: Plan, handshakes: int | None = None) -> float:
     """A generous bound on one cell's handshakes (seconds; all of them by default): a
     handshake takes 2 RTTs plus processing."""
@@ -332,6 +325,9 @@ def _finish(store, hosts, plan: Plan, live: list[_Live], pool, progress) -> None
         results = pool.map(worker.run, [_job(hosts, plan, c, host_clocks) for c in live])
     # One topology for the whole batch: described once.
     topology = json.dumps(hosts.describe(), default=str)
+    # The small tables' rows of the whole batch, each table written once (an insert costs
+    # a few milliseconds however few its rows).
+    small: dict[str, list[dict]] = {}
     with store.cells(EXPERIMENT) as mark:
         for cell, summary in zip(live, summaries, strict=True):
             with stage("analysis"):
@@ -344,9 +340,12 @@ def _finish(store, hosts, plan: Plan, live: list[_Live], pool, progress) -> None
                 )
             if result.corrected_pcap is not None:
                 cell.files = (*cell.files, result.corrected_pcap)
-            _write(store, plan, cell, result, summary, topology)
+            for table, rows in _write(store, plan, cell, result, summary, topology).items():
+                small.setdefault(table, []).extend(rows)
             mark(cell.cid, _params(plan, cell, result))
             progress.advance()
+        for table, rows in small.items():
+            store.insert_rows(table, rows)
 
 
 def run_batch(store, hosts, plan: Plan, pair, cells: list, work: Path, progress, pool) -> None:
@@ -411,8 +410,12 @@ def _params(plan: Plan, cell: _Live, result: worker.Result) -> dict:
     }
 
 
-def _write(store, plan: Plan, cell: _Live, result: worker.Result, summaries, topology) -> None:
-    """Everything the cell measured, written into the batch's transaction."""
+def _write(
+    store, plan: Plan, cell: _Live, result: worker.Result, summaries, topology
+) -> dict[str, list[dict]]:
+    """Everything the cell measured, its handshakes' and phases' rows and its warnings
+    written into the batch's transaction; the rows of the small tables returned (table ->
+    rows) for the batch to write at once."""
     cid = cell.cid
     pair = result.clock_row["host_pair"]
     labels, _ = _labels(plan, cell)
@@ -422,10 +425,9 @@ def _write(store, plan: Plan, cell: _Live, result: worker.Result, summaries, top
     pcaps = {"client": cell.files[0], "server": cell.files[1]}
     store.insert("handshake_raw", result.raw)
     store.insert("handshake_phase", result.phases)
-    store.insert("handshake_load", _columns(load, labels))
-    store.insert_rows(
-        "handshake_capture",
-        [
+    small = {
+        "handshake_load": [{**labels, **row} for row in load],
+        "handshake_capture": [
             {
                 "cell_id": cid,
                 "side": side,
@@ -441,10 +443,10 @@ def _write(store, plan: Plan, cell: _Live, result: worker.Result, summaries, top
             }
             for side, s in summaries.items()
         ],
-    )
-    store.insert_rows("handshake_clock", [result.clock_row])
-    store.insert_rows("handshake_order", list(cell.order))
-    store.insert_rows("handshake_cliffs", result.cliffs)
+        "handshake_clock": [result.clock_row],
+        "handshake_order": list(cell.order),
+        "handshake_cliffs": result.cliffs,
+    }
     drops = sum(s["kernel_drops"] for s in summaries.values())
     if drops:
         result.warnings.append(
@@ -456,6 +458,7 @@ def _write(store, plan: Plan, cell: _Live, result: worker.Result, summaries, top
             )
         )
     store.add_warnings(EXPERIMENT, cid, result.warnings)
+    return small
 
 
 def measure(plan: Plan, store) -> None:
