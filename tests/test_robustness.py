@@ -93,6 +93,8 @@ BAD_INPUT = [
     (["handshake", "--groups", "X25519,NOPE"], "NOPE"),
     (["ttlb", "--sizes", "10kilobytes"], "10kilobytes"),
     (["ttlb", "--profile", "rtt=10ms,loss=101%"], "101%"),
+    (["ttlb", "--warmup-bytes", "lots"], "lots"),
+    (["ttlb", "--warmup-bytes", "2GiB"], "--warmup-bytes"),
     (["aead", "--ciphers", "rot13"], "rot13"),
     (["tls12", "--kex", "DHE-512"], "DHE-512"),
     (["certs", "--server-sig", "ML-KEM-768"], "ML-KEM-768"),

@@ -115,6 +115,7 @@ def every_field_set(chain, tmp_path):
         n=11,
         warmup=2,
         request_bytes=99,
+        warmup_request_bytes=7,
         gap_ms=4,
         time_limit=77,
         expected=Expected(group=alg("X25519", "kem"), sigalg=alg("ECDSA-P256")),
@@ -260,14 +261,19 @@ def test_every_flag_of_every_spec_is_what_the_engine_ran_with(chain, tmp_path):
             (replace(server, threads=None, dh_params=None), "listening"),
             # --request-bytes and --request-path exclude each other: each in one run.
             (replace(client, request_path=None), "config"),
-            (replace(client, request_bytes=None), "config"),
+            (replace(client, request_bytes=None, warmup_request_bytes=None), "config"),
             # The load generator paces with --rate, not the client's --gap-ms, and reports a
             # summary: no rounds, no file of connection records.
             (
                 replace(
                     by_type[runner.LoadSpec],
                     client=replace(
-                        client, gap_ms=0, request_path=None, rounds=(), connection_records=None
+                        client,
+                        gap_ms=0,
+                        request_path=None,
+                        warmup_request_bytes=None,
+                        rounds=(),
+                        connection_records=None,
                     ),
                 ),
                 None,
@@ -280,6 +286,7 @@ def test_every_flag_of_every_spec_is_what_the_engine_ran_with(chain, tmp_path):
                         client,
                         gap_ms=0,
                         request_bytes=None,
+                        warmup_request_bytes=None,
                         request_path=None,
                         rounds=(),
                         connection_records=None,

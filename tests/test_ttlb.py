@@ -352,3 +352,27 @@ def test_time_prediction_on_the_measured_round_trip():
     nominal = analyse.prediction_rows("c", hs, profile, 0)
     missed = analyse.prediction_warnings(profile, "s", cols, nominal)
     assert len(missed) == 2 and "TTFB" in missed[0].message
+
+
+@needs_root
+@pytest.mark.usefixtures("nothing_left")
+def test_warm_ups_without_the_transfer(tmp_path):
+    """--warmup-bytes 0: each cell's warm-up makes its handshake and fetches nothing (the
+    engine's test checks what each connection asked for), the measured connections fetch
+    the cell's size, and the run keeps the choice with its plan (a resume must match)."""
+    out = tmp_path / "run"
+    run_pqlab(
+        "ttlb", "--profile", "rtt=10ms,rate=50mbit", "--groups", "X25519", "--chain",
+        "ECDSA-P256", "--sizes", "64KiB", "-n", "2", "--warmup", "1", "--warmup-bytes", "0",
+        "--out", out, "--no-report", check=True, timeout=300,
+    )  # fmt: skip
+    rows = _query(out, "SELECT record_bytes_received, idx FROM ttlb_raw ORDER BY idx")
+    assert [r[1] for r in rows] == [0, 1] and all(r[0] > 64 * 1024 for r in rows), rows
+    plan = _query(out, "SELECT json_extract(metadata, '$.plan.warmup_bytes') FROM invocations")
+    assert plan == [("0",)] or plan == [(0,)], plan
+    other = run_pqlab(
+        "ttlb", "--profile", "rtt=10ms,rate=50mbit", "--groups", "X25519", "--chain",
+        "ECDSA-P256", "--sizes", "64KiB,128KiB", "-n", "2", "--out", out, "--resume",
+        "--no-report", timeout=300,
+    )  # fmt: skip
+    assert other.returncode == 2 and "warmup_bytes" in other.stderr, other.stderr

@@ -42,6 +42,10 @@ pub struct Args {
     /// to the end (time to first / last byte).
     #[arg(long, conflicts_with = "request_path")]
     pub request_bytes: Option<u64>,
+    /// What the warm-up connections ask for instead of --request-bytes (0: the handshake
+    /// and an empty answer), so a warm-up need not carry a measured connection's transfer.
+    #[arg(long, requires = "request_bytes")]
+    pub warmup_request_bytes: Option<u64>,
     /// After the handshake, send an HTTP/1.1 GET of this path (Host: the server name) and
     /// read the response to its end (Content-Length, chunked, or the server's close): time
     /// to first / last byte, status and sizes.
@@ -447,7 +451,11 @@ impl Loop<'_> {
         if let Some(k) = round {
             out["round"] = json!(k);
         }
-        let res = one(self.ctx, a, target, &rec, &mut out);
+        let request = match a.warmup_request_bytes {
+            Some(n) if warmup => Some(n),
+            _ => a.request_bytes,
+        };
+        let res = one(self.ctx, a, target, request, &rec, &mut out);
         let events = match rec.try_borrow_mut() {
             Ok(mut r) => {
                 r.add_counters(&mut out, stack.reports_messages());
@@ -583,10 +591,13 @@ pub(super) struct Negotiation {
     pub(super) verification: Verification,
 }
 
+/// One connection; `request`: the bytes it asks for after the handshake (`GET <n>`), if
+/// any.
 pub(super) fn one(
     ctx: &dyn ClientContext,
     a: &Args,
     target: &Target,
+    request: Option<u64>,
     rec: &SharedRecorder,
     out: &mut Value,
 ) -> Result<Negotiation> {
@@ -603,7 +614,7 @@ pub(super) fn one(
     out["local"] = json!(tcp.local_addr()?.to_string());
     out["congestion_control"] = json!(record::congestion_control(&tcp));
     let tcp = Rc::new(tcp);
-    let result = connected(ctx, a, target, rec, out, &tcp, (t0, t1));
+    let result = connected(ctx, a, target, rec, out, &tcp, (t0, t1, request));
     if result.is_err() {
         // What TCP saw of a failed connection (its RTT, what was acknowledged).
         out["tcp_info"] = record::tcp_info(&tcp);
@@ -612,7 +623,8 @@ pub(super) fn one(
     result
 }
 
-/// The rest of `one` on a connected socket: handshake, request, close.
+/// The rest of `one` on a connected socket: handshake, request, close (`t0`, `t1`: when
+/// the connect started and ended; `request`: `one`'s).
 fn connected(
     ctx: &dyn ClientContext,
     a: &Args,
@@ -620,7 +632,7 @@ fn connected(
     rec: &SharedRecorder,
     out: &mut Value,
     tcp: &Rc<TcpStream>,
-    (t0, t1): (Stamp, Stamp),
+    (t0, t1, request): (Stamp, Stamp, Option<u64>),
 ) -> Result<Negotiation> {
     let handshake = ctx.start(
         Wire {
@@ -659,7 +671,7 @@ fn connected(
         "connect_to_handshake_ns": t2.mono - t0.mono,
     });
     out["durations"] = durations.clone();
-    if let Some(n) = a.request_bytes {
+    if let Some(n) = request {
         fetch(&mut *session, n, t0, out, &mut durations)?;
     }
     if let Some(path) = &a.request_path {

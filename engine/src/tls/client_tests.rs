@@ -544,3 +544,83 @@ fn rounds_are_checked_and_bounded() {
     assert_eq!(sink.written().len(), 1, "the config record only");
     drop(h);
 }
+
+#[test]
+fn warm_ups_ask_for_their_own_bytes() {
+    let dir = TempDir::new("warmup-bytes");
+    make_certs(dir.path(), "EC:P-256", "EC:P-256");
+    let r = loopback(
+        dir.path(),
+        &["--response-mode", "echo-size"],
+        &[
+            "--warmup",
+            "2",
+            "-n",
+            "3",
+            "--request-bytes",
+            "5000",
+            "--warmup-request-bytes",
+            "0",
+        ],
+        5,
+    );
+    r.client.unwrap();
+    let asked: Vec<(bool, i64)> = r
+        .client_records
+        .iter()
+        .zip(&r.server_records)
+        .map(|(c, s)| (c["warmup"] == true, s["request_bytes"].as_i64().unwrap()))
+        .collect();
+    assert_eq!(
+        asked,
+        [
+            (true, 0),
+            (true, 0),
+            (false, 5000),
+            (false, 5000),
+            (false, 5000)
+        ]
+    );
+    let alone = ClientCli::try_parse_from([
+        "t",
+        "--connect",
+        "127.0.0.1:1",
+        "--ca",
+        "x",
+        "--warmup-request-bytes",
+        "0",
+    ]);
+    assert!(
+        alone.is_err(),
+        "--warmup-request-bytes needs --request-bytes"
+    );
+}
+
+#[test]
+fn the_load_generator_refuses_warm_up_request_bytes() {
+    #[derive(Parser)]
+    struct LoadCli {
+        #[command(flatten)]
+        a: super::load::Args,
+    }
+    let a = LoadCli::parse_from([
+        "t",
+        "--connect",
+        "127.0.0.1:1",
+        "--ca",
+        "x",
+        "--mode",
+        "closed",
+        "--duration-ms",
+        "10",
+        "--request-bytes",
+        "10",
+        "--warmup-request-bytes",
+        "0",
+    ])
+    .a;
+    match super::load::run_with(&a) {
+        Err(Error::Usage(m)) => assert!(m.contains("--warmup-request-bytes"), "{m}"),
+        other => panic!("{other:?}"),
+    }
+}

@@ -135,6 +135,12 @@ pub fn run_with(a: &Args) -> Result<Value> {
             "--rounds and --connection-records are for tls client; tls load reports a summary"
         );
     }
+    if a.client.warmup_request_bytes.is_some() {
+        crate::bail!(
+            Usage,
+            "--warmup-request-bytes is for tls client; tls load's warm-ups ask for --request-bytes"
+        );
+    }
     if a.client.count == 0 {
         crate::bail!(Usage, "-n 0: tls load needs at least one handshake");
     }
@@ -383,7 +389,7 @@ fn handshake(
     let mut out = json!({});
     // `one` stamps its own start right after this one; the gap is a few hundred ns.
     let start = record::monotonic_ns();
-    let n = client::one(ctx, a, target, &rec, &mut out)?;
+    let n = client::one(ctx, a, target, a.request_bytes, &rec, &mut out)?;
     let at = |key: &str| {
         out["durations"][key]
             .as_i64()

@@ -260,6 +260,8 @@ class ClientSpec(Spec):
     n: int = 1
     warmup: int = 0
     request_bytes: int | None = None
+    # what the warm-ups ask for instead of request_bytes (None: the same)
+    warmup_request_bytes: int | None = None
     gap_ms: int = 0
     time_limit: int = 3600
     expected: Expected = field(default_factory=Expected)
@@ -281,6 +283,7 @@ class ClientSpec(Spec):
         Arg("n", "-n"),
         Arg("warmup", "--warmup"),
         Arg("request_bytes", "--request-bytes"),
+        Arg("warmup_request_bytes", "--warmup-request-bytes"),
         Arg("gap_ms", "--gap-ms"),
         Arg("time_limit", "--time-limit"),
         Arg("expect_group", "--expect-group", "groups"),

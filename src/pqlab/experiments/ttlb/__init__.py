@@ -42,6 +42,7 @@ class Ttlb(Experiment):
         return {
             "n": plan.n,
             "warmup": plan.warmup,
+            "warmup_bytes": plan.warmup_bytes,
             "stack": plan.stack,
             "host_pairs": plan.remote.labels() if plan.remote is not None else None,
         }
@@ -64,7 +65,11 @@ class Ttlb(Experiment):
                     for size in plan.sizes * len(plan.client_sigs):
                         _cell_work(work, plan, profile, (group, alg, der), size)
         links = estimate.count(len(plan.profiles), "link")
-        work.size = f"{estimate.count(plan.cells, 'cell')} on {links} x {plan.n} connections (+{plan.warmup} warm-up)"
+        warm = "" if plan.warmup_bytes is None else f" of {plan.warmup_bytes} B"
+        work.size = (
+            f"{estimate.count(plan.cells, 'cell')} on {links} x {plan.n} connections "
+            f"(+{plan.warmup} warm-up{warm})"
+        )
         if plan.remote is not None:
             work.notes.append("the network between the hosts is not in the estimate")
         return work
@@ -106,11 +111,14 @@ def _cell_work(work: estimate.Work, plan: _plan.Plan, profile, cell: tuple, size
     if getattr(profile, "pair", None) is not None:
         return
     work.exact_s += estimate.TTLB_CELL_ROUND_TRIPS * profile.rtt_s
-    predicted = estimate.connection(plan.stack, group, alg, der, profile, size)
-    work.add("link_seconds", each * estimate.link_seconds(predicted))
-    handshake, response = estimate.lost_packets(profile, predicted)
-    work.add("ttlb.lost_handshake_packet", each * handshake)
-    work.add("ttlb.lost_response_round_trip", each * response * profile.rtt_s)
+    # The measured connections fetch the cell's size, the warm-ups --warmup-bytes if given.
+    warmup_size = size if plan.warmup_bytes is None else plan.warmup_bytes
+    for count, fetched in ((plan.n, size), (plan.warmup, warmup_size)):
+        predicted = estimate.connection(plan.stack, group, alg, der, profile, fetched)
+        work.add("link_seconds", count * estimate.link_seconds(predicted))
+        handshake, response = estimate.lost_packets(profile, predicted)
+        work.add("ttlb.lost_handshake_packet", count * handshake)
+        work.add("ttlb.lost_response_round_trip", count * response * profile.rtt_s)
 
 
 EXPERIMENT = Ttlb()

@@ -93,6 +93,11 @@ OPTIONS = (
         default="1",
         metavar="N",
     ),
+    Option(
+        "warmup-bytes",
+        "bytes each warm-up connection fetches (a size, e.g. 0; default: the cell's size)",
+        metavar="SIZE",
+    ),
     *client_auth_options(same=True),
     stack_option(),
     Option(
@@ -115,6 +120,7 @@ class Plan:
     n: int
     warmup: int
     shaper: str
+    warmup_bytes: int | None = None  # None: each warm-up fetches its cell's size
     stack: str = stacks.DEFAULT_STACK
     remote: object | None = None  # pqlab.net.remote.RemotePlan: one "profile" per pair
     chain_bytes: list[int] | None = None  # None: the algorithms' own chains
@@ -168,6 +174,11 @@ def from_values(values) -> Plan:
     warmup = units.parse_positive_int(values.warmup, "--warmup", minimum=0)
     if warmup > MAX_WARMUP:
         raise UserError(f"--warmup {values.warmup!r}: at most {MAX_WARMUP}")
+    warmup_bytes = None
+    if values.warmup_bytes is not None:
+        warmup_bytes = units.parse_size(values.warmup_bytes, "--warmup-bytes")
+        if warmup_bytes > MAX_SIZE:
+            raise UserError(f"--warmup-bytes {values.warmup_bytes!r} is above 1 GiB")
     chain_bytes = None
     if values.chain_bytes is not None:
         chain_bytes = units.parse_size_points(
@@ -189,6 +200,7 @@ def from_values(values) -> Plan:
         sizes=sorted(set(sizes)),
         n=n,
         warmup=warmup,
+        warmup_bytes=warmup_bytes,
         shaper=values.shaper or "auto",
         stack=stack.name,
         remote=remote,
