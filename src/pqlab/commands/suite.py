@@ -1,7 +1,7 @@
 """`pqlab suite [SUITE]`: several experiments into one run directory and one report.
 
 SUITE is a suite file (TOML; see docs/suites.md and docs/suite-example.toml) or a built-in
-suite: `default` (every experiment of the five source documents, about 14 minutes on a
+suite: `default` (every experiment of the five source documents, under 12 minutes on a
 2-core machine; what `make report` runs), `quick` (a few minutes) or `full` (the documents'
 sizes: an hour or more). Every step is validated before anything runs. Network steps need
 CAP_NET_ADMIN; without it they are skipped and the report says so.
