@@ -64,6 +64,17 @@ def no_leaks():
     assert not procs.stdout.strip(), f"engine processes left behind: {procs.stdout.split()}"
 
 
+def query(run, sql: str) -> list[tuple]:
+    """The rows of `sql` on a run directory's results database, opened read-only."""
+    import duckdb
+
+    con = duckdb.connect(str(Path(run) / "results.duckdb"), read_only=True)
+    try:
+        return con.execute(sql).fetchall()
+    finally:
+        con.close()
+
+
 def handshake_cells(out) -> dict[tuple[str, str, str], tuple[int, int]]:
     """A handshake run's cells, (group, server_sig, ca_sig) -> (the server port the cell ran
     on, the connections its captures hold, warm-ups included), from handshake_order."""

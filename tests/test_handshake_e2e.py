@@ -20,7 +20,7 @@ import time
 import duckdb
 import pytest
 
-from conftest import handshake_cells, netns_list, pqlab_env, run_pqlab
+from conftest import handshake_cells, netns_list, pqlab_env, query, run_pqlab
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (network namespaces)")
 
@@ -360,22 +360,12 @@ def test_a_batch_is_committed_whole_or_not_at_all(tmp_path):
         timeout=300,
     )
     assert failed.returncode != 0
-    con = duckdb.connect(str(out / "results.duckdb"), read_only=True)
-    try:
-        done = con.execute("SELECT count(*) FROM cells WHERE experiment = 'handshake'").fetchone()
-        rows = con.execute("SELECT count(*) FROM handshake_raw").fetchone()
-    finally:
-        con.close()
-    assert done == (0,) and rows == (0,)
+    done = query(out, "SELECT count(*) FROM cells WHERE experiment = 'handshake'")
+    rows = query(out, "SELECT count(*) FROM handshake_raw")
+    assert done == [(0,)] and rows == [(0,)]
     resumed = run_pqlab(*args, "--resume", timeout=300)
     assert resumed.returncode == 0, resumed.stderr
-    con = duckdb.connect(str(out / "results.duckdb"), read_only=True)
-    try:
-        per_cell = con.execute(
-            "SELECT cell_id, count(*) FROM handshake_raw GROUP BY 1 ORDER BY 1"
-        ).fetchall()
-    finally:
-        con.close()
+    per_cell = query(out, "SELECT cell_id, count(*) FROM handshake_raw GROUP BY 1 ORDER BY 1")
     assert [n for _, n in per_cell] == [5, 5]
 
 

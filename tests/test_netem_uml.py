@@ -33,7 +33,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import SRC, is_root, run_pqlab
+from conftest import SRC, is_root, query, run_pqlab
 from pqlab.experiments import linktest
 from pqlab.net import uml
 from pqlab.net.profiles import parse_profile
@@ -107,16 +107,6 @@ def _in_guest(args: list[str], share: Path, timeout: float = GUEST_TIMEOUT) -> u
 def _rows(run: Path, table: str) -> list[dict]:
     with (run / "tables" / f"{table}.csv").open() as f:
         return list(csv.DictReader(f))
-
-
-def _query(run: Path, sql: str) -> list[tuple]:
-    import duckdb
-
-    con = duckdb.connect(str(run / "results.duckdb"), read_only=True)
-    try:
-        return con.execute(sql).fetchall()
-    finally:
-        con.close()
 
 
 def _linktest_checks(run: Path) -> dict[tuple[str, str, str], dict]:
@@ -376,7 +366,7 @@ def test_netem_linktest_in_the_guest(netem_linktest):
     # The RTT is the guest kernel's SYN to SYN-ACK time (tcpi_rtt), not connect()'s wall
     # time, which in UML also holds a ptrace round trip per system call.
     for profile in PROFILES:
-        ((kernel, wall),) = _query(
+        ((kernel, wall),) = query(
             run,
             "SELECT median(value_ns) FILTER (WHERE probe = 'tcpi_rtt'), "
             "median(value_ns) FILTER (WHERE probe = 'tcp_connect') FROM linktest_raw "
@@ -393,7 +383,7 @@ def test_netem_link_metadata_is_the_kernels(netem_linktest):
     res, run = netem_linktest
     assert res.returncode in LINKTEST_EXIT, res.explain()
     links = {
-        p: json.loads(j) for p, j in _query(run, "SELECT profile, link_json FROM linktest_profiles")
+        p: json.loads(j) for p, j in query(run, "SELECT profile, link_json FROM linktest_profiles")
     }
     assert set(links) == set(PROFILES)
     for profile, link in links.items():
@@ -497,7 +487,7 @@ def _check_ttlb(run: Path, shaper: str) -> dict[int, dict]:
         )
     # Every connection negotiated the group and the signature scheme asked for (the run
     # fails on any other; here read back from the raw rows).
-    raw = _query(
+    raw = query(
         run, "SELECT DISTINCT negotiated_group, negotiated_sigalg, count(*) OVER () FROM ttlb_raw"
     )
     assert [(g.lower(), s.lower()) for g, s, _ in raw] == [("x25519mlkem768", "mldsa44")], raw

@@ -8,21 +8,12 @@ from __future__ import annotations
 
 import csv
 
-import duckdb
 import pytest
 
-from conftest import needs_root, run_pqlab
+from conftest import needs_root, query, run_pqlab
 from test_plan import TABLE_9, TABLE_9_COLUMNS
 
 pytestmark = [pytest.mark.net, needs_root]
-
-
-def _query(out, sql: str) -> list[tuple]:
-    con = duckdb.connect(str(out / "results.duckdb"), read_only=True)
-    try:
-        return con.execute(sql).fetchall()
-    finally:
-        con.close()
 
 
 def _rows(path) -> list[dict]:
@@ -31,7 +22,7 @@ def _rows(path) -> list[dict]:
 
 
 def _off_model(out) -> list[tuple]:
-    return _query(out, "SELECT subject, message FROM warnings WHERE code = 'off-model'")
+    return query(out, "SELECT subject, message FROM warnings WHERE code = 'off-model'")
 
 
 def test_table_9_predicted_equals_measured_equals_the_document(tmp_path):
@@ -41,7 +32,7 @@ def test_table_9_predicted_equals_measured_equals_the_document(tmp_path):
         "--ca-sig", "RSA-2048,ML-DSA-44", "--send-root", "-n", "3", "--warmup", "1",
         "--port", "4481", "--no-report", "--out", out, check=True, timeout=900,
     )  # fmt: skip
-    rows = _query(
+    rows = query(
         out,
         'SELECT "group", ca_sig, server_sig, min(server_flight_segments), '
         "max(server_flight_segments), min(predicted_segments_min), max(predicted_segments_max) "
@@ -61,7 +52,7 @@ def test_ml_dsa_87_stall_predicted_and_measured_at_20_ms(tmp_path):
         "--send-root", "--profile", "rtt=20ms", "-n", "5", "--warmup", "1", "--port", "4482",
         "--out", out, check=True, timeout=600,
     )  # fmt: skip
-    rows = _query(
+    rows = query(
         out,
         "SELECT round_trips, predicted_round_trips_min, predicted_round_trips_max, "
         "server_flight_segments, predicted_segments_min, server_flight_bytes, "
@@ -90,14 +81,14 @@ def test_chain_bytes_sweep_steps_fall_at_the_predicted_cliff(tmp_path):
     )  # fmt: skip
     # Five handshakes a size: the medians the cliff is read from stand one slow handshake
     # (with two, a median is their mean).
-    sizes = _query(out, "SELECT DISTINCT chain_der_bytes FROM handshake_raw ORDER BY 1")
+    sizes = query(out, "SELECT DISTINCT chain_der_bytes FROM handshake_raw ORDER BY 1")
     assert [s for (s,) in sizes] == list(range(10000, 15001, 1000))
     (step,) = _rows(out / "tables/handshake_cliff_steps.csv")
     assert (step["round_trips_below"], step["round_trips_above"]) == ("2", "3")
     assert step["within_one_segment"] == "true"
     cliff = int(step["predicted_cliff_bytes"])
     assert int(step["measured_step_after_bytes"]) < cliff <= int(step["measured_step_at_bytes"])
-    handshakes = _query(
+    handshakes = query(
         out,
         "SELECT chain_der_bytes, list((round(handshake_ns / 1e6, 1), round_trips) "
         "ORDER BY handshake_ns) FROM handshake_raw GROUP BY 1 ORDER BY 1",

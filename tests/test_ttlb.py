@@ -12,7 +12,7 @@ import time
 import duckdb
 import pytest
 
-from conftest import needs_root, pqlab_env, run_pqlab
+from conftest import needs_root, pqlab_env, query, run_pqlab
 from netleaks import nothing_left  # noqa: F401
 
 
@@ -205,16 +205,6 @@ def test_ctrl_c_leaves_nothing(tmp_path):
     assert str(out) not in ps and tun_prefix not in ps
 
 
-def _query(out, sql: str) -> list[tuple]:
-    import duckdb
-
-    con = duckdb.connect(str(out / "results.duckdb"), read_only=True)
-    try:
-        return con.execute(sql).fetchall()
-    finally:
-        con.close()
-
-
 @needs_root
 @pytest.mark.usefixtures("nothing_left")
 def test_chain_bytes_sweep_steps_a_round_trip_at_the_predicted_cliff(tmp_path):
@@ -238,7 +228,7 @@ def test_chain_bytes_sweep_steps_a_round_trip_at_the_predicted_cliff(tmp_path):
     # The step is a round trip (35 ms), not serialisation (microseconds at 1 Gbit/s).
     assert 30 < float(step["measured_jump_ms"]) < 42, step
     # Every cell carries the cliffs, one per extra round trip.
-    assert _query(out, "SELECT DISTINCT round_trips FROM ttlb_cliffs ORDER BY 1")[0] == (3,)
+    assert query(out, "SELECT DISTINCT round_trips FROM ttlb_cliffs ORDER BY 1")[0] == (3,)
     figs = {f.name for f in (out / "figures").iterdir()}
     assert "ttlb_chain_sweep_1gbps-35ms_X25519_RSA-2048.png" in figs
 
@@ -256,7 +246,7 @@ def test_pooled_handshake_time_and_degradation_from_the_raw_samples(tmp_path):
         check=True, timeout=600,
     )  # fmt: skip
     quantiles = ", ".join(f"quantile_cont(ttfb_ns / 1e6, {q})" for q in (0.5, 0.75, 0.9))
-    pooled = {g: v for g, *v in _query(out, f"SELECT grp, {quantiles} FROM ttlb_raw GROUP BY 1")}
+    pooled = {g: v for g, *v in query(out, f"SELECT grp, {quantiles} FROM ttlb_raw GROUP BY 1")}
     rows = _rows(out / "tables" / "ttlb_pooled_ttfb.csv")
     assert len(rows) == 3 and {r["group"] for r in rows} == {"X25519MLKEM768"}
     for r, want, base in zip(rows, pooled["X25519MLKEM768"], pooled["X25519"], strict=True):
@@ -267,7 +257,7 @@ def test_pooled_handshake_time_and_degradation_from_the_raw_samples(tmp_path):
         assert float(r["baseline_ttfb_ms"]) == pytest.approx(base, rel=1e-9)
     per_profile = {
         (prof, g): v
-        for prof, g, *v in _query(
+        for prof, g, *v in query(
             out, f"SELECT profile, grp, {quantiles} FROM ttlb_raw GROUP BY 1, 2"
         )
     }
@@ -366,9 +356,9 @@ def test_warm_ups_without_the_transfer(tmp_path):
         "ECDSA-P256", "--sizes", "64KiB", "-n", "2", "--warmup", "1", "--warmup-bytes", "0",
         "--out", out, "--no-report", check=True, timeout=300,
     )  # fmt: skip
-    rows = _query(out, "SELECT record_bytes_received, idx FROM ttlb_raw ORDER BY idx")
+    rows = query(out, "SELECT record_bytes_received, idx FROM ttlb_raw ORDER BY idx")
     assert [r[1] for r in rows] == [0, 1] and all(r[0] > 64 * 1024 for r in rows), rows
-    plan = _query(out, "SELECT json_extract(metadata, '$.plan.warmup_bytes') FROM invocations")
+    plan = query(out, "SELECT json_extract(metadata, '$.plan.warmup_bytes') FROM invocations")
     assert plan == [("0",)] or plan == [(0,)], plan
     other = run_pqlab(
         "ttlb", "--profile", "rtt=10ms,rate=50mbit", "--groups", "X25519", "--chain",

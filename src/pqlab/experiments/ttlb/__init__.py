@@ -112,8 +112,11 @@ def _cell_work(work: estimate.Work, plan: _plan.Plan, profile, cell: tuple, size
         return
     work.exact_s += estimate.TTLB_CELL_ROUND_TRIPS * profile.rtt_s
     # The measured connections fetch the cell's size, the warm-ups --warmup-bytes if given.
-    warmup_size = size if plan.warmup_bytes is None else plan.warmup_bytes
-    for count, fetched in ((plan.n, size), (plan.warmup, warmup_size)):
+    if plan.warmup_bytes is None or plan.warmup_bytes == size:
+        runs = ((each, size),)
+    else:
+        runs = ((plan.n, size), (plan.warmup, plan.warmup_bytes))
+    for count, fetched in runs:
         predicted = estimate.connection(plan.stack, group, alg, der, profile, fetched)
         work.add("link_seconds", count * estimate.link_seconds(predicted))
         handshake, response = estimate.lost_packets(profile, predicted)
