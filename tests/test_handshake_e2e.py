@@ -21,6 +21,10 @@ import duckdb
 import pytest
 
 from conftest import handshake_cells, netns_list, pqlab_env, query, run_pqlab
+from tls_helpers import tshark_content_types
+
+# TLS record content types (RFC 8446 5.1).
+ALERT, APPLICATION_DATA = 21, 23
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (network namespaces)")
 
@@ -221,6 +225,18 @@ def test_issue_check_small_matrix(tmp_path):
         }
         randoms = client_hello_randoms(pcap_path, server_port)
         assert len(randoms) == connections and randoms <= logged
+        # Without a client certificate a connection ends at the handshake: decrypted by
+        # Wireshark, no application data either way, only each side's close_notify after it.
+        if shutil.which("tshark"):
+            keys = out / "pcap" / f"{g}_{s}_{c}.keys.log"
+            records = tshark_content_types(pcap_path, keys, server_port)
+            assert len(records) == connections
+            for got in records.values():
+                assert not [r for r in got if r[1] == APPLICATION_DATA], got
+                assert sorted(r for r in got if r[1] == ALERT) == [
+                    ("client", ALERT),
+                    ("server", ALERT),
+                ]
     assert not leaked_namespaces(before)
     assert not pqlab_processes(str(out))
 

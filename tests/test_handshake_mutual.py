@@ -19,6 +19,7 @@ from pqlab import catalog
 from pqlab.errors import UserError
 from pqlab.experiments.handshake import plan as hs_plan
 from pqlab.experiments.handshake import wire_bytes
+from tls_helpers import tshark_content_types
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (network namespaces)")
 CLIENT_PHASES = (
@@ -118,8 +119,14 @@ def test_wire_bytes_equal_tsharks_tcp_len_each_way(mutual_run):
     finally:
         con.close()
     for r in rows:
-        sums = tshark_payload_sums(pcaps[r["client_sig"]], ports[r["client_sig"]])
+        pcap, port = pcaps[r["client_sig"]], ports[r["client_sig"]]
+        sums = tshark_payload_sums(pcap, port)
         assert len(sums) >= 20
+        # Each connection carries the request and its answer: one application-data record
+        # each way, decrypted by Wireshark with the key log kept beside the capture.
+        keys = pcap.replace(".client.pcap", ".keys.log")
+        for got in tshark_content_types(pcap, keys, port).values():
+            assert [side for side, t in got if t == 23] == ["client", "server"], got
         assert int(r["client_payload_bytes"]) == statistics.median(c for c, _ in sums)
         assert int(r["server_payload_bytes"]) == statistics.median(s for _, s in sums)
         assert int(r["total_payload_bytes"]) > int(r["handshake_ip_bytes"]) * 0.8

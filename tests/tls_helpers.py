@@ -128,3 +128,24 @@ def make_chain(directory: Path, ca: str, server: str, *extra: str) -> dict:
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return records(proc.stdout)[-1]
+
+
+def tshark_content_types(pcap: Path, keylog: Path, port: int) -> dict[int, list[tuple[str, int]]]:
+    """Per client port, every TLS record of the connection as Wireshark's dissector decrypts
+    it with the key log: (who sent it, "client" or "server"; its content type: 20
+    change_cipher_spec, 21 alert, 22 handshake, 23 application data), in capture order."""
+    out = subprocess.run(
+        [
+            "tshark", "-r", str(pcap), "-o", f"tls.keylog_file:{keylog}",
+            "-d", f"tcp.port=={port},tls", "-Y", "tls",
+            "-T", "fields", "-e", "tcp.srcport", "-e", "tcp.dstport",
+            "-e", "tls.record.content_type",
+        ],
+        capture_output=True, text=True, check=True, timeout=120,
+    )  # fmt: skip
+    by_port: dict[int, list[tuple[str, int]]] = {}
+    for line in out.stdout.splitlines():
+        sport, dport, types = line.split("\t")
+        side, cport = ("server", int(dport)) if int(sport) == port else ("client", int(sport))
+        by_port.setdefault(cport, []).extend((side, int(t)) for t in types.split(","))
+    return by_port

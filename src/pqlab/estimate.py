@@ -622,11 +622,11 @@ def connection(
     server: Algorithm,
     certificates: tuple,
     profile,
-    response_bytes: int,
+    response_bytes: int | None,
 ) -> wire.Prediction:
     """The wire model's connection over `profile`'s link (a `pqlab.net.profiles.LinkProfile`;
-    no loss, no jitter) with a response of `response_bytes`, the ClientHello's size from the
-    catalogue (`CLIENT_HELLO_BYTES` and the key share)."""
+    no loss, no jitter) with a response of `response_bytes` (None: the handshake alone), the
+    ClientHello's size from the catalogue (`CLIENT_HELLO_BYTES` and the key share)."""
     hello = CLIENT_HELLO_BYTES + messages.client_share_bytes(group)
     hs = predict.Handshake.of(group, server, certificates, hello, stacks.get(stack))
     return predict.predict(hs, wire.Link.from_profile(profile), response_bytes).wire

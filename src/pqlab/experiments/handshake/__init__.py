@@ -74,7 +74,7 @@ class Handshake(Experiment):
                 if plan.profile is not None:
                     der = estimate.chain_der(server, ca, plan.send_root, chain_bytes)
                     predicted = estimate.connection(
-                        plan.stack, group, server, der, plan.profile, _run.RESPONSE_BYTES
+                        plan.stack, group, server, der, plan.profile, _run.response_bytes(client)
                     )
                     work.add("link_seconds", estimate.link_seconds(predicted) * each * pairs)
         first = plan.round_sizes(plan.rounds_for(min(len(cells), _plan.MAX_BATCH)))

@@ -148,7 +148,8 @@ def handshake_row(idx: int, cport: int, h: hp.Handshake, crec: dict, srec: dict)
         "round_trips": 1 + f["flight_rounds"] if f["flight_rounds"] is not None else None,
         "client_flight_bytes": f["client_flight_bytes"],
         "client_flight_segments": f["client_flight_segments"],
-        # the whole connection (request and response included), from the client capture
+        # the whole connection (in mutual TLS the request and the response too), from the
+        # client capture
         "client_payload_bytes": f["connection"]["client_payload"],
         "server_payload_bytes": f["connection"]["server_payload"],
         "client_connection_ip_bytes": f["connection"]["client_ip"],

@@ -2,9 +2,9 @@
 mutually authenticated TLS 1.3 connection puts on the wire, request and response included,
 per (authentication algorithm, key exchange), beside the document's own 22 rows.
 
-Every connection of the handshake experiment sends pqlab's small request after the handshake
-and reads a 22-byte answer (the size of document 004's reply), so the whole connection's
-bytes are known from the capture: the sum of every TCP segment's payload each way (tcp.len,
+Every mutually authenticated connection of the handshake experiment sends pqlab's small
+request after the handshake and reads a 22-byte answer (the size of document 004's reply),
+so the whole connection's bytes are known from the capture: the sum of every TCP segment's payload each way (tcp.len,
 as the document summed it in Wireshark, application data and closing alerts included), and
 the same with IP and TCP headers; beside them the handshake's own IP bytes (SYN to the
 client's Finished). A cell matches a document row when the server and the client sign with
