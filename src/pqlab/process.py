@@ -28,6 +28,7 @@ import codecs
 import contextlib
 import fcntl
 import os
+import select
 import signal
 import subprocess
 import threading
@@ -110,23 +111,34 @@ class LocalChild:
         return self.popen.poll()
 
     def reap(self, timeout: float) -> bool:
-        """Wait (bounded) for the process to exit, keeping its resource usage."""
+        """Wait (bounded) for the process to exit, keeping its resource usage. Woken by
+        the exit itself (a pidfd), where the kernel has them: a batch ends some 300
+        processes, and a 5 ms polling step cost each of them half of that on average."""
         if self.popen.returncode is not None:
             return True
         deadline = time.monotonic() + timeout
-        while True:
-            try:
-                pid, status, usage = os.wait4(self.popen.pid, os.WNOHANG)
-            except ChildProcessError:  # reaped elsewhere (a topology teardown)
-                self.popen.poll()
-                return True
-            if pid:
-                self.popen.returncode = os.waitstatus_to_exitcode(status)
-                self.rusage = usage
-                return True
-            if time.monotonic() >= deadline:
-                return False
-            time.sleep(0.005)
+        pidfd = _pidfd(self.popen.pid)
+        try:
+            while True:
+                try:
+                    pid, status, usage = os.wait4(self.popen.pid, os.WNOHANG)
+                except ChildProcessError:  # reaped elsewhere (a topology teardown)
+                    self.popen.poll()
+                    return True
+                if pid:
+                    self.popen.returncode = os.waitstatus_to_exitcode(status)
+                    self.rusage = usage
+                    return True
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                if pidfd is None:
+                    time.sleep(min(left, 0.005))
+                else:
+                    select.select([pidfd], [], [], left)
+        finally:
+            if pidfd is not None:
+                os.close(pidfd)
 
     def signal(self, sig: int) -> None:
         if self.popen.returncode is None:
@@ -143,6 +155,15 @@ class LocalChild:
         if self.rusage is None:
             return None
         return self.rusage.ru_utime + self.rusage.ru_stime
+
+
+def _pidfd(pid: int) -> int | None:
+    """A file descriptor that becomes readable when process `pid` exits (Linux 5.3+), or
+    None where there is none (then `reap` polls)."""
+    try:
+        return os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        return None
 
 
 def _spawn(argv: list, what: str, topo, side, env, preexec_fn, lifetime, cwd=None):
@@ -208,6 +229,9 @@ class Process:
         self.p = _spawn(argv, what, topo, side or "server", env, preexec_fn, lifetime, cwd)
         self.records: list[dict] = []
         self.listening: dict | None = None
+        # The record that says the process is ready to be used, for whoever waits for it
+        # (`pqlab.tls.runner.await_ready`); None: it is ready once started.
+        self.ready_record: str | None = None
         self._lines: list[str] = []
         self._err: list[str] = []
         self._cond = threading.Condition()

@@ -379,10 +379,11 @@ def start_server(
     start_timeout: float = 30,
     lifetime: float | None = None,
     batch_s: float | None = None,
+    wait: bool = True,
 ) -> EngineProcess:
     """The engine's TLS server, started and listening (its `listening` record in
     `.listening`). `batch_s`: read its records in batches (servers under load; see
-    `Process`)."""
+    `Process`). `wait=False`: started only; `await_ready` waits for it (with others)."""
     proc = EngineProcess(
         spec.argv(),
         what,
@@ -393,16 +394,23 @@ def start_server(
         lifetime=lifetime,
         batch_s=batch_s,
     )
-    proc.listening = proc.wait_for("listening", start_timeout)
+    proc.ready_record = "listening"
+    if wait:
+        await_ready([proc], start_timeout)
     return proc
 
 
 def start_client(
-    spec: ClientSpec, topo=None, cpu: int | None = None, batch_s: float | None = None
+    spec: ClientSpec,
+    topo=None,
+    cpu: int | None = None,
+    batch_s: float | None = None,
+    wait: bool = True,
 ) -> EngineProcess:
     """The engine's TLS client, running; with `spec.rounds`, ready for its first round
     (`next_round`). `batch_s`: read its records in batches (a client whose records are
-    only needed at the end; see `Process`)."""
+    only needed at the end; see `Process`). `wait=False`: started only; `await_ready`
+    waits for it (with others)."""
     # A remote client ends by itself within its own time limit; this bounds it regardless.
     proc = EngineProcess(
         spec.argv(),
@@ -415,8 +423,22 @@ def start_client(
     )
     if spec.rounds:
         # Its first record comes once it has blocked the signal that starts a round.
-        proc.wait_for("config", 30)
+        proc.ready_record = "config"
+    if wait:
+        await_ready([proc])
     return proc
+
+
+def await_ready(procs: list[EngineProcess], timeout: float = 30) -> None:
+    """Wait until every process has reported itself ready (its `ready_record`: a server's
+    `listening`, kept in `.listening`; a capture's `capturing`; a client with rounds, its
+    `config`), each within `timeout`. Processes started together get ready side by side:
+    a batch of cells waits about as long as its slowest process, not the sum of them."""
+    for proc in procs:
+        if proc.ready_record is not None:
+            record = proc.wait_for(proc.ready_record, timeout)
+            if proc.ready_record == "listening":
+                proc.listening = record
 
 
 def next_round(client: EngineProcess, number: int, timeout: float) -> dict:
@@ -453,12 +475,13 @@ def start_capture(
     max_seconds: float,
     interface: str | None = None,
     unhooked: bool = False,
+    wait: bool = True,
 ) -> EngineProcess:
     """The engine's packet capture on one host's interface (TCP port `port`), capturing
     once its `capturing` record arrived. Stop it with `stop_capture`. Without a topology
     (`topo` None) it captures on this machine's `interface`. `unhooked`: it sees no packet
     until `hook_captures` (many captures on one interface then cost a packet nothing but
-    the hooked ones' filters)."""
+    the hooked ones' filters). `wait=False`: started only; `await_ready` waits for it."""
     proc = EngineProcess(
         [
             "capture",
@@ -479,7 +502,9 @@ def start_capture(
         side=side,
         lifetime=max_seconds + 120,
     )
-    proc.wait_for("capturing", 30)
+    proc.ready_record = "capturing"
+    if wait:
+        await_ready([proc])
     return proc
 
 
@@ -501,9 +526,20 @@ def unhook_captures(caps: list[EngineProcess]) -> None:
 
 def stop_capture(proc: EngineProcess, timeout: float = 30) -> dict:
     """Stop a capture (SIGTERM: it flushes the pcap) and return its summary record."""
-    proc.signal(signal.SIGTERM)
-    records = proc.finish(timeout)
-    summary = next((r for r in records if r["type"] == "capture_summary"), None)
-    if summary is None:
-        raise EngineError(f"{proc.what} printed no summary")
-    return summary
+    return stop_captures([proc], timeout)[0]
+
+
+def stop_captures(procs: list[EngineProcess], timeout: float = 30) -> list[dict]:
+    """Stop captures side by side (SIGTERM to every one, then each one's end awaited):
+    their summary records, in order. A capture takes some 20 ms to flush and exit, so a
+    batch's 96 end in about that, not in two seconds."""
+    for proc in procs:
+        proc.signal(signal.SIGTERM)
+    out = []
+    for proc in procs:
+        records = proc.finish(timeout)
+        summary = next((r for r in records if r["type"] == "capture_summary"), None)
+        if summary is None:
+            raise EngineError(f"{proc.what} printed no summary")
+        out.append(summary)
+    return out

@@ -156,13 +156,14 @@ def _tls(plan: Plan, cell: _Live, keylog: Path | None = None) -> runner.Tls:
 
 def _start(hosts, plan: Plan, cell: _Live, rounds: list, budget: float, procs: list) -> None:
     """The cell's captures on both hosts, its server and its client (for all its rounds),
-    the client waiting for its first round."""
+    started (the client to wait for its first round); `runner.await_ready` on `procs`
+    waits until they are ready, the batch's processes side by side."""
     # Headers suffice for the callback analysis; the key-log source and Wireshark need
     # whole packets.
     snaplen = 262144 if plan.keep_pcap or plan.needs_keylog else 128
     for side, path in (("client", cell.files[0]), ("server", cell.files[1])):
         cell.caps[side] = runner.start_capture(
-            hosts, side, cell.port, path, snaplen, budget, unhooked=_unhooked(plan)
+            hosts, side, cell.port, path, snaplen, budget, unhooked=_unhooked(plan), wait=False
         )
         procs.append(cell.caps[side])
     warmups, measured = sum(w for w, _ in rounds), sum(n for _, n in rounds)
@@ -178,7 +179,9 @@ def _start(hosts, plan: Plan, cell: _Live, rounds: list, budget: float, procs: l
     )
     server_cpu = plan.cpus[0] if plan.cpus else None
     # A remote server ends by itself after the batch's budget, whatever happens here.
-    cell.server = runner.start_server(spec, hosts, cpu=server_cpu, lifetime=budget + 120)
+    cell.server = runner.start_server(
+        spec, hosts, cpu=server_cpu, lifetime=budget + 120, wait=False
+    )
     procs.append(cell.server)
     client = runner.ClientSpec(
         tls=_tls(plan, cell),
@@ -194,7 +197,8 @@ def _start(hosts, plan: Plan, cell: _Live, rounds: list, budget: float, procs: l
         identity=cell.identity,
         request_bytes=response_bytes(cell.algs[4]),
     )
-    cell.client = runner.start_client(client, hosts, cpu=plan.cpus[1] if plan.cpus else None)
+    client_cpu = plan.cpus[1] if plan.cpus else None
+    cell.client = runner.start_client(client, hosts, cpu=client_cpu, wait=False)
     procs.append(cell.client)
 
 
@@ -259,15 +263,18 @@ def schedule(cells: int, rounds: int, seed: int) -> list[tuple[int, int]]:
     return out
 
 
-def _stop(cell: _Live) -> dict:
-    """The cell's client and server ended (each by itself after its last connection), its
-    captures stopped: the captures' summaries."""
-    cell.client.finish(30)
-    cell.server.finish(30)
-    bad = runner.connection_errors(cell.client, cell.server)
-    if bad:
-        raise EngineError(f"{len(bad)} connection(s) failed: {bad[0].get('message')}")
-    return {side: runner.stop_capture(cap) for side, cap in cell.caps.items()}
+def _stop(live: list[_Live]) -> list[dict]:
+    """Every cell's client and server ended (each by itself after its last connection),
+    then all the batch's captures stopped side by side: per cell, its captures' summaries
+    by side."""
+    for cell in live:
+        cell.client.finish(30)
+        cell.server.finish(30)
+        bad = runner.connection_errors(cell.client, cell.server)
+        if bad:
+            raise EngineError(f"{len(bad)} connection(s) failed: {bad[0].get('message')}")
+    summaries = iter(runner.stop_captures([cap for cell in live for cap in cell.caps.values()]))
+    return [{side: next(summaries) for side in cell.caps} for cell in live]
 
 
 def _labels(plan: Plan, cell: _Live) -> tuple[dict, dict]:
@@ -326,10 +333,8 @@ def _finish(store, hosts, plan: Plan, live: list[_Live], pool, progress) -> None
     one, its cells' rounds interleaved: an interruption before its commit loses all of it,
     as one during its rounds does, and a resume measures it again."""
     stage = store.stages.stage
-    summaries = []
     with stage("stopping"):
-        for cell in live:
-            summaries.append(_stop(cell))
+        summaries = _stop(live)
     with stage("analysis"):
         host_clocks = clocks.host_clocks(hosts)
         results = pool.map(worker.run, [_job(hosts, plan, c, host_clocks) for c in live])
@@ -377,6 +382,8 @@ def run_batch(store, hosts, plan: Plan, pair, cells: list, work: Path, progress,
             live.append(_prepare(store, hosts, plan, pair, i, cell, work))
             with stage("starting_servers_and_captures"):
                 _start(hosts, plan, live[-1], rounds, budget, procs)
+        with stage("starting_servers_and_captures"):
+            runner.await_ready(procs)
         for position, (number, i) in enumerate(schedule(len(live), len(rounds), plan.seed)):
             group, ssig, csig = live[i].algs[:3]
             progress.start(
