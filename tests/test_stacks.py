@@ -143,3 +143,20 @@ def test_each_stack_runs_on_the_program_that_carries_it():
     assert all(info["programs"].values())
     wolf = next(s for s in info["tls_stacks"] if s["name"] == "wolfssl")
     assert wolf["program"] == "pqlab-engine-wolfssl" and wolf["build_options"]
+
+
+@pytest.mark.parametrize("stack", sorted(stacks.all_stacks()))
+def test_a_client_hello_is_the_same_whatever_root_the_client_trusts(tmp_path, stack):
+    """The measured ClientHello is kept per stack, group, schemes and server name, not per
+    root: a root of another algorithm (and size) leaves the hello as it was."""
+    from pqlab.tls.chains import make_chain
+
+    st = stacks.get(stack)
+    group = st.group_name(catalog.resolve("X25519MLKEM768", "kem"))
+    sigalg = st.sigalg_name(catalog.resolve("ECDSA-P256", "sig"))
+    sizes = set()
+    for ca in ("RSA-3072", "ECDSA-P256"):
+        root = make_chain(tmp_path / ca, ca, "ECDSA-P256", stack).root
+        stacks._HELLOS.clear()
+        sizes.add(stacks.client_hello(stack, group, sigalg, "198.18.0.2", str(root)))
+    assert len(sizes) == 1
