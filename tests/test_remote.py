@@ -455,13 +455,22 @@ def _start_long_run(lab: Lab, out: Path, *hosts: str) -> subprocess.Popen:
 
 
 def _wait_running(lab: Lab, proc: subprocess.Popen, side: str) -> None:
+    """Until the client, the server and the remote capture run (a batch's processes start
+    side by side, in no fixed order), and a second more: handshakes under way."""
     deadline = time.monotonic() + 60
-    while not _engines(lab, side, "tls client"):
+
+    def running() -> bool:
+        return bool(
+            _engines(lab, side, "tls client")
+            and _engines(lab, "server", "tls server")
+            and _engines(lab, "server", "capture")
+            and glob.glob("/tmp/pqlab-*-root_198.18.0.2/out/*")  # the remote capture writes
+        )
+
+    while not running():
         assert proc.poll() is None, proc.communicate()
-        assert time.monotonic() < deadline, "the TLS client never started"
+        assert time.monotonic() < deadline, "the client, server and capture never all ran"
         time.sleep(0.1)
-    assert _engines(lab, "server", "tls server") and _engines(lab, "server", "capture")
-    assert glob.glob("/tmp/pqlab-*-root_198.18.0.2/out/*")  # the remote capture is writing
     time.sleep(1.0)  # handshakes under way
 
 
