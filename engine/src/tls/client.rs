@@ -3,7 +3,7 @@
 //! scheme) before it is recorded; a failed check ends the run, it is never a sample.
 
 use super::options::TlsOpts;
-use super::record::{self, Recorder, SharedRecorder, Sink, Stamp, Wire};
+use super::record::{self, Events, Recorder, SharedRecorder, Sink, Stamp, Wire};
 use super::stack::{
     ClientContext, ClientSetup, Identity, ReadOutcome, ServerName, Session, Stack, TlsVersion,
     Verification, VerifyMode,
@@ -88,8 +88,10 @@ pub struct Args {
     /// Run the connections in rounds, WARMUP:COUNT each, comma-separated (20:100,2:100),
     /// -n and --warmup being their totals: each round starts when the process receives
     /// SIGCONT. Nothing is written while a round runs; its connection records follow its
-    /// last connection, then a `round` record. --time-limit then bounds the process's
-    /// whole life, the waits included.
+    /// last connection, then a `round` record. A round's last connection waits (at most
+    /// --io-timeout) for the server's close_notify, so the whole connection has crossed the
+    /// link when the round ends. --time-limit then bounds the process's whole life, the
+    /// waits included.
     #[arg(long)]
     pub rounds: Option<String>,
     /// Write the `connection` records to this file (JSON lines, created or truncated)
@@ -351,7 +353,7 @@ pub fn run_with(stack: &dyn Stack, a: &Args, sink: &dyn Sink) -> Result<()> {
     ));
     let deadline = Instant::now() + Duration::from_secs(a.time_limit);
     let client = Loop {
-        events_on: a.tls.events_on()?,
+        events: a.tls.events()?,
         stack,
         ctx: &*ctx,
         a,
@@ -384,7 +386,7 @@ pub fn run_with(stack: &dyn Stack, a: &Args, sink: &dyn Sink) -> Result<()> {
 
 /// What every connection of a client run shares.
 struct Loop<'a> {
-    events_on: bool,
+    events: Events,
     stack: &'a dyn Stack,
     ctx: &'a dyn ClientContext,
     a: &'a Args,
@@ -420,7 +422,17 @@ impl Loop<'_> {
                 first.1 + i - warmup
             };
             let nth = first.0 + first.1 + i;
-            self.one_recorded(i < warmup, (index, nth), round)?;
+            // A round's last connection waits for the server's close: when the round ends
+            // the whole connection has crossed the link both ways (and is in the captures
+            // the lab unhooks then), whatever the link's delay.
+            let await_close_ms = if round.is_some() && i + 1 == total {
+                self.a
+                    .await_close_ms
+                    .max(self.a.tls.io_timeout.max(1) * 1000)
+            } else {
+                self.a.await_close_ms
+            };
+            self.one_recorded(i < warmup, (index, nth), round, await_close_ms)?;
             if self.a.gap_ms > 0 && i + 1 < total {
                 std::thread::sleep(Duration::from_millis(self.a.gap_ms));
             }
@@ -429,16 +441,18 @@ impl Loop<'_> {
     }
 
     /// One connection, checked, and its record (a failed one's as `connection_error`):
-    /// `index` among the warm-ups or the measured ones, the `i`th of the run.
+    /// `index` among the warm-ups or the measured ones, the `i`th of the run; at its end
+    /// it waits at most `await_close_ms` for the server's close (`--await-close-ms`).
     fn one_recorded(
         &self,
         warmup: bool,
         (index, i): (u64, u64),
         round: Option<usize>,
+        await_close_ms: u64,
     ) -> Result<()> {
         let (stack, a, target, sink) = (self.stack, self.a, self.target, self.sink);
-        let events_on = self.events_on;
-        let rec: SharedRecorder = Rc::new(RefCell::new(Recorder::new(events_on)));
+        let events_on = self.events != Events::Off;
+        let rec: SharedRecorder = Rc::new(RefCell::new(Recorder::for_events(self.events)));
         if !stack.reports_messages() {
             rec.borrow_mut().scan_wire();
         }
@@ -455,7 +469,11 @@ impl Loop<'_> {
             Some(n) if warmup => Some(n),
             _ => a.request_bytes,
         };
-        let res = one(self.ctx, a, target, request, &rec, &mut out);
+        let ask = Ask {
+            request,
+            await_close_ms,
+        };
+        let res = one(self.ctx, a, target, ask, &rec, &mut out);
         let events = match rec.try_borrow_mut() {
             Ok(mut r) => {
                 r.add_counters(&mut out, stack.reports_messages());
@@ -591,13 +609,31 @@ pub(super) struct Negotiation {
     pub(super) verification: Verification,
 }
 
-/// One connection; `request`: the bytes it asks for after the handshake (`GET <n>`), if
-/// any.
+/// What one connection does after its handshake.
+#[derive(Clone, Copy)]
+pub(super) struct Ask {
+    /// The bytes it asks for (`GET <n>`), if any.
+    pub request: Option<u64>,
+    /// How long it waits for the server's close after its own (0: it closes at once).
+    pub await_close_ms: u64,
+}
+
+impl Ask {
+    /// What `--request-bytes` and `--await-close-ms` ask of every connection.
+    pub fn of(a: &Args) -> Ask {
+        Ask {
+            request: a.request_bytes,
+            await_close_ms: a.await_close_ms,
+        }
+    }
+}
+
+/// One connection, and what `ask` asks after its handshake.
 pub(super) fn one(
     ctx: &dyn ClientContext,
     a: &Args,
     target: &Target,
-    request: Option<u64>,
+    ask: Ask,
     rec: &SharedRecorder,
     out: &mut Value,
 ) -> Result<Negotiation> {
@@ -614,7 +650,7 @@ pub(super) fn one(
     out["local"] = json!(tcp.local_addr()?.to_string());
     out["congestion_control"] = json!(record::congestion_control(&tcp));
     let tcp = Rc::new(tcp);
-    let result = connected(ctx, a, target, rec, out, &tcp, (t0, t1, request));
+    let result = connected(ctx, a, target, rec, out, &tcp, (t0, t1, ask));
     if result.is_err() {
         // What TCP saw of a failed connection (its RTT, what was acknowledged).
         out["tcp_info"] = record::tcp_info(&tcp);
@@ -624,7 +660,7 @@ pub(super) fn one(
 }
 
 /// The rest of `one` on a connected socket: handshake, request, close (`t0`, `t1`: when
-/// the connect started and ended; `request`: `one`'s).
+/// the connect started and ended; `ask`: `one`'s).
 fn connected(
     ctx: &dyn ClientContext,
     a: &Args,
@@ -632,7 +668,7 @@ fn connected(
     rec: &SharedRecorder,
     out: &mut Value,
     tcp: &Rc<TcpStream>,
-    (t0, t1, request): (Stamp, Stamp, Option<u64>),
+    (t0, t1, ask): (Stamp, Stamp, Ask),
 ) -> Result<Negotiation> {
     let handshake = ctx.start(
         Wire {
@@ -671,7 +707,7 @@ fn connected(
         "connect_to_handshake_ns": t2.mono - t0.mono,
     });
     out["durations"] = durations.clone();
-    if let Some(n) = request {
+    if let Some(n) = ask.request {
         fetch(&mut *session, n, t0, out, &mut durations)?;
     }
     if let Some(path) = &a.request_path {
@@ -679,9 +715,9 @@ fn connected(
     }
     out["durations"] = durations;
     out["tcp_info"] = record::tcp_info(tcp);
-    if a.await_close_ms > 0 {
+    if ask.await_close_ms > 0 {
         // The wait is bounded by the socket's read timeout, set to the wait.
-        tcp.set_read_timeout(Some(Duration::from_millis(a.await_close_ms)))?;
+        tcp.set_read_timeout(Some(Duration::from_millis(ask.await_close_ms)))?;
         let t = Stamp::now();
         session.close(true);
         out["close_wait_ns"] = json!(Stamp::now().mono - t.mono);

@@ -389,7 +389,7 @@ fn handshake(
     let mut out = json!({});
     // `one` stamps its own start right after this one; the gap is a few hundred ns.
     let start = record::monotonic_ns();
-    let n = client::one(ctx, a, target, a.request_bytes, &rec, &mut out)?;
+    let n = client::one(ctx, a, target, client::Ask::of(a), &rec, &mut out)?;
     let at = |key: &str| {
         out["durations"][key]
             .as_i64()

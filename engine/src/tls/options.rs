@@ -1,6 +1,7 @@
 //! The command-line options `tls server` and `tls client` share, and their translation into
 //! the typed `Protocol` every stack is configured with.
 
+pub use super::record::Events;
 use super::stack::{self, Protocol, Stack, TlsVersion, VerifyMode};
 use crate::out::Result;
 use std::path::PathBuf;
@@ -36,7 +37,8 @@ pub struct TlsOpts {
     /// with mode 0600, and an existing file is set to 0600.
     #[arg(long)]
     pub keylog: Option<PathBuf>,
-    /// Per-message events in connection records: on (default) or off.
+    /// Per-message events in connection records: on (default: both directions), sent (only
+    /// what this side sent) or off.
     #[arg(long, default_value = "on")]
     pub events: String,
     /// Client: send key shares for these groups (a subset of --groups, stack names, colon or
@@ -78,12 +80,17 @@ impl TlsOpts {
         TlsVersion::parse(&self.tls_version)
     }
 
-    pub fn events_on(&self) -> Result<bool> {
+    pub fn events(&self) -> Result<Events> {
         match self.events.as_str() {
-            "on" => Ok(true),
-            "off" => Ok(false),
-            v => crate::bail!(Usage, "--events {v:?}: use on or off"),
+            "on" => Ok(Events::All),
+            "sent" => Ok(Events::Sent),
+            "off" => Ok(Events::Off),
+            v => crate::bail!(Usage, "--events {v:?}: use on, sent or off"),
         }
+    }
+
+    pub fn events_on(&self) -> Result<bool> {
+        Ok(self.events()? != Events::Off)
     }
 
     pub fn protocol(&self) -> Result<Protocol> {

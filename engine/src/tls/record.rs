@@ -203,8 +203,20 @@ pub fn handshake_type_name(t: u8) -> &'static str {
 pub const MAX_EVENTS: usize = 1_000_000;
 
 /// Per-connection record of everything the TLS stack and the socket did, in order.
+/// Which per-message events a connection record keeps (`--events`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Events {
+    Off,
+    /// Only what this side sent (its records, messages and writes): what the handshake
+    /// analysis reads, half the events.
+    Sent,
+    All,
+}
+
 pub struct Recorder {
     pub events_on: bool,
+    /// Keep only the events of what this side sent (`Events::Sent`).
+    pub sent_only: bool,
     pub events: Vec<Event>,
     /// Events not kept because `max_events` was reached.
     pub events_dropped: u64,
@@ -260,6 +272,7 @@ impl Default for Recorder {
     fn default() -> Recorder {
         Recorder {
             events_on: false,
+            sent_only: false,
             events: Vec::new(),
             events_dropped: 0,
             max_events: MAX_EVENTS,
@@ -278,6 +291,20 @@ impl Recorder {
             events_on,
             ..Default::default()
         }
+    }
+
+    /// A recorder keeping the events `events` asks for.
+    pub fn for_events(events: Events) -> Recorder {
+        Recorder {
+            events_on: events != Events::Off,
+            sent_only: events == Events::Sent,
+            ..Default::default()
+        }
+    }
+
+    /// Whether an event in direction `dir` is kept.
+    fn keeps(&self, dir: Dir) -> bool {
+        self.events_on && !(self.sent_only && dir == Dir::Recv)
     }
 
     /// Read record headers off the socket's bytes (for a stack that reports no messages):
@@ -319,7 +346,7 @@ impl Recorder {
             self.record_bytes[d] += 5 + u16::from_be_bytes([h[3], h[4]]) as u64;
             self.records[d] += 1;
         }
-        if !self.events_on {
+        if !self.keeps(dir) {
             return;
         }
         let offset_end = Some(self.record_bytes[d]);
@@ -366,7 +393,7 @@ impl Recorder {
         let t = realtime_ns();
         let d = dir.index();
         self.io_bytes[d] += n as u64;
-        if self.events_on {
+        if self.keeps(dir) {
             self.push(Event {
                 t_start: Some(t_start),
                 bytes: Some(n as u64),
@@ -941,6 +968,35 @@ mod tests {
         assert_eq!(hs[1].offset_end, Some(1215 + 2047));
         r.on_io(Dir::Sent, 0, 4096);
         assert_eq!(r.io_bytes, [4096, 0]);
+    }
+
+    #[test]
+    fn sent_events_keep_this_sides_records_and_count_both_ways() {
+        let mut all = Recorder::for_events(Events::All);
+        let mut sent = Recorder::for_events(Events::Sent);
+        for r in [&mut all, &mut sent] {
+            r.on_message(Dir::Recv, Message::RecordHeader(&[22, 3, 3, 0, 200]));
+            r.on_message(Dir::Recv, Message::Handshake(&[1, 0, 0, 196]));
+            r.on_io(Dir::Recv, 0, 205);
+            r.on_message(Dir::Sent, Message::RecordHeader(&[22, 3, 3, 0x04, 0xba]));
+            r.on_message(Dir::Sent, Message::Handshake(&[2, 0, 4, 0xb6]));
+            r.on_io(Dir::Sent, 0, 1215);
+        }
+        assert_eq!(all.events.len(), 6);
+        let kept: Vec<_> = sent.events.iter().map(|e| (e.ev, e.offset_end)).collect();
+        assert_eq!(
+            kept,
+            [
+                ("record", Some(1215)),
+                ("handshake", Some(1215)),
+                ("io", Some(1215))
+            ]
+        );
+        assert!(sent.events.iter().all(|e| e.dir == "sent"));
+        assert_eq!(
+            (sent.record_bytes, sent.records, sent.io_bytes),
+            (all.record_bytes, all.records, all.io_bytes)
+        );
     }
 
     #[test]

@@ -4,7 +4,7 @@
 
 use super::admission::{Admission, Ending, Watch};
 use super::options::TlsOpts;
-use super::record::{self, Recorder, SharedRecorder, Sink, Stamp, Wire};
+use super::record::{self, Events, Recorder, SharedRecorder, Sink, Stamp, Wire};
 use super::request::{Request, RequestParser};
 use super::stack::{
     ClientAuth, ReadOutcome, ServerContext, ServerSetup, Session, Stack, Verification,
@@ -499,8 +499,9 @@ fn serve_one(
     sink: &dyn Sink,
     watch: std::io::Result<Watch>,
 ) {
-    let events_on = a.tls.events_on().unwrap_or(true);
-    let rec: SharedRecorder = Rc::new(RefCell::new(Recorder::new(events_on)));
+    let events = a.tls.events().unwrap_or(Events::All);
+    let events_on = events != Events::Off;
+    let rec: SharedRecorder = Rc::new(RefCell::new(Recorder::for_events(events)));
     if !stack.reports_messages() {
         rec.borrow_mut().scan_wire();
     }

@@ -116,7 +116,9 @@ class Tls(Spec):
     ciphers: str | None = None  # TLS 1.2 cipher list (OpenSSL syntax)
     ciphersuites: str | None = None  # TLS 1.3 suites
     security_level: int | None = None
-    events: bool = True
+    # Per-message events in the connection records: True (both directions), "sent" (only
+    # what each side sent: what the handshake analysis reads, half the events) or False.
+    events: bool | str = True
     keylog: Path | None = None
     io_timeout: int | None = None  # seconds; None: the engine's default (30)
     # Client only: the groups its ClientHello carries key shares for (a subset of `groups`;

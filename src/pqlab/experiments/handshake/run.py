@@ -151,7 +151,11 @@ def _tls(plan: Plan, cell: _Live, keylog: Path | None = None) -> runner.Tls:
     # A client with a certificate offers its own scheme too (stacks sign only with their
     # own list's schemes).
     sigalgs = (server_sig,) if client is None else (server_sig, client)
-    return runner.Tls(stack=plan.stack, groups=(group,), sigalgs=sigalgs, keylog=keylog)
+    # Of each side's events the analysis reads what that side sent (its records, messages
+    # and writes; what it received is in its peer's): half the events, half the records.
+    return runner.Tls(
+        stack=plan.stack, groups=(group,), sigalgs=sigalgs, keylog=keylog, events="sent"
+    )
 
 
 def _start(hosts, plan: Plan, cell: _Live, rounds: list, budget: float, procs: list) -> None:
