@@ -336,6 +336,7 @@ def test_key_log_and_callback_agree_for_every_handshake_of_a_matrix(tmp_path):
 FAIL_SECOND_WRITE = """
 import sys
 import pqlab.experiments.handshake.run as run
+run._Inserts.INSERT_ROWS = 1  # every cell's rows inserted as it comes
 write, calls = run._write, []
 def failing(*args):
     calls.append(1)

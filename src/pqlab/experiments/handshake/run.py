@@ -20,6 +20,8 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import pyarrow as pa
+
 from pqlab import process, procstat, stats
 from pqlab.errors import EngineError, UserError
 from pqlab.experiments.handshake import analyse, clocks, predicted, schema, worker
@@ -345,8 +347,10 @@ def _finish(store, hosts, plan: Plan, live: list[_Live], pool, progress) -> None
     # One topology for the whole batch: described once.
     topology = json.dumps(hosts.describe(), default=str)
     # The small tables' rows of the whole batch, each table written once (an insert costs
-    # a few milliseconds however few its rows).
+    # a few milliseconds however few its rows); the handshakes' and phases' rows a few
+    # cells at a time.
     small: dict[str, list[dict]] = {}
+    large = _Inserts(store)
     with store.cells(EXPERIMENT) as mark:
         for cell, summary in zip(live, summaries, strict=True):
             with stage("analysis"):
@@ -361,10 +365,38 @@ def _finish(store, hosts, plan: Plan, live: list[_Live], pool, progress) -> None
                 cell.files = (*cell.files, result.corrected_pcap)
             for table, rows in _write(store, plan, cell, result, summary, topology).items():
                 small.setdefault(table, []).extend(rows)
+            large.add(result)
             mark(cell.cid, _params(plan, cell, result))
             progress.advance()
+        large.flush()
         for table, rows in small.items():
             store.insert_rows(table, rows)
+
+
+class _Inserts:
+    """The cells' handshake_raw and handshake_phase rows (Arrow tables), inserted together
+    once they hold INSERT_ROWS phase rows: DuckDB spends a third less CPU on 8 cells' rows
+    in one insert than on them cell by cell, while the workers still analyse the rest."""
+
+    INSERT_ROWS = 200_000
+
+    def __init__(self, store):
+        self.store = store
+        self.parts: dict[str, list[pa.Table]] = {"handshake_raw": [], "handshake_phase": []}
+
+    def add(self, result: worker.Result) -> None:
+        for table, rows in (("handshake_raw", result.raw), ("handshake_phase", result.phases)):
+            if rows is not None:
+                self.parts[table].append(rows)
+        if sum(t.num_rows for t in self.parts["handshake_phase"]) >= self.INSERT_ROWS:
+            self.flush()
+
+    def flush(self) -> None:
+        for table, parts in self.parts.items():
+            if parts:
+                # A column all null in one cell (no value measured) takes the others' type.
+                self.store.insert(table, pa.concat_tables(parts, promote_options="default"))
+                parts.clear()
 
 
 def run_batch(store, hosts, plan: Plan, pair, cells: list, work: Path, progress, pool) -> None:
@@ -434,9 +466,9 @@ def _params(plan: Plan, cell: _Live, result: worker.Result) -> dict:
 def _write(
     store, plan: Plan, cell: _Live, result: worker.Result, summaries, topology
 ) -> dict[str, list[dict]]:
-    """Everything the cell measured, its handshakes' and phases' rows and its warnings
-    written into the batch's transaction; the rows of the small tables returned (table ->
-    rows) for the batch to write at once."""
+    """The cell's warnings written into the batch's transaction; the rows of the small
+    tables returned (table -> rows) for the batch to write at once (its handshakes' and
+    phases' rows go in with other cells', `_Inserts`)."""
     cid = cell.cid
     pair = result.clock_row["host_pair"]
     labels, _ = _labels(plan, cell)
@@ -444,8 +476,6 @@ def _write(
         {"server": cell.server, "client": cell.client}, cell.peaks, cell.busy_s, cell.connections
     )
     pcaps = {"client": cell.files[0], "server": cell.files[1]}
-    store.insert("handshake_raw", result.raw)
-    store.insert("handshake_phase", result.phases)
     small = {
         "handshake_load": [{**labels, **row} for row in load],
         "handshake_capture": [
