@@ -5,20 +5,25 @@ Drawing the files is most of an export's time (about 90 % of the default suite's
 and returns at once, and `draw` hands over only what a figure is made from, so a worker
 builds it too (for figures with many artists building costs as much as drawing, and a
 built figure is slow to pickle); the block ends when every file is written, so the report
-page, which embeds them, comes after. Nothing is measured while a run exports.
+page, which embeds them, comes after. The workers start as the block begins; figures
+saved before they are up are drawn in place. Nothing is measured while a run exports.
 """
 
 from __future__ import annotations
 
 import contextlib
+import io
 import pickle
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import matplotlib
+import numpy as np
 
 matplotlib.use("Agg")
+import matplotlib.image  # noqa: E402
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.transforms import Bbox  # noqa: E402
 
 from pqlab import workers  # noqa: E402
 
@@ -48,8 +53,8 @@ def save(fig, store, name: str) -> Path:
 
 def draw(store, name: str, build: Callable, *args) -> Path:
     """Write figures/<name>.png and .svg of the figure `build(*args)` returns; inside
-    `rendering()` (past its first IN_PLACE figures) a worker builds and writes it, so
-    `build` must be a module-level function and `args` picklable. The PNG path."""
+    `rendering()` (once its workers are up) a worker builds and writes it, so `build` must
+    be a module-level function and `args` picklable. The PNG path."""
     png = store.figure_path(f"{name}.png")
     svg = store.figure_path(f"{name}.svg")
     if _in_worker():
@@ -62,17 +67,13 @@ def draw(store, name: str, build: Callable, *args) -> Path:
 
 
 def _in_worker() -> bool:
-    """Whether the next figure goes to a worker: inside `rendering()`, past its first
-    IN_PLACE figures (counted)."""
-    global _saved
-    if _pending is None:
-        return False
-    _saved += 1
-    return _saved > IN_PLACE
+    """Whether the next figure goes to a worker: inside `rendering()`, once its workers
+    are up."""
+    return _pending is not None and _pool.ready
 
 
 def _handed_to_worker(fig, png: Path, svg: Path) -> bool:
-    """Inside `rendering()`, past its first IN_PLACE figures: the figure pickled to a worker."""
+    """Inside `rendering()`, once its workers are up: the figure pickled to a worker."""
     if not _in_worker():
         return False
     try:
@@ -83,13 +84,48 @@ def _handed_to_worker(fig, png: Path, svg: Path) -> bool:
     return True
 
 
+# How far past the figure's edges (inches) the drawing of `_write` reaches: a legend
+# below the axes, a label sticking out, is in it without a second drawing.
+MARGIN_IN = 2.0
+
+
 def _write(fig, png, svg) -> None:
-    """Both files, cropped to the figure's tight box. The box is found once: savefig's
-    "tight" lays the figure out anew (a draw that renders nothing) for each file."""
-    fig.draw_without_rendering()
-    box = fig.get_tightbbox().padded(plt.rcParams["savefig.pad_inches"])
-    fig.savefig(png, bbox_inches=box)
+    """Both files, cropped to the figure's tight box. One Agg drawing makes the PNG and
+    finds the box: the figure is drawn onto a canvas MARGIN_IN larger on every side, the
+    box measured on the artists that drawing placed (its text already laid out), and the
+    PNG cut out of it; savefig's "tight" would lay the figure out once more per file (a
+    draw that renders nothing) before drawing it. The SVG is drawn to the box. A box
+    reaching past the canvas draws the PNG again, to the box."""
+    dpi = plt.rcParams["savefig.dpi"]
+    dpi = fig.dpi if dpi == "figure" else float(dpi)
+    width, height = fig.get_size_inches()
+    canvas = Bbox.from_extents(-MARGIN_IN, -MARGIN_IN, width + MARGIN_IN, height + MARGIN_IN)
+    raw = io.BytesIO()
+    fig.savefig(raw, format="rgba", bbox_inches=canvas, dpi=dpi)
+    renderer = getattr(fig.canvas, "renderer", None) or fig.canvas.get_renderer()
+    box = fig.get_tightbbox(renderer).padded(plt.rcParams["savefig.pad_inches"])
+    pixels = _cut(raw.getbuffer(), canvas, box, dpi)
+    if pixels is None:
+        fig.savefig(png, bbox_inches=box, dpi=dpi)
+    else:
+        matplotlib.image.imsave(png, pixels, format="png", dpi=dpi)
     fig.savefig(svg, bbox_inches=box, metadata={"Date": None})
+
+
+def _cut(rgba, canvas, box, dpi: float):
+    """The pixels of `box` (inches, figure coordinates) out of an RGBA drawing of `canvas`
+    (rows from the top, its bottom edge the canvas's), as many as savefig gives a drawing
+    of `box` itself; None when the box is not all inside the drawing."""
+    w = round(canvas.width * dpi)
+    h = len(rgba) // (4 * w) if w > 0 else 0
+    if w * h * 4 != len(rgba) or abs(h - canvas.height * dpi) > 1:
+        return None
+    left = round((box.x0 - canvas.x0) * dpi)
+    bottom = h - round((box.y0 - canvas.y0) * dpi)
+    right, top = left + int(box.width * dpi), bottom - int(box.height * dpi)
+    if left < 0 or top < 0 or right > w or bottom > h:
+        return None
+    return np.frombuffer(rgba, dtype=np.uint8).reshape(h, w, 4)[top:bottom, left:right]
 
 
 def _build(job: tuple) -> None:
@@ -110,23 +146,23 @@ def _render(job: tuple[bytes, str, str]) -> None:
 
 _pending: list | None = None
 _pool = None
-# The first figures of a block are drawn in place: starting the workers (each imports
-# matplotlib) costs about a second, more than a small run's few figures take.
-IN_PLACE = 6
-_saved = 0  # figures saved in the current block
 
 
 @contextlib.contextmanager
-def rendering() -> Iterator[None]:
-    """Figures saved inside the block are drawn by worker processes, one per CPU; every file
-    is written (or a drawing's error raised) when the block ends."""
-    global _pending, _pool, _saved
+def rendering(wait: bool = False) -> Iterator[None]:
+    """Figures saved inside the block are drawn by worker processes, one per CPU, started
+    as the block begins (until they are up, figures are drawn here: the first pool of a
+    process takes about half a second; `wait` waits for it instead); every file is written
+    (or a drawing's error raised) when the block ends."""
+    global _pending, _pool
     if _pending is not None:  # already inside
         yield
         return
     with workers.Workers() as pool:
         _pending, _pool = [], pool
-        _saved = 0
+        pool.start_soon()
+        if wait:
+            pool.wait_started()
         try:
             yield
             for job in _pending:
