@@ -507,10 +507,21 @@ class Connection:
     segments: list[Segment] = field(default_factory=list)
     client_isn: int = 0
     server_isn: int | None = None
+    _payload: dict = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def syn_ns(self) -> int:
         return self.segments[0].ts_ns
+
+    def payload_segments(self, from_client: bool) -> list[Segment]:
+        """The segments one side sent that carry payload, in capture order: what the
+        searches for a stream offset go through (about half the connection's packets).
+        Kept once asked for: ask when the connection has all its segments."""
+        found = self._payload.get(from_client)
+        if found is None:
+            found = [s for s in self.segments if s.from_client == from_client and s.end > s.start]
+            self._payload[from_client] = found
+        return found
 
 
 def split_connections(packets: list[TcpPacket], server_port: int) -> list[Connection]:

@@ -106,6 +106,8 @@ class Link:
 class Pipe:
     """One direction of the link with netem's arithmetic (no jitter, no loss)."""
 
+    __slots__ = ("delay", "rate", "last")
+
     def __init__(self, d: Direction):
         self.delay = d.delay_s
         self.rate = d.rate_bps
@@ -118,7 +120,7 @@ class Pipe:
         return arrival
 
 
-@dataclass
+@dataclass(slots=True)
 class Segment:
     start: int  # stream offsets of its payload [start, end)
     end: int
@@ -208,16 +210,21 @@ class Sender:
             return
         window = min(int(self.cwnd), self.receiver.window())
         forward, back = self.fwd.send, self.back.send
+        most = self.max_in_flight
         while queue and len(sent) - acked < window:
             seg = queue.pop(0)
             seg.sent = now
             waited = seg.ready < now and released_by is not None
             base = sent[released_by].round + 1 if waited else 1
-            seg.round = max(base, sent[-1].round if sent else 1)
-            seg.arrival = forward(now, seg.end - seg.start + TCP_IP_HEADERS)
-            acks.append((back(seg.arrival, TCP_IP_HEADERS), len(sent)))
+            if sent and sent[-1].round > base:
+                base = sent[-1].round
+            seg.round = base
+            seg.arrival = arrival = forward(now, seg.end - seg.start + TCP_IP_HEADERS)
+            acks.append((back(arrival, TCP_IP_HEADERS), len(sent)))
             sent.append(seg)
-            self.max_in_flight = max(self.max_in_flight, len(sent) - acked)
+            if len(sent) - acked > most:
+                most = len(sent) - acked
+        self.max_in_flight = most
 
 
 def cut(writes: list[int], mss: int = DEFAULT_MSS) -> list[int]:

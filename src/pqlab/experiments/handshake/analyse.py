@@ -10,14 +10,13 @@ log is the other source); `analyse_cell` checks what every handshake negotiated
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
 from pqlab import pcap, procstat
 from pqlab.errors import CheckError, EngineError
 from pqlab.experiments.handshake import phases as hp
-from pqlab.experiments.handshake import predicted
+from pqlab.experiments.handshake import predicted, schema
 from pqlab.net import clock
 from pqlab.tls import flight, negotiation, records
 from pqlab.tls import keylog as kl
@@ -122,8 +121,8 @@ def handshake_row(idx: int, cport: int, h: hp.Handshake, crec: dict, srec: dict)
         "bytes_through_certificate": f["bytes_through_certificate"],
         "server_flight_retransmissions": f["retransmissions"],
         "writes_predicted": f["writes_predicted"],
-        "flush_offsets_predicted": json.dumps(f["flush_offsets_predicted"]),
-        "short_segment_ends": json.dumps(f["short_segment_ends"]),
+        "flush_offsets_predicted": schema.json_ints(f["flush_offsets_predicted"]),
+        "short_segment_ends": schema.json_ints(f["short_segment_ends"]),
         "split_by_write_buffer": f["split_by_write_buffer"],
         "document_case": f["document_case"],
         "cv_stall_predicted": f["cv_stall_predicted"],
@@ -139,9 +138,9 @@ def handshake_row(idx: int, cport: int, h: hp.Handshake, crec: dict, srec: dict)
         "server_snd_cwnd": info.get("snd_cwnd"),
         "server_total_retrans": info.get("total_retrans"),
         "server_snd_mss": info.get("snd_mss"),
-        "points": json.dumps({k: v - p["1"] for k, v in p.items()}),
+        "points": schema.json_int_map({k: v - p["1"] for k, v in p.items()}),
         "order_disagreements": f["order_disagreements"],
-        "server_writes": json.dumps(f["server_writes"]),
+        "server_writes": schema.json_ints(f["server_writes"]),
         "flight_rounds": f["flight_rounds"],
         "flight_max_in_flight": f["max_in_flight"],
         # the TCP handshake's round trip and one per round of the server's flight

@@ -206,9 +206,7 @@ def segments_carrying(conn: Connection, from_client: bool, start: int, end: int)
     """How many TCP segments carried stream bytes [start, end) in one direction, counting
     each byte's first transmission only (retransmissions do not add segments)."""
     count, sent = 0, 0
-    for s in conn.segments:
-        if s.from_client != from_client or s.payload_len == 0:
-            continue
+    for s in conn.payload_segments(from_client):
         new_from = max(s.start, sent)  # bytes before `sent` were on the wire already
         if s.end <= new_from:
             continue
@@ -269,8 +267,8 @@ def message_sizes(records: list[TlsRecord], sender: str) -> dict[str, int]:
 
 def covering(conn: Connection, from_client: bool, end: int) -> Segment:
     """The first segment (in capture order) of one direction carrying stream byte end-1."""
-    for s in conn.segments:
-        if s.from_client == from_client and s.start < end <= s.end:
+    for s in conn.payload_segments(from_client):
+        if s.start < end <= s.end:
             return s
     side = "client" if from_client else "server"
     raise AnalysisError(f"no captured {side} segment carries stream byte {end - 1}")

@@ -17,6 +17,7 @@ import json
 import statistics
 from dataclasses import dataclass
 
+from pqlab.experiments.handshake import schema
 from pqlab.stats import Cause, Warning_
 from pqlab.tls import predict, wire
 
@@ -126,7 +127,7 @@ def columns(model: CellModel, points: dict, writes, flight_end: int) -> dict:
     return {
         "predicted_flight_bytes_min": outs[0].flight_bytes,
         "predicted_flight_bytes_max": outs[1].flight_bytes,
-        "predicted_writes": json.dumps(outs[1].writes),
+        "predicted_writes": schema.json_ints(outs[1].writes),
         "predicted_segments_min": min(len(x.flight) for x in w),
         "predicted_segments_max": max(len(x.flight) for x in w),
         "predicted_round_trips_min": min(x.round_trips for x in w),

@@ -1,6 +1,18 @@
 """The handshake experiment's tables in the results database (raw rows per handshake, phase
 rows per handshake and view, capture statistics per cell and host)."""
 
+
+def json_ints(values) -> str:
+    """A JSON column of integers, as `json.dumps(list(values))` writes it (some five times
+    as fast: a cell writes five such columns a handshake)."""
+    return "[" + ", ".join(map(str, values)) + "]"
+
+
+def json_int_map(mapping: dict[str, int]) -> str:
+    """A JSON object of integers under plain keys (no character JSON escapes), as
+    `json.dumps(mapping)` writes it."""
+    return "{" + ", ".join(f'"{k}": {v}' for k, v in mapping.items()) + "}"
+
 RAW_DDL = """
 CREATE TABLE IF NOT EXISTS handshake_raw (
     cell_id TEXT, "group" TEXT, server_sig TEXT, ca_sig TEXT, idx INTEGER,
