@@ -179,6 +179,9 @@ def test_issue_check_small_matrix(tmp_path):
     assert "handshake_sh_cert_size_vs_sh_to_cert.png" in figures
     assert any(f.startswith("handshake_phases_group-") for f in figures)
     assert (out / "report.html").exists()
+    # The chains of one CA, made side by side, are under its one root.
+    roots = {p.read_bytes() for p in (out / "certs").glob("RSA-2048__*/root.crt.pem")}
+    assert len(list((out / "certs").glob("RSA-2048__*/root.crt.pem"))) == 2 and len(roots) == 1
 
     con = duckdb.connect(str(out / "results.duckdb"), read_only=True)
     assert con.execute("SELECT count(*) FROM handshake_raw").fetchone()[0] == 4 * 50

@@ -17,6 +17,7 @@ import contextlib
 import json
 import random
 import shutil
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -98,19 +99,47 @@ class _Live:
     identity: runner.Identity | None = None  # mutual TLS: what the client presents
 
 
+# Chains made at once (each an engine process generating keys, mostly: two CPUs take them
+# side by side). The batch's servers, clients and captures are started from the lab's own
+# thread: an engine process ends with the thread that started it (PR_SET_PDEATHSIG), so a
+# helper thread's would die with the helper.
+SIDE_BY_SIDE = 4
+
+
+def _server_chain(store, hosts, plan: Plan, pair, cell) -> Chain:
+    """The server chain of a cell (made once per run: later cells with it find it)."""
+    _, server_sig, ca_sig, chain_bytes, _ = cell
+    return make_chain(
+        store.path / "certs",
+        ca_sig,
+        server_sig,
+        plan.stack,
+        send_root=plan.send_root,
+        server_address=hosts.server_ip if pair is not None else None,
+        chain_bytes=chain_bytes,
+    )
+
+
+def _make_chains(store, hosts, plan: Plan, pair, cells: list) -> None:
+    """The batch's server chains made side by side: first one for each CA (which makes the
+    CA's root, shared by all its chains), then the rest under those roots."""
+    chains = {(c[1].name, c[2].name, c[3]): c for c in cells}  # one cell per chain
+    first, rest = {}, []
+    for cell in chains.values():
+        if cell[2].name not in first:
+            first[cell[2].name] = cell
+        else:
+            rest.append(cell)
+    with ThreadPoolExecutor(SIDE_BY_SIDE) as ex:
+        for wave in (list(first.values()), rest):
+            list(ex.map(lambda c: _server_chain(store, hosts, plan, pair, c), wave))
+
+
 def _prepare(store, hosts, plan: Plan, pair, index: int, cell, work: Path) -> _Live:
     """Chain, ports and files of the batch's cell `index` (nothing started)."""
     group, server_sig, ca_sig, chain_bytes, client = cell
     with store.stages.stage("chains"):
-        chain = make_chain(
-            store.path / "certs",
-            ca_sig,
-            server_sig,
-            plan.stack,
-            send_root=plan.send_root,
-            server_address=hosts.server_ip if pair is not None else None,
-            chain_bytes=chain_bytes,
-        )
+        chain = _server_chain(store, hosts, plan, pair, cell)
     name = f"{group.name}_{server_sig.name}_{ca_sig.name}".replace("/", "_")
     name += f"_{chain_bytes}B" if chain_bytes is not None else ""
     name += f"_client_{client.name}".replace("/", "_") if client is not None else ""
@@ -412,13 +441,15 @@ def run_batch(store, hosts, plan: Plan, pair, cells: list, work: Path, progress,
     where = f" ({pair.label})" if pair is not None and len(plan.pairs) > 1 else ""
     stage = store.stages.stage
     try:
+        progress.start(f"certificate chains for {len(cells)} cells{where}")
+        with stage("chains"):
+            _make_chains(store, hosts, plan, pair, cells)
         for i, cell in enumerate(cells):
-            group, ssig, csig = cell[:3]
-            progress.start(f"starting {group.name} / {ssig.name} / CA {csig.name}{where}")
             live.append(_prepare(store, hosts, plan, pair, i, cell, work))
-            with stage("starting_servers_and_captures"):
-                _start(hosts, plan, live[-1], rounds, budget, procs)
+        progress.start(f"starting {len(cells)} cells' servers, clients and captures{where}")
         with stage("starting_servers_and_captures"):
+            for cell in live:
+                _start(hosts, plan, cell, rounds, budget, procs)
             runner.await_ready(procs)
         for position, (number, i) in enumerate(schedule(len(live), len(rounds), plan.seed)):
             group, ssig, csig = live[i].algs[:3]
