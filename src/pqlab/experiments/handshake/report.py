@@ -106,6 +106,9 @@ def export(store):
         section.text("<p>No handshake cell finished.</p>")
         return section
     _order_sql(store)
+    # The figures first: inside the export's rendering their workers draw them while the
+    # tables below are written (they go into the section in their place, after the tables).
+    drawn = _figures(store)
     section.table(
         _segment_table(store),
         "TCP segments the server sent from ServerHello through Finished (median), as table "
@@ -171,7 +174,7 @@ def export(store):
             _load_table(store),
             "CPU time and peak memory of the server and client processes per cell",
         )
-    for png, caption in _figures(store):
+    for png, caption in drawn:
         section.figure(png, caption)
     section.text(template("handshake_mechanisms"))
     section.text(_write_models_text(store))
