@@ -37,8 +37,14 @@ plt.rcParams.update(
         "axes.spines.right": False,
         "font.size": 9,
         "svg.hashsalt": "pqlab",  # reproducible SVG ids
+        # Text as text, in the viewer's font (DejaVu Sans, else its sans-serif): searchable,
+        # half the file, and a third less time to write than every glyph as a path.
+        "svg.fonttype": "none",
     }
 )
+# PNG compression: level 3 writes a figure in 13 ms against 18 ms at zlib's default 6, for
+# files some 8 % larger.
+PNG = {"compress_level": 3}
 
 
 def save(fig, store, name: str) -> Path:
@@ -106,9 +112,9 @@ def _write(fig, png, svg) -> None:
     box = fig.get_tightbbox(renderer).padded(plt.rcParams["savefig.pad_inches"])
     pixels = _cut(raw.getbuffer(), canvas, box, dpi)
     if pixels is None:
-        fig.savefig(png, bbox_inches=box, dpi=dpi)
+        fig.savefig(png, bbox_inches=box, dpi=dpi, pil_kwargs=PNG)
     else:
-        matplotlib.image.imsave(png, pixels, format="png", dpi=dpi)
+        matplotlib.image.imsave(png, pixels, format="png", dpi=dpi, pil_kwargs=PNG)
     fig.savefig(svg, bbox_inches=box, metadata={"Date": None})
 
 
