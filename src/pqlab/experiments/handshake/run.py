@@ -451,6 +451,9 @@ def run_batch(store, hosts, plan: Plan, pair, cells: list, work: Path, progress,
             for cell in live:
                 _start(hosts, plan, cell, rounds, budget, procs)
             runner.await_ready(procs)
+            # The analysis's workers, started with the run, are up (idle) before any
+            # handshake: nothing of their start runs beside the rounds.
+            pool.wait_started()
         for position, (number, i) in enumerate(schedule(len(live), len(rounds), plan.seed)):
             group, ssig, csig = live[i].algs[:3]
             progress.start(
@@ -577,6 +580,7 @@ def measure(plan: Plan, store) -> None:
             CellProgress("handshake", len(todo), ticking=False) as progress,
             Workers() as pool,
         ):
+            pool.start_soon()  # ready for the first batch's analysis, started meanwhile
             for pair in plan.pairs:
                 cells = [cell for p, cell in todo if p is pair]
                 if cells:
