@@ -271,5 +271,19 @@ def test_stacked_figure_names_every_phase_of_each_view_under_it():
             assert max(xs[:half]) < min(xs[half:])
             ys = [t.get_window_extent().y0 for t in ax.texts[:half]]
             assert ys == sorted(ys, reverse=True)
+            # The bars: a phase's on every label's row, in the phase's colour, each one
+            # starting where the one before it ended.
+            assert len(ax.collections) == len(names)
+            left = [0.0] * len(labels)
+            for name, phase in zip(names, ax.collections, strict=True):
+                assert matplotlib.colors.same_color(phase.get_facecolor()[0], colours[name][0])
+                assert phase.get_hatch() == colours[name][1]
+                for row, (lab, path) in enumerate(zip(labels, phase.get_paths(), strict=True)):
+                    (x0, y0), (x1, y1) = path.get_extents().get_points()
+                    width = rows[(lab, view, name)]
+                    assert (x0, x1) == pytest.approx((left[row], left[row] + width))
+                    assert (y0, y1) == pytest.approx((row - 0.4, row + 0.4))
+                    left[row] += width
+            assert ax.get_xlim()[0] == 0  # the time axis starts at 0, as barh's
     finally:
         figures.plt.close(fig)
