@@ -108,6 +108,11 @@ if ! .venv/bin/python -c 'import pqlab, duckdb, pyarrow, matplotlib, rich, pytes
   .venv/bin/pip install -q -e '.[test]'
   touch .venv/.pqlab-installed
 fi
+# The lab's own bytecode, as pip writes it for installed packages (an editable install's
+# is written on first import, or never under PYTHONDONTWRITEBYTECODE: then every pqlab
+# command and worker compiled its 150 modules anew, some 0.2 s each). Up-to-date files are
+# skipped; an edited module's stale bytecode is ignored by Python and compiled again here.
+.venv/bin/python -m compileall -q src/pqlab >/dev/null
 
 # --- the engine (vendored OpenSSL 3.5.4 and liboqs 0.13.0) -------------------------------
 # Two programs from one library: pqlab-engine, and pqlab-engine-wolfssl which links wolfSSL
