@@ -25,11 +25,12 @@ def export_all(store: RunStore, html: bool = True) -> list[Section]:
             section = exp.export(store)
             if section is not None:
                 sections.append(section)
-    head, rows = summary.build(store)
-    top = Section("Summary", intro=head)
-    csv_path = store.export_rows("summary", rows, summary.SUMMARY_COLUMNS)
-    if csv_path is not None:
-        top.table(csv_path, "The summary's numbers: baseline, candidate and change")
+        # The summary draws nothing: made while the figure workers finish.
+        head, rows = summary.build(store)
+        top = Section("Summary", intro=head)
+        csv_path = store.export_rows("summary", rows, summary.SUMMARY_COLUMNS)
+        if csv_path is not None:
+            top.table(csv_path, "The summary's numbers: baseline, candidate and change")
     if html:
         write_html(store, sections, top)
     return sections
