@@ -109,7 +109,7 @@ def test_files_hold_what_is_drawn_past_the_figure_and_only_that(tmp_path):
     far = _draw(0)
     far.text(3.0, 0.5, "far out", transform=far.axes[0].transAxes)  # ~6 inches right
     a, b = figures.save(inside, store, "inside"), figures.save(far, store, "far")
-    (wa, ha), (wb, hb) = _png_size(a), _png_size(b)
+    (wa, ha), (wb, _) = _png_size(a), _png_size(b)
     pad = 2 * round(figures.plt.rcParams["savefig.pad_inches"] * 110)
     assert wa <= 3 * 110 + pad and ha <= 2 * 110 + pad  # the 3 x 2 in figure, cut close
     assert wb > (3 + figures.MARGIN_IN) * 110  # reaches past the margin: still drawn
