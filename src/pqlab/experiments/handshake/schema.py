@@ -13,6 +13,7 @@ def json_int_map(mapping: dict[str, int]) -> str:
     `json.dumps(mapping)` writes it."""
     return "{" + ", ".join(f'"{k}": {v}' for k, v in mapping.items()) + "}"
 
+
 RAW_DDL = """
 CREATE TABLE IF NOT EXISTS handshake_raw (
     cell_id TEXT, "group" TEXT, server_sig TEXT, ca_sig TEXT, idx INTEGER,
