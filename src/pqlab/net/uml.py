@@ -41,6 +41,7 @@ backend on a kernel without netem (docs/network.md), by hand as well as in the t
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import os
 import re
@@ -173,7 +174,21 @@ def kernel_version(kernel: str) -> str:
 
 
 def available() -> tuple[bool, str]:
-    """(True, what was found) if a UML guest with netem can be booted here, else (False, why)."""
+    """(True, what was found) if a UML guest with netem can be booted here, else (False, why):
+    the kernel, its modules and room for its memory are there (`installed`), and a guest
+    boots and runs a command (tried once per process)."""
+    ok, why = installed()
+    if not ok:
+        return ok, why
+    booted = _boots()
+    if booted is not None:
+        return False, f"{why}, but it does not run on this machine: {booted}"
+    return ok, why
+
+
+def installed() -> tuple[bool, str]:
+    """(True, what was found) if the kernel, its netem modules and room for the guest's
+    memory are here, else (False, why); whether it runs, `available` says."""
     kernel = kernel_path()
     if kernel is None:
         return False, (
@@ -191,6 +206,28 @@ def available() -> tuple[bool, str]:
     if not Path("/dev/shm").is_dir() and not os.environ.get("TMPDIR"):
         return False, "neither /dev/shm nor $TMPDIR exists for the guest's memory file"
     return True, f"{kernel} {version} with sch_netem in {mods}"
+
+
+@functools.lru_cache(maxsize=1)
+def _boots() -> str | None:
+    """Why a guest cannot run on this host, from the console of one that tried; None when
+    it ran, or failed otherwise (`run` then says how). The kernel runs its processes under
+    the host's ptrace, and some hosts refuse it what it needs: Debian's 6.1 on a CPU with
+    AMX cannot write a process's register state back ("userspace - ptrace set fp regs
+    failed"), and its init dies. A failure of pqlab's own harness is not such a reason: the
+    tests must see it."""
+    try:
+        res = run(["true"], timeout=60)
+    except GuestError:
+        return None
+    if res.returncode == 0:
+        return None
+    lines = [ln.strip() for ln in res.console.splitlines()]
+    host = [ln for ln in lines if ln.startswith("userspace - ptrace") or "check_ptrace" in ln]
+    if not host:
+        return None
+    panic = [ln for ln in lines if "Kernel panic" in ln]
+    return "; ".join(host[:1] + panic[:1])
 
 
 def _safe(path: Path, what: str) -> str:
@@ -323,7 +360,7 @@ def run(
 
     `timeout` bounds the whole run (boot to power-off; then the process group is killed);
     the command itself gets `inner_timeout` (default: `timeout` less 10 s for power-off)."""
-    ok, why = available()
+    ok, why = installed()
     if not ok:
         raise GuestError(f"cannot boot a UML guest: {why}")
     kernel = kernel_path()
