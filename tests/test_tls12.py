@@ -10,7 +10,7 @@ import subprocess
 import duckdb
 import pytest
 
-from pqlab import cli
+from pqlab import cli, engine
 from pqlab.errors import CheckError
 from pqlab.experiments import tls12 as experiment
 from pqlab.experiments import tls12_dhe
@@ -112,6 +112,51 @@ def test_dh_sources_make_a_cell_each():
     _, _, _, rfc_bits = experiment.tls_config(cells["DHE-2048"])
     _, _, _, gen_bits = experiment.tls_config(cells["DHE-2048-generated"])
     assert rfc_bits == 2048 and gen_bits is None  # generated parameters come from a file
+
+
+# Debian's own openssl command: a DH_check by an OpenSSL build the lab did not make.
+SYSTEM_OPENSSL = "/usr/bin/openssl"
+
+
+def _dh_check(path) -> str:
+    """What `openssl dhparam -check` says of a parameters file (p and (p-1)/2 prime,
+    generator suitable)."""
+    out = subprocess.run(
+        [SYSTEM_OPENSSL, "dhparam", "-in", str(path), "-check", "-noout"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    return (out.stdout + out.stderr).strip()
+
+
+@pytest.mark.skipif(not os.path.exists(SYSTEM_OPENSSL), reason="needs Debian's openssl command")
+@pytest.mark.parametrize("bits", [1024, 2048, 3072, 4096])
+def test_shipped_generated_dh_parameters_are_safe_primes_of_no_named_group(bits):
+    """The generated DHE parameters pqlab ships: a safe prime of the size with generator 2
+    (checked by another OpenSSL's DH_check), which the engine's OpenSSL matches to no named
+    group (full-length private exponents, no q)."""
+    path = experiment.generated_dh_file(bits)
+    assert _dh_check(path) == "DH parameters appear to be ok."
+    rec = next(r for r in engine.run(["dhparams", "--in", str(path)]) if r["type"] == "dhparams")
+    assert (rec["prime_bits"], rec["generator"], rec["has_q"]) == (bits, "2", False)
+    assert rec["private_bits"] == bits - 2
+
+
+@pytest.mark.skipif(not os.path.exists(SYSTEM_OPENSSL), reason="needs Debian's openssl command")
+def test_the_engine_generates_a_safe_prime(tmp_path):
+    """`pqlab-engine dhparams --source generated` (how the shipped parameters were made)
+    still makes parameters another OpenSSL accepts, and none of the RFC primes."""
+    out = tmp_path / "dh1024.pem"
+    rec = next(
+        r
+        for r in engine.run(
+            ["dhparams", "--source", "generated", "--bits", "1024", "--out", str(out)],
+            timeout=600,
+        )
+        if r["type"] == "dhparams"
+    )
+    assert (rec["source"], rec["prime_bits"], rec["private_bits"]) == ("generated", 1024, 1022)
+    assert _dh_check(out) == "DH parameters appear to be ok."
+    assert out.read_bytes() != experiment.generated_dh_file(1024).read_bytes()
 
 
 @needs_net

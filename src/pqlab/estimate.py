@@ -140,14 +140,6 @@ COSTS: dict[str, Cost] = {
         0.089,
         "DEFAULT's tls12 step: (25.31 s - 22.20 s of handshakes at TLS12_HANDSHAKES) / 35 cells",
     ),
-    "tls12.dh_generation_1024": Cost(
-        1.3,
-        "pqlab-engine dhparams --source generated (a safe prime, as tls12 makes one): "
-        "1024 bits, 15 runs of 0.04-4.6 s",
-    ),
-    "tls12.dh_generation_2048": Cost(4.1, "the same, 2048 bits: 3 runs of 3.4-4.9 s"),
-    "tls12.dh_generation_3072": Cost(66, "the same, 3072 bits: 2 runs of 55 and 77 s"),
-    "tls12.dh_generation_4096": Cost(215, "the same, 4096 bits: 3 runs of 27, 231 and 388 s"),
     "memory.cell": Cost(
         0.08,
         "memory --stack openssl (X25519, ECDSA-P256) -n 5 --idle 0: 0.09 s for one cell; "
@@ -264,7 +256,7 @@ class Work:
     units: dict[str, float] = field(default_factory=dict)  # cost name -> how many
     exact_s: float = 0.0  # seconds the plan fixes whatever the machine's speed
     cells: int = 0  # cells the step measures (the export's work grows with them)
-    notes: list[str] = field(default_factory=list)  # e.g. parameters generated first
+    notes: list[str] = field(default_factory=list)  # e.g. a remote network not priced
 
     def add(self, name: str, count: float) -> None:
         if name not in COSTS:

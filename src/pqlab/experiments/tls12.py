@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import contextlib
 import html
-import os
 from dataclasses import dataclass, field
+from importlib import resources
 from pathlib import Path
 
 from pqlab import catalog, engine, estimate, figures, stats, units
@@ -238,17 +238,19 @@ def _chains(store, plan: Plan) -> dict[str, Chain]:
     return {cert: make_chain(store.path / "certs", CERTS[cert], CERTS[cert]) for cert in plan.certs}
 
 
-def dh_cache_dir() -> Path:
-    """Where generated DHE parameters are kept between runs ($XDG_CACHE_HOME/pqlab/dhparams):
-    a new safe prime takes about a minute for 2048 bits on 2 cores and several for 4096, and
-    is public, so one per size and machine serves every run."""
-    cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(cache) / "pqlab" / "dhparams"
+def generated_dh_file(bits: int) -> Path:
+    """The generated DHE parameters of a size: a safe prime with generator 2, made by
+    `pqlab-engine dhparams --source generated` (OpenSSL's DH_generate_parameters, as
+    `openssl dhparam` makes for nginx's `ssl_dhparam`) and shipped with pqlab. A handshake's
+    cost depends on the prime's size and on the length of the exponents drawn with it, which
+    is the same for every prime of no named group; a new search costs from seconds to many
+    minutes at random (4096 bits: 27 s to 9 min on 2 cores)."""
+    return Path(str(resources.files("pqlab.data").joinpath("dhparams", f"dh{bits}.pem")))
 
 
-def dh_params(plan: Plan, progress) -> dict[tuple[int, str], dict]:
-    """For every DHE size and source of the plan: the parameters file (generated ones: made
-    once and cached) and what the engine's OpenSSL does with them (`dhparams` record:
+def dh_params(plan: Plan) -> dict[tuple[int, str], dict]:
+    """For every DHE size and source of the plan: the parameters file (generated ones:
+    `generated_dh_file`) and what the engine's OpenSSL does with them (`dhparams` record:
     prime size, private exponent length)."""
     out = {}
     for spec in plan.cells():
@@ -258,16 +260,7 @@ def dh_params(plan: Plan, progress) -> dict[tuple[int, str], dict]:
         if kex.dh_source == "rfc":
             args, path = ["--source", "rfc", "--bits", str(kex.dh_bits)], None
         else:
-            path = dh_cache_dir() / f"dh{kex.dh_bits}.pem"
-            if not path.exists():
-                path.parent.mkdir(parents=True, exist_ok=True)
-                progress.log(
-                    f"generating {kex.dh_bits}-bit DHE parameters (once; kept in {path.parent})"
-                )
-                engine.run(
-                    ["dhparams", "--source", "generated", "--bits", kex.dh_bits, "--out", path],
-                    timeout=6 * 3600,
-                )
+            path = generated_dh_file(kex.dh_bits)
             args = ["--in", str(path)]
         rec = next(
             r for r in engine.run(["dhparams", *args], timeout=60) if r["type"] == "dhparams"
@@ -301,7 +294,7 @@ def measure(plan: Plan, store) -> None:
     if plan.server_cpu is not None:
         quota_cm = CpuQuota(plan.server_cpu)
     with quota_cm as quota, CellProgress("tls12", len(todo)) as progress:
-        dh = dh_params(plan, progress)
+        dh = dh_params(plan)
         for pair in plan.pairs:
             cells = [c for p, c in todo if p is pair]
             if cells:
@@ -838,8 +831,7 @@ class Tls12(Experiment):
     def work(self, plan: Plan) -> estimate.Work:
         """Per defined cell a server and a client run of warm-up + -n handshakes, each priced
         from the measured table of this experiment's handshakes
-        (`estimate.TLS12_HANDSHAKES`; over a link profile plus its round trips), and the
-        DHE parameters the plan generates that are not cached yet."""
+        (`estimate.TLS12_HANDSHAKES`; over a link profile plus its round trips)."""
         cells = [c for c in plan.cells() if c.suite is not None]
         pairs = len(plan.pairs)
         work = estimate.Work("", cells=len(plan.cells()) * pairs)
@@ -853,13 +845,6 @@ class Tls12(Experiment):
             work.add("handshake_seconds", seconds * each * pairs)
             # over a link profile: TCP's round trip, then TLS 1.2's two or TLS 1.3's one
             work.exact_s += (3 if spec.version == "1.2" else 2) * rtt * each * pairs
-        for bits in sorted({c.kex.dh_bits for c in cells if c.kex.dh_source == "generated"}):
-            if not (dh_cache_dir() / f"dh{bits}.pem").exists():
-                work.add(f"tls12.dh_generation_{bits}", 1)
-                work.notes.append(
-                    f"{bits}-bit DHE parameters are generated first (once per machine; the "
-                    "time of a safe prime search varies several-fold)"
-                )
         work.size = f"{estimate.count(len(cells) * pairs, 'cell')} x {plan.n} handshakes (+{plan.warmup} warm-up)"
         if plan.remote is not None:
             work.notes.append("the network between the hosts is not in the estimate")
