@@ -14,7 +14,7 @@ engine:
 	scripts/build-wolfssl.sh
 	cd engine && cargo build --release --locked --workspace
 
-# The default suite: every document's experiment, about 16 minutes on 2 cores.
+# The default suite: every document's experiment, under 12 minutes on 2 cores.
 report: setup
 	$(PQLAB) suite --out results/default
 
