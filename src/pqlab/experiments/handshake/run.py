@@ -120,26 +120,34 @@ def _server_chain(store, hosts, plan: Plan, pair, cell) -> Chain:
     )
 
 
-def _make_chains(store, hosts, plan: Plan, pair, cells: list) -> None:
-    """The batch's server chains made side by side: first one for each CA (which makes the
-    CA's root, shared by all its chains), then the rest under those roots."""
-    chains = {(c[1].name, c[2].name, c[3]): c for c in cells}  # one cell per chain
+def _chain_key(cell) -> tuple:
+    """What tells a cell's server chain from another's: server and CA algorithms, size."""
+    return (cell[1].name, cell[2].name, cell[3])
+
+
+def _make_chains(store, hosts, plan: Plan, pair, cells: list) -> dict[tuple, Chain]:
+    """The batch's server chains (`_chain_key` -> chain) made side by side: first one for
+    each CA (which makes the CA's root, shared by all its chains), then the rest under
+    those roots."""
+    chains = {_chain_key(c): c for c in cells}  # one cell per chain
     first, rest = {}, []
-    for cell in chains.values():
+    for key, cell in chains.items():
         if cell[2].name not in first:
-            first[cell[2].name] = cell
+            first[cell[2].name] = key
         else:
-            rest.append(cell)
+            rest.append(key)
+    made = {}
     with ThreadPoolExecutor(SIDE_BY_SIDE) as ex:
         for wave in (list(first.values()), rest):
-            list(ex.map(lambda c: _server_chain(store, hosts, plan, pair, c), wave))
+            done = ex.map(lambda k: _server_chain(store, hosts, plan, pair, chains[k]), wave)
+            made.update(zip(wave, done, strict=True))
+    return made
 
 
-def _prepare(store, hosts, plan: Plan, pair, index: int, cell, work: Path) -> _Live:
-    """Chain, ports and files of the batch's cell `index` (nothing started)."""
+def _prepare(store, hosts, plan: Plan, pair, index: int, cell, work: Path, chain: Chain) -> _Live:
+    """Ports and files of the batch's cell `index`, with its server chain (`_make_chains`;
+    nothing started)."""
     group, server_sig, ca_sig, chain_bytes, client = cell
-    with store.stages.stage("chains"):
-        chain = _server_chain(store, hosts, plan, pair, cell)
     name = f"{group.name}_{server_sig.name}_{ca_sig.name}".replace("/", "_")
     name += f"_{chain_bytes}B" if chain_bytes is not None else ""
     name += f"_client_{client.name}".replace("/", "_") if client is not None else ""
@@ -443,9 +451,10 @@ def run_batch(store, hosts, plan: Plan, pair, cells: list, work: Path, progress,
     try:
         progress.start(f"certificate chains for {len(cells)} cells{where}")
         with stage("chains"):
-            _make_chains(store, hosts, plan, pair, cells)
+            chains = _make_chains(store, hosts, plan, pair, cells)
         for i, cell in enumerate(cells):
-            live.append(_prepare(store, hosts, plan, pair, i, cell, work))
+            chain = chains[_chain_key(cell)]
+            live.append(_prepare(store, hosts, plan, pair, i, cell, work, chain))
         progress.start(f"starting {len(cells)} cells' servers, clients and captures{where}")
         with stage("starting_servers_and_captures"):
             for cell in live:
