@@ -202,7 +202,6 @@ pub fn handshake_type_name(t: u8) -> &'static str {
 /// Byte and record counters go on past the bound; the record then has `events_dropped`.
 pub const MAX_EVENTS: usize = 1_000_000;
 
-/// Per-connection record of everything the TLS stack and the socket did, in order.
 /// Which per-message events a connection record keeps (`--events`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Events {
@@ -213,10 +212,10 @@ pub enum Events {
     All,
 }
 
+/// Per-connection record of everything the TLS stack and the socket did, in order.
 pub struct Recorder {
-    pub events_on: bool,
-    /// Keep only the events of what this side sent (`Events::Sent`).
-    pub sent_only: bool,
+    /// Which events it keeps.
+    pub keep: Events,
     pub events: Vec<Event>,
     /// Events not kept because `max_events` was reached.
     pub events_dropped: u64,
@@ -271,8 +270,7 @@ impl RecordScanner {
 impl Default for Recorder {
     fn default() -> Recorder {
         Recorder {
-            events_on: false,
-            sent_only: false,
+            keep: Events::Off,
             events: Vec::new(),
             events_dropped: 0,
             max_events: MAX_EVENTS,
@@ -286,25 +284,26 @@ impl Default for Recorder {
 }
 
 impl Recorder {
+    /// A recorder keeping every event (`events_on`) or none.
     pub fn new(events_on: bool) -> Recorder {
-        Recorder {
-            events_on,
-            ..Default::default()
-        }
+        Recorder::for_events(if events_on { Events::All } else { Events::Off })
     }
 
-    /// A recorder keeping the events `events` asks for.
-    pub fn for_events(events: Events) -> Recorder {
+    /// A recorder keeping the events `keep` asks for.
+    pub fn for_events(keep: Events) -> Recorder {
         Recorder {
-            events_on: events != Events::Off,
-            sent_only: events == Events::Sent,
+            keep,
             ..Default::default()
         }
     }
 
     /// Whether an event in direction `dir` is kept.
     fn keeps(&self, dir: Dir) -> bool {
-        self.events_on && !(self.sent_only && dir == Dir::Recv)
+        match self.keep {
+            Events::Off => false,
+            Events::Sent => dir != Dir::Recv,
+            Events::All => true,
+        }
     }
 
     /// Read record headers off the socket's bytes (for a stack that reports no messages):
