@@ -14,7 +14,6 @@ use super::stack::{ReadOutcome, ServerName, Session};
 use crate::out::Result;
 use serde_json::json;
 use std::cell::RefCell;
-use std::net::TcpStream;
 use std::rc::Rc;
 use std::time::Duration;
 
@@ -72,65 +71,75 @@ pub fn run(a: Args) -> Result<()> {
                 a.client.time_limit
             );
         }
-        let timeout = Duration::from_secs(a.client.tls.io_timeout);
-        let tcp = TcpStream::connect_timeout(&target.addr, timeout)
-            .map_err(|e| crate::err!(Io, "connection {i}: TCP connect failed: {e}"))?;
-        tcp.set_nodelay(true)?;
-        tcp.set_read_timeout(Some(timeout))?;
-        tcp.set_write_timeout(Some(timeout))?;
-        let rec: SharedRecorder = Rc::new(RefCell::new(Recorder::new(false)));
-        let tcp = Rc::new(tcp);
-        let wire = Wire {
-            tcp: tcp.clone(),
-            rec: rec.clone(),
-            peer: "server",
-            timeout_s: a.client.tls.io_timeout,
-        };
-        // The handshake alone, the TCP connection already up (what tls_bench's "Connect"
-        // times: wolfSSL_connect on a connected socket).
-        let handshake = ctx.start(wire, &ServerName::parse(&target.name))?;
-        let started = std::time::Instant::now();
-        let mut session = handshake.run()?;
-        let handshake_ns = started.elapsed().as_nanos() as u64;
-        let neg = client::Negotiation {
-            negotiated: session.negotiated(),
-            verification: session.verification(),
-        };
-        client::check(stack, &checks, &neg, i)?;
-        // The echo first, right after the handshake, as tls_bench's loop runs: after a bulk
-        // transfer the same loop measured up to a quarter slower (docs/throughput.md).
-        let echo = match a.echo_bytes {
-            Some(e) => Some(
-                echo(&mut *session, e)
-                    .map_err(|err| err.context(format!("connection {i}: echo")))?,
-            ),
-            None => None,
-        };
-        let (push_ns, server_recv_ns, push_cpu_ns) = push(&mut *session, a.push_bytes)
-            .map_err(|e| e.context(format!("connection {i}: push")))?;
-        let (pull_ns, pull_first_ns, pull_cpu_ns) = pull(&mut *session, a.pull_bytes)
-            .map_err(|e| e.context(format!("connection {i}: pull")))?;
-        session.close(false);
-        let mut out = json!({
-            "type": "bulk", "index": if i < a.client.warmup { i } else { i - a.client.warmup },
-            "warmup": i < a.client.warmup, "stack": stack.name(), "handshake_ns": handshake_ns,
-            "negotiated": serde_json::to_value(&neg.negotiated).unwrap_or_default(),
-            "push_bytes": a.push_bytes, "push_ns": push_ns, "server_recv_ns": server_recv_ns,
-            "pull_bytes": a.pull_bytes, "pull_ns": pull_ns, "pull_first_to_last_ns": pull_first_ns,
-            "push_cpu_ns": push_cpu_ns, "pull_cpu_ns": pull_cpu_ns,
-            "tcp_info": record::tcp_info(&tcp), "t": record::realtime_ns(),
-        });
-        if let (Some(e), Some((write_ns, read_ns))) = (a.echo_bytes, echo) {
-            out["echo_bytes"] = json!(e);
-            out["echo_write_ns"] = json!(write_ns);
-            out["echo_read_ns"] = json!(read_ns);
-        }
-        if let Ok(r) = rec.try_borrow() {
-            r.add_counters(&mut out, stack.reports_messages());
-        }
+        let dialed = client::Dialed::connect(&a.client, &target, Some(deadline))
+            .map_err(|e| e.context(format!("connection {i}")))?;
+        let out = transfer(&a, stack, &*ctx, (&target, &checks), &dialed, i)
+            .map_err(|e| dialed.explain(e))?;
         crate::out::emit(&out);
     }
     Ok(())
+}
+
+/// One connection's handshake and transfers on a connected socket; its `bulk` record.
+fn transfer(
+    a: &Args,
+    stack: &dyn super::stack::Stack,
+    ctx: &dyn super::stack::ClientContext,
+    (target, checks): (&client::Target, &client::Checks),
+    dialed: &client::Dialed,
+    i: u64,
+) -> Result<serde_json::Value> {
+    let tcp = &dialed.tcp;
+    client::tcp_setup(tcp, a.client.tls.io_timeout)?;
+    let rec: SharedRecorder = Rc::new(RefCell::new(Recorder::new(false)));
+    let wire = Wire {
+        tcp: tcp.clone(),
+        rec: rec.clone(),
+        peer: "server",
+        timeout_s: a.client.tls.io_timeout,
+    };
+    // The handshake alone, the TCP connection already up (what tls_bench's "Connect"
+    // times: wolfSSL_connect on a connected socket).
+    let handshake = ctx.start(wire, &ServerName::parse(&target.name))?;
+    let started = std::time::Instant::now();
+    let mut session = handshake.run()?;
+    let handshake_ns = started.elapsed().as_nanos() as u64;
+    let neg = client::Negotiation {
+        negotiated: session.negotiated(),
+        verification: session.verification(),
+    };
+    client::check(stack, checks, &neg, i)?;
+    // The echo first, right after the handshake, as tls_bench's loop runs: after a bulk
+    // transfer the same loop measured up to a quarter slower (docs/throughput.md).
+    let echo = match a.echo_bytes {
+        Some(e) => Some(
+            echo(&mut *session, e).map_err(|err| err.context(format!("connection {i}: echo")))?,
+        ),
+        None => None,
+    };
+    let (push_ns, server_recv_ns, push_cpu_ns) = push(&mut *session, a.push_bytes)
+        .map_err(|e| e.context(format!("connection {i}: push")))?;
+    let (pull_ns, pull_first_ns, pull_cpu_ns) = pull(&mut *session, a.pull_bytes)
+        .map_err(|e| e.context(format!("connection {i}: pull")))?;
+    session.close(false);
+    let mut out = json!({
+        "type": "bulk", "index": if i < a.client.warmup { i } else { i - a.client.warmup },
+        "warmup": i < a.client.warmup, "stack": stack.name(), "handshake_ns": handshake_ns,
+        "negotiated": serde_json::to_value(&neg.negotiated).unwrap_or_default(),
+        "push_bytes": a.push_bytes, "push_ns": push_ns, "server_recv_ns": server_recv_ns,
+        "pull_bytes": a.pull_bytes, "pull_ns": pull_ns, "pull_first_to_last_ns": pull_first_ns,
+        "push_cpu_ns": push_cpu_ns, "pull_cpu_ns": pull_cpu_ns,
+        "tcp_info": record::tcp_info(tcp), "t": record::realtime_ns(),
+    });
+    if let (Some(e), Some((write_ns, read_ns))) = (a.echo_bytes, echo) {
+        out["echo_bytes"] = json!(e);
+        out["echo_write_ns"] = json!(write_ns);
+        out["echo_read_ns"] = json!(read_ns);
+    }
+    if let Ok(r) = rec.try_borrow() {
+        r.add_counters(&mut out, stack.reports_messages());
+    }
+    Ok(out)
 }
 
 /// Send `PUSH <n>` (its own record) and n pattern bytes; wait for `OK <n> <ns>`.

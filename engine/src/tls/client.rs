@@ -2,6 +2,7 @@
 //! handshakes, each checked (chain and host name against the CA, version, group, signature
 //! scheme) before it is recorded; a failed check ends the run, it is never a sample.
 
+use super::admission::{Admission, Ending, Phase, Watch};
 use super::options::TlsOpts;
 use super::record::{self, Events, Recorder, SharedRecorder, Sink, Stamp, Wire};
 use super::stack::{
@@ -82,6 +83,13 @@ pub struct Args {
     /// 2592000 (30 days).
     #[arg(long, default_value_t = 3600, value_parser = clap::value_parser!(u64).range(1..=2_592_000))]
     pub time_limit: u64,
+    /// Seconds each connection may take from the start of its TCP connect to its close
+    /// (connect, handshake, request, response), 1-86400, however the server paces its
+    /// bytes: at the deadline its socket is shut down and the connection fails, naming the
+    /// phase it was in. Default: no bound of its own (--time-limit still bounds it, and
+    /// --io-timeout every single wait).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    pub connection_timeout: Option<u64>,
     /// Pause between connections in milliseconds (0: back to back).
     #[arg(long, default_value_t = 0)]
     pub gap_ms: u64,
@@ -472,6 +480,7 @@ impl Loop<'_> {
         let ask = Ask {
             request,
             await_close_ms,
+            until: Some(self.deadline),
         };
         let res = one(self.ctx, a, target, ask, &rec, &mut out);
         let events = match rec.try_borrow_mut() {
@@ -609,13 +618,16 @@ pub(super) struct Negotiation {
     pub(super) verification: Verification,
 }
 
-/// What one connection does after its handshake.
+/// What one connection does after its handshake, and by when it must be done.
 #[derive(Clone, Copy)]
 pub(super) struct Ask {
     /// The bytes it asks for (`GET <n>`), if any.
     pub request: Option<u64>,
     /// How long it waits for the server's close after its own (0: it closes at once).
     pub await_close_ms: u64,
+    /// The end of the run (--time-limit), if the caller keeps one: no connection lasts
+    /// past it.
+    pub until: Option<Instant>,
 }
 
 impl Ask {
@@ -624,6 +636,120 @@ impl Ask {
         Ask {
             request: a.request_bytes,
             await_close_ms: a.await_close_ms,
+            until: None,
+        }
+    }
+}
+
+/// What ends a connection's life: --connection-timeout from its start, or the run's
+/// --time-limit, whichever comes first.
+#[derive(Clone, Copy)]
+struct Deadline {
+    at: Instant,
+    /// The option that set it, with its value, for the error.
+    flag: &'static str,
+    seconds: u64,
+}
+
+impl Deadline {
+    /// The deadline of a connection starting now (None: neither bound applies).
+    fn of(a: &Args, until: Option<Instant>) -> Option<Deadline> {
+        let now = Instant::now();
+        let own = a.connection_timeout.map(|s| Deadline {
+            at: now + Duration::from_secs(s),
+            flag: "--connection-timeout",
+            seconds: s,
+        });
+        let run = until.map(|at| Deadline {
+            at,
+            flag: "--time-limit",
+            seconds: a.time_limit,
+        });
+        match (own, run) {
+            (Some(o), Some(r)) => Some(if r.at < o.at { r } else { o }),
+            (o, r) => o.or(r),
+        }
+    }
+
+    /// The error of a connection this deadline cut off in `phase` (`e`: what the stack saw).
+    fn passed(&self, phase: Phase, e: Option<&crate::out::Error>) -> crate::out::Error {
+        let what = match self.flag {
+            "--time-limit" => format!("the run's --time-limit {} s was reached", self.seconds),
+            _ => format!("timed out after {} s", self.seconds),
+        };
+        let seen = e.map(|e| format!(": {}", e.message())).unwrap_or_default();
+        crate::err!(
+            Io,
+            "{what} in the {} ({} {}){seen}",
+            phase.name(),
+            self.flag,
+            self.seconds
+        )
+    }
+}
+
+/// A TCP connection to the target whose life is watched: its socket is shut down when its
+/// deadline passes, whatever the stack is doing with it.
+pub(super) struct Dialed {
+    pub tcp: Rc<TcpStream>,
+    watch: Option<Watch>,
+    deadline: Option<Deadline>,
+}
+
+impl Dialed {
+    /// Connect (within --io-timeout, and the deadline) and start watching.
+    pub fn connect(a: &Args, target: &Target, until: Option<Instant>) -> Result<Dialed> {
+        let deadline = Deadline::of(a, until);
+        let io = Duration::from_secs(a.tls.io_timeout.max(1));
+        let wait = match deadline {
+            Some(d) => {
+                let left = d.at.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    return Err(d.passed(Phase::Connect, None));
+                }
+                io.min(left)
+            }
+            None => io,
+        };
+        let tcp = TcpStream::connect_timeout(&target.addr, wait).map_err(|e| match deadline {
+            Some(d) if wait < io && e.kind() == std::io::ErrorKind::TimedOut => {
+                d.passed(Phase::Connect, None)
+            }
+            _ => crate::err!(Io, "TCP connect failed: {e}"),
+        })?;
+        let watch = match deadline {
+            Some(d) => Some(
+                Admission::clients()
+                    .watch(&tcp, Phase::Handshake, Some(d.at))
+                    .map_err(|e| crate::err!(Io, "cannot watch the connection's deadline: {e}"))?,
+            ),
+            None => None,
+        };
+        Ok(Dialed {
+            tcp: Rc::new(tcp),
+            watch,
+            deadline,
+        })
+    }
+
+    /// The connection moves on to `phase`.
+    pub fn phase(&self, phase: Phase) {
+        if let Some(w) = &self.watch {
+            w.phase(phase);
+        }
+    }
+
+    /// The phase it is in (or was cut off in).
+    pub fn current(&self) -> Phase {
+        self.watch.as_ref().map_or(Phase::Handshake, Watch::current)
+    }
+
+    /// A failure, told as the deadline when the deadline cut the connection off (the stack
+    /// only saw its socket close).
+    pub fn explain(&self, e: crate::out::Error) -> crate::out::Error {
+        match (self.watch.as_ref().and_then(Watch::ending), self.deadline) {
+            (Some(Ending::TimedOut(phase)), Some(d)) => d.passed(phase, Some(&e)),
+            _ => e,
         }
     }
 }
@@ -637,26 +763,34 @@ pub(super) fn one(
     rec: &SharedRecorder,
     out: &mut Value,
 ) -> Result<Negotiation> {
-    let timeout = Duration::from_secs(a.tls.io_timeout.max(1));
     let t0 = Stamp::now();
     out["t_connect_start"] = json!(t0.real);
-    let tcp = TcpStream::connect_timeout(&target.addr, timeout)
-        .map_err(|e| crate::err!(Io, "TCP connect failed: {e}"))?;
+    let dialed = Dialed::connect(a, target, ask.until).inspect_err(|_| {
+        out["failed_in"] = json!(Phase::Connect.name());
+    })?;
     let t1 = Stamp::now();
     out["t_tcp_connected"] = json!(t1.real);
-    tcp.set_nodelay(true)?;
-    tcp.set_read_timeout(Some(timeout))?;
-    tcp.set_write_timeout(Some(timeout))?;
-    out["local"] = json!(tcp.local_addr()?.to_string());
-    out["congestion_control"] = json!(record::congestion_control(&tcp));
-    let tcp = Rc::new(tcp);
-    let result = connected(ctx, a, target, rec, out, &tcp, (t0, t1, ask));
+    let result = tcp_setup(&dialed.tcp, a.tls.io_timeout)
+        .and_then(|()| connected(ctx, a, target, rec, out, &dialed, (t0, t1, ask)))
+        .map_err(|e| dialed.explain(e));
     if result.is_err() {
-        // What TCP saw of a failed connection (its RTT, what was acknowledged).
-        out["tcp_info"] = record::tcp_info(&tcp);
+        // What TCP saw of a failed connection (its RTT, what was acknowledged), and the
+        // phase it failed in.
+        out["tcp_info"] = record::tcp_info(&dialed.tcp);
         out["t_failed"] = json!(record::realtime_ns());
+        out["failed_in"] = json!(dialed.current().name());
     }
     result
+}
+
+/// A connected socket set up for a TLS connection: no Nagle, every read and write timed out
+/// after --io-timeout.
+pub(super) fn tcp_setup(tcp: &TcpStream, io_timeout: u64) -> Result<()> {
+    let timeout = Some(Duration::from_secs(io_timeout.max(1)));
+    tcp.set_nodelay(true)?;
+    tcp.set_read_timeout(timeout)?;
+    tcp.set_write_timeout(timeout)?;
+    Ok(())
 }
 
 /// The rest of `one` on a connected socket: handshake, request, close (`t0`, `t1`: when
@@ -667,9 +801,12 @@ fn connected(
     target: &Target,
     rec: &SharedRecorder,
     out: &mut Value,
-    tcp: &Rc<TcpStream>,
+    dialed: &Dialed,
     (t0, t1, ask): (Stamp, Stamp, Ask),
 ) -> Result<Negotiation> {
+    let tcp = &dialed.tcp;
+    out["local"] = json!(tcp.local_addr()?.to_string());
+    out["congestion_control"] = json!(record::congestion_control(tcp));
     let handshake = ctx.start(
         Wire {
             tcp: tcp.clone(),
@@ -708,13 +845,14 @@ fn connected(
     });
     out["durations"] = durations.clone();
     if let Some(n) = ask.request {
-        fetch(&mut *session, n, t0, out, &mut durations)?;
+        fetch(&mut *session, n, t0, out, &mut durations, dialed)?;
     }
     if let Some(path) = &a.request_path {
-        fetch_http(&mut *session, path, target, t0, out, &mut durations)?;
+        fetch_http(&mut *session, path, target, t0, out, &mut durations, dialed)?;
     }
     out["durations"] = durations;
     out["tcp_info"] = record::tcp_info(tcp);
+    dialed.phase(Phase::Close);
     if ask.await_close_ms > 0 {
         // The wait is bounded by the socket's read timeout, set to the wait.
         tcp.set_read_timeout(Some(Duration::from_millis(ask.await_close_ms)))?;
@@ -748,10 +886,13 @@ fn fetch_http(
     t0: Stamp,
     out: &mut Value,
     durations: &mut Value,
+    dialed: &Dialed,
 ) -> Result<()> {
     let head = super::http::request_head(path, &target.name, target.addr.port());
+    dialed.phase(Phase::Request);
     session.write_all(head.as_bytes())?;
     session.flush()?;
+    dialed.phase(Phase::Response);
     let t_req = Stamp::now();
     out["t_request_sent"] = json!(t_req.real);
     out["http_path"] = json!(path);
@@ -812,9 +953,12 @@ fn fetch(
     t0: Stamp,
     out: &mut Value,
     durations: &mut Value,
+    dialed: &Dialed,
 ) -> Result<()> {
+    dialed.phase(Phase::Request);
     session.write_all(format!("GET {n}\n").as_bytes())?;
     session.flush()?;
+    dialed.phase(Phase::Response);
     let t_req = Stamp::now();
     out["t_request_sent"] = json!(t_req.real);
     let mut buf = vec![0u8; 65536];

@@ -2,8 +2,9 @@
 //! chains only reported on (`--verify report`), the key shares the ClientHello carries
 //! (`--key-shares`, a HelloRetryRequest when the server wants another group), an HTTP GET
 //! read to its end (`--request-path`), the server's certificates (`--peer-chain`), the wait
-//! for the server's close (`--await-close-ms`), and a failed connection recorded before the
-//! run ends.
+//! for the server's close (`--await-close-ms`), a failed connection recorded before the
+//! run ends, and a whole connection bounded by `--connection-timeout` and `--time-limit`
+//! however the server paces its bytes.
 
 use super::record::testing::Memory;
 use super::tests::{loopback, make_certs, TempDir};
@@ -13,6 +14,7 @@ use clap::Parser;
 use serde_json::Value;
 use std::io::{Read, Write};
 use std::net::TcpListener;
+use std::time::{Duration, Instant};
 
 #[derive(Parser)]
 struct ClientCli {
@@ -232,7 +234,8 @@ fn a_failed_connection_is_recorded_before_the_error() {
     let root = dir.path().join("root.crt.pem");
     for (reply, kind) in [
         (&b""[..], "peer"),
-        (&b"HTTP/1.1 400 Bad Request\r\n\r\n"[..], "library"),
+        // Bytes that are not TLS: the peer misbehaved (exit 7), the library refused nothing.
+        (&b"HTTP/1.1 400 Bad Request\r\n\r\n"[..], "peer"),
         // A fatal handshake_failure alert, as a server without the group sends it.
         (&[21u8, 3, 3, 0, 2, 2, 40][..], "peer"),
     ] {
@@ -288,6 +291,115 @@ fn a_failed_connection_is_recorded_before_the_error() {
                 (Some(2), Some(40))
             );
         }
+    }
+}
+
+/// A server that answers the ClientHello with the start of a real ServerHello record, one
+/// byte every 100 ms (so no single read waits long), until the client goes.
+fn trickling_server() -> (u16, std::thread::JoinHandle<()>) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let h = std::thread::spawn(move || {
+        let (mut s, _) = listener.accept().unwrap();
+        let mut buf = [0u8; 8192];
+        let _ = s.read(&mut buf);
+        let mut hello = vec![22, 3, 3, 0, 122, 2, 0, 0, 118, 3, 3];
+        hello.extend([7u8; 111]);
+        for b in hello {
+            if s.write_all(&[b]).is_err() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    });
+    (port, h)
+}
+
+/// The client's options against 127.0.0.1:`port` with the root of `dir`.
+fn client_args(dir: &std::path::Path, port: u16, extra: &[&str]) -> client::Args {
+    let connect = format!("127.0.0.1:{port}");
+    let root = dir.join("root.crt.pem");
+    let mut argv = vec![
+        "t",
+        "--connect",
+        &connect,
+        "--ca",
+        root.to_str().unwrap(),
+        "--io-timeout",
+        "5",
+    ];
+    argv.extend(extra);
+    ClientCli::parse_from(argv).a
+}
+
+#[test]
+fn a_trickling_server_cannot_hold_a_connection_past_its_deadline() {
+    let dir = TempDir::new("trickle");
+    make_certs(dir.path(), "EC:P-256", "EC:P-256");
+    for stack in ["openssl", "rustls", "rustls-aws-lc-rs"] {
+        for (bound, flag) in [
+            (&["--connection-timeout", "1"][..], "--connection-timeout 1"),
+            (&["--time-limit", "1"][..], "--time-limit 1"),
+        ] {
+            let (port, h) = trickling_server();
+            let mut extra = vec!["--stack", stack];
+            extra.extend(bound);
+            let a = client_args(dir.path(), port, &extra);
+            let sink = Memory::default();
+            let t0 = Instant::now();
+            let e = client::run_with(a.tls.stack().unwrap(), &a, &sink).unwrap_err();
+            let took = t0.elapsed();
+            h.join().unwrap();
+            // Each read got a byte within 100 ms: only the deadline ended the connection.
+            assert!(
+                took >= Duration::from_millis(900) && took < Duration::from_secs(3),
+                "{stack} {flag}: {took:?}"
+            );
+            assert_eq!(e.kind(), "io", "{stack} {flag}: {e}");
+            assert!(
+                e.message().contains("in the handshake") && e.message().contains(flag),
+                "{stack}: {e}"
+            );
+            let recs = sink.records();
+            let c = recs.iter().find(|r| r["type"] == "connection_error");
+            let c = c.unwrap_or_else(|| panic!("{stack}: {recs:?}"));
+            assert_eq!(c["failed_in"], "handshake", "{stack}");
+            assert!(c["bytes_received"].as_u64().unwrap() >= 5, "{c}");
+        }
+    }
+}
+
+#[test]
+fn a_server_that_stalls_after_the_handshake_is_cut_off_in_the_response() {
+    let dir = TempDir::new("stall");
+    make_certs(dir.path(), "EC:P-256", "EC:P-256");
+    for stack in ["openssl", "rustls", "rustls-aws-lc-rs"] {
+        // --response-mode none: the server reads the request and never answers it.
+        let t0 = Instant::now();
+        let r = loopback(
+            dir.path(),
+            &["--stack", stack, "--response-mode", "none"],
+            &[
+                "--stack",
+                stack,
+                "--request-bytes",
+                "1000",
+                "--connection-timeout",
+                "1",
+            ],
+            1,
+        );
+        let took = t0.elapsed();
+        let e = r.client.unwrap_err();
+        assert_eq!(e.kind(), "io", "{stack}: {e}");
+        assert!(
+            e.message()
+                .contains("timed out after 1 s in the response (--connection-timeout 1)"),
+            "{stack}: {e}"
+        );
+        assert!(took < Duration::from_secs(4), "{stack}: {took:?}");
+        assert_eq!(r.client_records[0]["failed_in"], "response", "{stack}");
+        assert!(r.client_records[0]["t_handshake_done"].is_i64(), "{stack}");
     }
 }
 

@@ -2,7 +2,7 @@
 //! answered (`GET <n>` or HTTP), one JSON record per connection with the negotiated
 //! parameters, message events and TCP_INFO.
 
-use super::admission::{Admission, Ending, Watch};
+use super::admission::{Admission, Ending, Phase, Watch, RATE_WINDOW};
 use super::options::TlsOpts;
 use super::record::{self, Events, Recorder, SharedRecorder, Sink, Stamp, Wire};
 use super::request::{Request, RequestParser};
@@ -17,7 +17,7 @@ use std::path::PathBuf;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 #[derive(clap::Args, Clone, serde::Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -69,6 +69,16 @@ pub struct Args {
     /// room for a new connection by evicting the oldest one still in that phase.
     #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=86_400))]
     pub handshake_timeout: u64,
+    /// Seconds a connection may take for its response, 1-86400: from its request to its
+    /// last byte and close (with --response-mode none: until the client closes), however
+    /// slowly the client reads. A bulk transfer's every request has its own.
+    #[arg(long, default_value_t = DEFAULT_RESPONSE_TIMEOUT, value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    pub response_timeout: u64,
+    /// With --concurrent: a full server with no connection in its handshake evicts its
+    /// slowest response when that moved fewer bytes a second than this over the last 5 to
+    /// 7.5 s (0: responses are never evicted; at most 1073741824).
+    #[arg(long, default_value_t = DEFAULT_MIN_RESPONSE_RATE, value_parser = clap::value_parser!(u64).range(0..=(1u64 << 30)))]
+    pub min_response_rate: u64,
     /// Largest n accepted in `GET <n>` and HTTP `GET /<n>` (bytes). Responses are streamed
     /// in 16 KiB records, so the server's memory does not grow with n.
     #[arg(long, default_value_t = 1 << 30)]
@@ -138,6 +148,13 @@ const CHUNK: usize = 16384;
 /// --max-concurrent when not given: enough for a browser's parallel connections, few
 /// enough that idle sockets cannot exhaust threads.
 pub const DEFAULT_MAX_CONCURRENT: u64 = 64;
+
+/// --response-timeout when not given: an hour, the client's --time-limit; a response of
+/// --max-response-bytes (1 GiB) then needs 300 kB/s.
+pub const DEFAULT_RESPONSE_TIMEOUT: u64 = 3600;
+
+/// --min-response-rate when not given: one full TLS record a second.
+pub const DEFAULT_MIN_RESPONSE_RATE: u64 = CHUNK as u64;
 
 /// How long a full server waits for evicted connections to unwind before it refuses a new
 /// one (a burst of connections can outrun the victims' threads).
@@ -248,7 +265,8 @@ pub fn serve(
     a: Arc<Args>,
     sink: Arc<dyn Sink>,
 ) -> Result<()> {
-    let admission = Admission::start(Duration::from_secs(a.handshake_timeout));
+    // Only a --concurrent server evicts, and so samples its responses' rates.
+    let admission = Admission::start(a.concurrent);
     if let Some(n) = a.threads {
         return serve_pool(stack, ctx, listener, a, sink, &admission, n);
     }
@@ -279,27 +297,31 @@ pub fn serve(
         };
         if !a.concurrent {
             index += 1;
-            let watch = admission.watch(&tcp);
+            let watch = opening(&admission, &tcp, &a);
             serve_one(stack, &*ctx, &a, tcp, c, &*sink, watch);
             continue;
         }
         if in_flight.load(Ordering::SeqCst) >= cap {
             // Full: make room by evicting the connection that has been in its handshake
-            // (or request head) the longest; its worker ends at once. Silent or trickling
-            // peers therefore cannot lock good clients out. Connections being served are
-            // never evicted, and victims still unwinding count: never more than twice the
-            // cap in flight.
+            // (or request head) the longest, or else the slowest response under
+            // --min-response-rate; its worker ends at once. Silent or trickling peers and
+            // slow readers therefore cannot lock good clients out. Responses moving at least
+            // that rate are never evicted, and victims still unwinding count: never more
+            // than twice the cap in flight.
             let unwound = std::time::Instant::now() + VICTIMS_UNWIND;
             while in_flight.load(Ordering::SeqCst) >= 2 * cap && std::time::Instant::now() < unwound
             {
                 std::thread::sleep(Duration::from_millis(1));
             }
-            let evicted = in_flight.load(Ordering::SeqCst) < 2 * cap && admission.evict_oldest();
+            let evicted = in_flight.load(Ordering::SeqCst) < 2 * cap
+                && admission.evict(a.min_response_rate).is_some();
             if !evicted {
                 drop(tcp);
                 let why = format!(
                     "{cap} connections are already being served, none of them in its \
-                     handshake (--max-concurrent {cap})"
+                     handshake or slower than --min-response-rate {} B/s (--max-concurrent \
+                     {cap})",
+                    a.min_response_rate
                 );
                 refuse(&*sink, peer, cap, &why);
                 continue;
@@ -308,7 +330,7 @@ pub fn serve(
         in_flight.fetch_add(1, Ordering::SeqCst);
         // Watched from now on (not only once a worker runs it), so a burst of connections
         // always has its oldest unfinished one to evict.
-        let watch = admission.watch(&tcp);
+        let watch = opening(&admission, &tcp, &a);
         let job = (tcp, c, InFlight(in_flight.clone()), watch);
         // An idle worker takes it; else a new worker starts with it (at most twice `cap`
         // exist, since every worker beyond the idle ones holds a connection in flight).
@@ -356,6 +378,18 @@ pub fn serve(
         let _ = t.join();
     }
     Ok(())
+}
+
+/// Watch a connection from its accept: its handshake and request head must be done within
+/// --handshake-timeout.
+fn opening(admission: &Arc<Admission>, tcp: &TcpStream, a: &Args) -> std::io::Result<Watch> {
+    let deadline = Instant::now() + Duration::from_secs(a.handshake_timeout);
+    admission.watch(tcp, Phase::Handshake, Some(deadline))
+}
+
+/// A response's deadline (--response-timeout from now).
+fn response_deadline(a: &Args) -> Option<Instant> {
+    Some(Instant::now() + Duration::from_secs(a.response_timeout))
 }
 
 /// A --concurrent worker: serve its first connection, then wait for more until the accept
@@ -448,7 +482,7 @@ fn serve_pool(
                             peer,
                             t_accept,
                         };
-                        let watch = admission.watch(&tcp);
+                        let watch = opening(admission, &tcp, a);
                         serve_one(stack, ctx, a, tcp, c, sink, watch);
                     }
                     Ok(())
@@ -538,21 +572,34 @@ fn serve_one(
 /// A connection's error, told as the deadline or the eviction when one of them cut it off
 /// (the stack only saw its socket close).
 fn why_it_ended(e: crate::out::Error, ending: Option<Ending>, a: &Args) -> crate::out::Error {
-    match ending {
-        None => e,
-        Some(Ending::TimedOut) => crate::err!(
-            Peer,
-            "the handshake and request were not complete after {} s (--handshake-timeout): {}",
+    let Some(ending) = ending else { return e };
+    let why = match ending {
+        Ending::TimedOut(p @ (Phase::Handshake | Phase::Request | Phase::Connect)) => format!(
+            "the handshake and request were not complete after {} s (--handshake-timeout; \
+             it was in its {})",
             a.handshake_timeout,
-            e.message()
+            p.name()
         ),
-        Some(Ending::Evicted) => crate::err!(
-            Peer,
+        Ending::TimedOut(_) => format!(
+            "the response was not complete after {} s (--response-timeout)",
+            a.response_timeout
+        ),
+        Ending::Evicted { rate: None, phase } => format!(
             "evicted: the server was full (--max-concurrent) and this was the oldest \
-             connection still in its handshake: {}",
-            e.message()
+             connection still in its handshake or request (it was in its {})",
+            phase.name()
         ),
-    }
+        Ending::Evicted {
+            rate: Some(rate), ..
+        } => format!(
+            "evicted: the server was full (--max-concurrent) and this was its slowest \
+             response, {rate} B/s over the last {}-{} s, under --min-response-rate {}",
+            RATE_WINDOW.as_secs(),
+            RATE_WINDOW.as_secs_f64() * 1.5,
+            a.min_response_rate
+        ),
+    };
+    crate::err!(Peer, "{why}: {}", e.message())
 }
 
 #[allow(clippy::too_many_arguments)] // one connection's state, passed down once
@@ -590,6 +637,7 @@ fn handshake_and_respond(
         }
     };
     let _established = Established::new();
+    watch.phase(Phase::Request);
     if a.count_heap {
         heap_record(sink, c.index, a.tls.stack()?);
     }
@@ -611,15 +659,16 @@ fn handshake_and_respond(
     let (request, sent_app) = if a.response_mode == "echo-size" {
         respond(&mut *session, a, out, watch)?
     } else {
-        watch.opened();
-        wait_for_close(&mut *session)?;
+        watch.enter(Phase::Response, response_deadline(a));
+        wait_for_close(&mut *session, watch)?;
         (None, 0)
     };
     out["request_bytes"] = json!(request);
     out["app_bytes_sent"] = json!(sent_app);
     out["tcp_info"] = record::tcp_info(&tcp);
-    // close_notify both ways (bounded by --io-timeout); the peer may already have gone,
-    // which is not an error here.
+    // close_notify both ways (bounded by --io-timeout and the response's deadline); the peer
+    // may already have gone, which is not an error here.
+    watch.phase(Phase::Close);
     session.close(true);
     out["t_closed"] = json!(record::realtime_ns());
     Ok(())
@@ -633,7 +682,7 @@ fn respond(
     watch: &Watch,
 ) -> Result<(Option<u64>, u64)> {
     let request = read_request(session, a.max_response_bytes)?;
-    watch.opened();
+    watch.enter(Phase::Response, response_deadline(a));
     let Some(request) = request else {
         return Ok((None, 0));
     };
@@ -644,7 +693,7 @@ fn respond(
             return bulk(session, a, out, request, n, watch);
         }
         Request::Size(n) => {
-            send_filler(session, &chunk, n)?;
+            send_filler(session, &chunk, n, watch)?;
             (Some(n), n)
         }
         Request::Http { path, size } => {
@@ -670,7 +719,7 @@ fn respond(
             );
             session.write_all(head.as_bytes())?;
             match size {
-                Some(n) => send_filler(session, &chunk, n)?,
+                Some(n) => send_filler(session, &chunk, n, watch)?,
                 None => session.write_all(&page)?,
             }
             (size, head.len() as u64 + body_len)
@@ -713,7 +762,7 @@ fn bulk(
         stage = next_stage;
         match r {
             Request::Push(p) => {
-                let (t_first, t_last) = receive_pattern(session, p, a.tls.io_timeout, None)?;
+                let (t_first, t_last) = receive_pattern(session, p, watch, None)?;
                 out["push_bytes"] = json!(p);
                 out["push_recv_ns"] = json!(t_last - t_first);
                 session.write_all(format!("OK {p} {}\n", t_last - t_first).as_bytes())?;
@@ -728,6 +777,7 @@ fn bulk(
                     super::request::fill_pattern(&mut buf[..k], pulled);
                     session.write_all(&buf[..k])?;
                     pulled += k as u64;
+                    watch.moved(k as u64);
                 }
                 session.flush()?;
                 sent += m;
@@ -738,7 +788,7 @@ fn bulk(
                 receive_pattern(
                     session,
                     e,
-                    a.tls.io_timeout,
+                    watch,
                     Some(&mut |s, piece| {
                         s.write_all(piece)?;
                         s.flush()
@@ -750,10 +800,12 @@ fn bulk(
             _ => unreachable!("refused above"),
         }
         if stage < 3 {
-            // The next line is another request head, with a deadline of its own.
-            watch.reopen();
+            // The next line is another request head, with a deadline of its own, and so is
+            // its response.
+            let head = Instant::now() + Duration::from_secs(a.handshake_timeout);
+            watch.enter(Phase::Request, Some(head));
             request = read_request(session, a.max_response_bytes)?;
-            watch.opened();
+            watch.enter(Phase::Response, response_deadline(a));
         }
     }
     out["t_response_written"] = json!(record::realtime_ns());
@@ -764,17 +816,16 @@ fn bulk(
 type OnPiece<'a> = &'a mut dyn FnMut(&mut dyn Session, &[u8]) -> Result<()>;
 
 /// Read exactly n pattern bytes, handing each piece to `on_piece` when given; (monotonic ns
-/// of the first and of the last read).
+/// of the first and of the last read). The response's deadline bounds it (`watch`).
 fn receive_pattern(
     session: &mut dyn Session,
     n: u64,
-    timeout_s: u64,
+    watch: &Watch,
     mut on_piece: Option<OnPiece>,
 ) -> Result<(i64, i64)> {
     let mut buf = vec![0u8; 1 << 16];
     let mut got: u64 = 0;
     let (mut first, mut last) = (record::monotonic_ns(), record::monotonic_ns());
-    let limit = std::time::Instant::now() + Duration::from_secs(timeout_s.max(1) * 60);
     while got < n {
         let want = (n - got).min(buf.len() as u64) as usize;
         match session.read(&mut buf[..want])? {
@@ -789,28 +840,24 @@ fn receive_pattern(
                     f(session, &buf[..k])?;
                 }
                 got += k as u64;
+                watch.moved(k as u64);
                 last = record::monotonic_ns();
             }
             _ => crate::bail!(Peer, "the client stopped after {got} of {n} pushed bytes"),
-        }
-        if std::time::Instant::now() > limit {
-            crate::bail!(
-                Peer,
-                "the push did not complete within {} s",
-                timeout_s * 60
-            );
         }
     }
     Ok((first, last))
 }
 
-/// Exactly n filler bytes, one full record at a time.
-fn send_filler(session: &mut dyn Session, chunk: &[u8], n: u64) -> Result<()> {
+/// Exactly n filler bytes, one full record at a time, each counted as the response's
+/// progress.
+fn send_filler(session: &mut dyn Session, chunk: &[u8], n: u64, watch: &Watch) -> Result<()> {
     let mut sent: u64 = 0;
     while sent < n {
         let k = (n - sent).min(chunk.len() as u64) as usize;
         session.write_all(&chunk[..k])?;
         sent += k as u64;
+        watch.moved(k as u64);
     }
     Ok(())
 }
@@ -850,12 +897,13 @@ fn read_request(session: &mut dyn Session, max: u64) -> Result<Option<Request>> 
     }
 }
 
-/// --response-mode none: read until the client closes (close_notify or EOF).
-fn wait_for_close(session: &mut dyn Session) -> Result<()> {
+/// --response-mode none: read until the client closes (close_notify or EOF), within the
+/// response's deadline.
+fn wait_for_close(session: &mut dyn Session, watch: &Watch) -> Result<()> {
     let mut buf = [0u8; 4096];
     loop {
         match session.read(&mut buf) {
-            Ok(ReadOutcome::Data(_)) => continue,
+            Ok(ReadOutcome::Data(k)) => watch.moved(k as u64),
             Ok(ReadOutcome::Closed | ReadOutcome::Eof) => return Ok(()),
             Err(e) => return Err(e.context("read after handshake failed")),
         }

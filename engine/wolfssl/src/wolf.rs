@@ -608,6 +608,39 @@ impl ClientContext for Client {
     }
 }
 
+/// wolfSSL's errors (wolfssl/error-ssl.h) for bytes from the peer that TLS does not allow:
+/// records that are not TLS or too long, malformed or unexpected messages and extensions,
+/// records that do not decrypt. The peer misbehaved; wolfSSL did not refuse by itself.
+const MALFORMED: [c_int; 24] = [
+    -305, // VERIFY_MAC_ERROR
+    -306, // PARSE_ERROR
+    -307, // UNKNOWN_HANDSHAKE_TYPE
+    -311, // UNKNOWN_RECORD_TYPE
+    -312, // DECRYPT_ERROR
+    -321, // BAD_HELLO
+    -326, // VERSION_ERROR
+    -328, // BUFFER_ERROR
+    -341, // LENGTH_ERROR
+    -345, // NO_PEER_CERT
+    -373, // OUT_OF_ORDER_E
+    -394, // SANITY_MSG_E
+    -395, // DUPLICATE_MSG_E
+    -420, // INVALID_CERT_CTX_E
+    -421, // BAD_KEY_SHARE_DATA
+    -422, // MISSING_HANDSHAKE_DATA
+    -423, // BAD_BINDER
+    -424, // EXT_NOT_ALLOWED
+    -425, // INVALID_PARAMETER
+    -428, // EXT_MISSING
+    -429, // UNSUPPORTED_EXTENSION
+    -442, // TOO_MUCH_EARLY_DATA
+    -457, // DUPLICATE_TLS_EXT_E
+    -505, // HRR_COOKIE_ERROR
+];
+
+/// SOCKET_ERROR_E: the socket failed or, with no error noted by the I/O callbacks, ended.
+const SOCKET_ERROR_E: c_int = -308;
+
 /// A connection (a WOLFSSL and its Wire), before and after its handshake.
 struct Conn {
     ssl: *mut Ssl,
@@ -661,8 +694,14 @@ impl Conn {
                 "{what}: certificate verification failed: {reason} (wolfSSL {code})"
             ));
         }
-        if lower.contains("alert") || lower.contains("peer") {
+        if lower.contains("alert") || lower.contains("peer") || MALFORMED.contains(&code) {
             return Error::Peer(format!("{what}: {reason} (wolfSSL {code})"));
+        }
+        if code == SOCKET_ERROR_E {
+            // The I/O callbacks saw the socket's end of file (an error would be in IO_ERROR).
+            return Error::Peer(format!(
+                "{what}: the peer closed the connection (EOF; wolfSSL {code})"
+            ));
         }
         Error::Library(format!("{what}: {reason} (wolfSSL {code})"))
     }

@@ -147,3 +147,86 @@ fn key_shares_a_reported_chain_and_the_peer_chain() {
         "{c}"
     );
 }
+
+/// A loopback server that reads the ClientHello and answers with `reply`, one byte every
+/// `every` (all at once when zero), until the client goes.
+fn peer(reply: Vec<u8>, every: std::time::Duration) -> (u16, std::thread::JoinHandle<()>) {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let h = std::thread::spawn(move || {
+        let (mut s, _) = listener.accept().unwrap();
+        let _ = s.read(&mut [0u8; 8192]);
+        if every.is_zero() {
+            let _ = s.write_all(&reply);
+            std::thread::sleep(std::time::Duration::from_millis(300));
+            return;
+        }
+        for b in reply {
+            if s.write_all(&[b]).is_err() {
+                return;
+            }
+            std::thread::sleep(every);
+        }
+    });
+    (port, h)
+}
+
+/// The wolfSSL client's error record and exit code against 127.0.0.1:`port`.
+fn failure(root: &Path, port: u16, extra: &[&str]) -> (Value, Option<i32>) {
+    let out = Command::new(program())
+        .args(["tls", "client", "--connect", &format!("127.0.0.1:{port}")])
+        .arg("--ca")
+        .arg(root)
+        .args(["--stack", "wolfssl", "--io-timeout", "5"])
+        .args(extra)
+        .output()
+        .unwrap();
+    let recs: Vec<Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    let error = recs.iter().find(|r| r["type"] == "connection_error");
+    (
+        error.cloned().unwrap_or_else(|| panic!("{recs:?}")),
+        out.status.code(),
+    )
+}
+
+#[test]
+fn a_trickling_server_cannot_hold_the_wolfssl_client_past_its_deadline() {
+    let dir = certs("trickle");
+    let root = dir.0.join("root.crt.pem");
+    // The start of a real ServerHello record, a byte every 100 ms: no single read waits.
+    let mut hello = vec![22, 3, 3, 0, 122, 2, 0, 0, 118, 3, 3];
+    hello.extend([7u8; 111]);
+    let (port, h) = peer(hello, std::time::Duration::from_millis(100));
+    let t0 = std::time::Instant::now();
+    let (e, code) = failure(&root, port, &["--connection-timeout", "1"]);
+    let took = t0.elapsed();
+    h.join().unwrap();
+    assert_eq!(code, Some(6), "{e}");
+    assert!(took < std::time::Duration::from_secs(3), "{took:?}");
+    assert_eq!(e["failed_in"], "handshake");
+    let m = e["message"].as_str().unwrap();
+    assert!(
+        m.contains("timed out after 1 s in the handshake (--connection-timeout 1)"),
+        "{m}"
+    );
+}
+
+#[test]
+fn a_server_that_is_not_tls_misbehaved() {
+    let dir = certs("not-tls");
+    let root = dir.0.join("root.crt.pem");
+    for reply in [
+        &b"HTTP/1.1 400 Bad Request\r\n\r\n"[..],
+        &[22, 3, 3, 0, 4, 11, 0, 0, 0][..], // a Certificate where a ServerHello belongs
+        &b""[..],                           // closed without a word
+    ] {
+        let (port, h) = peer(reply.to_vec(), std::time::Duration::ZERO);
+        let (e, code) = failure(&root, port, &[]);
+        h.join().unwrap();
+        assert_eq!((code, e["kind"].as_str()), (Some(7), Some("peer")), "{e}");
+    }
+}

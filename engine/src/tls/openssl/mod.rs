@@ -472,9 +472,61 @@ fn group_code(ssl: &openssl::ssl::SslRef, name: Option<&str>) -> Option<u16> {
     name.and_then(|n| caps::codes().group(n))
 }
 
+/// libssl's reasons (SSL_R_*, include/openssl/sslerr.h) for bytes from the peer that TLS
+/// does not allow: records that are not TLS or too long, malformed or unexpected messages,
+/// records that do not decrypt. The peer misbehaved; libssl did not refuse by itself.
+const MALFORMED: [libc::c_int; 45] = [
+    103, // BAD_CHANGE_CIPHER_SPEC
+    186, // BAD_CIPHER
+    390, // BAD_DATA
+    102, // BAD_DH_VALUE
+    306, // BAD_ECPOINT
+    110, // BAD_EXTENSION
+    332, // BAD_HANDSHAKE_LENGTH
+    263, // BAD_HRR_VERSION
+    108, // BAD_KEY_SHARE
+    122, // BAD_KEY_UPDATE
+    292, // BAD_LEGACY_VERSION
+    271, // BAD_LENGTH
+    240, // BAD_PACKET
+    115, // BAD_PACKET_LENGTH
+    116, // BAD_PROTOCOL_VERSION_NUMBER
+    443, // BAD_RECORD_TYPE
+    384, // BAD_VALUE
+    133, // CCS_RECEIVED_EARLY
+    137, // CIPHER_CODE_WRONG_LENGTH
+    281, // DECRYPTION_FAILED_OR_BAD_RECORD_MAC
+    152, // EXCESSIVE_MESSAGE_SIZE
+    153, // EXTRA_DATA_IN_MESSAGE
+    155, // HTTPS_PROXY_REQUEST
+    156, // HTTP_REQUEST
+    260, // INVALID_CCS_MESSAGE
+    999, // INVALID_SESSION_ID
+    159, // LENGTH_MISMATCH
+    404, // LENGTH_TOO_LONG
+    160, // LENGTH_TOO_SHORT
+    293, // MIXED_HANDSHAKE_AND_NON_HANDSHAKE_DATA
+    182, // NOT_ON_RECORD_BOUNDARY
+    214, // NO_CHANGE_FOLLOWING_HRR
+    198, // PACKET_LENGTH_TOO_LONG
+    313, // RECORD_LAYER_FAILURE
+    213, // RECORD_LENGTH_MISMATCH
+    298, // RECORD_TOO_SMALL
+    408, // SSL_SESSION_ID_TOO_LONG
+    132, // TOO_MANY_KEY_UPDATES
+    262, // UNEXPECTED_CCS_MESSAGE
+    244, // UNEXPECTED_MESSAGE
+    245, // UNEXPECTED_RECORD
+    248, // UNKNOWN_CIPHER_RETURNED
+    217, // UNSOLICITED_EXTENSION
+    261, // WRONG_CIPHER_RETURNED
+    267, // WRONG_VERSION_NUMBER
+];
+
 /// Sort a libssl failure on a connection into the engine's kinds: a timeout or local I/O
-/// error is io; a peer that closed, reset or sent an alert is peer; everything libssl
-/// refused by itself (too small a DH group, no common cipher) is library.
+/// error is io; a peer that closed, reset, sent an alert or sent bytes TLS does not allow
+/// is peer; everything libssl refused by itself (too small a DH group, no common cipher) is
+/// library.
 fn classify(what: &str, e: &openssl::ssl::Error) -> Error {
     use std::io::ErrorKind as K;
     if let Some(io) = e.io_error() {
@@ -498,7 +550,8 @@ fn classify(what: &str, e: &openssl::ssl::Error) -> Error {
         },
         _ => {
             // Reasons at or above SSL_AD_REASON_OFFSET (1000) are alerts received from the
-            // peer; SSL_R_UNEXPECTED_EOF_WHILE_READING (294) is a peer that went away.
+            // peer; SSL_R_UNEXPECTED_EOF_WHILE_READING (294) is a peer that went away; the
+            // reasons of MALFORMED are bytes the peer sent that TLS does not allow.
             const ERR_LIB_SSL: libc::c_int = 20;
             const SSL_AD_REASON_OFFSET: libc::c_int = 1000;
             const SSL_R_UNEXPECTED_EOF_WHILE_READING: libc::c_int = 294;
@@ -506,7 +559,8 @@ fn classify(what: &str, e: &openssl::ssl::Error) -> Error {
                 stack.errors().iter().any(|er| {
                     er.library_code() == ERR_LIB_SSL
                         && (er.reason_code() >= SSL_AD_REASON_OFFSET
-                            || er.reason_code() == SSL_R_UNEXPECTED_EOF_WHILE_READING)
+                            || er.reason_code() == SSL_R_UNEXPECTED_EOF_WHILE_READING
+                            || MALFORMED.contains(&er.reason_code()))
                 })
             });
             if from_peer {

@@ -1234,6 +1234,15 @@ fn classify(what: &str, e: std::io::Error) -> Error {
             }
             rustls::Error::AlertReceived(a) => Error::Peer(format!("{what}: the peer sent {a:?}")),
             rustls::Error::PeerMisbehaved(m) => Error::Peer(format!("{what}: {m:?}")),
+            // Bytes from the peer that TLS does not allow.
+            rustls::Error::InvalidMessage(_)
+            | rustls::Error::InappropriateMessage { .. }
+            | rustls::Error::InappropriateHandshakeMessage { .. }
+            | rustls::Error::DecryptError
+            | rustls::Error::PeerSentOversizedRecord
+            | rustls::Error::NoCertificatesPresented => {
+                Error::Peer(format!("{what}: the peer misbehaved: {inner}"))
+            }
             rustls::Error::PeerIncompatible(m) => {
                 Error::Library(format!("{what}: nothing in common with the peer: {m:?}"))
             }
