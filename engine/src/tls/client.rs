@@ -833,6 +833,7 @@ fn connected(
         out["verify_error"] = json!(why);
     }
     out["peer_chain_der_bytes"] = json!(session.peer_chain_der_bytes());
+    out["peer_chain_truncated"] = json!(session.peer_chain_truncated());
     if a.peer_chain {
         out["peer_chain"] = json!(session
             .peer_chain_der()

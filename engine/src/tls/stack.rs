@@ -277,6 +277,11 @@ pub trait Session {
     fn peer_chain_der(&self) -> Option<Vec<Vec<u8>>> {
         None
     }
+    /// Whether the stack kept only part of the chain the peer sent (wolfSSL keeps at most
+    /// 9 certificates): `peer_chain_der*` then hold less than what crossed the wire.
+    fn peer_chain_truncated(&self) -> bool {
+        false
+    }
     fn verification(&self) -> Verification;
 }
 

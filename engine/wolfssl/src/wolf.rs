@@ -641,6 +641,11 @@ const MALFORMED: [c_int; 24] = [
 /// SOCKET_ERROR_E: the socket failed or, with no error noted by the I/O callbacks, ended.
 const SOCKET_ERROR_E: c_int = -308;
 
+/// X509_V_ERR_CERT_CHAIN_TOO_LONG: the peer sent more certificates than wolfSSL keeps
+/// (MAX_CHAIN_DEPTH, 9 in this build): it stops reading the chain there.
+const CHAIN_TOO_LONG: c_long = 22;
+const MAX_CHAIN_DEPTH: usize = 9;
+
 /// A connection (a WOLFSSL and its Wire), before and after its handshake.
 struct Conn {
     ssl: *mut Ssl,
@@ -663,6 +668,12 @@ impl Drop for Conn {
 }
 
 impl Conn {
+    /// Whether wolfSSL stopped reading the peer's chain at MAX_CHAIN_DEPTH certificates.
+    fn chain_too_long(&self) -> bool {
+        // SAFETY: valid WOLFSSL.
+        unsafe { wolfSSL_get_verify_result(self.ssl) == CHAIN_TOO_LONG }
+    }
+
     /// The engine's error kind for a failed call that returned `ret`.
     fn error(&self, what: &str, ret: c_int) -> Error {
         // SAFETY: valid WOLFSSL.
@@ -789,7 +800,13 @@ impl Handshake for Pending {
         if conn.report {
             // SAFETY: reads and clears this thread's note; the text is static.
             let failure = unsafe { pqlab_wolf_take_report_failure() };
-            if failure != 0 {
+            if conn.chain_too_long() {
+                // The first failure, noted before any certificate was checked.
+                conn.chain_failure = Some(format!(
+                    "the chain is longer than the {MAX_CHAIN_DEPTH} certificates wolfSSL \
+                     keeps (X509_V_ERR {CHAIN_TOO_LONG})"
+                ));
+            } else if failure != 0 {
                 let text =
                     c_text(unsafe { pqlab_wolf_verify_error_string(failure) }).unwrap_or_default();
                 // wolfSSL's store reports its own (negative) error codes or X509_V_ERR ones.
@@ -953,6 +970,10 @@ impl Session for Connection {
             out.push(unsafe { std::slice::from_raw_parts(p, len) }.to_vec());
         }
         Some(out)
+    }
+
+    fn peer_chain_truncated(&self) -> bool {
+        self.conn.chain_too_long()
     }
 
     fn verification(&self) -> Verification {

@@ -230,3 +230,24 @@ fn a_server_that_is_not_tls_misbehaved() {
         assert_eq!((code, e["kind"].as_str()), (Some(7), Some("peer")), "{e}");
     }
 }
+
+#[test]
+fn a_chain_longer_than_wolfssl_keeps_is_reported_as_truncated() {
+    let dir = certs("long");
+    let root = dir.0.join("root.crt.pem");
+    let recs = run(&dir.0, &root, &["--verify", "report", "--peer-chain"]);
+    let c = connection(&recs);
+    assert_eq!(c["peer_chain_truncated"], false, "{c}");
+    // The server's certificate, then its root twelve times: 13 certificates sent.
+    let chain = dir.0.join("chain.pem");
+    let mut text = std::fs::read_to_string(&chain).unwrap();
+    text.push_str(&std::fs::read_to_string(&root).unwrap().repeat(12));
+    std::fs::write(&chain, text).unwrap();
+    let recs = run(&dir.0, &root, &["--verify", "report", "--peer-chain"]);
+    let c = connection(&recs);
+    assert_eq!(c["peer_chain_truncated"], true, "{c}");
+    assert_eq!(c["peer_chain"].as_array().unwrap().len(), 9);
+    assert_eq!(c["verified"], false);
+    let why = c["verify_error"].as_str().unwrap();
+    assert!(why.contains("longer than the 9 certificates"), "{why}");
+}
