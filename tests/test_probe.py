@@ -200,9 +200,13 @@ def test_verdict_lines():
         "refused: the server answered after the ClientHello (1,406 B) with alert "
         "handshake_failure (40)",
     )
-    timeout = _row(outcome="timeout", group=None)
+    timeout = _row(outcome="timeout", group=None, bytes_received=0, failed_in="handshake")
     assert verdict.config_verdict(_cell("X25519"), [timeout], [], 3)[1] == (
-        "no answer within --timeout 3 s to the ClientHello (1,406 B)"
+        "timed out after 3 s in the handshake: nothing received after the ClientHello (1,406 B)"
+    )
+    late = _row(outcome="timeout", bytes_received=20480, failed_in="response")
+    assert verdict.config_verdict(_cell("X25519"), [late], [], 3)[1] == (
+        "timed out after 3 s in the response: 20.0 KiB received"
     )
     kind, line = verdict.config_verdict(_cell("X25519"), [_row(), refused], [], 10)
     assert kind == "mixed" and line.startswith("mixed: 1 of 2 completed, then refused")

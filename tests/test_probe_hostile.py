@@ -115,7 +115,7 @@ def test_a_server_that_stalls_past_the_timeout(tmp_path, capture_or_not):
     started = time.monotonic()
     with tcp_server(stall) as port:
         v, _ = _one_line(tmp_path, port, *capture_or_not)
-    assert v.startswith("no answer within --timeout 2 s to the ClientHello"), v
+    assert v.startswith("timed out after 2 s in the handshake: nothing received after the "), v
     assert time.monotonic() - started < 60
 
 

@@ -151,6 +151,13 @@ class Cause(enum.Enum):
         "the capture lost packets or holds another connection; rerun the probe, and read "
         "its pcap with the key log in Wireshark",
     )
+    PROBE_CHAIN_KEPT = (
+        "probe-chain-kept",
+        "A probe's client stack kept less of the server's chain than the server sent",
+        "the chain reported is the one the capture shows; without a capture (run as root) "
+        "probe with a stack that keeps whole chains (openssl, rustls): wolfSSL keeps at most "
+        "9 certificates, and none over 9 KiB",
+    )
     CPU_CONTENDED = (
         "cpu-contended",
         "The CPU was shared during timing",

@@ -1,6 +1,7 @@
 """`pqlab connect HOST:PORT`: pqlab's TLS client against any server; prints what was
 negotiated and how long each connection and handshake took. Every connection must validate
-the server's chain and host name; with --group/--sig it must negotiate exactly those."""
+the server's chain and host name; with --group/--sig it must negotiate exactly those. Each
+connection must be done within --timeout seconds, however the server paces its bytes."""
 
 from __future__ import annotations
 
@@ -16,6 +17,9 @@ from pqlab.tls.chains import secret_file
 from pqlab.tls.negotiation import Expected
 
 MAX_CONNECTIONS = 1_000_000
+DEFAULT_TIMEOUT = 60
+MAX_TIMEOUT = 86_400  # the engine's --connection-timeout range
+MAX_TIME_LIMIT = 2_592_000  # the engine's --time-limit range
 
 
 def register(sub) -> None:
@@ -33,6 +37,14 @@ def register(sub) -> None:
     p.add_argument("-n", default="1", help="connections (default 1)")
     p.add_argument("--warmup", default="0", help="warm-up connections, not counted")
     p.add_argument("--tls-version", choices=["1.2", "1.3"], default="1.3")
+    p.add_argument(
+        "--timeout",
+        metavar="SECONDS",
+        default=str(DEFAULT_TIMEOUT),
+        help="seconds each connection may take from its TCP connect to its close (connect, "
+        f"handshake, request, response; 1-{MAX_TIMEOUT}, default %(default)s); a server "
+        "that stalls or trickles its bytes fails the connection then",
+    )
     p.add_argument(
         "--request-bytes",
         metavar="SIZE",
@@ -63,6 +75,7 @@ def _spec(args) -> runner.ClientSpec:
     warmup = units.parse_positive_int(args.warmup, "--warmup", minimum=0)
     if n + warmup > MAX_CONNECTIONS:
         raise UserError(f"-n plus --warmup is at most {MAX_CONNECTIONS} connections")
+    timeout = units.parse_positive_int(args.timeout, "--timeout", maximum=MAX_TIMEOUT)
     stack = stacks.get(args.stack)
     group = catalog.resolve(args.group, "kem") if args.group else None
     sig = catalog.resolve(args.sig, "sig") if args.sig else None
@@ -90,6 +103,7 @@ def _spec(args) -> runner.ClientSpec:
         version=args.tls_version,
         events=bool(args.json),  # --json shows the message events too
         keylog=keylog,
+        io_timeout=timeout,
     )
     return runner.ClientSpec(
         tls=tls,
@@ -98,6 +112,9 @@ def _spec(args) -> runner.ClientSpec:
         servername=args.servername,
         n=n,
         warmup=warmup,
+        connection_timeout=timeout,
+        # Every connection within its --timeout: the run within all of theirs.
+        time_limit=min((n + warmup) * timeout + 30, MAX_TIME_LIMIT),
         request_bytes=request,
         expected=Expected(args.tls_version, group=group, sigalg=sig, client_sigalg=client_sig),
         identity=identity,
@@ -130,7 +147,8 @@ def run(args) -> int:
     spec = _spec(args)
     hs_ms = []
     with runner.start_client(spec) as client:
-        for rec in client.iter_records(timeout=3600):
+        # The engine ends itself at its time limit; this bounds it regardless.
+        for rec in client.iter_records(timeout=spec.time_limit + 30):
             if rec.get("type") != "connection":
                 continue
             if args.json:

@@ -5,9 +5,12 @@ the key-exchange group and signature algorithm, and prints where it listens and 
 certificate to verify it with, e.g. `openssl s_client -connect HOST:PORT -CAfile ROOT
 -groups X25519MLKEM768` or `curl --cacert ROOT https://localhost:PORT/`.
 
-Connections are served by a bounded pool of --max-concurrent workers; more simultaneous
-connections than that are refused (closed at once) and reported. See docs/security.md before
-listening on anything but loopback.
+Connections are served by a bounded pool of --max-concurrent workers. A full server makes
+room for a new connection by evicting its oldest unfinished handshake or, when none is left,
+its slowest response under --min-response-rate; when neither exists the new connection is
+refused (closed at once) and reported. Each handshake must be done within 60 s and each
+response within --response-timeout. See docs/security.md before listening on anything but
+loopback.
 """
 
 from __future__ import annotations
@@ -31,6 +34,8 @@ from pqlab.tls.chains import make_chain, private_dir, secret_file
 
 TMP_PREFIX = "pqlab-serve-"
 DEFAULT_MAX_CONCURRENT = 64
+MAX_RESPONSE_TIMEOUT = 86_400  # the engine's --response-timeout range
+MAX_MIN_RESPONSE_RATE = 1 << 30  # the engine's --min-response-rate range (bytes/s)
 
 
 def register(sub) -> None:
@@ -78,8 +83,22 @@ def register(sub) -> None:
         "--max-concurrent",
         metavar="N",
         default=str(DEFAULT_MAX_CONCURRENT),
-        help="connections served at the same time (a bounded worker pool); more are refused "
-        "(default %(default)s)",
+        help="connections served at the same time (a bounded worker pool); a full server "
+        "evicts its oldest unfinished handshake, else its slowest response under "
+        "--min-response-rate, else refuses the new connection (default %(default)s)",
+    )
+    p.add_argument(
+        "--response-timeout",
+        metavar="SECONDS",
+        help="seconds a connection may take for its response, from its request to its last "
+        f"byte, however slowly the client reads (1-{MAX_RESPONSE_TIMEOUT}; default 3600)",
+    )
+    p.add_argument(
+        "--min-response-rate",
+        metavar="SIZE",
+        help="bytes a second (a size: 16KiB) under which a full server evicts its slowest "
+        "response, measured over the last 5 to 7.5 s, to serve a new client (0: never; "
+        "default 16KiB, one full TLS record a second)",
     )
     p.add_argument(
         "--client-sig",
@@ -183,6 +202,7 @@ def _plan(args):
             "certificate or not; leave 'none' out"
         )
     client_ca = client_ca or ca
+    response_limits = _response_limits(args)
     port = check_listen(args.listen, args.port)
     max_conn = None
     if args.max_connections is not None:
@@ -193,12 +213,28 @@ def _plan(args):
     cert_dir = check_cert_dir(args.cert_dir) if args.cert_dir else None
     keylog = check_keylog(args.keylog) if args.keylog else None
     client = (client_sigs, client_ca)
-    return stack, group, sig, ca, port, max_conn, max_concurrent, cert_dir, keylog, client
+    limits = (max_conn, max_concurrent, *response_limits)
+    return stack, group, sig, ca, port, limits, cert_dir, keylog, client
+
+
+def _response_limits(args) -> tuple[int | None, int | None]:
+    """--response-timeout and --min-response-rate, checked (None: the engine's default)."""
+    timeout = rate = None
+    if args.response_timeout is not None:
+        timeout = units.parse_positive_int(
+            args.response_timeout, "--response-timeout", maximum=MAX_RESPONSE_TIMEOUT
+        )
+    if args.min_response_rate is not None:
+        rate = units.parse_size(
+            args.min_response_rate, "--min-response-rate", maximum=MAX_MIN_RESPONSE_RATE
+        )
+    return timeout, rate
 
 
 def run(args) -> int:
     plan = _plan(args)
-    stack, group, sig, ca, port, max_conn, max_concurrent, cert_dir, keylog, client = plan
+    stack, group, sig, ca, port, limits, cert_dir, keylog, client = plan
+    max_conn, max_concurrent, response_timeout, min_response_rate = limits
     remove_stale_temp_dirs()
     tmp = None
     if cert_dir is None:
@@ -233,6 +269,8 @@ def run(args) -> int:
             max_connections=max_conn,
             concurrent=True,
             max_concurrent=max_concurrent,
+            response_timeout=response_timeout,
+            min_response_rate=min_response_rate,
             client_auth=auth,
         )
         return _serve(spec, args, group, sig, ca, chain, client_chains)

@@ -76,7 +76,7 @@ HANDSHAKE_NAMES = {
     25: "compressed_certificate",
     254: "message_hash",
 }
-CLIENT_HELLO, SERVER_HELLO, FINISHED, KEY_UPDATE = 1, 2, 20, 24
+CLIENT_HELLO, SERVER_HELLO, CERTIFICATE, FINISHED, KEY_UPDATE = 1, 2, 11, 20, 24
 EXT_SUPPORTED_VERSIONS = 43
 # RFC 8446 4.1.3: a ServerHello with this random is a HelloRetryRequest.
 HELLO_RETRY_RANDOM = bytes.fromhex(
@@ -390,15 +390,17 @@ def parse_server_hello(body: bytes, what: str) -> Hello:
 @dataclass
 class _Message:
     type: int
-    body: bytes  # kept for the hellos only (all this module reads); empty for the rest
+    body: bytes  # kept for the hellos and the types a caller asks for; empty for the rest
 
 
 class _Direction:
     """The records one side sent, read in order: plaintext hellos first, then the
-    encrypted epochs. Collects handshake messages across record boundaries."""
+    encrypted epochs. Collects handshake messages across record boundaries, keeping the
+    bodies of the hellos and of the types in `keep`."""
 
-    def __init__(self, sender: str, stream: bytes, what: str):
+    def __init__(self, sender: str, stream: bytes, what: str, keep: frozenset[int] = frozenset()):
         self.sender = sender
+        self.keep = keep | {CLIENT_HELLO, SERVER_HELLO}
         self.what = f"{what}, {sender} stream"
         self.records = split_records(stream, self.what)
         self.messages_in: dict[int, list[tuple[str, int]]] = {}
@@ -422,7 +424,7 @@ class _Direction:
             if len(self.pending) < total:
                 break
             msg_type = self.pending[0]
-            keep = msg_type in (CLIENT_HELLO, SERVER_HELLO)
+            keep = msg_type in self.keep
             msg = _Message(msg_type, bytes(self.pending[HANDSHAKE_HEADER:total]) if keep else b"")
             del self.pending[:total]
             name = HANDSHAKE_NAMES.get(msg.type, "unknown")
@@ -561,16 +563,44 @@ def decrypt_streams(
     streams are not TLS 1.3, the key log has no secrets for the connection, or a record
     does not authenticate. Streams that stop early (a capture cut short after a record
     boundary) give the records up to there."""
+    d = decrypt(client_stream, server_stream, keylog, what)
+    return d.client_records, d.server_records
+
+
+@dataclass
+class Decrypted:
+    """One connection read from its streams: each side's records, and the bodies (without
+    the 4-byte header) of the server's handshake messages of the types asked for, in
+    order, as (type, body)."""
+
+    client_records: list[TlsRecord] = field(default_factory=list)
+    server_records: list[TlsRecord] = field(default_factory=list)
+    server_messages: list[tuple[int, bytes]] = field(default_factory=list)
+
+
+def decrypt(
+    client_stream: bytes,
+    server_stream: bytes,
+    keylog: KeyLog,
+    what: str = "connection",
+    keep: frozenset[int] = frozenset(),
+) -> Decrypted:
+    """`decrypt_streams`, also keeping the bodies of the server's messages of the types in
+    `keep` (its Certificate, say: what the server sent, whatever the client kept of it)."""
     client = _Direction("client", client_stream, what)
-    server = _Direction("server", server_stream, what)
+    server = _Direction("server", server_stream, what, keep)
     client.read_plaintext()
     server.read_plaintext()
+
+    def done() -> Decrypted:
+        kept = [(m.type, m.body) for m in server.messages if m.type in keep]
+        return Decrypted(client.tls_records(), server.tls_records(), kept)
 
     hellos = [m for m in client.messages if m.type == CLIENT_HELLO]
     if not hellos:
         if client.records or server.records:
             raise KeyLogError(f"{client.what}: no plaintext ClientHello at the start")
-        return [], []  # a TCP connection that carried no TLS at all
+        return Decrypted()  # a TCP connection that carried no TLS at all
     client_random = parse_client_hello(hellos[0].body, client.what).random
     for later in hellos[1:]:  # the ClientHello after a HelloRetryRequest
         if parse_client_hello(later.body, client.what).random != client_random:
@@ -592,7 +622,7 @@ def decrypt_streams(
     if final is None:
         if client.reached_encryption or server.reached_encryption:
             raise KeyLogError(f"{server.what}: encrypted records but no ServerHello before them")
-        return client.tls_records(), server.tls_records()
+        return done()
     suite = SUITES.get(final.cipher_suite or 0)
     if suite is None:
         name = UNSUPPORTED_SUITES.get(final.cipher_suite or 0, f"0x{final.cipher_suite:04x}")
@@ -602,7 +632,7 @@ def decrypt_streams(
         )
     server.read_encrypted(suite, keylog, client_random)
     client.read_encrypted(suite, keylog, client_random)
-    return client.tls_records(), server.tls_records()
+    return done()
 
 
 def connection_records(

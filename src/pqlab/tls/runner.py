@@ -217,6 +217,10 @@ class ServerSpec(Spec):
     max_concurrent: int | None = None  # the worker pool's size when concurrent
     threads: int | None = None  # a fixed pool of accepting threads (capacity)
     max_response_bytes: int | None = None  # largest GET/PULL/PUSH size accepted
+    # Seconds a response may take (None: the engine's default, an hour), and the rate under
+    # which a full concurrent server evicts its slowest response (bytes/s; 0 never).
+    response_timeout: int | None = None
+    min_response_rate: int | None = None
     client_auth: ClientAuth | None = None  # mutual TLS
     hold_records: bool = False  # records written when the server ends, none while it serves
     connection_records: Path | None = None  # its connection records to this file instead
@@ -235,6 +239,8 @@ class ServerSpec(Spec):
         Arg("max_concurrent", "--max-concurrent"),
         Arg("threads", "--threads"),
         Arg("max_response_bytes", "--max-response-bytes"),
+        Arg("response_timeout", "--response-timeout"),
+        Arg("min_response_rate", "--min-response-rate"),
         Arg("client_auth", kind="spec"),
         Arg("hold_records", "--hold-records", "switch"),
         Arg("connection_records", "--connection-records", "out"),
@@ -266,6 +272,9 @@ class ClientSpec(Spec):
     warmup_request_bytes: int | None = None
     gap_ms: int = 0
     time_limit: int = 3600
+    # Seconds each connection may take from its TCP connect to its close, however the
+    # server paces its bytes (None: only time_limit and the per-wait io_timeout bound it).
+    connection_timeout: int | None = None
     expected: Expected = field(default_factory=Expected)
     identity: Identity | None = None  # mutual TLS
     request_path: str | None = None  # an HTTP/1.1 GET of this path after the handshake
@@ -288,6 +297,7 @@ class ClientSpec(Spec):
         Arg("warmup_request_bytes", "--warmup-request-bytes"),
         Arg("gap_ms", "--gap-ms"),
         Arg("time_limit", "--time-limit"),
+        Arg("connection_timeout", "--connection-timeout"),
         Arg("expect_group", "--expect-group", "groups"),
         Arg("expect_sigalg", "--expect-sigalg", "sigalgs"),
         Arg("identity", kind="spec"),

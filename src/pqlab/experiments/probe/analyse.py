@@ -87,7 +87,7 @@ def outcome(rec: dict, w: wires.Wire) -> str:
         return "tls12"
     if w.alert is not None and w.first("server", "ServerHello") is None:
         return "refused"
-    if kind == "io" and "--io-timeout" in message:
+    if kind == "io" and ("--io-timeout" in message or "--connection-timeout" in message):
         return "timeout"
     if "wrong version number" in message or "packet length too long" in message:
         return "not-tls"
@@ -118,14 +118,58 @@ def _port(rec: dict) -> int | None:
     return int(local.rsplit(":", 1)[1]) if local else None
 
 
-def raw_row(plan: Plan, cell: Cell, idx: int, rec: dict, w: wires.Wire, agree) -> dict:
+def server_chain(rec: dict, captured: wires.Wire | None) -> tuple[list[bytes], str | None]:
+    """The server's certificates (DER, in the order sent) and where they come from: the
+    capture's decrypted Certificate message ("capture": what crossed the wire) when it
+    showed one, else what the client stack kept of it ("client"; None: no chain)."""
+    if captured is not None and captured.certificates is not None:
+        return captured.certificates, "capture"
+    kept = [bytes.fromhex(h) for h in rec.get("peer_chain") or []]
+    return kept, "client" if kept else None
+
+
+def chain_kept_note(rec: dict, captured: wires.Wire | None, stack: str) -> str | None:
+    """What the client stack kept of the chain the server sent, when that is not all of it
+    (wolfSSL keeps at most 9 certificates, and none over 9 KiB): as the capture shows it,
+    or, without the capture's, as the stack itself says."""
+    if rec.get("type") != "connection":
+        return None
+    kept = [bytes.fromhex(h) for h in rec.get("peer_chain") or []]
+    if captured is None or captured.certificates is None:
+        if not rec.get("peer_chain_truncated"):
+            return None
+        return (
+            f"the {stack} client kept only the first {len(kept)} certificates of a longer "
+            "chain, and the chain reported is those; the capture would show the whole chain"
+        )
+    sent = captured.certificates
+    if kept == sent:
+        return None
+    return (
+        f"the {stack} client kept {len(kept)} of the {len(sent)} certificates the server sent "
+        f"({sum(map(len, kept)):,} of {sum(map(len, sent)):,} B); the chain reported is the "
+        "capture's"
+    )
+
+
+def raw_row(
+    plan: Plan,
+    cell: Cell,
+    idx: int,
+    rec: dict,
+    w: wires.Wire,
+    agree,
+    chain: tuple[list[bytes], str | None],
+) -> dict:
+    """One connection's row; `chain`: `server_chain`'s."""
     neg = rec.get("negotiated") or {}
     st = stacks.get(cell.stack)
     group_code = neg.get("group_code") or st.code_of_group(neg.get("group"))
     group = next(
         (g for g in cell.config.groups if g.tls_group == group_code), None
     )  # the catalogue's name for what was negotiated, when it was offered
-    chain = rec.get("peer_chain_der_bytes") or []
+    ders, chain_from = chain
+    kept = rec.get("peer_chain_der_bytes") or []
     info = rec.get("tcp_info") or {}
     rtt_ms = _ms(w.rtt_ns) if w.rtt_ns else (info.get("rtt_us") or 0) / 1e3 or None
     http = rec.get("http") or {}
@@ -155,8 +199,11 @@ def raw_row(plan: Plan, cell: Cell, idx: int, rec: dict, w: wires.Wire, agree) -
         "hello_retry": w.hello_retry if w.source != "none" else None,
         "verified": rec.get("verified"),
         "verify_error": rec.get("verify_error"),
-        "chain_certs": len(chain) or None,
-        "chain_der_bytes": sum(chain) or None,
+        "chain_certs": len(ders) or None,
+        "chain_der_bytes": sum(map(len, ders)) or None,
+        "chain_from": chain_from,
+        "stack_chain_certs": len(kept) if rec.get("type") == "connection" else None,
+        "stack_chain_truncated": rec.get("peer_chain_truncated"),
         "client_hello_bytes": w.client_hello_bytes,
         "hello_retry_bytes": w.hello_retry_bytes,
         "server_flight_bytes": w.flight_bytes,
@@ -181,6 +228,7 @@ def raw_row(plan: Plan, cell: Cell, idx: int, rec: dict, w: wires.Wire, agree) -
         "capture_note": w.note,
         "server_first_bytes": _shown(w.first_server_bytes) if w.not_tls else None,
         "failed_at_ms": _failed_at_ms(rec, w),
+        "failed_in": rec.get("failed_in") if rec.get("type") == "connection_error" else None,
         "t_connect_start_ns": rec.get("t_connect_start"),
         "record": json.dumps({k: v for k, v in rec.items() if k not in ("events", "peer_chain")}),
     }
@@ -234,8 +282,11 @@ def message_rows(plan: Plan, cell: Cell, idx: int, rec: dict, w: wires.Wire) -> 
     return rows
 
 
-def chain_rows(plan: Plan, cell: Cell, idx: int, rec: dict) -> list[dict]:
-    ders = [bytes.fromhex(h) for h in rec.get("peer_chain") or []]
+def chain_rows(
+    plan: Plan, cell: Cell, idx: int, chain: tuple[list[bytes], str | None]
+) -> list[dict]:
+    """One row per certificate of `server_chain`'s chain, with where it came from."""
+    ders, source = chain
     return [
         {
             "probe": plan.name,
@@ -244,6 +295,7 @@ def chain_rows(plan: Plan, cell: Cell, idx: int, rec: dict) -> list[dict]:
             "sig": cell.sig_name,
             "idx": idx,
             **row,
+            "source": source,
         }
         for row in chains.describe(ders)
     ]

@@ -1,7 +1,8 @@
-"""The certificates a server sent, as the probe's client received them (DER, leaf first):
-each one's size, key and signature algorithms (catalogue names where the catalogue knows the
-OID), subject and issuer, and whether it is a self-signed root (a server that sends its
-root spends bytes on a certificate every client already has or will not trust)."""
+"""The certificates a server sent (DER, leaf first), as its decrypted Certificate message
+carried them on the wire or, without a capture, as the probe's client stack kept them: each
+one's size, key and signature algorithms (catalogue names where the catalogue knows the OID),
+subject and issuer, and whether it is a self-signed root (a server that sends its root spends
+bytes on a certificate every client already has or will not trust)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,31 @@ from cryptography.exceptions import UnsupportedAlgorithm
 from cryptography.hazmat.primitives.asymmetric import ec, ed448, ed25519, rsa
 
 from pqlab import catalog
+
+
+def certificate_list(body: bytes) -> list[bytes] | None:
+    """The DER certificates of a TLS 1.3 Certificate message's body (RFC 8446 4.4.2: a
+    request context, then a 24-bit-length list of entries, each a 24-bit-length certificate
+    and its 16-bit-length extensions), in order; None when the body is not one."""
+    if not body or len(body) < 1 + body[0] + 3:
+        return None
+    pos = 1 + body[0]
+    end = pos + 3 + int.from_bytes(body[pos : pos + 3], "big")
+    if end != len(body):
+        return None
+    pos += 3
+    out = []
+    # Each pass consumes at least 5 bytes (the two length fields), so this ends.
+    while pos < end:
+        if pos + 3 > end:
+            return None
+        size = int.from_bytes(body[pos : pos + 3], "big")
+        der_end = pos + 3 + size
+        if size == 0 or der_end + 2 > end:
+            return None
+        out.append(body[pos + 3 : der_end])
+        pos = der_end + 2 + int.from_bytes(body[der_end : der_end + 2], "big")
+    return out if pos == end else None
 
 
 def _by_oid() -> dict[str, str]:

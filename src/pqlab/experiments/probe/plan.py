@@ -93,8 +93,10 @@ OPTIONS = (
     ),
     Option(
         "timeout",
-        f"seconds any one wait on the server may take: connecting, each read, each write "
-        f"(1-{MAX_TIMEOUT})",
+        f"seconds each connection may take from its TCP connect to its end (connecting, the "
+        f"handshake, the request and the response), however the server paces its bytes "
+        f"(1-{MAX_TIMEOUT}); a connection cut off then is reported as timed out in the phase "
+        "it was in",
         default=str(DEFAULT_TIMEOUT),
         metavar="SECONDS",
     ),

@@ -33,15 +33,17 @@ def client_spec(plan: Plan, cell: Cell, keylog: Path | None) -> runner.ClientSpe
         io_timeout=plan.timeout,
         verify="report",
     )
-    # Each connection waits at most --timeout per step (connect, handshake reads, request,
-    # response reads) and AWAIT_CLOSE_MS for the close: a bound on the whole cell.
-    per_connection = 4 * plan.timeout + AWAIT_CLOSE_MS / 1000
+    # Each connection lives at most --timeout, from its TCP connect to its close, however the
+    # server paces its bytes (the engine cuts it off and names the phase it was in); with
+    # AWAIT_CLOSE_MS for the close and a margin per connection, a bound on the whole cell.
+    per_connection = plan.timeout + AWAIT_CLOSE_MS / 1000 + 1
     return runner.ClientSpec(
         tls=tls,
         connect=plan.target.connect,
         ca=plan.ca,
         servername=plan.servername,
         n=plan.n,
+        connection_timeout=plan.timeout,
         time_limit=int(plan.n * per_connection) + 30,
         expected=Expected("1.3", sigalg=cell.sig, verified=False),
         request_path=plan.path,
@@ -110,10 +112,20 @@ def rows_of(plan, cell, records, pcap_path, keylog_path, capture_summary) -> dic
         analyse.wires_of(records, pcap_path, keylog_path, plan.target.port)
     ):
         w, agree = analyse.pick(captured, events)
-        raw.append(analyse.raw_row(plan, cell, idx, rec, w, agree))
+        server_chain = analyse.server_chain(rec, captured)
+        raw.append(analyse.raw_row(plan, cell, idx, rec, w, agree, server_chain))
         messages += analyse.message_rows(plan, cell, idx, rec, w)
-        if not chain and rec.get("peer_chain"):
-            chain = analyse.chain_rows(plan, cell, idx, rec)
+        if not chain and server_chain[0]:
+            chain = analyse.chain_rows(plan, cell, idx, server_chain)
+        kept = analyse.chain_kept_note(rec, captured, cell.stack)
+        if kept is not None:
+            warnings.append(
+                Warning_(
+                    Cause.PROBE_CHAIN_KEPT,
+                    f"{plan.name} {cell.config.name} ({cell.stack}), connection {idx}",
+                    kept,
+                )
+            )
         if agree is False:
             warnings.append(
                 Warning_(

@@ -19,7 +19,8 @@ CREATE TABLE IF NOT EXISTS probe_raw (
     http_status INTEGER, response_bytes BIGINT, bytes_sent BIGINT, bytes_received BIGINT,
     messages_from TEXT, messages_agree BOOLEAN, capture_note TEXT, server_first_bytes TEXT,
     failed_at_ms DOUBLE,
-    t_connect_start_ns BIGINT, record JSON)
+    t_connect_start_ns BIGINT, record JSON, chain_from TEXT, stack_chain_certs INTEGER,
+    stack_chain_truncated BOOLEAN, failed_in TEXT)
 """
 
 MESSAGES_DDL = """
@@ -33,7 +34,7 @@ CHAIN_DDL = """
 CREATE TABLE IF NOT EXISTS probe_chain (
     cell_id TEXT, probe TEXT, stack TEXT, config TEXT, sig TEXT, idx INTEGER,
     position INTEGER, der_bytes INTEGER, subject TEXT, issuer TEXT, key_algorithm TEXT,
-    signature_algorithm TEXT, self_signed BOOLEAN, sha256 TEXT)
+    signature_algorithm TEXT, self_signed BOOLEAN, sha256 TEXT, source TEXT)
 """
 
 # One row per configuration as the probe judged it (the verdict line it printed).
@@ -44,7 +45,15 @@ CREATE TABLE IF NOT EXISTS probe_configs (
 """
 
 DDL = (RAW_DDL, MESSAGES_DDL, CHAIN_DDL, CONFIGS_DDL)
-MIGRATIONS: tuple[str, ...] = ()
+# Runs made before the chain was read from the capture (where each chain came from, what the
+# client stack kept of it) and before a failed connection named its phase.
+MIGRATIONS: tuple[str, ...] = (
+    "ALTER TABLE IF EXISTS probe_raw ADD COLUMN IF NOT EXISTS chain_from TEXT",
+    "ALTER TABLE IF EXISTS probe_raw ADD COLUMN IF NOT EXISTS stack_chain_certs INTEGER",
+    "ALTER TABLE IF EXISTS probe_raw ADD COLUMN IF NOT EXISTS stack_chain_truncated BOOLEAN",
+    "ALTER TABLE IF EXISTS probe_raw ADD COLUMN IF NOT EXISTS failed_in TEXT",
+    "ALTER TABLE IF EXISTS probe_chain ADD COLUMN IF NOT EXISTS source TEXT",
+)
 
 
 def ensure(store) -> None:

@@ -18,10 +18,18 @@ def _median(rows: list[dict], key: str) -> float | None:
     return statistics.median(values) if values else None
 
 
+# Certificates named one by one in a verdict line; a longer chain's others are counted.
+CHAIN_SHOWN = 5
+
+
 def _chain(chain_rows: list[dict]) -> str:
     if not chain_rows:
         return ""
-    algs = " <- ".join(f"{c.get('key_algorithm', '?')} {c['der_bytes']:,} B" for c in chain_rows)
+    algs = " <- ".join(
+        f"{c.get('key_algorithm', '?')} {c['der_bytes']:,} B" for c in chain_rows[:CHAIN_SHOWN]
+    )
+    if len(chain_rows) > CHAIN_SHOWN:
+        algs += f" <- {len(chain_rows) - CHAIN_SHOWN} more"
     root = any(c.get("self_signed") for c in chain_rows)
     total = sum(c["der_bytes"] for c in chain_rows)
     n = len(chain_rows)
@@ -85,6 +93,8 @@ def _completed(cell: Cell, rows: list[dict], chain_rows: list[dict]) -> str:
     verified = "verified" if first.get("verified") else f"NOT verified: {first.get('verify_error')}"
     parts = [head, f"{first.get('version')} {first.get('cipher')}", f"signed {sig}"]
     chain = _chain(chain_rows)
+    if chain and first.get("chain_from") == "client" and first.get("stack_chain_truncated"):
+        chain += f", the first of a longer chain ({cell.stack} kept no more)"
     if chain:
         parts.append(chain)
     parts.append(verified)
@@ -120,7 +130,12 @@ def _failure(row: dict, timeout: int) -> str:
         first = row.get("server_first_bytes")
         return "the server answered with bytes that are not TLS" + (f": {first}" if first else "")
     if out == "timeout":
-        return f"no answer within --timeout {timeout} s{after.replace('after', 'to')}"
+        phase = row.get("failed_in") or "handshake"
+        got = row.get("bytes_received") or 0
+        seen = f"{format_bytes(got)} received" if got else "nothing received"
+        return f"timed out after {timeout} s in the {phase}: {seen}" + (
+            after if phase == "handshake" else ""
+        )
     if out == "unreachable":
         return f"cannot connect: {reason(row.get('error'))}"
     if row.get("error_kind") == "check":

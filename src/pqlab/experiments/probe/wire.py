@@ -26,6 +26,7 @@ from pathlib import Path
 from pqlab import pcap
 from pqlab.errors import UserError
 from pqlab.experiments.handshake import phases
+from pqlab.experiments.probe.chain import certificate_list
 from pqlab.pcap import ACK, RST, SYN
 from pqlab.tls import keylog as kl
 from pqlab.tls import records as tls_records
@@ -77,6 +78,9 @@ class Wire:
     server_wait_ns: int | None = None  # inferred server time before its ServerHello
     server_records: list[TlsRecord] = field(default_factory=list)
     client_records: list[TlsRecord] = field(default_factory=list)
+    # The certificates (DER) of the server's Certificate message as it crossed the wire;
+    # None when the capture did not show one (no capture, no key log, a failed handshake).
+    certificates: list[bytes] | None = None
     note: str | None = None  # why the capture could not be read completely
 
     def first(self, sender: str, name: str) -> Message | None:
@@ -198,12 +202,18 @@ def from_capture(conn: pcap.Connection, keys: kl.KeyLog, mss: int, advmss: int) 
     try:
         # A connection cut short (the client gave up, the server reset it) may stop in the
         # middle of a record: its whole records are read.
-        w.client_records, w.server_records = kl.decrypt_streams(
+        d = kl.decrypt(
             whole_records(client_stream),
             whole_records(server_stream),
             keys,
             f"connection {pcap.describe(conn)}",
+            keep=frozenset({kl.CERTIFICATE}),
         )
+        w.client_records, w.server_records = d.client_records, d.server_records
+        if d.server_messages:
+            w.certificates = certificate_list(d.server_messages[0][1])
+            if w.certificates is None:
+                w.note = "the server's Certificate message does not parse as TLS 1.3's"
     except kl.KeyLogError as e:
         w.note = str(e)
         w.client_records, w.server_records = _plaintext_records(client_stream, server_stream)
@@ -403,13 +413,18 @@ def from_events(record: dict) -> Wire:
 
 def agree(capture: Wire, events: Wire) -> bool | None:
     """Whether the stack's own events name the same records as the capture (those the
-    client read: the capture may hold more the client never read); None without events."""
+    client read: the capture may hold more the client never read); None without events. A
+    stack that reports no messages (rustls, wolfSSL: the engine reads their record headers
+    off the socket) is held to the records' boundaries and types only."""
     if not events.client_records and not events.server_records:
         return None
+    with_messages = any(r.messages for r in events.client_records + events.server_records)
     for mine, theirs in (
         (capture.client_records, events.client_records),
         (capture.server_records, events.server_records),
     ):
+        if not with_messages:
+            mine = [r._replace(messages=()) for r in mine]
         if mine[: len(theirs)] != theirs:
             return False
     return True
