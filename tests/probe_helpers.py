@@ -1,6 +1,6 @@
 """Helpers for the probe's tests: servers pqlab did not write (Go's crypto/tls, Debian's
-nginx, `openssl s_server`) and `pqlab serve`, each started on 127.0.0.1 and stopped by
-pid; the probe's rows read back; and tshark's decryption of the probe's own captures, the
+nginx, `openssl s_server`), `pqlab serve`, and small hostile TCP servers, each started on
+127.0.0.1 and stopped by pid or by the test; the probe's rows read back; and tshark's decryption of the probe's own captures, the
 independent source every probed handshake's message types and sizes must equal."""
 
 from __future__ import annotations
@@ -10,8 +10,10 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -40,8 +42,6 @@ def _stop(proc: subprocess.Popen) -> None:
 
 
 def _wait_listening(port: int, proc: subprocess.Popen, what: str, timeout: float = 30) -> None:
-    import socket
-
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
@@ -152,6 +152,59 @@ def nginx(prefix: Path, chain: Path, key: Path):
 
 
 # --- openssl s_server and pqlab serve --------------------------------------------------------
+
+
+@contextlib.contextmanager
+def tcp_server(handle, connections: int = 8):
+    """A server on 127.0.0.1 running `handle(conn, stop)` for each of up to `connections`
+    connections, each in its own thread; yields its port. Every wait is bounded, and the
+    threads end when the test does."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(16)
+    listener.settimeout(0.5)
+    stop = threading.Event()
+    workers: list[threading.Thread] = []
+
+    def one(conn):
+        with conn:
+            conn.settimeout(30)
+            with contextlib.suppress(OSError):
+                handle(conn, stop)
+
+    def accept():
+        while not stop.is_set() and len(workers) < connections:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                continue
+            t = threading.Thread(target=one, args=(conn,), daemon=True)
+            workers.append(t)
+            t.start()
+
+    t = threading.Thread(target=accept, daemon=True)
+    t.start()
+    try:
+        yield listener.getsockname()[1]
+    finally:
+        stop.set()
+        listener.close()
+        t.join(timeout=5)
+        for w in workers:
+            w.join(timeout=5)
+
+
+def say_nothing(conn, stop: threading.Event, at_most: float = 30) -> None:
+    """Read and drop what the client sends, answering nothing, until it goes (recv returns
+    b""), the test ends (`stop`) or `at_most` seconds pass."""
+    deadline = time.monotonic() + at_most
+    conn.settimeout(0.2)
+    while not stop.is_set() and time.monotonic() < deadline:
+        try:
+            if not conn.recv(65536):
+                return
+        except TimeoutError:
+            continue
 
 
 @contextlib.contextmanager

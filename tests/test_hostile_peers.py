@@ -30,7 +30,7 @@ import pytest
 
 from conftest import is_root, run_pqlab
 from pqlab.tls.chains import make_chain
-from probe_helpers import probe, rows, s_server, verdicts
+from probe_helpers import probe, rows, s_server, say_nothing, tcp_server, verdicts
 from test_robustness import Serve, one_error_line
 from tls_helpers import free_port
 
@@ -42,46 +42,6 @@ SERVER_HELLO = bytes.fromhex("160303007a020000760303") + bytes(range(32)) + b"\x
 @pytest.fixture(scope="module")
 def chain(tmp_path_factory):
     return make_chain(tmp_path_factory.mktemp("certs"), "ECDSA-P256", "ECDSA-P256")
-
-
-@contextlib.contextmanager
-def tcp_server(handle, connections: int = 8):
-    """A server on 127.0.0.1 running `handle(conn, stop)` for each of up to `connections`
-    connections, each in its own thread; yields its port. Every wait is bounded, and the
-    threads end when the test does."""
-    listener = socket.socket()
-    listener.bind(("127.0.0.1", 0))
-    listener.listen(16)
-    listener.settimeout(0.5)
-    stop = threading.Event()
-    workers: list[threading.Thread] = []
-
-    def one(conn):
-        with conn:
-            conn.settimeout(30)
-            with contextlib.suppress(OSError):
-                handle(conn, stop)
-
-    def accept():
-        while not stop.is_set() and len(workers) < connections:
-            try:
-                conn, _ = listener.accept()
-            except OSError:
-                continue
-            t = threading.Thread(target=one, args=(conn,), daemon=True)
-            workers.append(t)
-            t.start()
-
-    t = threading.Thread(target=accept, daemon=True)
-    t.start()
-    try:
-        yield listener.getsockname()[1]
-    finally:
-        stop.set()
-        listener.close()
-        t.join(timeout=5)
-        for w in workers:
-            w.join(timeout=5)
 
 
 def trickle(conn, stop):
@@ -101,14 +61,7 @@ def stall_after_handshake(chain):
 
     def handle(conn, stop):
         with ctx.wrap_socket(conn, server_side=True) as tls:
-            tls.settimeout(0.2)
-            deadline = time.monotonic() + 30
-            while not stop.is_set() and time.monotonic() < deadline:
-                try:
-                    if not tls.recv(65536):
-                        return
-                except TimeoutError:
-                    continue
+            say_nothing(tls, stop)
 
     return handle
 

@@ -5,50 +5,14 @@ line, exit 0, and no traceback; a server that is not there is one line too."""
 
 from __future__ import annotations
 
-import contextlib
-import socket
-import threading
 import time
 
 import pytest
 
 from conftest import is_root
 from pqlab.tls.chains import make_chain
-from probe_helpers import probe, rows, s_server, verdicts
+from probe_helpers import probe, rows, s_server, say_nothing, tcp_server, verdicts
 from tls_helpers import free_port
-
-
-@contextlib.contextmanager
-def tcp_server(handle, connections: int = 3):
-    """A TCP server on 127.0.0.1 answering up to `connections` connections with
-    `handle(sock)`, each in turn; every wait is bounded."""
-    listener = socket.socket()
-    listener.bind(("127.0.0.1", 0))
-    listener.listen(8)
-    listener.settimeout(1)
-    stop = threading.Event()
-
-    def serve():
-        served = 0
-        while not stop.is_set() and served < connections:
-            try:
-                conn, _ = listener.accept()
-            except OSError:
-                continue
-            served += 1
-            with conn:
-                conn.settimeout(30)
-                with contextlib.suppress(OSError):
-                    handle(conn, stop)
-
-    t = threading.Thread(target=serve, daemon=True)
-    t.start()
-    try:
-        yield listener.getsockname()[1]
-    finally:
-        stop.set()
-        listener.close()
-        t.join(timeout=40)
 
 
 def close_after_hello(conn, stop):
@@ -62,15 +26,7 @@ def garbage(conn, stop):
 
 def stall(conn, stop):
     conn.recv(65536)
-    # Say nothing until the client gives up (it closes: recv returns b"") or the test ends.
-    deadline = time.monotonic() + 30
-    conn.settimeout(0.2)
-    while not stop.is_set() and time.monotonic() < deadline:
-        try:
-            if not conn.recv(65536):
-                return
-        except TimeoutError:
-            continue
+    say_nothing(conn, stop)
 
 
 def _one_line(tmp_path, port: int, *args) -> tuple[str, str]:

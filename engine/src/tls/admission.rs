@@ -358,6 +358,13 @@ mod tests {
         (c, s)
     }
 
+    /// A server that evicts, and three accepted sockets (with their clients, kept open until
+    /// dropped).
+    fn three() -> (Arc<Admission>, [(TcpStream, TcpStream); 3]) {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        (Admission::start(true), [pair(&l), pair(&l), pair(&l)])
+    }
+
     fn in_ms(ms: u64) -> Option<Instant> {
         Some(Instant::now() + Duration::from_millis(ms))
     }
@@ -416,11 +423,7 @@ mod tests {
 
     #[test]
     fn eviction_takes_the_oldest_opening_first() {
-        let l = TcpListener::bind("127.0.0.1:0").unwrap();
-        let a = Admission::start(true);
-        let (_c1, s1) = pair(&l);
-        let (_c2, s2) = pair(&l);
-        let (_c3, s3) = pair(&l);
+        let (a, [(_c1, s1), (_c2, s2), (_c3, s3)]) = three();
         let hour = in_ms(3_600_000);
         let w1 = a.watch(&s1, Phase::Handshake, hour).unwrap();
         std::thread::sleep(Duration::from_millis(5));
@@ -465,11 +468,7 @@ mod tests {
 
     #[test]
     fn a_full_server_evicts_its_slowest_response_under_the_minimum_rate() {
-        let l = TcpListener::bind("127.0.0.1:0").unwrap();
-        let a = Admission::start(true);
-        let (_c1, s1) = pair(&l);
-        let (_c2, s2) = pair(&l);
-        let (_c3, s3) = pair(&l);
+        let (a, [(_c1, s1), (_c2, s2), (_c3, s3)]) = three();
         let hour = in_ms(3_600_000);
         let [w1, w2, w3] = [&s1, &s2, &s3].map(|s| {
             let w = a.watch(s, Phase::Handshake, hour).unwrap();

@@ -214,15 +214,26 @@ fn an_http_get_is_read_to_its_end_and_the_chain_recorded() {
 }
 
 /// A TCP server on 127.0.0.1 that reads the ClientHello and answers with `reply` (then
-/// closes); its port.
-fn fake_server(reply: &'static [u8]) -> (u16, std::thread::JoinHandle<()>) {
+/// closes): all at once, or with `every` non-zero a byte at a time, until the client goes;
+/// its port.
+fn fake_server(reply: &[u8], every: Duration) -> (u16, std::thread::JoinHandle<()>) {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
+    let reply = reply.to_vec();
     let h = std::thread::spawn(move || {
         let (mut s, _) = listener.accept().unwrap();
         let mut buf = [0u8; 8192];
         let _ = s.read(&mut buf);
-        let _ = s.write_all(reply);
+        if every.is_zero() {
+            let _ = s.write_all(&reply);
+            return;
+        }
+        for b in reply {
+            if s.write_all(&[b]).is_err() {
+                return;
+            }
+            std::thread::sleep(every);
+        }
     });
     (port, h)
 }
@@ -231,7 +242,6 @@ fn fake_server(reply: &'static [u8]) -> (u16, std::thread::JoinHandle<()>) {
 fn a_failed_connection_is_recorded_before_the_error() {
     let dir = TempDir::new("fail");
     make_certs(dir.path(), "EC:P-256", "EC:P-256");
-    let root = dir.path().join("root.crt.pem");
     for (reply, kind) in [
         (&b""[..], "peer"),
         // Bytes that are not TLS: the peer misbehaved (exit 7), the library refused nothing.
@@ -239,18 +249,8 @@ fn a_failed_connection_is_recorded_before_the_error() {
         // A fatal handshake_failure alert, as a server without the group sends it.
         (&[21u8, 3, 3, 0, 2, 2, 40][..], "peer"),
     ] {
-        let (port, h) = fake_server(reply);
-        let connect = format!("127.0.0.1:{port}");
-        let a = ClientCli::parse_from([
-            "t",
-            "--connect",
-            &connect,
-            "--ca",
-            root.to_str().unwrap(),
-            "--io-timeout",
-            "5",
-        ])
-        .a;
+        let (port, h) = fake_server(reply, Duration::ZERO);
+        let a = client_args(dir.path(), port, &[]);
         let sink = Memory::default();
         let res = a.tls.stack().and_then(|s| client::run_with(s, &a, &sink));
         h.join().unwrap();
@@ -297,22 +297,9 @@ fn a_failed_connection_is_recorded_before_the_error() {
 /// A server that answers the ClientHello with the start of a real ServerHello record, one
 /// byte every 100 ms (so no single read waits long), until the client goes.
 fn trickling_server() -> (u16, std::thread::JoinHandle<()>) {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let h = std::thread::spawn(move || {
-        let (mut s, _) = listener.accept().unwrap();
-        let mut buf = [0u8; 8192];
-        let _ = s.read(&mut buf);
-        let mut hello = vec![22, 3, 3, 0, 122, 2, 0, 0, 118, 3, 3];
-        hello.extend([7u8; 111]);
-        for b in hello {
-            if s.write_all(&[b]).is_err() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    });
-    (port, h)
+    let mut hello = vec![22, 3, 3, 0, 122, 2, 0, 0, 118, 3, 3];
+    hello.extend([7u8; 111]);
+    fake_server(&hello, Duration::from_millis(100))
 }
 
 /// The client's options against 127.0.0.1:`port` with the root of `dir`.

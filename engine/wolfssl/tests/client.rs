@@ -66,21 +66,31 @@ fn run(dir: &Path, root: &Path, client_args: &[&str]) -> Vec<Value> {
         .unwrap();
     let mut lines = BufReader::new(server.stdout.take().unwrap()).lines();
     let listening: Value = serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap();
-    let port = listening["port"].as_u64().unwrap();
+    let port = listening["port"].as_u64().unwrap() as u16;
+    let mut args = vec!["--servername", "localhost"];
+    args.extend(client_args);
+    let (recs, _) = client(root, port, &args);
+    let _ = server.kill();
+    let _ = server.wait();
+    recs
+}
+
+/// The records and exit code of a wolfSSL client run with `args` against
+/// 127.0.0.1:`port` (root: `root`).
+fn client(root: &Path, port: u16, args: &[&str]) -> (Vec<Value>, Option<i32>) {
     let out = Command::new(program())
         .args(["tls", "client", "--connect", &format!("127.0.0.1:{port}")])
         .arg("--ca")
         .arg(root)
-        .args(["--servername", "localhost", "--stack", "wolfssl"])
-        .args(client_args)
+        .args(["--stack", "wolfssl"])
+        .args(args)
         .output()
         .unwrap();
-    let _ = server.kill();
-    let _ = server.wait();
-    String::from_utf8_lossy(&out.stdout)
+    let recs = String::from_utf8_lossy(&out.stdout)
         .lines()
         .filter_map(|l| serde_json::from_str(l).ok())
-        .collect()
+        .collect();
+    (recs, out.status.code())
 }
 
 fn connection(recs: &[Value]) -> &Value {
@@ -174,23 +184,11 @@ fn peer(reply: Vec<u8>, every: std::time::Duration) -> (u16, std::thread::JoinHa
 
 /// The wolfSSL client's error record and exit code against 127.0.0.1:`port`.
 fn failure(root: &Path, port: u16, extra: &[&str]) -> (Value, Option<i32>) {
-    let out = Command::new(program())
-        .args(["tls", "client", "--connect", &format!("127.0.0.1:{port}")])
-        .arg("--ca")
-        .arg(root)
-        .args(["--stack", "wolfssl", "--io-timeout", "5"])
-        .args(extra)
-        .output()
-        .unwrap();
-    let recs: Vec<Value> = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter_map(|l| serde_json::from_str(l).ok())
-        .collect();
+    let mut args = vec!["--io-timeout", "5"];
+    args.extend(extra);
+    let (recs, code) = client(root, port, &args);
     let error = recs.iter().find(|r| r["type"] == "connection_error");
-    (
-        error.cloned().unwrap_or_else(|| panic!("{recs:?}")),
-        out.status.code(),
-    )
+    (error.cloned().unwrap_or_else(|| panic!("{recs:?}")), code)
 }
 
 #[test]
