@@ -36,6 +36,7 @@ presents its own CPU to both, so both run the path that CPU selects).
 from __future__ import annotations
 
 import argparse
+import bisect
 import json
 import os
 import re
@@ -325,8 +326,35 @@ def perf_works() -> bool:
         return p.returncode == 0
 
 
+def routines(binary: Path) -> dict[str, str]:
+    """Labels inside assembly routines (symbols without a size, such as
+    `_bsaes_encrypt8_bitslice` inside `_bsaes_encrypt8`) mapped to the routine holding them:
+    perf names a sample after either, differently from one binary to another."""
+    out = subprocess.run(
+        ["nm", "-S", "--defined-only", str(binary)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    ).stdout
+    sized, labels = [], []
+    for parts in map(str.split, out.splitlines()):
+        if len(parts) == 4:
+            sized.append((int(parts[0], 16), int(parts[1], 16), parts[3]))
+        elif len(parts) == 3:
+            labels.append((int(parts[0], 16), parts[2]))
+    sized.sort()
+    starts = [start for start, _, _ in sized]
+    owner: dict[str, str] = {}
+    for at, name in labels:
+        i = bisect.bisect_right(starts, at) - 1
+        if i >= 0 and at < sized[i][0] + sized[i][1] and sized[i][2] != name:
+            owner.setdefault(name, sized[i][2])
+    return owner
+
+
 def hot_functions(argv: list[str], env: dict, work: Path) -> dict[str, float]:
-    """Share of user-space cpu-clock samples per function of one run of `argv`."""
+    """Share of user-space cpu-clock samples per routine of one run of `argv`."""
     data = work / "perf.data"
     subprocess.run(
         ["perf", "record", "-q", "-e", "cpu-clock", "-F", "4000", "-o", str(data), *argv],
@@ -342,11 +370,13 @@ def hot_functions(argv: list[str], env: dict, work: Path) -> dict[str, float]:
         timeout=300,
         check=True,
     ).stdout
+    owner = routines(Path(argv[0]))
     shares: dict[str, float] = {}
     for line in rep.splitlines():
         m = re.match(r"\s*([\d.]+)%\s+\[\.\]\s+(\S+)", line)
         if m:
-            shares[m.group(2)] = shares.get(m.group(2), 0) + float(m.group(1))
+            name = owner.get(m.group(2), m.group(2))
+            shares[name] = shares.get(name, 0) + float(m.group(1))
     total = sum(shares.values()) or 1.0
     return {k: v / total for k, v in shares.items()}
 

@@ -299,6 +299,12 @@ def test_benchmark_reads_speed_and_compares_code_paths():
     # The same cipher through another routine (say the AVX-512 one) is.
     other = {"ChaCha20_16x": 0.6, "poly1305_blocks_avx2": 0.3}
     assert [d.split()[0] for d in bench.same_path(other, speed)] == ["ChaCha20_16x", "ChaCha20_8x"]
+    # A label inside an assembly routine counts as the routine (perf names samples after
+    # either, one way in one binary and the other way in another).
+    engine_binary = engine.engine_path()
+    owner = bench.routines(engine_binary)
+    assert owner["_bsaes_encrypt8_bitslice"] == "_bsaes_encrypt8"
+    assert "ChaCha20_4x" not in owner  # a routine of its own, sized
 
 
 def test_fair_records_cost_the_instructions_a_record_layer_costs(tmp_path):

@@ -228,7 +228,7 @@ impl Ctx {
 
     /// Padding off, for whole-block input to a block mode (ECB) and as `openssl speed` sets
     /// it for every cipher. OpenSSL 3.5 then sends the setting to the provider again at
-    /// every later init (about 290 instructions: building and parsing an OSSL_PARAM), so a
+    /// every later init (about 350 instructions: building and parsing an OSSL_PARAM), so a
     /// context re-initialised per record pays it per record; libssl never sets it.
     pub fn padding_off(&self) -> Result<()> {
         let ok = unsafe { ffi::EVP_CIPHER_CTX_set_padding(self.ptr, 0) };
