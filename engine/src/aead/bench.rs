@@ -441,6 +441,11 @@ fn fail_record(cell: &Cell, seq: u64, what: &str) -> crate::out::Error {
     ))
 }
 
+/// A record whose decryption did not authenticate, inside a timed batch.
+fn not_authentic(cell: &Cell, seq: u64) -> crate::out::Error {
+    fail_record(cell, seq, "did not authenticate (tag check failed)")
+}
+
 /// What every record of a fair cell is made from: the cipher, its key, the nonces' salt, the
 /// plaintext and the additional data.
 #[derive(Clone, Copy)]
@@ -540,11 +545,7 @@ fn fair(cell: &Cell, inputs: &FairInputs, batch: usize) -> Result<Totals> {
             for (i, tag) in batch_tags.chunks_exact_mut(TAG_LEN).enumerate() {
                 nonce(spec, salt, i as u64, &mut iv);
                 if !fair_record(&ctx, spec, encrypt, &iv, aad, work.slot(i), size, tag)? {
-                    return Err(fail_record(
-                        cell,
-                        seq + i as u64,
-                        "did not authenticate (tag check failed)",
-                    ));
+                    return Err(not_authentic(cell, seq + i as u64));
                 }
             }
             Ok(())
@@ -699,11 +700,7 @@ fn speed_ae(
                     ctx.update_verify(slot, reference.record(0))? && ctx.finish(&mut slot[size..])
                 };
                 if !ok {
-                    return Err(fail_record(
-                        cell,
-                        seq + i as u64,
-                        "did not authenticate (tag check failed)",
-                    ));
+                    return Err(not_authentic(cell, seq + i as u64));
                 }
             }
             Ok(())
