@@ -525,7 +525,13 @@ def main() -> int:
     version = subprocess.run([str(openssl), "version"], capture_output=True, text=True).stdout
     print(f"openssl command: {openssl} ({version.strip()})")
     print(f"engine: {engine.info()['openssl']['version_text']}")
-    print(f"load average at start: {load():.2f} on {os.cpu_count()} CPUs")
+    cpus = os.cpu_count() or 1
+    print(f"load average at start: {load():.2f} on {cpus} CPUs")
+    if load() > cpus:
+        print(
+            "the machine is busy: here one round's ratio moved by 5-15 % at load 5-10 on 2 "
+            "CPUs, so a verdict near 5 % says little; rerun when it is idle"
+        )
     paths = perf_works()
     if not paths:
         print("perf cannot sample here: code paths not compared")
