@@ -51,7 +51,8 @@ def _frames() -> list[pcap.Frame]:
 
 def _one_by_one(path, keep_payload=False) -> list[tuple]:
     linktype, frames = pcap.read_pcap(path)
-    out = [pcap.parse_tcp(linktype, f, keep_payload) for f in frames]
+    snaplen = pcap.read_snaplen(path)
+    out = [pcap.parse_tcp(linktype, f, keep_payload, snaplen) for f in frames]
     return [dataclasses.astuple(p) for p in out if p is not None]
 
 
@@ -209,7 +210,10 @@ MALFORMED = {
     # A record holding more bytes than the packet had on the wire.
     "captured length above the wire length": (_v4(), "long"),
     # Not TCP: a UDP datagram whose length field lies is never read as anything.
-    "udp length past the frame": (_set16(_v4()[:IP + 9] + b"\x11" + _v4()[IP + 10 :], TCP + 4, 9000), None),
+    "udp length past the frame": (
+        _set16(_v4()[: IP + 9] + b"\x11" + _v4()[IP + 10 :], TCP + 4, 9000),
+        None,
+    ),
 }
 
 
@@ -253,12 +257,31 @@ def test_a_packet_whose_lengths_do_not_add_up_is_skipped(tmp_path, case, linktyp
 SYNACK = pcap.SYN | pcap.ACK
 
 
-def _check_packets(packets: list[pcap.TcpPacket], frames: dict[int, pcap.Frame]) -> None:
+def test_a_packet_cut_by_the_capture_keeps_its_ip_length(tmp_path):
+    """pqlab-engine's capture cuts packets in its socket filter, and the kernel then reports
+    the kept length as the packet's (orig_len = incl = snaplen): the IP header's length
+    stands. Below the snaplen a record is whole, and an IP length past it is refused."""
+    data = _v4(1355)
+    cut = pcap.Frame(5000, bytes(data[:128]), 128)
+    path = tmp_path / "cut.pcap"
+    pcap.write_pcap(path, [cut], snaplen=128)
+    (p,) = pcap.tcp_packets(path)
+    assert (p.payload_len, p.ip_len) == (1355, 1395)
+    assert [dataclasses.astuple(x) for x in pcap.tcp_packets(path)] == _one_by_one(path)
+    pcap.write_pcap(path, [cut], snaplen=129)  # not cut after all: 128 bytes can't hold it
+    assert pcap.tcp_packets(path) == [] == _one_by_one(path)
+
+
+def _check_packets(
+    packets: list[pcap.TcpPacket], frames: dict[int, pcap.Frame], snaplen: int
+) -> None:
     """What no packet of any capture may give: a negative payload, or more payload than its
     IP packet holds, or an IP packet longer than the frame on the wire."""
     for p in packets:
-        assert 0 <= p.payload_len <= p.ip_len - 40, p
-        assert p.ip_len <= frames[p.ts_ns].orig_len, p
+        assert 0 <= p.payload_len <= p.ip_len - 40 and p.ip_len <= 65535 + 40, p
+        f = frames[p.ts_ns]
+        if len(f.data) < snaplen:  # a whole record: its packet is no longer than it
+            assert p.ip_len <= max(f.orig_len, len(f.data)), p
         if p.payload is not None:
             assert len(p.payload) == p.payload_len, p
 
@@ -270,7 +293,9 @@ def _frame_from(draw) -> bytes:
     if kind == "bytes":
         return draw(st.binary(max_size=120))
     payload = draw(st.integers(0, 60))
-    data = _v4(payload) if kind == "v4" else bytearray(_ipv6_tcp(1, 40000, 4433, bytes(payload)).data)
+    data = (
+        _v4(payload) if kind == "v4" else bytearray(_ipv6_tcp(1, 40000, 4433, bytes(payload)).data)
+    )
     tcp = TCP if kind == "v4" else 14 + 40
     fields = {
         "v4": [(IP, 1), (IP + 2, 2), (IP + 6, 2), (IP + 9, 1)],
@@ -301,14 +326,18 @@ PROPERTY = settings(
 
 
 @PROPERTY
-@given(frames=captures(), linktype=st.sampled_from([pcap.LINKTYPE_ETHERNET, pcap.LINKTYPE_RAW]))
-def test_no_frame_gives_a_negative_or_oversized_length(frames, linktype):
+@given(
+    frames=captures(),
+    linktype=st.sampled_from([pcap.LINKTYPE_ETHERNET, pcap.LINKTYPE_RAW]),
+    snaplen=st.sampled_from([262144, 96, 54]),
+)
+def test_no_frame_gives_a_negative_or_oversized_length(frames, linktype, snaplen):
     """Whatever the frames hold, both readers (all at once, frame by frame) give the same
     packets, none with a negative or oversized length, and the connections split from them
     are the same either way."""
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "fuzz.pcap"
-        pcap.write_pcap(path, frames, linktype=linktype)
+        pcap.write_pcap(path, frames, linktype=linktype, snaplen=snaplen)
         by_ts = {f.ts_ns: f for f in frames}
         for keep in (False, True):
             try:
@@ -316,7 +345,7 @@ def test_no_frame_gives_a_negative_or_oversized_length(frames, linktype):
             except UserError as e:
                 assert keep and "\n" not in str(e)  # only a cut packet refuses a payload read
                 continue
-            _check_packets(got, by_ts)
+            _check_packets(got, by_ts, snaplen)
             assert [dataclasses.astuple(p) for p in got] == _one_by_one(path, keep)
             conns = pcap.connections(path, 4433, keep_payload=keep)
             assert _flat(conns) == _flat(pcap.split_connections(got, 4433))
