@@ -9,11 +9,12 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pqlab import pcap
 from pqlab.errors import UserError
+from test_properties import SETTINGS
 
 
 def _ipv6_tcp(ts: int, sport: int, dport: int, payload: bytes) -> pcap.Frame:
@@ -316,13 +317,7 @@ def captures(draw) -> list[pcap.Frame]:
     return frames
 
 
-PROPERTY = settings(
-    max_examples=300,
-    deadline=None,
-    derandomize=True,
-    database=None,
-    suppress_health_check=[HealthCheck.too_slow],
-)
+PROPERTY = settings(SETTINGS, max_examples=300)  # deterministic, as every property test
 
 
 @PROPERTY

@@ -83,13 +83,14 @@ def client_records(ch: int = 295) -> list[hp.TlsRecord]:
     ]
 
 
-def small_handshake(w: Wire) -> list[hp.TlsRecord]:
-    """A flight under 4096 bytes: one write at t=400 us, three segments."""
+def opening(w: Wire, certificate: int) -> list[hp.TlsRecord]:
+    """Both sides' records with a Certificate of `certificate` bytes, and the connection up
+    to the ClientHello (SYN at 0, SYN/ACK at 80 us, ACK at 140 us, ClientHello at 200 us)."""
     recs = client_records() + server_records(
         {
             "ServerHello": 90,
             "EncryptedExtensions": 10,
-            "Certificate": 2800,
+            "Certificate": certificate,
             "CertificateVerify": 264,
             "Finished": 36,
         }
@@ -98,6 +99,12 @@ def small_handshake(w: Wire) -> list[hp.TlsRecord]:
     w.send(80_000, False, SYN, 0, ack=0)
     w.send(140_000, True, 0, 0, ack=0)
     w.send(200_000, True, PSH, 0, 300, ack=0)
+    return recs
+
+
+def small_handshake(w: Wire) -> list[hp.TlsRecord]:
+    """A flight under 4096 bytes: one write at t=400 us, three segments."""
+    recs = opening(w, 2800)
     fin_end = hp.message_end(recs, "server", "Finished")
     assert fin_end == 3299
     w.send(400_000, False, 0, 0, 1448, ack=300)
@@ -275,20 +282,8 @@ def test_new_syn_on_same_port_is_a_new_connection(tmp_path):
 def _three_segment_flight(w: Wire, times: list[int], ack_at: int | None) -> list[hp.TlsRecord]:
     """A 4096+ byte flight whose first write (4096 bytes, 3 segments) leaves at `times`,
     with a client ACK of the first segment reaching the server at `ack_at`."""
-    recs = client_records() + server_records(
-        {
-            "ServerHello": 90,
-            "EncryptedExtensions": 10,
-            "Certificate": 3800,
-            "CertificateVerify": 264,
-            "Finished": 36,
-        }
-    )
+    recs = opening(w, 3800)
     fin_end = hp.message_end(recs, "server", "Finished")
-    w.send(0, True, SYN, 0)
-    w.send(80_000, False, SYN, 0, ack=0)
-    w.send(140_000, True, 0, 0, ack=0)
-    w.send(200_000, True, PSH, 0, 300, ack=0)
     for t, (start, n) in zip(times, [(0, 1448), (1448, 1448), (2896, 1200)], strict=True):
         w.send(t, False, 0, start, n, ack=300)
     if ack_at is not None:
@@ -375,20 +370,8 @@ def _flight_with_a_lost_first_segment(w: Wire) -> list[hp.TlsRecord]:
     """`small_handshake`'s flight, whose first segment (ServerHello and the start of the
     Certificate) is lost on the way: the other two arrive, the client acknowledges nothing
     new (twice), and the server retransmits the first at 700 us."""
-    recs = client_records() + server_records(
-        {
-            "ServerHello": 90,
-            "EncryptedExtensions": 10,
-            "Certificate": 2800,
-            "CertificateVerify": 264,
-            "Finished": 36,
-        }
-    )
+    recs = opening(w, 2800)
     fin_end = hp.message_end(recs, "server", "Finished")
-    w.send(0, True, SYN, 0)
-    w.send(80_000, False, SYN, 0, ack=0)
-    w.send(140_000, True, 0, 0, ack=0)
-    w.send(200_000, True, PSH, 0, 300, ack=0)
     w.send(400_000, False, 0, 0, 1448, ack=300, lost=True)
     w.send(401_000, False, 0, 1448, 1448, ack=300)
     w.send(402_000, False, PSH, 2896, fin_end - 2896, ack=300)
