@@ -322,8 +322,7 @@ def delivered(conn: Connection, from_client: bool, ends: list[int]) -> dict[int,
 def delivered_at(conn: Connection, from_client: bool, ends: list[int]) -> dict[int, int]:
     """`delivered`, every end of which must have been completed."""
     out = delivered(conn, from_client, ends)
-    missing = sorted(set(ends) - out.keys())
-    if missing:
+    if len(out) < len(ends) and (missing := sorted(set(ends) - out.keys())):
         side = "client" if from_client else "server"
         raise AnalysisError(
             f"the capture never holds the {side}'s stream bytes 0..{missing[0] - 1} "
@@ -338,22 +337,22 @@ def retransmissions(conn: Connection, from_client: bool) -> list[Segment]:
     what Wireshark marks as retransmissions in the sender's own capture. Pure ACKs carry
     none and are never counted."""
     out: list[Segment] = []
-    sent = 0  # stream offset after the last byte (or FIN) sent so far
-    syn = False
+    sent = -1  # sequence space sent so far: the SYN is -1..0, then the bytes, then a FIN
     for s in conn.segments:
         if s.from_client != from_client:
             continue
-        if s.flags & SYN:
-            if syn:
-                out.append(s)
-            syn = True
-            continue
-        end = s.end + (1 if s.flags & FIN else 0)
-        if end == s.start:
+        start, end, flags = s.start, s.end, s.flags
+        if flags & (SYN | FIN):
+            if flags & SYN:
+                start = -1
+            else:
+                end += 1
+        elif end == start:
             continue  # no sequence space: a pure ACK
-        if s.start < sent:
+        if start < sent:
             out.append(s)
-        sent = max(sent, end)
+        elif end > sent:
+            sent = end
     return out
 
 
@@ -362,8 +361,11 @@ def phase_retransmissions(p: dict[str, int], resent: list[int]) -> dict[str, lis
     its phases: at or after the phase's first point and before its last (a view's phases
     follow each other, so each retransmission from SYN to the client's Finished is counted
     once per view)."""
+    views = views_of(p)
+    if not resent:
+        return {view: [0] * len(table) for view, table in views.items()}
     out = {}
-    for view, table in views_of(p).items():
+    for view, table in views.items():
         out[view] = [
             max(0, bisect.bisect_left(resent, p[b]) - bisect.bisect_left(resent, p[a]))
             for _, a, b, _ in table
@@ -515,16 +517,18 @@ def server_flight(
     initcwnd: int,
     write_model: WriteModel = OPENSSL,
     writes: list[tuple[int, int]] | None = None,
+    resent: list[Segment] | None = None,
 ) -> dict:
     """What the server sent from ServerHello to Finished, as seen in the server's capture:
     segments, bytes, where the stack's writes split it (its write model, `pqlab.tls.flight`;
     `writes`: its socket writes as its io events report them), whether and for how many
-    rounds it waited for ACKs."""
+    rounds it waited for ACKs. `resent`: the server's `retransmissions`, when known."""
     plan = _messages(records).flight_plan(write_model, mss, initcwnd)
     fin_end, predicted = plan["fin_end"], list(plan["predicted"])
 
     last = covering(server_conn, False, fin_end)
-    resent = retransmissions(server_conn, False)
+    if resent is None:
+        resent = retransmissions(server_conn, False)
     replay = _FlightReplay(predicted, initcwnd)
     for seg in server_conn.segments:
         if seg.ts_ns > last.ts_ns:
@@ -632,7 +636,13 @@ def analyse(
     records = _messages(records)
     p = points(client_conn, server_conn, records)
     disagreements = order_disagreements(p, clock_tolerance_ns)
-    flight = server_flight(client_conn, server_conn, records, mss, initcwnd, write_model, writes)
+    resent = {
+        "client": retransmissions(client_conn, True),
+        "server": retransmissions(server_conn, False),
+    }
+    flight = server_flight(
+        client_conn, server_conn, records, mss, initcwnd, write_model, writes, resent["server"]
+    )
     flight["order_disagreements"] = len(disagreements)
     flight["client_wire_bytes"], flight["server_wire_bytes"] = wire_bytes(client_conn, p["9"])
     flight["client_hello_segments"], flight["server_hello_segments"] = hello_segments(
@@ -646,10 +656,6 @@ def analyse(
         client_conn, records
     )
     flight["connection"] = connection_bytes(client_conn)
-    resent = {
-        "client": retransmissions(client_conn, True),
-        "server": retransmissions(server_conn, False),
-    }
     times = sorted(s.ts_ns for side in resent.values() for s in side)
     return Handshake(
         points=p,
