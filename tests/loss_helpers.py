@@ -17,17 +17,14 @@ from __future__ import annotations
 
 import csv
 import json
-import shutil
-import subprocess
 from collections import defaultdict
 from decimal import Decimal
 from pathlib import Path
 
-import pytest
-
 from conftest import query
 from pqlab import pcap
 from pqlab.experiments.handshake import phases as hp
+from tls_helpers import tshark_fields
 
 # Wireshark's flags for a segment that carries sequence space sent before, as seen in the
 # sender's own capture: which one it picks depends on its timing heuristics (a
@@ -51,19 +48,6 @@ POINTS = {
 }
 
 
-def _tshark(pcap_path: Path, *args: str) -> list[list[str]]:
-    if shutil.which("tshark") is None:
-        pytest.skip("tshark is not installed")
-    out = subprocess.run(
-        ["tshark", "-r", str(pcap_path), *args],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=300,
-    ).stdout
-    return [line.split("\t") for line in out.splitlines()]
-
-
 def _ns(epoch: str) -> int:
     return int(Decimal(epoch) * 1_000_000_000)
 
@@ -71,10 +55,9 @@ def _ns(epoch: str) -> int:
 def tshark_retransmissions(pcap_path: Path, port: int, from_client: bool) -> dict[int, list]:
     """Per connection (keyed by the time of its first SYN in this capture), the frames of
     one direction Wireshark flags as sent again: [(time ns, tcp.len)]."""
-    rows = _tshark(
-        pcap_path, "-T", "fields", "-e", "tcp.stream", "-e", "frame.time_epoch",
-        "-e", "tcp.srcport", "-e", "tcp.len", *(x for flag in SENT_AGAIN for x in ("-e", flag)),
-    )  # fmt: skip
+    rows = tshark_fields(
+        pcap_path, ["tcp.stream", "frame.time_epoch", "tcp.srcport", "tcp.len", *SENT_AGAIN]
+    )
     start: dict[str, int] = {}
     out: dict[int, list] = {}
     for stream, epoch, sport, length, *flags in rows:
@@ -98,11 +81,13 @@ def ours(pcap_path: Path, port: int, from_client: bool) -> dict[int, list]:
 def tshark_messages(pcap_path: Path, keylog: Path, port: int) -> dict[int, dict]:
     """Per connection (keyed by the time of its first SYN), the time of the frame at which
     tshark's decryption first shows each handshake message: {(sender, type): ns}."""
-    rows = _tshark(
-        pcap_path, "-o", f"tls.keylog_file:{keylog}", "-o", "tcp.reassemble_out_of_order:TRUE",
-        "-d", f"tcp.port=={port},tls", "-T", "fields", "-e", "tcp.stream",
-        "-e", "frame.time_epoch", "-e", "tcp.srcport", "-e", "tls.handshake.type",
-    )  # fmt: skip
+    rows = tshark_fields(
+        pcap_path,
+        ["tcp.stream", "frame.time_epoch", "tcp.srcport", "tls.handshake.type"],
+        keylog=keylog,
+        port=port,
+        options=("tcp.reassemble_out_of_order:TRUE",),
+    )
     start: dict[str, int] = {}
     out: dict[int, dict] = defaultdict(dict)
     for stream, epoch, sport, types in rows:
