@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import socket
 import ssl
 import struct
@@ -32,7 +31,7 @@ from conftest import is_root, run_pqlab
 from pqlab.tls.chains import make_chain
 from probe_helpers import probe, rows, s_server, say_nothing, tcp_server, verdicts
 from test_robustness import Serve, one_error_line
-from tls_helpers import free_port
+from tls_helpers import free_port, tshark_fields
 
 STACKS = ("openssl", "rustls", "wolfssl")
 # The start of a real ServerHello record (handshake, TLS 1.2 legacy version, 122 bytes).
@@ -282,18 +281,16 @@ def test_connect_to_a_misbehaving_peer_exits_7(chain, stack):
 
 
 def tshark_certificate_lengths(pcap: Path, keylog: Path) -> list[list[int]]:
-    """Per server Certificate message tshark decrypts, its certificates' DER sizes."""
-    if shutil.which("tshark") is None:
-        pytest.skip("tshark is not installed")
-    proc = subprocess.run(
-        # A deep enough dissection tree for 100 certificates (tshark stops at 256 levels).
-        ["tshark", "-r", str(pcap), "-o", "gui.max_tree_depth:4096",
-         "-o", f"tls.keylog_file:{keylog}", "-Y",
-         "tls.handshake.type == 11", "-T", "fields", "-e", "tls.handshake.certificate_length"],
-        capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr
-    return [[int(n) for n in line.split(",")] for line in proc.stdout.split() if line]
+    """Per server Certificate message tshark decrypts, its certificates' DER sizes (with a
+    dissection tree deep enough for 100 certificates: tshark stops at 256 levels)."""
+    rows_ = tshark_fields(
+        pcap,
+        ["tls.handshake.certificate_length"],
+        keylog=keylog,
+        options=("gui.max_tree_depth:4096",),
+        display_filter="tls.handshake.type == 11",
+    )
+    return [[int(n) for n in row[0].split(",")] for row in rows_ if row[0]]
 
 
 @pytest.fixture(scope="module")
