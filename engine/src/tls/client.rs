@@ -692,6 +692,9 @@ impl Deadline {
 /// deadline passes, whatever the stack is doing with it.
 pub(super) struct Dialed {
     pub tcp: Rc<TcpStream>,
+    /// When the TCP connect completed (before the watch began: `tcp_connect_ns` is the
+    /// connect alone).
+    pub connected: Stamp,
     watch: Option<Watch>,
     deadline: Option<Deadline>,
 }
@@ -717,6 +720,7 @@ impl Dialed {
             }
             _ => crate::err!(Io, "TCP connect failed: {e}"),
         })?;
+        let connected = Stamp::now();
         let watch = match deadline {
             Some(d) => Some(
                 Admission::clients()
@@ -727,6 +731,7 @@ impl Dialed {
         };
         Ok(Dialed {
             tcp: Rc::new(tcp),
+            connected,
             watch,
             deadline,
         })
@@ -768,7 +773,7 @@ pub(super) fn one(
     let dialed = Dialed::connect(a, target, ask.until).inspect_err(|_| {
         out["failed_in"] = json!(Phase::Connect.name());
     })?;
-    let t1 = Stamp::now();
+    let t1 = dialed.connected;
     out["t_tcp_connected"] = json!(t1.real);
     let result = tcp_setup(&dialed.tcp, a.tls.io_timeout)
         .and_then(|()| connected(ctx, a, target, rec, out, &dialed, (t0, t1, ask)))
