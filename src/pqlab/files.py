@@ -329,15 +329,13 @@ class Dir:
     def remove_tree(self, name: str) -> None:
         """Remove `name` and everything under it, never following a link (shutil.rmtree
         with a descriptor walks by descriptors)."""
+        self._forget(name)
         st = self.entry(name)
         if st is None:
             return
         if not stat.S_ISDIR(st.st_mode):
             self.remove(name)
             return
-        sub = self._subs.pop(name, None)
-        if sub is not None:
-            sub.close()
         shutil.rmtree(name, dir_fd=self.fd, ignore_errors=True)
 
     def rename(self, name: str, new: str, into: Dir | None = None) -> bool:
@@ -351,8 +349,15 @@ class Dir:
             if e.errno in (errno.ENOTEMPTY, errno.EEXIST):
                 return False
             raise storage_error(e, str(target.path_of(new))) from None
-        target._subs.pop(new, None)
+        self._forget(name)
+        target._forget(new)
         return True
+
+    def _forget(self, name: str) -> None:
+        """Drop the opened sub-directory `name` (renamed or removed)."""
+        sub = self._subs.pop(name, None)
+        if sub is not None:
+            sub.close()
 
     # --- writing -----------------------------------------------------------------------
     def _new_file(self, name: str, mode: int) -> tuple[int, str]:
@@ -459,6 +464,25 @@ def write_file(path: str | Path, data: bytes | str, mode: int = 0o644) -> Path:
         return d.write(path.name, data, mode)
 
 
+def check_output_file(text: str, flag: str) -> Path:
+    """A file the user names for pqlab to write (replaced whole when it exists), checked
+    before anything is computed: a plain name in a directory pqlab may write into, not a
+    link, not a directory."""
+    path = Path(text)
+    if not text or path.name in ("", ".", ".."):
+        raise UserError(f"{flag} {text!r} is not a file name; give a file name")
+    with Dir.open(path.parent, f"{flag} {text!r}: the directory") as d:
+        _check_writable_fs(path.parent, path, flag)
+        st = d.entry(path.name)
+    if st is not None and stat.S_ISLNK(st.st_mode):
+        raise UserError(f"{flag} {text!r} is a symbolic link; give the file itself")
+    if st is not None and stat.S_ISDIR(st.st_mode):
+        raise UserError(f"{flag} {text!r} is a directory; give a file name")
+    if st is not None and not stat.S_ISREG(st.st_mode):
+        raise UserError(f"{flag} {text!r} is not a regular file")
+    return path
+
+
 # --- run directories ----------------------------------------------------------------------
 
 
@@ -504,14 +528,52 @@ def check_out(path: str | Path, resume: bool = False, flag: str = "--out") -> Pa
 
 
 def _check_parent(path: Path, flag: str) -> None:
-    """A run directory to be made: its nearest existing ancestor is a writable directory."""
+    """A directory to be made: its nearest existing ancestor is a writable directory."""
     parent = Path(os.path.realpath(path.parent))
     while not parent.exists():
         parent = parent.parent
     if not parent.is_dir():
         raise UserError(f"{flag} {str(path)!r}: {str(parent)!r} is not a directory")
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise UserError(f"{flag} {str(path)!r}: {str(parent)!r} is not writable")
+    _check_writable_fs(parent, path, flag)
+
+
+def _check_writable_fs(existing: Path, path: Path, flag: str) -> None:
+    """`existing` (`path`, or the ancestor it will be made in) can be written now."""
+    try:
+        read_only = os.statvfs(existing).f_flag & os.ST_RDONLY
+    except OSError:
+        read_only = False
+    if read_only:
+        raise StorageError(
+            f"{flag} {str(path)!r}: {str(existing)!r} is on a read-only file system; give a "
+            "directory pqlab can write"
+        )
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise UserError(f"{flag} {str(path)!r}: {str(existing)!r} is not writable")
+
+
+def check_writable(path: str | Path, flag: str) -> Path:
+    """A directory pqlab keeps files in (made if missing), checked before anything runs:
+    a real directory of the user's own, writable by nobody else, on a file system that is
+    not read-only, under ancestors nobody untrusted can change."""
+    path = Path(path).expanduser()
+    check_ancestors(path, flag)
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        _check_parent(path, flag)
+        return path
+    except OSError as e:
+        raise UserError(f"{flag} {str(path)!r}: {e.strerror}") from None
+    if stat.S_ISLNK(st.st_mode):
+        raise UserError(f"{flag} {str(path)!r} is a symbolic link; give the directory itself")
+    if not stat.S_ISDIR(st.st_mode):
+        raise UserError(f"{flag} {str(path)!r} exists and is not a directory")
+    why = _unsafe(st, own=True)
+    if why is not None:
+        raise UserError(f"{flag} {str(path)!r} {why}")
+    _check_writable_fs(path, path, flag)
+    return path
 
 
 def _check_existing(path: Path, st: os.stat_result, flag: str) -> None:
@@ -523,6 +585,7 @@ def _check_existing(path: Path, st: os.stat_result, flag: str) -> None:
     why = _unsafe(st, own=True)
     if why is not None:
         raise UserError(f"{flag} {str(path)!r} {why}")
+    _check_writable_fs(path, path, flag)
     if is_run(path):
         return
     if os.path.lexists(path / DB_NAME):

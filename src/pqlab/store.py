@@ -708,4 +708,3 @@ class RunStore:
     def write_output(self, name: str, data: str | bytes) -> Path:
         """A file of the exports (report.html), written whole or not at all."""
         return self._outputs().write(name, data)
-

@@ -486,14 +486,15 @@ fn every_ca_key_type_of_every_stack_signs_a_chain_its_client_verifies() {
 }
 
 #[test]
-fn key_logs_are_owner_only() {
+fn key_logs_are_owner_only_and_never_take_over_a_file() {
     use crate::secrets::{mode, FILE_MODE};
     use std::os::unix::fs::PermissionsExt;
     let dir = TempDir::new("keylog");
     make_certs(dir.path(), "EC:P-256", "EC:P-256");
+    // An existing key log of ours (0600, empty) is appended to; a new one is made 0600.
     let log = dir.path().join("keys.log");
     std::fs::write(&log, b"").unwrap();
-    std::fs::set_permissions(&log, std::fs::Permissions::from_mode(0o644)).unwrap();
+    std::fs::set_permissions(&log, std::fs::Permissions::from_mode(0o600)).unwrap();
     let fresh = dir.path().join("fresh.log");
     let l = log.to_str().unwrap();
     let f = fresh.to_str().unwrap();
@@ -506,6 +507,33 @@ fn key_logs_are_owner_only() {
     assert!(std::fs::read_to_string(&fresh)
         .unwrap()
         .contains("CLIENT_TRAFFIC_SECRET_0"));
+    // Any other file (here one readable by others, not a key log) is refused before
+    // anything is served, its content and mode left as they were.
+    let other = dir.path().join("passwd");
+    std::fs::write(&other, b"root:x:0:0:root:/root:/bin/bash\n").unwrap();
+    std::fs::set_permissions(&other, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let d = dir.path().to_str().unwrap();
+    let (chain, key) = (format!("{d}/chain.pem"), format!("{d}/server.key.pem"));
+    let argv = [
+        "t",
+        "--listen",
+        "127.0.0.1:0",
+        "--cert-chain",
+        &chain,
+        "--key",
+        &key,
+        "--keylog",
+        other.to_str().unwrap(),
+    ];
+    let e = server::prepare(&ServerCli::parse_from(argv).a)
+        .err()
+        .expect("a file that is no key log is refused");
+    assert!(e.to_string().contains("--keylog"), "{e}");
+    assert_eq!(mode(&other), 0o644);
+    assert_eq!(
+        std::fs::read(&other).unwrap(),
+        b"root:x:0:0:root:/root:/bin/bash\n"
+    );
 }
 
 /// A client certificate for mutual TLS: its own root (`ca`) and a leaf of `alg` with
