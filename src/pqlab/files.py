@@ -51,22 +51,34 @@ SYSTEM_DIRS = (
 DB_NAME = "results.duckdb"  # what makes a directory a pqlab run
 
 # The errors that mean the file system refused a write (as opposed to a wrong name).
+# (What to do about each.)
 STORAGE_ERRNOS = {
-    errno.ENOSPC: "the file system is full",
-    errno.EDQUOT: "the disk quota is exhausted",
-    errno.EROFS: "the file system is read-only",
-    errno.EFBIG: "the file is too large for the file system",
-    errno.EIO: "an I/O error",
+    errno.ENOSPC: "free space and run again",
+    errno.EDQUOT: "free space within your quota and run again",
+    errno.EROFS: "give a directory on a writable file system",
+    errno.EFBIG: "the file system takes no file that large",
+    errno.EIO: "the disk failed: check it",
 }
+
+
+# The private name a file is written under before it is renamed over its own (`Dir`).
+_PRIVATE = re.compile(r"(^|/)\.([^/]+)\.[0-9a-f]{12}\.tmp$")
+
+
+def shown(path: str | Path) -> str:
+    """`path` as a message names it: a file being written under its private name is named by
+    the name it was to get."""
+    return _PRIVATE.sub(r"\1\2", str(path))
 
 
 def storage_error(e: OSError, what: str) -> UserError:
     """One line for a write that failed: `StorageError` (exit 6) when the file system refused
     it (full, read-only, quota, I/O, no permission), a `UserError` otherwise."""
+    what = shown(what)
     reason = e.strerror or str(e)
-    hint = STORAGE_ERRNOS.get(e.errno)
-    if hint is not None or e.errno in (errno.EACCES, errno.EPERM):
-        return StorageError(f"cannot write {what}: {reason}" + (f" ({hint})" if hint else ""))
+    advice = STORAGE_ERRNOS.get(e.errno)
+    if advice is not None or e.errno in (errno.EACCES, errno.EPERM):
+        return StorageError(f"cannot write {what}: {reason}" + (f"; {advice}" if advice else ""))
     return UserError(f"cannot write {what}: {reason}")
 
 

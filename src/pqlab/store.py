@@ -199,7 +199,7 @@ class _Lock:
 _DAMAGE = (duckdb.IOException, duckdb.SerializationException, duckdb.InternalException)
 # DuckDB's messages for a write the file system refused carry the system's own words.
 _REFUSED = {os.strerror(code): code for code in files.STORAGE_ERRNOS}
-_QUOTED_FILE = re.compile(r'"(/[^"]+)"')
+_QUOTED_FILE = re.compile(r'"(/[^"\\]+)\\?"')  # in DuckDB's messages: "/path" or \"/path\"
 
 
 def _refused(db_path: Path, e: Exception) -> StorageError | None:

@@ -29,10 +29,12 @@ from pqlab.files import Dir
 from pqlab.report.page import export_all
 from pqlab.store import RunStore
 
+# USE_TMP_FILE false: DuckDB writes the file it is given (a new private one, `pqlab.files`)
+# rather than a `tmp_` file of its own beside it.
 FORMATS = {
-    "csv": ("csv", "(FORMAT CSV, HEADER true)"),
-    "parquet": ("parquet", "(FORMAT PARQUET)"),
-    "json": ("json", "(FORMAT JSON, ARRAY true)"),
+    "csv": ("csv", "(FORMAT CSV, HEADER true, USE_TMP_FILE false)"),
+    "parquet": ("parquet", "(FORMAT PARQUET, USE_TMP_FILE false)"),
+    "json": ("json", "(FORMAT JSON, ARRAY true, USE_TMP_FILE false)"),
 }
 
 
@@ -96,7 +98,13 @@ def _file_names(tables: list[str], ext: str) -> None:
     """Every table's file stays in its directory: a name from the database with a '/' or
     '..' (or an absolute one) is refused, before anything is written."""
     for t in tables:
-        files.check_name(f"{t}.{ext}", f"the run's table {t!r} gives the file name")
+        try:
+            files.check_name(f"{t}.{ext}")
+        except UserError:
+            raise UserError(
+                f"the run holds a table named {t!r}, whose file would leave --to; pqlab exports "
+                "only tables whose names are plain file names (no '/', not '..')"
+            ) from None
 
 
 def _export_raw(store: RunStore, out: Dir, fmt: str) -> list[dict]:
