@@ -527,15 +527,15 @@ def check_out(path: str | Path, resume: bool = False, flag: str = "--out") -> Pa
     except OSError as e:
         raise UserError(f"{flag} {str(path)!r}: {e.strerror}") from None
     check_ancestors(path, flag)
-    if resume and (st is None or not stat.S_ISDIR(st.st_mode) or not is_run(path)):
-        raise UserError(
-            f"--resume: {str(path)!r} is not a pqlab run (no {DB_NAME} there); leave "
-            "--resume out to start a run"
-        )
     if st is None:
         _check_parent(path, flag)
     else:
         _check_existing(path, st, flag)
+    if resume and not is_run(path):
+        raise UserError(
+            f"--resume: {str(path)!r} is not a pqlab run (no {DB_NAME} there); leave "
+            "--resume out to start a run"
+        )
     return path
 
 
@@ -601,7 +601,8 @@ def _check_existing(path: Path, st: os.stat_result, flag: str) -> None:
     if is_run(path):
         return
     if os.path.lexists(path / DB_NAME):
-        raise UserError(f"{flag} {str(path)!r}: {DB_NAME} there is not a regular file")
+        what = "a symbolic link" if os.path.islink(path / DB_NAME) else "not a regular file"
+        raise UserError(f"{flag} {str(path)!r}: {DB_NAME} there is {what}")
     try:
         empty = not os.listdir(path)
     except OSError as e:
