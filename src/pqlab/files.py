@@ -389,16 +389,13 @@ class Dir:
         raise StorageError(f"cannot make a new file in {self.path}")
 
     @contextlib.contextmanager
-    def replacing(self, name: str, mode: int = 0o644) -> Iterator[BinaryIO]:
-        """A file object whose content becomes `name` when the block ends: written under a
-        private name, renamed over `name` (a link there is replaced, never followed; an
-        existing file is replaced, never written into). An error (a full disk) removes the
-        new file and leaves `name` as it was."""
+    def _renamed_over(self, name: str, mode: int) -> Iterator[tuple[int, str]]:
+        """A new file of a private name beside `name` (its descriptor and name), renamed
+        over `name` when the block ends; removed instead when the block fails."""
         fd, tmp = self._new_file(name, mode)
         done = False
         try:
-            with os.fdopen(fd, "wb") as f:
-                yield f
+            yield fd, tmp
             os.rename(tmp, name, src_dir_fd=self.fd, dst_dir_fd=self.fd)
             done = True
         except OSError as e:
@@ -409,22 +406,21 @@ class Dir:
                     os.unlink(tmp, dir_fd=self.fd)
 
     @contextlib.contextmanager
+    def replacing(self, name: str, mode: int = 0o644) -> Iterator[BinaryIO]:
+        """A file object whose content becomes `name` when the block ends: written under a
+        private name, renamed over `name` (a link there is replaced, never followed; an
+        existing file is replaced, never written into). An error (a full disk) removes the
+        new file and leaves `name` as it was."""
+        with self._renamed_over(name, mode) as (fd, _), os.fdopen(fd, "wb") as f:
+            yield f
+
+    @contextlib.contextmanager
     def filled_by_path(self, name: str, mode: int = 0o644) -> Iterator[Path]:
         """The path of a new, empty file of a private name, for a program that writes by
         path (DuckDB's COPY); it becomes `name` when the block ends, or is removed."""
-        fd, tmp = self._new_file(name, mode)
-        os.close(fd)
-        done = False
-        try:
+        with self._renamed_over(name, mode) as (fd, tmp):
+            os.close(fd)
             yield self.path / tmp
-            os.rename(tmp, name, src_dir_fd=self.fd, dst_dir_fd=self.fd)
-            done = True
-        except OSError as e:
-            raise storage_error(e, str(self.path_of(name))) from None
-        finally:
-            if not done:
-                with contextlib.suppress(OSError):
-                    os.unlink(tmp, dir_fd=self.fd)
 
     def write(self, name: str, data: bytes | str, mode: int = 0o644) -> Path:
         """Write `data` as the file `name` (see `replacing`); its path."""
@@ -509,9 +505,9 @@ def is_run(path: Path) -> bool:
 def check_out(path: str | Path, resume: bool = False, flag: str = "--out") -> Path:
     """A usable run directory: checked before anything runs, so a bad --out fails at once
     rather than after the first measurement. Refused: `/` and the system's own directories,
-    a symbolic link, something that is not a directory, a directory of another user or one
-    others may write into, a non-empty directory that is not a pqlab run, a path under a
-    directory an untrusted user could change, and with `resume` anything but a pqlab run."""
+    what `check_writable` refuses (a link, not a directory, another user's, writable by
+    others, read-only, under a directory an untrusted user could change), a non-empty
+    directory that is not a pqlab run, and with `resume` anything but a pqlab run."""
     path = Path(path)
     resolved = os.path.realpath(path)
     system = _system(resolved)
@@ -520,22 +516,54 @@ def check_out(path: str | Path, resume: bool = False, flag: str = "--out") -> Pa
             f"{flag} {str(path)!r} is {'' if resolved == system else 'inside '}the system "
             f"directory {system!r}; give a directory of your own (e.g. results/NAME)"
         )
-    try:
-        st = os.lstat(path)
-    except FileNotFoundError:
-        st = None
-    except OSError as e:
-        raise UserError(f"{flag} {str(path)!r}: {e.strerror}") from None
-    check_ancestors(path, flag)
-    if st is None:
-        _check_parent(path, flag)
-    else:
-        _check_existing(path, st, flag)
+    check_writable(path, flag, expand=False)
+    if os.path.lexists(path) and not is_run(path):
+        _check_empty(path, flag)
     if resume and not is_run(path):
         raise UserError(
             f"--resume: {str(path)!r} is not a pqlab run (no {DB_NAME} there); leave "
             "--resume out to start a run"
         )
+    return path
+
+
+def _check_empty(path: Path, flag: str) -> None:
+    """An existing directory that is not a run: pqlab makes one there only if it is empty."""
+    if os.path.lexists(path / DB_NAME):
+        what = "a symbolic link" if os.path.islink(path / DB_NAME) else "not a regular file"
+        raise UserError(f"{flag} {str(path)!r}: {DB_NAME} there is {what}")
+    try:
+        empty = not os.listdir(path)
+    except OSError as e:
+        raise UserError(f"{flag} {str(path)!r}: {e.strerror}") from None
+    if not empty:
+        raise UserError(
+            f"{flag} {str(path)!r} is not empty and holds no pqlab run (no {DB_NAME}); "
+            "give a new or empty directory"
+        )
+
+
+def check_writable(path: str | Path, flag: str, expand: bool = True) -> Path:
+    """A directory pqlab keeps files in (made if missing), checked before anything runs:
+    a real directory (not a link) of the user's own, writable by nobody else, on a file
+    system that is not read-only, under ancestors nobody untrusted can change."""
+    path = Path(path).expanduser() if expand else Path(path)
+    check_ancestors(path, flag)
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        _check_parent(path, flag)
+        return path
+    except OSError as e:
+        raise UserError(f"{flag} {str(path)!r}: {e.strerror}") from None
+    if stat.S_ISLNK(st.st_mode):
+        raise UserError(f"{flag} {str(path)!r} is a symbolic link; give the directory itself")
+    if not stat.S_ISDIR(st.st_mode):
+        raise UserError(f"{flag} {str(path)!r} exists and is not a directory")
+    why = _unsafe(st, own=True)
+    if why is not None:
+        raise UserError(f"{flag} {str(path)!r} {why}")
+    _check_writable_fs(path, path, flag)
     return path
 
 
@@ -562,56 +590,6 @@ def _check_writable_fs(existing: Path, path: Path, flag: str) -> None:
         )
     if not os.access(existing, os.W_OK | os.X_OK):
         raise UserError(f"{flag} {str(path)!r}: {str(existing)!r} is not writable")
-
-
-def check_writable(path: str | Path, flag: str) -> Path:
-    """A directory pqlab keeps files in (made if missing), checked before anything runs:
-    a real directory of the user's own, writable by nobody else, on a file system that is
-    not read-only, under ancestors nobody untrusted can change."""
-    path = Path(path).expanduser()
-    check_ancestors(path, flag)
-    try:
-        st = os.lstat(path)
-    except FileNotFoundError:
-        _check_parent(path, flag)
-        return path
-    except OSError as e:
-        raise UserError(f"{flag} {str(path)!r}: {e.strerror}") from None
-    if stat.S_ISLNK(st.st_mode):
-        raise UserError(f"{flag} {str(path)!r} is a symbolic link; give the directory itself")
-    if not stat.S_ISDIR(st.st_mode):
-        raise UserError(f"{flag} {str(path)!r} exists and is not a directory")
-    why = _unsafe(st, own=True)
-    if why is not None:
-        raise UserError(f"{flag} {str(path)!r} {why}")
-    _check_writable_fs(path, path, flag)
-    return path
-
-
-def _check_existing(path: Path, st: os.stat_result, flag: str) -> None:
-    """An existing run directory: a real directory of the user's own, empty or a run."""
-    if stat.S_ISLNK(st.st_mode):
-        raise UserError(f"{flag} {str(path)!r} is a symbolic link; give the run directory itself")
-    if not stat.S_ISDIR(st.st_mode):
-        raise UserError(f"{flag} {str(path)!r} exists and is not a directory")
-    why = _unsafe(st, own=True)
-    if why is not None:
-        raise UserError(f"{flag} {str(path)!r} {why}")
-    _check_writable_fs(path, path, flag)
-    if is_run(path):
-        return
-    if os.path.lexists(path / DB_NAME):
-        what = "a symbolic link" if os.path.islink(path / DB_NAME) else "not a regular file"
-        raise UserError(f"{flag} {str(path)!r}: {DB_NAME} there is {what}")
-    try:
-        empty = not os.listdir(path)
-    except OSError as e:
-        raise UserError(f"{flag} {str(path)!r}: {e.strerror}") from None
-    if not empty:
-        raise UserError(
-            f"{flag} {str(path)!r} is not empty and holds no pqlab run (no {DB_NAME}); "
-            "give a new or empty directory"
-        )
 
 
 def open_run(path: str | Path, create: bool = True) -> tuple[Dir, bool]:
