@@ -221,6 +221,15 @@ def test_system_directories_and_foreign_content_are_refused_as_out(tmp_path, vic
     (busy / "notes.txt").write_text("mine\n")
     assert "holds no pqlab run" in one_line(run_pqlab(*SIZES, "--out", busy), 2)
     assert sorted(p.name for p in busy.iterdir()) == ["notes.txt"]
+    # A run's own directory as a link (`certs -> /etc`) makes no prepared run either.
+    linked = tmp_path / "linked"
+    linked.mkdir()
+    (linked / "certs").symlink_to(victim.dir)
+    assert "holds no pqlab run" in one_line(run_pqlab(*SIZES, "--out", linked), 2)
+    # A real one (certificates copied in, for two runs to share them) does.
+    prepared = tmp_path / "prepared"
+    (prepared / "certs").mkdir(parents=True)
+    assert run_pqlab(*SIZES, "--out", prepared).returncode == 0
     empty = tmp_path / "empty"
     empty.mkdir()
     assert "not a pqlab run" in one_line(run_pqlab(*SIZES, "--out", empty, "--resume"), 2)
@@ -276,10 +285,11 @@ def test_the_key_log_rule_is_the_engines():
 # --- 4: export writes inside --to only ------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", ["../../x", "/tmp/pqlab-export-escape", "a/b"])
+@pytest.mark.parametrize("name", ["../../x", "{tmp_path}/escape", "a/b"])
 def test_export_refuses_table_names_that_leave_the_target(tmp_path, victim, base_run, name):
     import duckdb
 
+    name = name.format(tmp_path=tmp_path)  # an absolute name: where it would land is checked
     run = copy_run(base_run, tmp_path / "run")
     con = duckdb.connect(str(run / "results.duckdb"))
     con.execute(f'CREATE TABLE "{name}" (a INTEGER)')
@@ -291,7 +301,6 @@ def test_export_refuses_table_names_that_leave_the_target(tmp_path, victim, base
     proc = run_pqlab("export", run, "--format", "csv", "--to", deep / "out")
     assert "would leave --to" in one_line(proc, 2)
     assert snapshot(tmp_path, skip=run) == before
-    assert not Path("/tmp/pqlab-export-escape.csv").exists()
     victim.intact()
 
 

@@ -49,6 +49,10 @@ SYSTEM_DIRS = (
 )  # fmt: skip
 
 DB_NAME = "results.duckdb"  # what makes a directory a pqlab run
+# The run's directories (exports; chains; kept captures; a probe's captures; the scratch of
+# a run in progress). A directory holding nothing but some of them (a `certs/` copied in, so
+# that two runs use the same certificates) may become a run.
+RUN_DIRS = ("tables", "figures", "certs", "pcap", "captures", ".work")
 
 # The errors that mean the file system refused a write (as opposed to a wrong name).
 # (What to do about each.)
@@ -528,18 +532,24 @@ def check_out(path: str | Path, resume: bool = False, flag: str = "--out") -> Pa
 
 
 def _check_empty(path: Path, flag: str) -> None:
-    """An existing directory that is not a run: pqlab makes one there only if it is empty."""
+    """An existing directory that is not a run: pqlab makes one there only if it is empty,
+    or holds nothing but a run's own directories (real ones, not links)."""
     if os.path.lexists(path / DB_NAME):
         what = "a symbolic link" if os.path.islink(path / DB_NAME) else "not a regular file"
         raise UserError(f"{flag} {str(path)!r}: {DB_NAME} there is {what}")
     try:
-        empty = not os.listdir(path)
+        other = [
+            name
+            for name in os.listdir(path)
+            if name not in RUN_DIRS or not stat.S_ISDIR(os.lstat(path / name).st_mode)
+        ]
     except OSError as e:
         raise UserError(f"{flag} {str(path)!r}: {e.strerror}") from None
-    if not empty:
+    if other:
         raise UserError(
-            f"{flag} {str(path)!r} is not empty and holds no pqlab run (no {DB_NAME}); "
-            "give a new or empty directory"
+            f"{flag} {str(path)!r} is not empty and holds no pqlab run (no {DB_NAME}; it holds "
+            f"{', '.join(repr(n) for n in sorted(other)[:3])}"
+            f"{' ...' if len(other) > 3 else ''}); give a new or empty directory"
         )
 
 

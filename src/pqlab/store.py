@@ -30,7 +30,7 @@ import pyarrow as pa
 
 from pqlab import files
 from pqlab.errors import StorageError, UserError
-from pqlab.files import DB_NAME, Dir
+from pqlab.files import DB_NAME, RUN_DIRS, Dir
 from pqlab.stages import StageClock
 
 # 2: invocations carry the writer's PID (killed runs are detected); TLS tables carry the
@@ -40,10 +40,7 @@ READABLE_VERSIONS = (1, 2)
 LOCK_NAME = ".lock"
 # DuckDB's own files beside the database (its write-ahead log), made by DuckDB itself.
 DB_FILES = (DB_NAME, DB_NAME + ".wal")
-# The run's directories (exports; chains; kept captures; a probe's captures; the scratch of
-# a run in progress): where one exists it must be a real directory, checked when the run is
-# opened, before anything is measured.
-RUN_DIRS = ("tables", "figures", "certs", "pcap", "captures", ".work")
+
 
 _BASE_SCHEMA = """
 CREATE TABLE IF NOT EXISTS schema_info (version INTEGER);
@@ -315,7 +312,7 @@ class RunStore:
         try:
             for name in DB_FILES:
                 run.check_file(name)
-            for name in RUN_DIRS:
+            for name in RUN_DIRS:  # each a real directory where there is one
                 if run.entry(name) is not None:
                     run.sub(name, create=False)
             existed = run.entry(DB_NAME) is not None

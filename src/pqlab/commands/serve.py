@@ -131,7 +131,11 @@ def remove_stale_temp_dirs() -> list[Path]:
     with SIGKILL, so they could not clean up): they hold private keys; remove them."""
     removed = []
     pattern = re.compile(rf"^{TMP_PREFIX}(\d+)-")
-    with files.Dir.open(tempfile.gettempdir(), "temporary directory") as tmp:
+    try:
+        tmp = files.Dir.open(tempfile.gettempdir(), "temporary directory")
+    except UserError:
+        return removed  # a temporary directory pqlab may not write into: nothing of ours
+    with tmp:
         for name in tmp.names():
             m = pattern.match(name)
             st = tmp.entry(name) if m else None
