@@ -21,7 +21,7 @@ import pytest
 
 from conftest import pqlab_env, run_pqlab
 from pqlab.experiments.probe.run import capture_stem
-from tls_helpers import free_port, openssl_bin
+from tls_helpers import free_port, openssl_bin, tshark_fields
 
 PEERS = Path(__file__).resolve().parent / "peers"
 GO_MIN = (1, 24)  # crypto/tls has X25519MLKEM768 from Go 1.24 on
@@ -234,18 +234,14 @@ def verdicts(out: Path) -> dict[str, str]:
 def tshark_messages(pcap: Path, keylog: Path, server_port: int) -> dict:
     """client port -> sender -> [(handshake type, length incl. the 4-byte header)], as
     tshark decrypts the capture with the key log."""
-    if shutil.which("tshark") is None:
-        pytest.skip("tshark is not installed")
-    proc = subprocess.run(
-        ["tshark", "-r", str(pcap), "-o", f"tls.keylog_file:{keylog}", "-Y", "tls.handshake",
-         "-T", "fields", "-e", "tcp.srcport", "-e", "tcp.dstport", "-e", "tls.handshake.type",
-         "-e", "tls.handshake.length"],
-        capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr
+    rows = tshark_fields(
+        pcap,
+        ["tcp.srcport", "tcp.dstport", "tls.handshake.type", "tls.handshake.length"],
+        keylog=keylog,
+        display_filter="tls.handshake",
+    )
     out: dict = defaultdict(lambda: defaultdict(list))
-    for line in proc.stdout.splitlines():
-        src, dst, types, lengths = line.split("\t")
+    for src, dst, types, lengths in rows:
         sender = "server" if int(src) == server_port else "client"
         port = int(dst) if sender == "server" else int(src)
         for t, n in zip(types.split(","), lengths.split(","), strict=True):

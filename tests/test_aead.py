@@ -5,7 +5,9 @@ Durations are tiny (no speed assertions: the machine is shared)."""
 from __future__ import annotations
 
 import csv
+import json
 import platform
+import shutil
 
 import pytest
 
@@ -263,33 +265,70 @@ def _benchmark():
     return module
 
 
-def test_benchmark_compares_like_with_like_and_fails_beyond_five_percent():
+def test_benchmark_holds_fair_mode_to_openssl_speed_for_every_cipher():
     bench = _benchmark()
-    # Each comparison is the median over the repeats of the ratio within a repeat (wall,
-    # CPU), as measure_cipher stores it.
-    gcm = {"streamed": False, "paired": {("fair", "speed"): (0.95, 0.96)}}
+    # Each comparison is the median over the rounds of the ratio within a round (CPU, wall),
+    # as measure_cipher stores it.
+    gcm = {"streamed": False, "paired": {"fair / speed": (0.95, 0.96)}}
     assert [w for w, *_ in bench.checks(gcm)] == ["fair / speed"]
     assert bench.within(0.951) and not bench.within(0.94) and not bench.within(1.06)
-    # ChaCha20-Poly1305: speed streams it, so fair is held to the per-record reference,
-    # which must itself match speed's stream.
+    # ChaCha20-Poly1305, which speed streams, is held to speed too; the C record loop adds
+    # a second check (what pqlab adds to the library's own per-record work).
     chacha = {
         "streamed": True,
-        "paired": {
-            ("fair", "speed"): (0.92, 0.92),
-            ("ref_stream", "speed"): (0.99, 0.99),
-            ("fair", "ref_records"): (92 / 93, 92 / 93),
-        },
+        "paired": {"fair / speed": (0.93, 0.92), "fair / C record loop": (0.99, 0.98)},
     }
-    got = {w: wall for w, wall, _ in bench.checks(chacha)}
-    assert got == {
-        "reference stream / speed": pytest.approx(0.99),
-        "fair / reference records": pytest.approx(92 / 93),
-    }
-    chacha["paired"][("fair", "ref_records")] = (85 / 93, 85 / 93)
-    assert not bench.within(
-        dict((w, x) for w, x, _ in bench.checks(chacha))["fair / reference records"]
-    )
+    got = {w: cpu for w, cpu, _ in bench.checks(chacha)}
+    assert got == {"fair / speed": 0.93, "fair / C record loop": 0.99}
+    assert [w for w, cpu in got.items() if not bench.within(cpu)] == ["fair / speed"]
     assert bench.SPEED_PER_RECORD == {c for c in experiment.AEADS if "chacha" not in c}
+
+
+def test_benchmark_reads_speed_and_compares_code_paths():
+    bench = _benchmark()
+    err = (
+        "Doing ChaCha20-Poly1305 ops for 3s on 16384 size blocks: "
+        "375000 ChaCha20-Poly1305 ops in 2.99s\n"
+    )
+    out = "version: 3.5.4\ntype          16384 bytes\nChaCha20-Poly1305  2054848.21k\n"
+    assert bench.parse_speed(out, err, 16384) == {"ops": 375000, "own": 2054848210.0}
+    speed = {"ChaCha20_8x": 0.62, "poly1305_blocks_avx2": 0.35, "chacha20_cipher": 0.01}
+    # pqlab's samples also hold its untimed copies and checks: not a different path.
+    ours = {"ChaCha20_8x": 0.5, "poly1305_blocks_avx2": 0.28, "__memcmp_avx2_movbe": 0.12}
+    assert bench.same_path(ours, speed) == []
+    # The same cipher through another routine (say the AVX-512 one) is.
+    other = {"ChaCha20_16x": 0.6, "poly1305_blocks_avx2": 0.3}
+    assert [d.split()[0] for d in bench.same_path(other, speed)] == ["ChaCha20_16x", "ChaCha20_8x"]
+    # A label inside an assembly routine counts as the routine (perf names samples after
+    # either, one way in one binary and the other way in another).
+    engine_binary = engine.engine_path()
+    owner = bench.routines(engine_binary)
+    assert owner["_bsaes_encrypt8_bitslice"] == "_bsaes_encrypt8"
+    assert "ChaCha20_4x" not in owner  # a routine of its own, sized
+
+
+def test_fair_records_cost_the_instructions_a_record_layer_costs(tmp_path):
+    """pqlab's timed work per fair record, counted by callgrind (exact, whatever the load):
+    within 3 % of a C loop making libssl's TLS 1.3 record-layer calls against the same
+    libcrypto, at 1 KiB, where the library's per-record work is a third of a record. Setting
+    padding off on the context, which libssl never does, made every record 5 % dearer here:
+    OpenSSL sends the setting to the provider again at every init."""
+    bench = _benchmark()
+    openssl = bench.ROOT / "build" / "openssl" / "bin" / "openssl"
+    if shutil.which("valgrind") is None or shutil.which("cc") is None or not openssl.is_file():
+        pytest.skip("needs valgrind, a C compiler and build/openssl")
+    reference = bench.build_reference(openssl, tmp_path)
+    env = bench.env_with(None)
+    argv = [str(engine.engine_path()), *bench.pqlab_argv("chacha20-poly1305", 1024, 0.05)]
+    ir, out, _ = bench.callgrind_ir(argv, "*timed_batch*", env, tmp_path)
+    cell = [r for r in map(json.loads, out.splitlines()) if r["type"] == "cell"][0]
+    assert ir > 1000 * cell["records"] > 0  # the toggle found the timed batches
+    ours = ir / cell["records"]
+    c_loop = [str(reference), "chacha20-poly1305", "1024", "0.2", "records"]
+    ir, out, _ = bench.callgrind_ir(c_loop, "run_calls*", env, tmp_path)
+    theirs = ir / json.loads(out)["calls"]
+    assert theirs > 1000
+    assert ours <= 1.03 * theirs, f"{ours:.0f} instructions a record against {theirs:.0f}"
 
 
 def test_document_tables_hold_what_the_document_says_of_them():

@@ -9,7 +9,6 @@ import csv
 import os
 import shutil
 import statistics
-import subprocess
 
 import duckdb
 import pytest
@@ -19,7 +18,7 @@ from pqlab import catalog
 from pqlab.errors import UserError
 from pqlab.experiments.handshake import plan as hs_plan
 from pqlab.experiments.handshake import wire_bytes
-from tls_helpers import tshark_content_types
+from tls_helpers import tshark_content_types, tshark_fields
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (network namespaces)")
 CLIENT_PHASES = (
@@ -37,14 +36,9 @@ def read_csv(path) -> list[dict]:
 def tshark_payload_sums(pcap, server_port: int) -> list[tuple[int, int]]:
     """Per TCP connection of a capture: (sum of tcp.len client to server, server to
     client), from Wireshark's dissector."""
-    out = subprocess.run(
-        ["tshark", "-r", str(pcap), "-T", "fields", "-e", "tcp.stream", "-e", "tcp.srcport",
-         "-e", "tcp.len"],
-        capture_output=True, text=True, check=True,
-    ).stdout  # fmt: skip
     sums: dict[int, list[int]] = {}
-    for line in out.splitlines():
-        stream, sport, length = (int(x) for x in line.split("\t"))
+    for row in tshark_fields(pcap, ["tcp.stream", "tcp.srcport", "tcp.len"]):
+        stream, sport, length = (int(x) for x in row)
         both = sums.setdefault(stream, [0, 0])
         both[1 if sport == server_port else 0] += length
     return [tuple(v) for _, v in sorted(sums.items())]

@@ -34,6 +34,7 @@ from pathlib import Path
 import pytest
 
 from conftest import SRC, is_root, query, run_pqlab
+from loss_helpers import check_completed, check_message_positions, check_retransmissions
 from pqlab.experiments import linktest
 from pqlab.net import uml
 from pqlab.net.profiles import parse_profile
@@ -263,7 +264,7 @@ def test_netem_refuses_a_delay_tc_cannot_express(tmp_path):
     )
     res = uml.run([sys.executable, "-c", code], env=_guest_env(), timeout=120)
     assert res.returncode == 0, res.explain()
-    assert res.stdout.startswith("netem on pqlab-c (c2s) is not the profile 'delay=0.5us': "), (
+    assert res.stdout.startswith("netem on pqlab-ls (c2s) is not the profile 'delay=0.5us': "), (
         res.stdout
     )
     assert "latency_ns is 0, the profile asks for 500" in res.stdout
@@ -522,3 +523,60 @@ def test_ttlb_backends_agree(netem_ttlb, userspace_ttlb):
         "\nttlb 1mbps-200ms X25519MLKEM768 + ML-DSA-44, netem (UML) vs userspace (host):\n" + table
     )
     assert not bad, table
+
+
+# --- a handshake over a lossy netem link ----------------------------------------------------
+
+HANDSHAKE_LOSSY = [
+    "handshake", "--shaper", "netem", "--profile", "rtt=20ms,loss=5%",
+    "--groups", "X25519MLKEM768", "--server-sig", "ML-DSA-44", "--ca-sig", "ML-DSA-44",
+    "-n", "30", "--keep-pcap",
+]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def netem_lossy_handshake(tmp_path_factory):
+    share = tmp_path_factory.mktemp("uml-handshake")
+    res = _in_guest([*HANDSHAKE_LOSSY, "--out", str(share / "run")], share)
+    return res, share / "run"
+
+
+def test_netem_lossy_handshake_in_the_guest(netem_lossy_handshake):
+    """The issue's lossy command through a real netem: it completes, its phase table says
+    where the retransmissions fell, and (netem sitting between the hosts' interfaces, as
+    the userspace emulator does) each capture shows its host's packets leave before the
+    link and arrive after it: the lost ones, the retransmissions and every message's time
+    are what tshark finds in the kept captures."""
+    res, run = netem_lossy_handshake
+    assert res.returncode == 0, res.explain()
+    per_view = check_completed(run, 30)
+    assert check_retransmissions(run) > 0
+    assert check_message_positions(run) == 30 * 2 * 6
+    # netem's drops are the captures' missing packets: the link lost what the senders'
+    # captures show going out, so something was retransmitted in some phase.
+    print(f"\nnetem rtt=20ms loss=5%: retransmissions in the handshakes' phases: {per_view}")
+
+
+def test_netem_delay_is_in_the_transmission_phases(tmp_path):
+    """On netem the one-way delay is in the phases that send (10 ms each way), not in a
+    side's processing: the captures are outside the link."""
+    share = tmp_path
+    args = [
+        "handshake", "--shaper", "netem", "--profile", "rtt=20ms", "--groups", "X25519",
+        "--server-sig", "ECDSA-P256", "--ca-sig", "ECDSA-P256", "-n", "5",
+        "--out", str(share / "run"),
+    ]  # fmt: skip
+    res = _in_guest(args, share)
+    assert res.returncode == 0, res.explain()
+    phases = dict(
+        query(
+            share / "run",
+            "SELECT phase, median(ns) / 1e6 FROM handshake_phase WHERE view = 'client' "
+            "GROUP BY phase",
+        )
+    )
+    for sending in ("SYN sending", "ACK/SYN sending", "Client Hello sending",
+                    "Server Hello sending"):  # fmt: skip
+        assert 9.9 < phases[sending] < 12, (sending, phases)
+    for processing in ("SYN rcv -> ACK/SYN send", "ACK/SYN send -> ACK send"):
+        assert phases[processing] < 2, (processing, phases)

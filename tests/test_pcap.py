@@ -5,11 +5,16 @@ from __future__ import annotations
 
 import dataclasses
 import struct
+import tempfile
+from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from pqlab import pcap
 from pqlab.errors import UserError
+from test_properties import SETTINGS
 
 
 def _ipv6_tcp(ts: int, sport: int, dport: int, payload: bytes) -> pcap.Frame:
@@ -47,7 +52,8 @@ def _frames() -> list[pcap.Frame]:
 
 def _one_by_one(path, keep_payload=False) -> list[tuple]:
     linktype, frames = pcap.read_pcap(path)
-    out = [pcap.parse_tcp(linktype, f, keep_payload) for f in frames]
+    snaplen = pcap.read_snaplen(path)
+    out = [pcap.parse_tcp(linktype, f, keep_payload, snaplen) for f in frames]
     return [dataclasses.astuple(p) for p in out if p is not None]
 
 
@@ -153,3 +159,210 @@ def test_connections_all_at_once_equal_split_connections(tmp_path, keep_payload)
     # And through the packet-by-packet path when another kind of frame is in the capture.
     pcap.write_pcap(path, sorted(frames, key=lambda f: f.ts_ns) + [_ipv6_tcp(9000, 1, 2, b"")])
     assert _flat(pcap.connections(path, 4433, keep_payload)) == _flat(want)
+
+
+# --- lengths that do not add up ------------------------------------------------------------
+#
+# A packet socket sees frames before the kernel checks them, so a capture may hold packets
+# whose length fields contradict each other (a hostile peer's, or a damaged file's). The
+# receiving kernel drops those (ip_rcv_core, ipv6_rcv, tcp_v4_rcv); the reader skips them
+# the same way, and no length it gives can be negative or larger than the packet.
+
+
+def _v4(payload_len: int = 10) -> bytearray:
+    frame = pcap.build_tcp_frame(
+        1, "198.18.0.1", "198.18.0.2", 40000, 4433, 1, 1, pcap.ACK, payload_len
+    )
+    return bytearray(frame.data)
+
+
+def _set16(data: bytearray, at: int, value: int) -> bytearray:
+    struct.pack_into("!H", data, at, value)
+    return data
+
+
+def _v6(plen_delta: int = 0) -> bytearray:
+    frame = _ipv6_tcp(1, 40001, 4433, b"0123456789")
+    data = bytearray(frame.data)
+    return _set16(data, 14 + 4, 20 + 10 + plen_delta)
+
+
+IP, TCP = 14, 34  # where the IPv4 and TCP headers start in `_v4`'s frames
+MALFORMED = {
+    # IPv4 total length shorter than its IP and TCP headers (gave payload_len -10).
+    "ipv4 total length below the headers": (_set16(_v4(), IP + 2, 30), None),
+    "ipv4 total length below the IP header": (_set16(_v4(), IP + 2, 12), None),
+    # IPv4 total length larger than the frame that went on the wire.
+    "ipv4 total length past the frame": (_set16(_v4(), IP + 2, 1500), None),
+    # A header length under 5 words puts the TCP header inside the IP header.
+    "ipv4 header length below 20 bytes": (bytearray(_v4()[:IP]) + b"\x44" + _v4()[IP + 1 :], None),
+    # A header length of 15 words, past the total length.
+    "ipv4 header length past the total": (bytearray(_v4()[:IP]) + b"\x4f" + _v4()[IP + 1 :], None),
+    # The first fragment of a fragmented segment: its length is not the segment's.
+    "ipv4 more-fragments flag": (_set16(_v4(), IP + 6, 0x2000), None),
+    # TCP data offset under 5 words, and past the IP payload.
+    "tcp data offset below 20 bytes": (_set16(_v4(), TCP + 12, (4 << 12) | pcap.ACK), None),
+    "tcp data offset past the payload": (_set16(_v4(), TCP + 12, (15 << 12) | pcap.ACK), None),
+    # IPv6 payload length shorter than a TCP header, and past the frame.
+    "ipv6 payload length below the tcp header": (_v6(-20), None),
+    "ipv6 payload length past the frame": (_v6(+1000), None),
+    # Headers cut by the snaplen: nothing of the segment can be read.
+    "tcp header cut by the snaplen": (_v4()[: TCP + 12], "cut"),
+    # A record holding more bytes than the packet had on the wire.
+    "captured length above the wire length": (_v4(), "long"),
+    # Not TCP: a UDP datagram whose length field lies is never read as anything.
+    "udp length past the frame": (
+        _set16(_v4()[: IP + 9] + b"\x11" + _v4()[IP + 10 :], TCP + 4, 9000),
+        None,
+    ),
+}
+
+
+def _record(data: bytearray, how: str | None) -> pcap.Frame:
+    wire = len(data)
+    if how == "cut":
+        wire = len(_v4())
+    elif how == "long":
+        wire = len(data) - 4
+    return pcap.Frame(5000, bytes(data), wire)
+
+
+@pytest.mark.parametrize("case", sorted(MALFORMED))
+@pytest.mark.parametrize("linktype", [pcap.LINKTYPE_ETHERNET, pcap.LINKTYPE_RAW])
+def test_a_packet_whose_lengths_do_not_add_up_is_skipped(tmp_path, case, linktype):
+    data, how = MALFORMED[case]
+    bad = _record(data, how)
+    good = [
+        pcap.build_tcp_frame(1000, "198.18.0.1", "198.18.0.2", 40000, 4433, 0, 0, pcap.SYN, 0),
+        pcap.build_tcp_frame(2000, "198.18.0.2", "198.18.0.1", 4433, 40000, 7, 1, SYNACK, 0),
+        pcap.build_tcp_frame(3000, "198.18.0.1", "198.18.0.2", 40000, 4433, 1, 8, pcap.ACK, 0),
+    ]
+    frames = [*good, bad]
+    if linktype == pcap.LINKTYPE_RAW:
+        frames = [pcap.Frame(f.ts_ns, f.data[14:], f.orig_len - 14) for f in frames]
+    path = tmp_path / "bad.pcap"
+    pcap.write_pcap(path, frames, linktype=linktype)
+    for keep in (False, True):
+        if keep and how == "cut":  # a payload reader refuses a capture with cut packets
+            with pytest.raises(UserError, match="packet 4 was captured with"):
+                pcap.tcp_packets(path, keep_payload=keep)
+            continue
+        got = pcap.tcp_packets(path, keep_payload=keep)
+        assert [p.ts_ns for p in got] == [1000, 2000, 3000], (case, keep)
+        assert [dataclasses.astuple(p) for p in got] == _one_by_one(path, keep)
+        (conn,) = pcap.connections(path, 4433, keep_payload=keep)
+        assert [s.ts_ns for s in conn.segments] == [1000, 2000, 3000]
+    assert pcap.parse_tcp(linktype, frames[-1]) is None
+
+
+SYNACK = pcap.SYN | pcap.ACK
+
+
+def test_a_packet_cut_by_the_capture_keeps_its_ip_length(tmp_path):
+    """pqlab-engine's capture cuts packets in its socket filter, and the kernel then reports
+    the kept length as the packet's (orig_len = incl = snaplen): the IP header's length
+    stands. Below the snaplen a record is whole, and an IP length past it is refused."""
+    data = _v4(1355)
+    cut = pcap.Frame(5000, bytes(data[:128]), 128)
+    path = tmp_path / "cut.pcap"
+    pcap.write_pcap(path, [cut], snaplen=128)
+    (p,) = pcap.tcp_packets(path)
+    assert (p.payload_len, p.ip_len) == (1355, 1395)
+    assert [dataclasses.astuple(x) for x in pcap.tcp_packets(path)] == _one_by_one(path)
+    pcap.write_pcap(path, [cut], snaplen=129)  # not cut after all: 128 bytes can't hold it
+    assert pcap.tcp_packets(path) == [] == _one_by_one(path)
+
+
+def _check_packets(
+    packets: list[pcap.TcpPacket], frames: dict[int, pcap.Frame], snaplen: int
+) -> None:
+    """What no packet of any capture may give: a negative payload, or more payload than its
+    IP packet holds, or an IP packet longer than the frame on the wire."""
+    for p in packets:
+        assert 0 <= p.payload_len <= p.ip_len - 40 and p.ip_len <= 65535 + 40, p
+        f = frames[p.ts_ns]
+        if len(f.data) < snaplen:  # a whole record: its packet is no longer than it
+            assert p.ip_len <= max(f.orig_len, len(f.data)), p
+        if p.payload is not None:
+            assert len(p.payload) == p.payload_len, p
+
+
+def _frame_from(draw) -> bytes:
+    """A frame: arbitrary bytes, or an IPv4 or IPv6 TCP segment whose fields are then set
+    to arbitrary values and whose bytes may be cut."""
+    kind = draw(st.sampled_from(["bytes", "v4", "v6"]))
+    if kind == "bytes":
+        return draw(st.binary(max_size=120))
+    payload = draw(st.integers(0, 60))
+    data = (
+        _v4(payload) if kind == "v4" else bytearray(_ipv6_tcp(1, 40000, 4433, bytes(payload)).data)
+    )
+    tcp = TCP if kind == "v4" else 14 + 40
+    fields = {
+        "v4": [(IP, 1), (IP + 2, 2), (IP + 6, 2), (IP + 9, 1)],
+        "v6": [(IP, 1), (IP + 4, 2), (IP + 6, 1)],
+    }[kind] + [(tcp + 12, 1)]
+    for at, size in draw(st.lists(st.sampled_from(fields), max_size=3)):
+        data[at : at + size] = draw(st.integers(0, 256**size - 1)).to_bytes(size, "big")
+    return bytes(data[: draw(st.integers(0, len(data)))]) if draw(st.booleans()) else bytes(data)
+
+
+@st.composite
+def captures(draw) -> list[pcap.Frame]:
+    frames = []
+    for i in range(draw(st.integers(0, 8))):
+        data = _frame_from(draw)
+        wire = max(0, len(data) + draw(st.sampled_from([0, 0, 0, -3, 5, 1500])))
+        frames.append(pcap.Frame(1000 * (i + 1), data, wire))
+    return frames
+
+
+PROPERTY = settings(SETTINGS, max_examples=300)  # deterministic, as every property test
+
+
+@PROPERTY
+@given(
+    frames=captures(),
+    linktype=st.sampled_from([pcap.LINKTYPE_ETHERNET, pcap.LINKTYPE_RAW]),
+    snaplen=st.sampled_from([262144, 96, 54]),
+)
+def test_no_frame_gives_a_negative_or_oversized_length(frames, linktype, snaplen):
+    """Whatever the frames hold, both readers (all at once, frame by frame) give the same
+    packets, none with a negative or oversized length, and the connections split from them
+    are the same either way."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "fuzz.pcap"
+        pcap.write_pcap(path, frames, linktype=linktype, snaplen=snaplen)
+        by_ts = {f.ts_ns: f for f in frames}
+        for keep in (False, True):
+            try:
+                got = pcap.tcp_packets(path, keep_payload=keep)
+            except UserError as e:
+                assert keep and "\n" not in str(e)  # only a cut packet refuses a payload read
+                continue
+            _check_packets(got, by_ts, snaplen)
+            assert [dataclasses.astuple(p) for p in got] == _one_by_one(path, keep)
+            conns = pcap.connections(path, 4433, keep_payload=keep)
+            assert _flat(conns) == _flat(pcap.split_connections(got, 4433))
+            for c in conns:
+                assert all(0 <= s.end - s.start <= 65535 for s in c.segments)
+
+
+@PROPERTY
+@given(raw=st.binary(max_size=400), header=st.booleans())
+def test_arbitrary_bytes_never_crash_the_reader(raw, header):
+    """Any file: a UserError of one line, or packets with sane lengths."""
+    if header:  # a valid file header, then anything
+        raw = struct.pack("<IHHiIII", pcap.MAGIC_NSEC, 2, 4, 0, 0, 262144, 1) + raw
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "fuzz.pcap"
+        path.write_bytes(raw)
+        for keep in (False, True):
+            try:
+                got = pcap.tcp_packets(path, keep_payload=keep)
+                pcap.connections(path, 4433, keep_payload=keep)
+            except UserError as e:
+                assert "\n" not in str(e)
+                continue
+            for p in got:
+                assert 0 <= p.payload_len <= p.ip_len - 40 and p.ip_len <= 65535 + 40, p

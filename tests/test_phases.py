@@ -30,7 +30,10 @@ class Wire:
         start: int,
         length: int = 0,
         ack: int | None = None,
+        lost: bool = False,
     ) -> None:
+        """One segment leaving its sender at `t` and, unless `lost` (then only the
+        sender's capture has it), reaching the other side ONE_WAY later."""
         t += self.t0
         if from_client:
             src, dst, sp, dp, isn, peer = CLIENT, SERVER, self.cport, PORT, self.cisn, self.sisn
@@ -42,7 +45,13 @@ class Wire:
             flags |= ACK
         mk = lambda ts: pcap.build_tcp_frame(ts, src, dst, sp, dp, seq, ackno, flags, length)  # noqa: E731
         (self.client_frames if from_client else self.server_frames).append(mk(t))
-        (self.server_frames if from_client else self.client_frames).append(mk(t + ONE_WAY))
+        if not lost:
+            (self.server_frames if from_client else self.client_frames).append(mk(t + ONE_WAY))
+
+    def sort(self) -> None:
+        """Each capture in time order (segments sent late may arrive before others)."""
+        self.client_frames.sort(key=lambda f: f.ts_ns)
+        self.server_frames.sort(key=lambda f: f.ts_ns)
 
 
 def server_records(sizes: dict[str, int]) -> list[hp.TlsRecord]:
@@ -74,13 +83,14 @@ def client_records(ch: int = 295) -> list[hp.TlsRecord]:
     ]
 
 
-def small_handshake(w: Wire) -> list[hp.TlsRecord]:
-    """A flight under 4096 bytes: one write at t=400 us, three segments."""
+def opening(w: Wire, certificate: int) -> list[hp.TlsRecord]:
+    """Both sides' records with a Certificate of `certificate` bytes, and the connection up
+    to the ClientHello (SYN at 0, SYN/ACK at 80 us, ACK at 140 us, ClientHello at 200 us)."""
     recs = client_records() + server_records(
         {
             "ServerHello": 90,
             "EncryptedExtensions": 10,
-            "Certificate": 2800,
+            "Certificate": certificate,
             "CertificateVerify": 264,
             "Finished": 36,
         }
@@ -89,6 +99,12 @@ def small_handshake(w: Wire) -> list[hp.TlsRecord]:
     w.send(80_000, False, SYN, 0, ack=0)
     w.send(140_000, True, 0, 0, ack=0)
     w.send(200_000, True, PSH, 0, 300, ack=0)
+    return recs
+
+
+def small_handshake(w: Wire) -> list[hp.TlsRecord]:
+    """A flight under 4096 bytes: one write at t=400 us, three segments."""
+    recs = opening(w, 2800)
     fin_end = hp.message_end(recs, "server", "Finished")
     assert fin_end == 3299
     w.send(400_000, False, 0, 0, 1448, ack=300)
@@ -266,20 +282,8 @@ def test_new_syn_on_same_port_is_a_new_connection(tmp_path):
 def _three_segment_flight(w: Wire, times: list[int], ack_at: int | None) -> list[hp.TlsRecord]:
     """A 4096+ byte flight whose first write (4096 bytes, 3 segments) leaves at `times`,
     with a client ACK of the first segment reaching the server at `ack_at`."""
-    recs = client_records() + server_records(
-        {
-            "ServerHello": 90,
-            "EncryptedExtensions": 10,
-            "Certificate": 3800,
-            "CertificateVerify": 264,
-            "Finished": 36,
-        }
-    )
+    recs = opening(w, 3800)
     fin_end = hp.message_end(recs, "server", "Finished")
-    w.send(0, True, SYN, 0)
-    w.send(80_000, False, SYN, 0, ack=0)
-    w.send(140_000, True, 0, 0, ack=0)
-    w.send(200_000, True, PSH, 0, 300, ack=0)
     for t, (start, n) in zip(times, [(0, 1448), (1448, 1448), (2896, 1200)], strict=True):
         w.send(t, False, 0, start, n, ack=300)
     if ack_at is not None:
@@ -357,3 +361,116 @@ def test_one_capture_out_of_order_is_an_error_whatever_the_clocks():
     with pytest.raises(hp.AnalysisError, match="point E .* precedes point D"):
         hp.order_disagreements(p, clock_tolerance_ns=1e9)
     assert hp.order_disagreements(_ordered_points(), 0) == []
+
+
+# --- lossy links --------------------------------------------------------------------------
+
+
+def _flight_with_a_lost_first_segment(w: Wire) -> list[hp.TlsRecord]:
+    """`small_handshake`'s flight, whose first segment (ServerHello and the start of the
+    Certificate) is lost on the way: the other two arrive, the client acknowledges nothing
+    new (twice), and the server retransmits the first at 700 us."""
+    recs = opening(w, 2800)
+    fin_end = hp.message_end(recs, "server", "Finished")
+    w.send(400_000, False, 0, 0, 1448, ack=300, lost=True)
+    w.send(401_000, False, 0, 1448, 1448, ack=300)
+    w.send(402_000, False, PSH, 2896, fin_end - 2896, ack=300)
+    w.send(452_000, True, 0, 300, 0, ack=0)  # duplicate ACKs (SACK the two)
+    w.send(453_000, True, 0, 300, 0, ack=0)
+    w.send(700_000, False, 0, 0, 1448, ack=300)  # the retransmission
+    w.send(760_000, True, 0, 300, 0, ack=fin_end)
+    w.send(900_000, True, PSH, 300, 64, ack=fin_end)
+    w.sort()
+    return recs
+
+
+def test_a_lost_segment_places_messages_on_the_retransmission_that_delivered_them(tmp_path):
+    """The ServerHello arrives only with the retransmission (750 us), after the end of the
+    Certificate (451 us): the client could read neither before, so 5, 6, 7 and 8 are all
+    the retransmission's arrival, and the wait is in the phases that waited for it (the
+    ServerHello's and the Finished's sending), not in a side's processing. Before, the
+    Certificate was placed on its own end's arrival and the handshake refused: "point 6
+    precedes point 5"."""
+    w = Wire(10**18, 40030)
+    recs = _flight_with_a_lost_first_segment(w)
+    c, s = roundtrip(tmp_path, w)
+    h = hp.analyse(c, s, recs)
+    us = {k: (v - 10**18) // 1000 for k, v in h.points.items()}
+    assert {k: us[k] for k in "DEFGH5678"} == {
+        "D": 250, "E": 400, "F": 402, "G": 402, "H": 402,  # first transmissions (server)
+        "5": 750, "6": 750, "7": 750, "8": 750,  # delivered in order (client)
+    }  # fmt: skip
+    assert hp.order_disagreements(h.points) == []
+    client, server = dict(h.phases["client"]), dict(h.phases["server"])
+    assert client["Server Hello sending"] == 350_000
+    assert client["Server Hello rcv -> Certificate rcv"] == 0
+    assert server["Finished sending"] == 348_000
+    assert server["Server Hello send -> Certificate send"] == 2_000  # the server's own time
+    assert sum(client.values()) == sum(server.values()) == h.total_ns
+    # One retransmitted segment of 1448 bytes, server to client, sent at 700 us: in the
+    # ServerHello's sending (client view) and the Finished's (server view).
+    assert h.retransmitted == {"client": (0, 0), "server": (1, 1448)}
+    for view, phase in (("client", "Server Hello sending"), ("server", "Finished sending")):
+        counts = dict(
+            zip([n for n, _ in h.phases[view]], h.phase_retransmissions[view], strict=True)
+        )
+        assert counts.pop(phase) == 1 and set(counts.values()) == {0}
+    assert h.flight["retransmissions"] == 0  # after the flight's last first transmission
+
+
+def test_delivered_waits_for_every_hole_before_an_end():
+    """Out-of-order arrivals, overlaps and repeats: an end is delivered when the bytes
+    before it are all in, by whichever segment completed them."""
+    seg = lambda t, a, b: pcap.Segment(t, False, ACK, a, b, 0, 40 + b - a)  # noqa: E731
+    conn = pcap.Connection(("c", 1), ("s", 2))
+    conn.segments = [
+        seg(10, 1000, 2000),  # ahead of a hole
+        seg(20, 3000, 4000),  # ahead of two
+        seg(30, 0, 500),
+        seg(40, 0, 500),  # a repeat: changes nothing
+        seg(50, 400, 1200),  # overlaps what is in and what is ahead: 0..2000 complete
+        seg(60, 2000, 3500),  # fills the second hole, overlapping the segment ahead
+    ]
+    got = hp.delivered(conn, False, [100, 500, 501, 2000, 2001, 4000])
+    assert got == {100: 30, 500: 30, 501: 50, 2000: 50, 2001: 60, 4000: 60}
+    # In-order arrivals: the segment carrying each end, as `covering` finds it.
+    conn = pcap.Connection(("c", 1), ("s", 2))
+    conn.segments = [seg(10, 0, 1448), seg(11, 1448, 2896), seg(12, 2896, 3000)]
+    ends = [90, 1448, 1449, 3000]
+    assert hp.delivered(conn, False, ends) == {e: hp.covering(conn, False, e).ts_ns for e in ends}
+    assert hp.delivered(conn, False, [90, 3001]) == {90: 10}
+    with pytest.raises(hp.AnalysisError, match="stream bytes 0..3000 complete"):
+        hp.delivered_at(conn, False, [90, 3001])
+
+
+def test_retransmissions_count_syn_data_and_fin_sent_again_and_no_pure_ack():
+    mk = lambda t, flags, a, b: pcap.Segment(t, True, flags, a, b, 0, 40 + b - a)  # noqa: E731
+    conn = pcap.Connection(("c", 1), ("s", 2))
+    conn.segments = [
+        mk(1, SYN, 0, 0),
+        mk(2, SYN, 0, 0),  # the SYN again
+        mk(3, ACK, 0, 0),
+        mk(4, ACK, 0, 0),  # a duplicate ACK: no sequence space, not a retransmission
+        mk(5, ACK | PSH, 0, 300),
+        mk(6, ACK, 300, 1000),
+        mk(7, ACK | PSH, 0, 300),  # data again
+        mk(8, ACK | pcap.FIN, 1000, 1000),
+        mk(9, ACK | pcap.FIN, 1000, 1000),  # the FIN again
+        mk(10, ACK, 1001, 1001),  # the ACK after the FIN
+        mk(11, ACK, 200, 700),  # partly new? no: all of it was sent
+    ]
+    got = hp.retransmissions(conn, True)
+    assert [s.ts_ns for s in got] == [2, 7, 9, 11]
+    assert hp.retransmissions(conn, False) == []
+
+
+def test_phase_retransmissions_count_each_retransmission_once_per_view():
+    p = _ordered_points()
+    p["I"] = p["9"]
+    resent = sorted([p["1"], p["A"] + 1, p["E"], p["8"] - 1, p["9"], p["9"] + 5])
+    got = hp.phase_retransmissions(p, resent)
+    for view, table in hp.VIEWS.items():
+        # The one at 9 and after are after the last phase; the others fall once each.
+        assert sum(got[view]) == 4 and len(got[view]) == len(table)
+    client = dict(zip([n for n, *_ in hp.CLIENT_PHASES], got["client"], strict=True))
+    assert client["SYN sending"] == 1 and client["SYN rcv -> ACK/SYN send"] == 1

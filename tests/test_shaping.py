@@ -15,38 +15,19 @@ from pqlab.net import shaping
 from pqlab.net.profiles import parse_profile
 
 
-class _FakeTopo(SimpleNamespace):
-    def exec_argv(self, side, argv):
-        return ["ip", "netns", "exec", f"ns-{side}", *argv]
-
-    def ifname(self, side):
-        return f"if-{side}"
-
-
-def test_netem_commands_one_direction_per_end():
+def test_netem_commands_one_direction_per_bridge_port():
+    """c2s leaves the link's bridge by the port facing the server, s2c by the one facing
+    the client: both in the link's own namespace, between the hosts' interfaces."""
     p = parse_profile("rtt=50ms,rate=1mbit,s2c.loss=2%")
-    cmds = shaping.NetemLink(p).qdisc_commands(_FakeTopo())
+    link = shaping.NetemLink(p)
+    link.ns = "ns-link"
+    cmds = link.qdisc_commands(SimpleNamespace())
     assert cmds[0] == [
-        "ip",
-        "netns",
-        "exec",
-        "ns-client",
-        "tc",
-        "qdisc",
-        "add",
-        "dev",
-        "if-client",
-        "root",
-        "netem",
-        "limit",
-        "1000",
-        "delay",
-        "25000us",
-        "rate",
-        "1000000bit",
-    ]
+        "ip", "netns", "exec", "ns-link", "tc", "qdisc", "add", "dev", "pqlab-ls", "root",
+        "netem", "limit", "1000", "delay", "25000us", "rate", "1000000bit",
+    ]  # fmt: skip
     assert cmds[1][-5:] == ["loss", "random", "2%", "rate", "1000000bit"]
-    assert cmds[1][4:10] == ["tc", "qdisc", "add", "dev", "if-server", "root"]
+    assert cmds[1][4:10] == ["tc", "qdisc", "add", "dev", "pqlab-lc", "root"]
     assert "loss" not in cmds[0]
 
 

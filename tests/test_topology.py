@@ -159,6 +159,10 @@ def test_stale_namespaces_of_dead_process_are_removed():
     os.kill(proc.pid, signal.SIGKILL)  # no chance to clean up
     proc.wait(timeout=10)
     time.sleep(0.2)
+    # A shaped link's own namespace (the netem link's bridge) goes the same way.
+    link_ns = f"pqlab-{proc.pid}-77-l"
+    subprocess.run(["ip", "netns", "add", link_ns], check=True)
+    names.add(link_ns)
     assert names <= netns_list()
     removed = cleanup_stale()
     assert names <= set(removed)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 from pathlib import Path
@@ -130,22 +131,46 @@ def make_chain(directory: Path, ca: str, server: str, *extra: str) -> dict:
     return records(proc.stdout)[-1]
 
 
+def tshark_fields(
+    pcap: Path,
+    fields: list[str],
+    keylog: Path | None = None,
+    port: int | None = None,
+    options: tuple[str, ...] = (),
+    display_filter: str | None = None,
+) -> list[list[str]]:
+    """Wireshark's dissection of a capture as rows of `fields` (tshark -T fields), decrypted
+    with `keylog` when given, `port` decoded as TLS, `options` as tshark's `-o` preferences
+    (name:value), only the frames `display_filter` keeps. Skips the test without tshark."""
+    if shutil.which("tshark") is None:
+        pytest.skip("tshark is not installed")
+    args = ["tshark", "-r", str(pcap)]
+    if keylog is not None:
+        args += ["-o", f"tls.keylog_file:{keylog}"]
+    for option in options:
+        args += ["-o", option]
+    if port is not None:
+        args += ["-d", f"tcp.port=={port},tls"]
+    if display_filter:
+        args += ["-Y", display_filter]
+    args += ["-T", "fields", *(x for f in fields for x in ("-e", f))]
+    out = subprocess.run(args, capture_output=True, text=True, check=True, timeout=300)
+    return [line.split("\t") for line in out.stdout.splitlines()]
+
+
 def tshark_content_types(pcap: Path, keylog: Path, port: int) -> dict[int, list[tuple[str, int]]]:
     """Per client port, every TLS record of the connection as Wireshark's dissector decrypts
     it with the key log: (who sent it, "client" or "server"; its content type: 20
     change_cipher_spec, 21 alert, 22 handshake, 23 application data), in capture order."""
-    out = subprocess.run(
-        [
-            "tshark", "-r", str(pcap), "-o", f"tls.keylog_file:{keylog}",
-            "-d", f"tcp.port=={port},tls", "-Y", "tls",
-            "-T", "fields", "-e", "tcp.srcport", "-e", "tcp.dstport",
-            "-e", "tls.record.content_type",
-        ],
-        capture_output=True, text=True, check=True, timeout=120,
-    )  # fmt: skip
+    rows = tshark_fields(
+        pcap,
+        ["tcp.srcport", "tcp.dstport", "tls.record.content_type"],
+        keylog=keylog,
+        port=port,
+        display_filter="tls",
+    )
     by_port: dict[int, list[tuple[str, int]]] = {}
-    for line in out.stdout.splitlines():
-        sport, dport, types = line.split("\t")
+    for sport, dport, types in rows:
         side, cport = ("server", int(dport)) if int(sport) == port else ("client", int(sport))
         by_port.setdefault(cport, []).extend((side, int(t)) for t in types.split(","))
     return by_port

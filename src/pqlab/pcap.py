@@ -175,44 +175,82 @@ def _ip_offset(linktype: int, data: bytes) -> int | None:
     return off if ethertype in (0x0800, 0x86DD) else None
 
 
-def _ip_header(data: bytes, off: int):
+# What a receiving kernel checks before TCP sees a packet (Linux's ip_rcv_core, ipv6_rcv
+# and tcp_v4_rcv): a packet failing any of these never reached the connection, so the
+# readers skip it as the kernel drops it, and no length taken from it can be negative or
+# larger than the packet. The IP length must fit the frame on the wire (`wire_limit`).
+IPV4_MIN_HEADER = 20
+IPV6_HEADER = 40
+TCP_MIN_HEADER = 20
+IPV4_FRAGMENTED = 0x3FFF  # more-fragments flag and fragment offset
+ANY_LENGTH = 1 << 31  # a frame whose length on the wire the record cannot bound
+
+
+def wire_limit(incl: int, orig: int, snaplen: int) -> int:
+    """The most bytes a record's frame can have had on the wire: its original length when
+    the record says it was cut (orig_len above the bytes kept); any length when it kept as
+    many bytes as the capture keeps (a packet socket whose filter cut a packet reports the
+    kept length as the packet's, as pqlab-engine capture's records do); else the bytes it
+    holds. A record holding more than its original length is damaged: 0."""
+    if incl > orig:
+        return 0
+    if incl < orig:
+        return orig
+    return ANY_LENGTH if incl >= snaplen else incl
+
+
+def _ip_header(data: bytes, off: int, wire_len: int):
     """(src, dst, TCP header offset, IP packet length, IP payload length) of a TCP packet, or
-    None for anything else (other protocols, fragments, truncated headers)."""
-    if len(data) < off + 20:
+    None for anything else: other protocols, fragments (the first one too: its TCP length
+    is not the segment's), truncated headers, and lengths the receiving kernel refuses (an
+    IPv4 header shorter than 20 bytes, a total length shorter than the headers or longer
+    than the frame on the wire, `wire_len`; an IPv6 payload length likewise)."""
+    if len(data) < off + IPV4_MIN_HEADER:
         return None
     version = data[off] >> 4
     if version == 4:
         ihl = (data[off] & 0x0F) * 4
         total = struct.unpack_from("!H", data, off + 2)[0]
         frag = struct.unpack_from("!H", data, off + 6)[0]
-        if data[off + 9] != 6 or frag & 0x1FFF:
+        if data[off + 9] != 6 or frag & IPV4_FRAGMENTED:
+            return None
+        if ihl < IPV4_MIN_HEADER or not ihl + TCP_MIN_HEADER <= total <= wire_len - off:
             return None
         src, dst = _ip_text(data[off + 12 : off + 16]), _ip_text(data[off + 16 : off + 20])
         return src, dst, off + ihl, total, total - ihl
     if version == 6:
-        if len(data) < off + 40 or data[off + 6] != 6:
+        if len(data) < off + IPV6_HEADER or data[off + 6] != 6:
             return None
         plen = struct.unpack_from("!H", data, off + 4)[0]
+        if not TCP_MIN_HEADER <= plen <= wire_len - off - IPV6_HEADER:
+            return None
         src, dst = _ip_text(data[off + 8 : off + 24]), _ip_text(data[off + 24 : off + 40])
-        return src, dst, off + 40, plen + 40, plen
+        return src, dst, off + IPV6_HEADER, plen + IPV6_HEADER, plen
     return None
 
 
-def parse_tcp(linktype: int, frame: Frame, keep_payload: bool = False) -> TcpPacket | None:
-    """The TCP segment in a frame, or None for anything else (ARP, UDP, fragments).
+def parse_tcp(
+    linktype: int, frame: Frame, keep_payload: bool = False, snaplen: int = ANY_LENGTH
+) -> TcpPacket | None:
+    """The TCP segment in a frame, or None for anything else (ARP, UDP, fragments, and
+    packets whose lengths the receiving kernel would refuse: see `_ip_header`; a TCP data
+    offset below 20 bytes or past the IP payload). `snaplen`: the capture's (`wire_limit`).
 
     With `keep_payload` the segment's payload bytes are kept too; the caller must have
     checked that the frame was captured whole (see `tcp_packets`)."""
     data = frame.data
+    wire = wire_limit(len(data), frame.orig_len, snaplen)
     off = _ip_offset(linktype, data)
-    ip = _ip_header(data, off) if off is not None else None
+    ip = _ip_header(data, off, wire) if off is not None else None
     if ip is None:
         return None
     src, dst, tcp_off, ip_len, ip_payload = ip
-    if len(data) < tcp_off + 20:
+    if len(data) < tcp_off + TCP_MIN_HEADER:
         return None
     sport, dport, seq, ack, off_flags, window = struct.unpack_from("!HHIIHH", data, tcp_off)
     doff = (off_flags >> 12) * 4
+    if not TCP_MIN_HEADER <= doff <= ip_payload:
+        return None  # a data offset the kernel refuses (tcp_v4_rcv, tcp_v6_rcv)
     payload = None
     if keep_payload:
         # The IP length says where the payload ends: Ethernet pads short frames to 60 bytes,
@@ -268,10 +306,11 @@ def _load(path) -> tuple[bytes, int, _Headers | None]:
     offsets = _record_offsets(raw, endian)
     if not offsets:
         return raw, linktype, None
+    snaplen = struct.unpack_from(endian + "I", raw, 16)[0]
     return (
         raw,
         linktype,
-        _Headers(raw, np.asarray(offsets, dtype=np.int64), endian, scale, linktype),
+        _Headers(raw, np.asarray(offsets, dtype=np.int64), endian, scale, linktype, snaplen),
     )
 
 
@@ -292,8 +331,9 @@ class _Headers:
     """Every record's timestamp and lengths, and the IPv4/TCP header fields of the records
     that are plain IPv4 TCP segments (`v4`), as numpy columns."""
 
-    def __init__(self, raw: bytes, offsets, endian: str, scale: int, linktype: int):
+    def __init__(self, raw: bytes, offsets, endian: str, scale: int, linktype: int, snaplen: int):
         self.buf = buf = np.frombuffer(raw, dtype=np.uint8)
+        self.snaplen = snaplen
         little = endian == "<"
         self.ts = (
             self._u32(offsets, little).astype(np.int64) * 1_000_000_000
@@ -302,6 +342,10 @@ class _Headers:
         self.incl = self._u32(offsets + 8, little).astype(np.int64)
         self.orig = self._u32(offsets + 12, little).astype(np.int64)
         self.data = offsets + 16
+        cut = np.where(self.incl >= snaplen, ANY_LENGTH, self.incl)  # as `wire_limit`
+        self.wire = np.where(
+            self.incl > self.orig, 0, np.where(self.incl < self.orig, self.orig, cut)
+        )
         if linktype == LINKTYPE_ETHERNET:
             ethertype = self._u16(self.data + 12)
             framed = (self.incl >= 14) & (ethertype == 0x0800)
@@ -314,13 +358,21 @@ class _Headers:
         ihl = (version_ihl & 0x0F).astype(np.int64) * 4
         self.total = self._u16(ip + 2).astype(np.int64)
         self.tcp = ip + ihl
+        self.doff = (self._u8(self.tcp + 12) >> 4).astype(np.int64) * 4
+        # The checks of `_ip_header` and `parse_tcp`, for every record at once. (A record
+        # too short for a field reads it from whatever follows in the file, `_at` staying
+        # inside it, and fails the length checks: such values are never used.)
         self.v4 = (
             framed
-            & (self.incl >= ip_off + 20)
+            & (self.incl >= ip_off + IPV4_MIN_HEADER)
             & (version_ihl >> 4 == 4)
             & (self._u8(ip + 9) == 6)
-            & (self._u16(ip + 6) & 0x1FFF == 0)
-            & (self.incl >= self.tcp - self.data + 20)
+            & (self._u16(ip + 6) & IPV4_FRAGMENTED == 0)
+            & (ihl >= IPV4_MIN_HEADER)
+            & (self.incl >= self.tcp - self.data + TCP_MIN_HEADER)
+            & (self.total <= self.wire - ip_off)
+            & (self.doff >= TCP_MIN_HEADER)
+            & (ihl + self.doff <= self.total)
         )
         self.src = self._u32(ip + 12, False)
         self.dst = self._u32(ip + 16, False)
@@ -352,8 +404,7 @@ class _Headers:
         sport, dport = self._u16(tcp), self._u16(tcp + 2)
         seq, ack = self._u32(tcp + 4), self._u32(tcp + 8)
         off_flags, window = self._u16(tcp + 12), self._u16(tcp + 14)
-        doff = (off_flags >> 12).astype(np.int64) * 4
-        return sport, dport, seq, ack, off_flags & 0x3F, window, doff
+        return sport, dport, seq, ack, off_flags & 0x3F, window, self.doff
 
     def payloads_whole(self) -> bool:
         """Whether every TCP segment's payload, as its IP length says, is in its frame."""
@@ -428,7 +479,7 @@ class _Headers:
                     )
                 )
             elif other:
-                p = parse_tcp(linktype, Frame(ts, raw[d : d + n], o), keep_payload)
+                p = parse_tcp(linktype, Frame(ts, raw[d : d + n], o), keep_payload, self.snaplen)
                 if p is not None:
                     out.append(p)
         return out

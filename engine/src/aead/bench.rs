@@ -1,20 +1,28 @@
-//! The timed loops. Work is done in batches of records written to separate output slots;
-//! only the batch itself is timed, and every record of a batch is checked right after it,
-//! outside the timed region (see each loop: compared with a reference record that was
-//! verified before timing, compared with the plaintext, or run through the inverse
-//! operation). Batches are grouped into timing windows, and one raw sample (records, bytes,
-//! nanoseconds) is emitted per window.
+//! The timed loops. Work is done in batches of records, each record processed in place in a
+//! slot of its own that starts on a 64-byte boundary; only the batch itself is timed, and
+//! every record of a batch is checked right after it, outside the timed region (see each
+//! loop: compared with a reference record that was verified before timing, compared with the
+//! plaintext, or run through the inverse operation). Before each batch, also untimed, every
+//! slot is given the record it is about to process, as a record layer's buffer holds the
+//! record it encrypts or decrypts in place. Batches are grouped into timing windows, and one
+//! raw sample (records, bytes, nanoseconds) is emitted per window.
 //!
 //! Two ways of driving EVP per record:
-//! - `fair`: what a TLS record layer does. The key is set once; every record is a complete
-//!   init(nonce) [CCM: length] [AEAD: 13 bytes AAD] update final [AEAD: get/set tag] with a
-//!   nonce of its own in its batch (every batch uses the same ones), for every cipher
-//!   including the unauthenticated ones.
+//! - `fair`: what a TLS record layer does (libssl's TLS 1.3 record layer makes the same
+//!   calls). The key is set once; every record is a complete init(nonce) [CCM: length]
+//!   [AEAD: 13 bytes AAD] update final [AEAD: get/set tag], in place, with a nonce of its own
+//!   in its batch (every batch uses the same ones), for every cipher including the
+//!   unauthenticated ones.
 //! - `speed-compatible`: what OpenSSL 3.5.4's `apps/speed.c` does for `speed -evp`. GCM and
 //!   CCM ("AE" modes) re-set key and the same fixed IV on every call (CCM also its length),
-//!   without AAD; everything else, ChaCha20-Poly1305 included (its EVP mode is 0, stream),
-//!   is initialised once and then fed record after record as one long stream, with one
-//!   final at the end, so Poly1305 produces a single tag for the whole run.
+//!   without AAD, encrypting in place and decrypting from one buffer into another;
+//!   everything else, ChaCha20-Poly1305 included (its EVP mode is 0, stream), is initialised
+//!   once and then fed record after record, in place, as one long stream, with one final at
+//!   the end, so Poly1305 produces a single tag for the whole run.
+//!
+//! The timed part of every loop is one call of `timed_batch`, which is never inlined, so an
+//! instruction counter can count exactly the timed work (`valgrind --tool=callgrind
+//! --toggle-collect='*timed_batch*'`, as benchmarks/aead_vs_openssl_speed.py does).
 
 use super::cipher::{random, Algorithm, Ctx, Kind, Spec, AAD_LEN, TAG_LEN};
 use crate::bail;
@@ -72,12 +80,68 @@ pub struct Cell {
     pub fault: Option<Fault>,
 }
 
-/// Bytes of output kept per batch: large enough that the per-batch clock reads (the CPU-time
+/// Bytes of records per batch: large enough that the per-batch clock reads (the CPU-time
 /// clock is a syscall) cost about 1 % at 16 KiB records, small enough to stay in L2 so the
 /// slots do not turn a cipher benchmark into a memory benchmark (measured: 64 KiB batches
 /// read 10 % low in CPU time, 256 KiB and 512 KiB agreed, 1 MiB was lower again).
 pub const DEFAULT_BATCH_BYTES: u64 = 256 * 1024;
 const MAX_BATCH_RECORDS: usize = 4096;
+
+/// Where every record starts: a 64-byte boundary, a cache line and the width of the AVX-512
+/// loads and stores OpenSSL's ChaCha20, Poly1305 and AES-GCM code makes (at any other offset
+/// each of them straddles two lines). The same for every record, run and machine, so a
+/// number does not depend on where the allocator happened to put a buffer.
+pub const RECORD_ALIGN: usize = 64;
+/// Room after each record in its slot for EVP's final (which writes nothing for these
+/// ciphers, but may be given a block).
+const FINAL_ROOM: usize = 32;
+
+/// `count` record slots, each starting on a `RECORD_ALIGN` boundary and holding one record
+/// of `size` bytes and the room for EVP's final after it.
+struct Slots {
+    buf: Vec<u8>,
+    start: usize,
+    stride: usize,
+    size: usize,
+}
+
+impl Slots {
+    fn new(count: usize, size: usize) -> Slots {
+        let stride = (size + FINAL_ROOM).next_multiple_of(RECORD_ALIGN);
+        let buf = vec![0u8; count * stride + RECORD_ALIGN];
+        let start = buf.as_ptr().align_offset(RECORD_ALIGN);
+        Slots {
+            buf,
+            start,
+            stride,
+            size,
+        }
+    }
+
+    /// Slot `i` whole: its record, then the room for EVP's final.
+    fn slot(&mut self, i: usize) -> &mut [u8] {
+        let at = self.start + i * self.stride;
+        &mut self.buf[at..at + self.stride]
+    }
+
+    /// The record in slot `i`.
+    fn record(&self, i: usize) -> &[u8] {
+        let at = self.start + i * self.stride;
+        &self.buf[at..at + self.size]
+    }
+
+    fn record_mut(&mut self, i: usize) -> &mut [u8] {
+        let at = self.start + i * self.stride;
+        &mut self.buf[at..at + self.size]
+    }
+
+    /// Gives every slot the record it is about to process, in place: `input(i)` for slot `i`.
+    fn fill<'a>(&mut self, count: usize, input: impl Fn(usize) -> &'a [u8]) {
+        for i in 0..count {
+            self.record_mut(i).copy_from_slice(input(i));
+        }
+    }
+}
 
 struct Totals {
     records: u64,
@@ -116,9 +180,15 @@ fn flip(buf: &mut [u8]) {
     }
 }
 
-/// A context keyed once, as a record layer keeps it (fair mode).
+/// A context keyed once, as a record layer keeps it (fair mode). Padding is turned off only
+/// for ECB, which needs it off for whole-block records; for every other cipher it means
+/// nothing, and turning it off would cost every record's init a round trip to the provider
+/// that a record layer (libssl) does not make.
 fn keyed_ctx(alg: &Algorithm, key: &[u8], encrypt: bool) -> Result<Ctx> {
     let ctx = Ctx::new(alg, encrypt)?;
+    if alg.spec.kind == Kind::Ecb {
+        ctx.padding_off()?;
+    }
     if alg.spec.kind == Kind::Ccm {
         ctx.set_iv_len(alg.spec.iv_len)?;
         ctx.set_tag_len(TAG_LEN)?;
@@ -129,8 +199,9 @@ fn keyed_ctx(alg: &Algorithm, key: &[u8], encrypt: bool) -> Result<Ctx> {
     Ok(ctx)
 }
 
-/// One fair record: init with the nonce, [CCM length], [AAD], data, final, [tag].
-/// Returns false if a decryption did not authenticate.
+/// One fair record, in place in `slot` (the record is its first `len` bytes): init with the
+/// nonce, [CCM length], [AAD], data, final, [tag]. Returns false if a decryption did not
+/// authenticate.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)] // hot path: plain slices, no struct to build per record
 fn fair_record(
@@ -139,8 +210,8 @@ fn fair_record(
     encrypt: bool,
     iv: &[u8],
     aad: &[u8],
-    input: &[u8],
-    out: &mut [u8],
+    slot: &mut [u8],
+    len: usize,
     tag: &mut [u8],
 ) -> Result<bool> {
     let iv_opt = if spec.iv_len > 0 {
@@ -150,29 +221,29 @@ fn fair_record(
     };
     ctx.init(None, iv_opt, encrypt as i32)?;
     if !spec.is_aead() {
-        ctx.update(out, input)?;
-        return Ok(ctx.finish(&mut out[input.len()..]));
+        ctx.update_in_place(slot, len)?;
+        return Ok(ctx.finish(&mut slot[len..]));
     }
     if !encrypt {
         ctx.set_tag(tag)?;
     }
     if spec.kind == Kind::Ccm {
-        ctx.set_length(input.len())?;
+        ctx.set_length(len)?;
     }
     ctx.aad(aad)?;
     if encrypt {
-        ctx.update(out, input)?;
-        if !ctx.finish(&mut out[input.len()..]) {
+        ctx.update_in_place(slot, len)?;
+        if !ctx.finish(&mut slot[len..]) {
             return Ok(false);
         }
         ctx.get_tag(tag)?;
         Ok(true)
     } else {
         // CCM verifies its tag inside the update when decrypting.
-        if !ctx.update_verify(out, input)? {
+        if !ctx.update_verify_in_place(slot, len)? {
             return Ok(false);
         }
-        Ok(ctx.finish(&mut out[input.len()..]))
+        Ok(ctx.finish(&mut slot[len..]))
     }
 }
 
@@ -249,6 +320,12 @@ pub fn run_cell(cell: &Cell) -> Result<()> {
         "key_set_per_record": rekey,
         "nonce": nonce_kind,
         "key_bytes": alg.key_len,
+        // Speed decrypts its AE modes from one buffer into another; every other loop works
+        // in place, as a record layer does.
+        "in_place": !(cell.mode == Mode::SpeedCompatible
+            && cell.spec.speed_ae_mode()
+            && cell.direction == Direction::Decrypt),
+        "record_alignment": RECORD_ALIGN,
     }));
     Ok(())
 }
@@ -264,6 +341,18 @@ fn thread_cpu_ns() -> u64 {
     // SAFETY: plain syscall writing into a local timespec.
     unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// Runs one batch between the clock reads; returns (wall-clock ns, CPU ns). Every loop's
+/// timed work is exactly this call, never inlined, so that an instruction counter can be
+/// switched on for it alone (callgrind's `--toggle-collect='*timed_batch*'`).
+#[inline(never)]
+fn timed_batch(work: impl FnOnce() -> Result<()>) -> Result<(u64, u64)> {
+    let c0 = thread_cpu_ns();
+    let t0 = Instant::now();
+    work()?;
+    let ns = t0.elapsed().as_nanos() as u64;
+    Ok((ns, thread_cpu_ns().saturating_sub(c0)))
 }
 
 /// Window bookkeeping shared by all loops: accumulate timed batches, emit a sample when the
@@ -352,6 +441,11 @@ fn fail_record(cell: &Cell, seq: u64, what: &str) -> crate::out::Error {
     ))
 }
 
+/// A record whose decryption did not authenticate, inside a timed batch.
+fn not_authentic(cell: &Cell, seq: u64) -> crate::out::Error {
+    fail_record(cell, seq, "did not authenticate (tag check failed)")
+}
+
 /// What every record of a fair cell is made from: the cipher, its key, the nonces' salt, the
 /// plaintext and the additional data.
 #[derive(Clone, Copy)]
@@ -365,13 +459,9 @@ struct FairInputs<'a> {
 
 /// The batch's reference records for fair mode: record `i` encrypted with nonce `i` by a
 /// context of its own, then decrypted back by another with its tag verified and its output
-/// compared with the plaintext, all before timing. Returns (records in `stride` slots, tags).
-fn reference_records(
-    cell: &Cell,
-    inputs: &FairInputs,
-    batch: usize,
-    stride: usize,
-) -> Result<(Vec<u8>, Vec<u8>)> {
+/// compared with the plaintext, all before timing, by the same in-place calls as the timed
+/// loop. Returns (the records, their tags).
+fn reference_records(cell: &Cell, inputs: &FairInputs, batch: usize) -> Result<(Slots, Vec<u8>)> {
     let FairInputs {
         salt,
         plaintext,
@@ -382,23 +472,24 @@ fn reference_records(
     let size = cell.size;
     let maker = keyed_ctx(inputs.alg, inputs.key, true)?;
     let checker = keyed_ctx(inputs.alg, inputs.key, false)?;
-    let mut records = vec![0u8; batch * stride];
+    let mut records = Slots::new(batch, size);
     let mut tags = vec![0u8; batch * TAG_LEN];
-    let mut back = vec![0u8; stride];
+    let mut back = Slots::new(1, size);
     let mut iv = [0u8; 16];
+    records.fill(batch, |_| plaintext);
     for i in 0..batch {
         nonce(spec, salt, i as u64, &mut iv);
-        let slot = &mut records[i * stride..(i + 1) * stride];
         let t = &mut tags[i * TAG_LEN..(i + 1) * TAG_LEN];
-        if !fair_record(&maker, spec, true, &iv, aad, plaintext, slot, t)? {
+        if !fair_record(&maker, spec, true, &iv, aad, records.slot(i), size, t)? {
             bail!(
                 Library,
                 "{}: preparing the reference records failed",
                 spec.name
             );
         }
-        if !fair_record(&checker, spec, false, &iv, aad, &slot[..size], &mut back, t)?
-            || back[..size] != *plaintext
+        back.fill(1, |_| records.record(i));
+        if !fair_record(&checker, spec, false, &iv, aad, back.slot(0), size, t)?
+            || back.record(0) != plaintext
         {
             bail!(
                 Check,
@@ -426,59 +517,49 @@ fn fair(cell: &Cell, inputs: &FairInputs, batch: usize) -> Result<Totals> {
     let spec = &cell.spec;
     let size = cell.size;
     let encrypt = cell.direction == Direction::Encrypt;
-    // Each slot has one extra block after the record for EVP's final (which writes nothing).
-    let stride = size + 32;
-    let (mut pool, mut pool_tags) = reference_records(cell, inputs, batch, stride)?;
+    let (mut pool, mut pool_tags) = reference_records(cell, inputs, batch)?;
     if !encrypt {
         match cell.fault {
             Some(Fault::Tag) => flip(&mut pool_tags[..TAG_LEN]),
-            Some(Fault::Data) => flip(&mut pool[..size]),
+            Some(Fault::Data) => flip(pool.record_mut(0)),
             None => {}
         }
     }
-    let mut out = vec![0u8; batch * stride];
+    let mut work = Slots::new(batch, size);
     let mut tags = vec![0u8; batch * TAG_LEN];
-    let mut iv = [0u8; 16];
-    let work = keyed_ctx(alg, key, encrypt)?;
+    let ctx = keyed_ctx(alg, key, encrypt)?;
     let mut clock = Clock::new(cell);
     let mut seq: u64 = 0;
     let mut first = true;
     while first || !clock.done() {
-        let c0 = thread_cpu_ns();
-        let t0 = Instant::now();
-        for i in 0..batch {
-            nonce(spec, salt, i as u64, &mut iv);
-            let slot = &mut out[i * stride..(i + 1) * stride];
-            let (input, t) = if encrypt {
-                (plaintext, &mut tags[i * TAG_LEN..(i + 1) * TAG_LEN])
-            } else {
-                (
-                    &pool[i * stride..i * stride + size],
-                    &mut pool_tags[i * TAG_LEN..(i + 1) * TAG_LEN],
-                )
-            };
-            if !fair_record(&work, spec, encrypt, &iv, aad, input, slot, t)? {
-                return Err(fail_record(
-                    cell,
-                    seq + i as u64,
-                    "did not authenticate (tag check failed)",
-                ));
-            }
+        // Untimed: each slot gets the record it is about to process in place.
+        if encrypt {
+            work.fill(batch, |_| plaintext);
+        } else {
+            work.fill(batch, |i| pool.record(i));
         }
-        let ns = t0.elapsed().as_nanos() as u64;
-        let cpu = thread_cpu_ns().saturating_sub(c0);
+        // Encryption writes each record's tag; decryption checks the reference's.
+        let batch_tags = if encrypt { &mut tags } else { &mut pool_tags };
+        let (ns, cpu) = timed_batch(|| {
+            let mut iv = [0u8; 16];
+            for (i, tag) in batch_tags.chunks_exact_mut(TAG_LEN).enumerate() {
+                nonce(spec, salt, i as u64, &mut iv);
+                if !fair_record(&ctx, spec, encrypt, &iv, aad, work.slot(i), size, tag)? {
+                    return Err(not_authentic(cell, seq + i as u64));
+                }
+            }
+            Ok(())
+        })?;
 
         // Checks, untimed.
         if first && encrypt {
             match cell.fault {
                 Some(Fault::Tag) => flip(&mut tags[..TAG_LEN]),
-                Some(Fault::Data) => flip(&mut out[..size]),
+                Some(Fault::Data) => flip(work.record_mut(0)),
                 None => {}
             }
         }
-        check_fair_batch(
-            cell, seq, batch, stride, &out, &tags, &pool, &pool_tags, plaintext,
-        )?;
+        check_fair_batch(cell, seq, batch, &work, &tags, &pool, &pool_tags, plaintext)?;
         seq += batch as u64;
         clock.totals.verified += batch as u64;
         clock.add(batch, ns, cpu);
@@ -494,21 +575,19 @@ fn check_fair_batch(
     cell: &Cell,
     seq: u64,
     batch: usize,
-    stride: usize,
-    out: &[u8],
+    work: &Slots,
     tags: &[u8],
-    pool: &[u8],
+    pool: &Slots,
     pool_tags: &[u8],
     plaintext: &[u8],
 ) -> Result<()> {
-    let size = cell.size;
     let encrypt = cell.direction == Direction::Encrypt;
     let tag_checked = encrypt && cell.spec.is_aead();
     for i in 0..batch {
-        let slot = &out[i * stride..i * stride + size];
+        let record = work.record(i);
         let what = if !encrypt {
-            (*slot != *plaintext).then_some("failed its check: the output is not the plaintext")
-        } else if *slot != pool[i * stride..i * stride + size] {
+            (record != plaintext).then_some("failed its check: the output is not the plaintext")
+        } else if record != pool.record(i) {
             Some("failed its check: the ciphertext differs from the verified reference record")
         } else if tag_checked
             && tags[i * TAG_LEN..(i + 1) * TAG_LEN] != pool_tags[i * TAG_LEN..(i + 1) * TAG_LEN]
@@ -524,7 +603,15 @@ fn check_fair_batch(
     Ok(())
 }
 
-/// `openssl speed -evp` for GCM and CCM: `EVP_Update_loop_aead_enc/dec`.
+/// A context as `openssl speed -evp` makes it: padding off, whatever the cipher.
+fn speed_ctx(alg: &Algorithm, encrypt: bool) -> Result<Ctx> {
+    let ctx = Ctx::new(alg, encrypt)?;
+    ctx.padding_off()?;
+    Ok(ctx)
+}
+
+/// `openssl speed -evp` for GCM and CCM: `EVP_Update_loop_aead_enc/dec`. Like speed, it
+/// encrypts in place and decrypts from one buffer (the reference ciphertext) into another.
 fn speed_ae(
     cell: &Cell,
     alg: &Algorithm,
@@ -537,15 +624,14 @@ fn speed_ae(
     let ccm = spec.kind == Kind::Ccm;
     let encrypt = cell.direction == Direction::Encrypt;
     let iv = [0u8; 12]; // speed's static aead_iv: zeros
-    let stride = size + 32;
-    let mut out = vec![0u8; batch * stride];
+    let mut work = Slots::new(batch, size);
 
     // The one valid (ciphertext, tag) for this key and IV, made and verified untimed. Speed
     // makes it the same way (encrypt once without AAD, then decrypt it over and over).
-    let mut reference = vec![0u8; stride];
+    let mut reference = Slots::new(1, size);
     let mut tag = [0u8; TAG_LEN];
     {
-        let e = Ctx::new(alg, true)?;
+        let e = speed_ctx(alg, true)?;
         e.set_iv_len(12)?;
         if ccm {
             e.set_tag_len(TAG_LEN)?;
@@ -554,8 +640,9 @@ fn speed_ae(
         if ccm {
             e.set_length(size)?;
         }
-        e.update(&mut reference, plaintext)?;
-        if !e.finish(&mut reference[size..]) {
+        reference.fill(1, |_| plaintext);
+        e.update_in_place(reference.slot(0), size)?;
+        if !e.finish(&mut reference.slot(0)[size..]) {
             bail!(
                 Library,
                 "{}: preparing the reference ciphertext failed",
@@ -563,9 +650,9 @@ fn speed_ae(
             );
         }
         e.get_tag(&mut tag)?;
-        let mut back = vec![0u8; stride];
-        if !decrypt_once(alg, key, &iv, &reference[..size], &tag, &mut back, ccm)?
-            || back[..size] != *plaintext
+        let mut back = Slots::new(1, size);
+        if !decrypt_once(alg, key, &iv, reference.record(0), &tag, back.slot(0), ccm)?
+            || back.record(0) != plaintext
         {
             bail!(
                 Check,
@@ -577,64 +664,61 @@ fn speed_ae(
     if !encrypt {
         match cell.fault {
             Some(Fault::Tag) => flip(&mut tag),
-            Some(Fault::Data) => flip(&mut reference[..size]),
+            Some(Fault::Data) => flip(reference.record_mut(0)),
             None => {}
         }
     }
 
-    let ctx = Ctx::new(alg, encrypt)?;
+    let ctx = speed_ctx(alg, encrypt)?;
     let mut clock = Clock::new(cell);
     let mut seq: u64 = 0;
     let mut first = true;
     while first || !clock.done() {
-        let c0 = thread_cpu_ns();
-        let t0 = Instant::now();
-        for i in 0..batch {
-            let slot = &mut out[i * stride..(i + 1) * stride];
-            ctx.set_iv_len(12)?;
-            if ccm {
-                ctx.set_tag_len(TAG_LEN)?;
-            }
-            ctx.init(Some(key), Some(&iv), -1)?;
-            let ok = if encrypt {
-                if ccm {
-                    ctx.set_length(size)?;
-                }
-                ctx.update(slot, plaintext)?;
-                ctx.finish(&mut slot[size..])
-            } else {
-                ctx.decrypt_init_iv(&iv)?;
-                ctx.set_tag(&tag)?;
-                if ccm {
-                    ctx.set_length(size)?;
-                }
-                ctx.update_verify(slot, &reference[..size])? && ctx.finish(&mut slot[size..])
-            };
-            if !ok {
-                return Err(fail_record(
-                    cell,
-                    seq + i as u64,
-                    "did not authenticate (tag check failed)",
-                ));
-            }
+        if encrypt {
+            work.fill(batch, |_| plaintext); // untimed
         }
-        let ns = t0.elapsed().as_nanos() as u64;
-        let cpu = thread_cpu_ns().saturating_sub(c0);
+        let (ns, cpu) = timed_batch(|| {
+            for i in 0..batch {
+                let slot = work.slot(i);
+                ctx.set_iv_len(12)?;
+                if ccm {
+                    ctx.set_tag_len(TAG_LEN)?;
+                }
+                ctx.init(Some(key), Some(&iv), -1)?;
+                let ok = if encrypt {
+                    if ccm {
+                        ctx.set_length(size)?;
+                    }
+                    ctx.update_in_place(slot, size)?;
+                    ctx.finish(&mut slot[size..])
+                } else {
+                    ctx.decrypt_init_iv(&iv)?;
+                    ctx.set_tag(&tag)?;
+                    if ccm {
+                        ctx.set_length(size)?;
+                    }
+                    ctx.update_verify(slot, reference.record(0))? && ctx.finish(&mut slot[size..])
+                };
+                if !ok {
+                    return Err(not_authentic(cell, seq + i as u64));
+                }
+            }
+            Ok(())
+        })?;
         // Checks, untimed. Speed re-uses key and IV, so every encryption must equal the
         // reference ciphertext (which was shown to decrypt and verify); every decryption must
         // give the plaintext. The per-call tag is not read back inside the timed loop
         // because speed does not read it either.
         if first && encrypt && cell.fault.is_some() {
-            flip(&mut out[..size]);
+            flip(work.record_mut(0));
         }
+        let want: &[u8] = if encrypt {
+            reference.record(0)
+        } else {
+            plaintext
+        };
         for i in 0..batch {
-            let slot = &out[i * stride..i * stride + size];
-            let want: &[u8] = if encrypt {
-                &reference[..size]
-            } else {
-                plaintext
-            };
-            if slot != want {
+            if work.record(i) != want {
                 return Err(fail_record(
                     cell,
                     seq + i as u64,
@@ -663,7 +747,7 @@ fn decrypt_once(
     out: &mut [u8],
     ccm: bool,
 ) -> Result<bool> {
-    let d = Ctx::new(alg, false)?;
+    let d = speed_ctx(alg, false)?;
     d.set_iv_len(iv.len())?;
     if ccm {
         d.set_tag(tag)?;
@@ -677,7 +761,7 @@ fn decrypt_once(
     Ok(d.update_verify(out, ct)? && d.finish(&mut out[ct.len()..]))
 }
 
-/// `openssl speed -evp` for everything else: `EVP_Update_loop`, one stream.
+/// `openssl speed -evp` for everything else: `EVP_Update_loop`, one stream, in place.
 fn speed_stream(
     cell: &Cell,
     alg: &Algorithm,
@@ -694,15 +778,14 @@ fn speed_stream(
     } else {
         None
     };
-    let stride = size + 32;
-    let mut out = vec![0u8; batch * stride];
-    let mut scratch = vec![0u8; stride];
+    let mut work = Slots::new(batch, size);
+    let mut scratch = Slots::new(1, size);
 
-    let work = Ctx::new(alg, encrypt)?;
-    work.init(Some(key), iv_opt, -1)?;
+    let ctx = speed_ctx(alg, encrypt)?;
+    ctx.init(Some(key), iv_opt, -1)?;
     // The checker runs the inverse operation over the same stream: decrypting what we
     // encrypt must give the plaintext; encrypting what we decrypt must give the input.
-    let check = Ctx::new(alg, !encrypt)?;
+    let check = speed_ctx(alg, !encrypt)?;
     check.init(Some(key), iv_opt, -1)?;
     let input: &[u8] = plaintext; // when decrypting, any bytes are a valid stream ciphertext
 
@@ -710,19 +793,19 @@ fn speed_stream(
     let mut seq: u64 = 0;
     let mut first = true;
     while first || !clock.done() {
-        let c0 = thread_cpu_ns();
-        let t0 = Instant::now();
-        for i in 0..batch {
-            work.update(&mut out[i * stride..(i + 1) * stride], input)?;
-        }
-        let ns = t0.elapsed().as_nanos() as u64;
-        let cpu = thread_cpu_ns().saturating_sub(c0);
+        work.fill(batch, |_| input); // untimed
+        let (ns, cpu) = timed_batch(|| {
+            for i in 0..batch {
+                ctx.update_in_place(work.slot(i), size)?;
+            }
+            Ok(())
+        })?;
         if first && cell.fault == Some(Fault::Data) {
-            flip(&mut out[..size]);
+            flip(work.record_mut(0));
         }
         for i in 0..batch {
-            check.update(&mut scratch, &out[i * stride..i * stride + size])?;
-            if scratch[..size] != *input {
+            check.update(scratch.slot(0), work.record(i))?;
+            if scratch.record(0) != input {
                 return Err(fail_record(
                     cell,
                     seq + i as u64,
@@ -740,9 +823,9 @@ fn speed_stream(
     let mut tail = [0u8; 32];
     let mut tag = [0u8; TAG_LEN];
     let (enc_ctx, dec_ctx) = if encrypt {
-        (&work, &check)
+        (&ctx, &check)
     } else {
-        (&check, &work)
+        (&check, &ctx)
     };
     if !enc_ctx.finish(&mut tail) {
         bail!(Library, "{}: finishing the stream failed", spec.name);
@@ -779,6 +862,43 @@ mod tests {
             window_ns: 100_000,
             batch_bytes: 1024,
             fault,
+        }
+    }
+
+    #[test]
+    fn every_record_starts_on_a_64_byte_boundary_in_a_slot_of_its_own() {
+        for size in [1, 16, 48, 1000, 16384] {
+            let mut slots = Slots::new(5, size);
+            let mut spans = Vec::new();
+            for i in 0..5 {
+                let at = slots.record(i).as_ptr() as usize;
+                assert_eq!(at % RECORD_ALIGN, 0, "{size}-byte record {i}");
+                assert_eq!(slots.slot(i).as_ptr() as usize, at);
+                assert!(slots.slot(i).len() >= size + FINAL_ROOM);
+                spans.push(at..at + slots.stride);
+            }
+            assert!(spans.windows(2).all(|w| w[0].end <= w[1].start));
+        }
+    }
+
+    #[test]
+    fn fair_contexts_turn_padding_off_for_ecb_only() {
+        // OpenSSL sends a context's padding setting to the provider again at every init, so a
+        // fair context with padding off pays for it on every record; libssl never sets it.
+        for spec in CIPHERS {
+            let alg = Algorithm::fetch(*spec).unwrap();
+            let key = vec![7u8; alg.key_len];
+            for encrypt in [true, false] {
+                let fair = keyed_ctx(&alg, &key, encrypt).unwrap();
+                assert_eq!(
+                    fair.padding_is_off(),
+                    spec.kind == Kind::Ecb,
+                    "{}",
+                    spec.name
+                );
+                // speed turns it off for every cipher, and so does speed-compatible mode.
+                assert!(speed_ctx(&alg, encrypt).unwrap().padding_is_off());
+            }
         }
     }
 

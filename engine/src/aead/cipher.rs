@@ -13,7 +13,13 @@ extern "C" {
     // Declared here because openssl-sys does not bind them.
     fn EVP_CipherFinal_ex(ctx: *mut ffi::EVP_CIPHER_CTX, out: *mut u8, outl: *mut c_int) -> c_int;
     fn ERR_error_string_n(e: std::os::raw::c_ulong, buf: *mut std::os::raw::c_char, len: usize);
+    #[cfg(test)]
+    fn EVP_CIPHER_CTX_test_flags(ctx: *const ffi::EVP_CIPHER_CTX, flags: c_int) -> c_int;
 }
+
+/// openssl/evp.h's EVP_CIPH_NO_PADDING, the context flag `padding_off` sets.
+#[cfg(test)]
+const EVP_CIPH_NO_PADDING: c_int = 0x100;
 
 pub const TAG_LEN: usize = 16;
 pub const AAD_LEN: usize = 13; // TLS 1.2 additional data: seq(8) type(1) version(2) length(2)
@@ -195,8 +201,8 @@ pub fn len_c(n: usize) -> Result<c_int> {
 }
 
 impl Ctx {
-    /// A context bound to `alg` for `encrypt` (or decrypt), padding off. The key is set
-    /// later (`set_key`) so callers control exactly what is initialised when.
+    /// A context bound to `alg` for `encrypt` (or decrypt). The key is set later (`init`) so
+    /// callers control exactly what is initialised when.
     pub fn new(alg: &Algorithm, encrypt: bool) -> Result<Ctx> {
         let ptr = unsafe { ffi::EVP_CIPHER_CTX_new() };
         if ptr.is_null() {
@@ -217,8 +223,16 @@ impl Ctx {
             )
         };
         ctx.check(ok, "init")?;
-        unsafe { ffi::EVP_CIPHER_CTX_set_padding(ptr, 0) };
         Ok(ctx)
+    }
+
+    /// Padding off, for whole-block input to a block mode (ECB) and as `openssl speed` sets
+    /// it for every cipher. OpenSSL 3.5 then sends the setting to the provider again at
+    /// every later init (about 350 instructions: building and parsing an OSSL_PARAM), so a
+    /// context re-initialised per record pays it per record; libssl never sets it.
+    pub fn padding_off(&self) -> Result<()> {
+        let ok = unsafe { ffi::EVP_CIPHER_CTX_set_padding(self.ptr, 0) };
+        self.check(ok, "padding off")
     }
 
     #[inline]
@@ -232,6 +246,12 @@ impl Ctx {
             );
         }
         Ok(())
+    }
+
+    /// Whether `padding_off` was called.
+    #[cfg(test)]
+    pub fn padding_is_off(&self) -> bool {
+        unsafe { EVP_CIPHER_CTX_test_flags(self.ptr, EVP_CIPH_NO_PADDING) != 0 }
     }
 
     /// `EVP_CipherInit_ex(ctx, NULL, NULL, key, iv, enc)`; `None` leaves key or IV as is
@@ -323,65 +343,79 @@ impl Ctx {
     /// CCM's total message length, which it needs before any data.
     #[inline]
     pub fn set_length(&self, n: usize) -> Result<()> {
-        let mut outl: c_int = 0;
-        let ok = unsafe {
-            ffi::EVP_CipherUpdate(self.ptr, ptr::null_mut(), &mut outl, ptr::null(), len_c(n)?)
-        };
+        // SAFETY: no input is read and no output written (both NULL): only the length.
+        let ok = unsafe { self.update_raw(ptr::null_mut(), ptr::null(), n)? };
         self.check(ok, "set message length")
     }
 
     #[inline]
     pub fn aad(&self, aad: &[u8]) -> Result<()> {
-        let mut outl: c_int = 0;
-        let ok = unsafe {
-            ffi::EVP_CipherUpdate(
-                self.ptr,
-                ptr::null_mut(),
-                &mut outl,
-                aad.as_ptr(),
-                len_c(aad.len())?,
-            )
-        };
+        // SAFETY: `aad` covers its length; a NULL output makes it additional data.
+        let ok = unsafe { self.update_raw(ptr::null_mut(), aad.as_ptr(), aad.len())? };
         self.check(ok, "additional data")
     }
 
-    /// Encrypt or decrypt `input` into `out` (same length); returns bytes written.
+    /// `EVP_CipherUpdate` over `len` bytes from `input` to `out` (which may be the same
+    /// address: EVP allows exactly-overlapping buffers); OpenSSL's return value.
+    ///
+    /// # Safety
+    /// `input` must be readable and `out` writable for `len` bytes (or NULL where EVP
+    /// accepts it: the output for additional data, both for CCM's length).
     #[inline]
-    pub fn update(&self, out: &mut [u8], input: &[u8]) -> Result<usize> {
-        debug_assert!(out.len() >= input.len());
+    unsafe fn update_raw(&self, out: *mut u8, input: *const u8, len: usize) -> Result<c_int> {
         let mut outl: c_int = 0;
-        let ok = unsafe {
-            ffi::EVP_CipherUpdate(
-                self.ptr,
-                out.as_mut_ptr(),
-                &mut outl,
-                input.as_ptr(),
-                len_c(input.len())?,
-            )
-        };
-        self.check(ok, "update")?;
-        Ok(outl as usize)
+        let n = len_c(len)?;
+        Ok(ffi::EVP_CipherUpdate(self.ptr, out, &mut outl, input, n))
+    }
+
+    /// Encrypt or decrypt `input` into `out` (at least as long).
+    #[inline]
+    pub fn update(&self, out: &mut [u8], input: &[u8]) -> Result<()> {
+        assert!(out.len() >= input.len());
+        // SAFETY: both slices cover `input.len()` bytes.
+        let ok = unsafe { self.update_raw(out.as_mut_ptr(), input.as_ptr(), input.len())? };
+        self.check(ok, "update")
+    }
+
+    /// Encrypt or decrypt the first `len` bytes of `buf` in place, as a TLS record layer
+    /// does with the record in its buffer and `openssl speed` with its one buffer.
+    #[inline]
+    pub fn update_in_place(&self, buf: &mut [u8], len: usize) -> Result<()> {
+        assert!(len <= buf.len());
+        let p = buf.as_mut_ptr();
+        // SAFETY: `buf` covers `len` bytes; input and output are the same address.
+        let ok = unsafe { self.update_raw(p, p, len)? };
+        self.check(ok, "update")
     }
 
     /// Like `update` but reports an authentication failure (CCM checks its tag inside the
     /// update when decrypting) as `Ok(false)` instead of an error.
     #[inline]
     pub fn update_verify(&self, out: &mut [u8], input: &[u8]) -> Result<bool> {
-        let mut outl: c_int = 0;
-        let ok = unsafe {
-            ffi::EVP_CipherUpdate(
-                self.ptr,
-                out.as_mut_ptr(),
-                &mut outl,
-                input.as_ptr(),
-                len_c(input.len())?,
-            )
-        };
+        assert!(out.len() >= input.len());
+        // SAFETY: both slices cover `input.len()` bytes.
+        let ok = unsafe { self.update_raw(out.as_mut_ptr(), input.as_ptr(), input.len())? };
+        Ok(self.verified(ok))
+    }
+
+    /// `update_in_place` reporting an authentication failure as `Ok(false)`.
+    #[inline]
+    pub fn update_verify_in_place(&self, buf: &mut [u8], len: usize) -> Result<bool> {
+        assert!(len <= buf.len());
+        let p = buf.as_mut_ptr();
+        // SAFETY: `buf` covers `len` bytes; input and output are the same address.
+        let ok = unsafe { self.update_raw(p, p, len)? };
+        Ok(self.verified(ok))
+    }
+
+    /// Whether an operation that may fail authentication succeeded; a failure's queued
+    /// OpenSSL errors are drained.
+    #[inline]
+    fn verified(&self, ok: c_int) -> bool {
         if ok != 1 {
             let _ = ossl_error();
-            return Ok(false);
         }
-        Ok(true)
+        ok == 1
     }
 
     /// Finish a message. Returns whether OpenSSL accepted it: when decrypting an AEAD this is
@@ -390,10 +424,7 @@ impl Ctx {
     pub fn finish(&self, out: &mut [u8]) -> bool {
         let mut outl: c_int = 0;
         let ok = unsafe { EVP_CipherFinal_ex(self.ptr, out.as_mut_ptr(), &mut outl) };
-        if ok != 1 {
-            let _ = ossl_error();
-        }
-        ok == 1
+        self.verified(ok)
     }
 }
 

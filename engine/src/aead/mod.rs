@@ -42,8 +42,8 @@ pub struct Args {
     /// Length of one timing window (one raw sample), milliseconds of timed work.
     #[arg(long, default_value_t = 100.0)]
     window_ms: f64,
-    /// Output bytes kept per batch before the untimed check (1 to 67108864: the batch's
-    /// output slots are allocated at once).
+    /// Bytes of records per batch, each processed in place in a slot of its own and checked
+    /// after the batch, untimed (1 to 67108864: the batch's slots are allocated at once).
     #[arg(long, default_value_t = DEFAULT_BATCH_BYTES,
           value_parser = clap::value_parser!(u64).range(1..=MAX_BATCH_BYTES))]
     batch_bytes: u64,

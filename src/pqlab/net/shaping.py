@@ -3,9 +3,17 @@
 Both are `Link`s for `pqlab.net.topology.TwoHosts` and apply a `LinkProfile` per direction
 with netem's semantics:
 
-- `NetemLink`: a veth pair with a netem qdisc at the root of each end (the client end shapes
-  client-to-server traffic, the server end server-to-client), using netem's own `rate`.
+- `NetemLink`: each host's veth joined to a bridge in a namespace of the link's own, with a
+  netem qdisc at the root of each bridge port (the port facing the server shapes
+  client-to-server traffic, the one facing the client server-to-client), using netem's own
+  `rate`.
 - `UserspaceLink`: two TUN devices joined by `pqlab-engine linkem`, for kernels without netem.
+
+Either way the link lies between the hosts' interfaces, where their captures are: a host's
+capture sees a packet leave when the host sent it and arrive when the link delivered it, and
+sees every packet the link lost leave. (A qdisc on a host's own interface would come before
+that interface's packet sockets: its capture would show each packet only as netem released
+it, delay included, and never one netem dropped.)
 
 `make_link(profile, shaper)` picks one (`auto` = netem when the kernel has it) and records
 why. Other experiments wire `--profile` through this one seam:
@@ -31,7 +39,7 @@ import threading
 from pqlab.errors import EngineError, UserError
 from pqlab.net.profiles import Direction, LinkProfile
 from pqlab.net.remote import RemoteHosts
-from pqlab.net.topology import SIDES, Link, TopologyError, TwoHosts, VethLink
+from pqlab.net.topology import SIDES, Link, TopologyError, TwoHosts, delete_namespace
 from pqlab.process import EngineProcess
 
 SHAPERS = ("auto", "netem", "userspace")
@@ -284,45 +292,80 @@ def applied_problems(direction: Direction, held: dict | None) -> list[str]:
     ]
 
 
-class NetemLink(VethLink):
-    """A veth pair with netem (own rate) on both ends' egress."""
+class NetemLink(Link):
+    """Each host's veth joined to a bridge in the link's own namespace, netem (own rate) at
+    the root of each bridge port: the port facing the server carries client-to-server
+    traffic, the one facing the client server-to-client (see the module docstring)."""
 
     kind = "netem"
+    BRIDGE = "pqlab-br"
+    # The bridge port facing each host, and the direction its egress carries.
+    PORTS = {"client": ("pqlab-lc", "s2c"), "server": ("pqlab-ls", "c2s")}
 
     def __init__(self, profile: LinkProfile):
         self.profile = profile
         self.commands: list[list[str]] = []
         self.applied: dict[str, dict] = {}  # per direction, as the kernel holds it
         self.stats: dict[str, dict] = {}  # per direction, netem's counters at teardown
+        self.ns = ""  # the link's namespace while it is up
+
+    def _in_link(self, argv: list[str]) -> list[str]:
+        return ["ip", "netns", "exec", self.ns, *argv]
+
+    def _port(self, direction: str) -> str:
+        return next(port for port, carried in self.PORTS.values() if carried == direction)
 
     def qdisc_commands(self, topo) -> list[list[str]]:
-        """The tc commands, per side: each end's egress carries one direction. `add`, not
+        """The tc commands, one per direction, on the bridge port it leaves by. `add`, not
         `replace`: replacing an existing netem keeps every setting the new command leaves
         out (its rate, its correlations), so a fresh interface must get a fresh qdisc."""
-        out = []
-        for side, direction in (("client", self.profile.c2s), ("server", self.profile.s2c)):
-            out.append(
-                topo.exec_argv(
-                    side,
-                    [
-                        "tc",
-                        "qdisc",
-                        "add",
-                        "dev",
-                        topo.ifname(side),
-                        "root",
-                        "netem",
-                        *direction.netem_args(),
-                    ],
-                )
-            )
+        return [
+            self._in_link(
+                [
+                    "tc",
+                    "qdisc",
+                    "add",
+                    "dev",
+                    self._port(name),
+                    "root",
+                    "netem",
+                    *direction.netem_args(),
+                ]
+            )  # fmt: skip
+            for name, direction in (("c2s", self.profile.c2s), ("s2c", self.profile.s2c))
+        ]
+
+    def _wire(self, topo) -> list[list[str]]:
+        """The commands that make the link's namespace, its bridge and the two veth pairs,
+        each port like a host's end (the topology's MTU, offloads off) and up."""
+        out = [
+            ["ip", "netns", "add", self.ns],
+            self._in_link(["ip", "link", "add", self.BRIDGE, "type", "bridge", "stp_state", "0",
+                           "forward_delay", "0"]),
+        ]  # fmt: skip
+        for side, (port, _) in self.PORTS.items():
+            out += [
+                ["ip", "link", "add", topo.ifname(side), "netns", topo.ns(side), "type", "veth",
+                 "peer", "name", port, "netns", self.ns],
+                self._in_link(["ip", "link", "set", "dev", port, "mtu", str(topo.mtu)]),
+                self._in_link(["ethtool", "-K", port, "tso", "off", "gso", "off", "gro", "off"]),
+                self._in_link(["ip", "link", "set", "dev", port, "master", self.BRIDGE]),
+                self._in_link(["ip", "link", "set", "dev", port, "up"]),
+            ]  # fmt: skip
+        out.append(self._in_link(["ip", "link", "set", "dev", self.BRIDGE, "up"]))
         return out
 
     def setup(self, topo) -> None:
         ok, why = netem_available()
         if not ok:
             raise UserError(f"--shaper netem: {why}; use --shaper userspace (or auto)")
-        super().setup(topo)
+        self.ns = topo.link_ns
+        for argv in self._wire(topo):
+            proc = _run(argv)
+            if proc.returncode != 0:
+                raise TopologyError(f"'{' '.join(argv)}' failed: {proc.stderr.strip()}")
+        for side in SIDES:
+            topo.configure_interface(side)
         self.commands = self.qdisc_commands(topo)
         for argv in self.commands:
             proc = _run(argv)
@@ -331,20 +374,18 @@ class NetemLink(VethLink):
         self.check_applied(topo)
 
     def check_applied(self, topo) -> None:
-        """Read each end's netem back from the kernel and refuse a link that is not the
+        """Read each port's netem back from the kernel and refuse a link that is not the
         profile (tc rounds delays to whole microseconds and 64-ns ticks, silently)."""
-        for side, name, direction in (
-            ("client", "c2s", self.profile.c2s),
-            ("server", "s2c", self.profile.s2c),
-        ):
+        for name, direction in (("c2s", self.profile.c2s), ("s2c", self.profile.s2c)):
+            port = self._port(name)
             try:
-                held = read_netem_in(topo.ns(side), topo.ifname(side))
+                held = read_netem_in(self.ns, port)
             except OSError as e:
-                raise TopologyError(f"cannot read netem back on {topo.ifname(side)}: {e}") from None
+                raise TopologyError(f"cannot read netem back on {port}: {e}") from None
             problems = applied_problems(direction, held)
             if problems:
                 raise TopologyError(
-                    f"netem on {topo.ifname(side)} ({name}) is not the profile "
+                    f"netem on {port} ({name}) is not the profile "
                     f"{self.profile.name!r}: {'; '.join(problems)}. tc passes delays in "
                     "whole microseconds (then 64-ns ticks): give one-way delays and jitter "
                     "in whole microseconds (an rtt in an even number of them), or use "
@@ -353,12 +394,19 @@ class NetemLink(VethLink):
             self.applied[name] = {k: v for k, v in held.items() if k != "stats"}
 
     def teardown(self, topo) -> None:
-        """netem's counters per direction, read before the namespaces go."""
-        for side, name in (("client", "c2s"), ("server", "s2c")):
-            with contextlib.suppress(OSError):
-                held = read_netem_in(topo.ns(side), topo.ifname(side))
-                if held is not None:
-                    self.stats[name] = held["stats"]
+        """netem's counters per direction, read before the link's namespace goes with its
+        bridge and ports (and, with them, the hosts' ends of the veth pairs)."""
+        if not self.ns:
+            return
+        try:
+            for name in ("c2s", "s2c"):
+                with contextlib.suppress(OSError):
+                    held = read_netem_in(self.ns, self._port(name))
+                    if held is not None:
+                        self.stats[name] = held["stats"]
+        finally:
+            delete_namespace(self.ns)
+            self.ns = ""
 
     def direction_stats(self) -> dict[str, dict]:
         """netem's counters per direction ('c2s', 's2c') after teardown: packets and bytes
@@ -370,6 +418,8 @@ class NetemLink(VethLink):
         d = {
             "kind": self.kind,
             "profile": self.profile.describe(),
+            "where": "a bridge in the link's own namespace between the hosts' interfaces",
+            "ports": {name: port for port, name in self.PORTS.values()},
             "tc": [" ".join(c) for c in self.commands],
             "applied": self.applied,
         }

@@ -4,7 +4,8 @@
 shaped links subclass `Link`) create one interface in each, sets a 1500-byte MTU, turns
 segmentation offloads off so captures show MSS-sized segments, applies the TCP settings
 (congestion control, initcwnd) and tears everything down again on normal exit, exceptions,
-Ctrl-C and SIGTERM. Namespaces are named `pqlab-<pid>-<n>-c|s`; ones left by a process
+Ctrl-C and SIGTERM. Namespaces are named `pqlab-<pid>-<n>-c|s` (and `-l` for a link that
+needs one of its own, `pqlab.net.shaping.NetemLink`); ones left by a process
 that died without cleaning up are removed when the next topology starts.
 """
 
@@ -25,7 +26,7 @@ from pqlab.errors import Interrupted, UserError
 from pqlab.net import privileges
 
 SIDES = ("client", "server")
-_NS_RE = re.compile(r"^pqlab-(\d+)-(\d+)-[cs]$")
+_NS_RE = re.compile(r"^pqlab-(\d+)-(\d+)-[csl]$")
 # Features that make captures show super-packets instead of wire segments.
 OFFLOADS_OFF = ("tso", "gso", "gro")
 OFFLOADS_OPTIONAL = ("lro", "tx-gso-partial", "tx-udp-segmentation", "rx-gro-list")
@@ -138,7 +139,7 @@ def _kill_namespace_pids(ns: str) -> None:
         pids = [p for p in alive if _pid_alive(int(p))]
 
 
-def _delete_namespace(ns: str) -> None:
+def delete_namespace(ns: str) -> None:
     _kill_namespace_pids(ns)
     _sh(["ip", "netns", "del", ns], check=False)
 
@@ -156,7 +157,7 @@ def cleanup_stale() -> list[str]:
         # Also a namespace carrying our own pid but no live topology of ours: left by an
         # earlier process that had this pid.
         if (pid == os.getpid() and ns not in ours) or (pid != os.getpid() and not _pid_alive(pid)):
-            _delete_namespace(ns)
+            delete_namespace(ns)
             removed.append(ns)
     return removed
 
@@ -267,6 +268,12 @@ class TwoHosts:
 
     def ifname(self, side: str) -> str:
         return self.client_if if side == "client" else self.server_if
+
+    @property
+    def link_ns(self) -> str:
+        """The name for a namespace of the link's own (`pqlab.net.shaping.NetemLink`'s):
+        removed like the hosts' when a process dies before tearing it down."""
+        return self.client_ns[: -len("-c")] + "-l"
 
     def ip_of(self, side: str) -> str:
         return self.client_ip if side == "client" else self.server_ip
@@ -420,7 +427,7 @@ class TwoHosts:
             with contextlib.suppress(Exception):
                 self.link.teardown(self)
             for ns in (self.client_ns, self.server_ns):
-                _delete_namespace(ns)
+                delete_namespace(ns)
         finally:
             with _lock:
                 if self in _active:

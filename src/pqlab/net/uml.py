@@ -10,8 +10,9 @@ every tool are there unchanged, and runs `argv` as the guest's root:
 - the guest mounts /proc, /sys, a tmpfs on /run (`ip netns` keeps its files there) and
   overlays on /tmp, /var/tmp and the home directory (the host's files underneath, read-only;
   writes kept in guest memory and gone with the guest);
-- it loads veth, sch_netem, sch_tbf, ifb, tun and overlay from the package's module tree
-  (finit_module(2): the host needs no kmod, and has no /lib/modules for this kernel);
+- it loads veth, sch_netem, sch_tbf, ifb, tun, overlay and the bridge (with what it needs)
+  from the package's module tree (finit_module(2): the host needs no kmod, and has no
+  /lib/modules for this kernel);
 - each directory in `shares` is mounted writable at its own path, so what the command
   writes there is on the host afterwards; the harness's own control directory is one of
   them and carries the command's stdout, stderr and exit status back;
@@ -60,7 +61,8 @@ from pqlab.errors import Interrupted
 
 KERNEL = "linux.uml"
 MODULE_ROOT = Path("/usr/lib/uml/modules")
-# Loaded in this order (none of them depends on another in the 6.1 package: modules.dep).
+# Loaded in this order, each after the modules it depends on (the 6.1 package's
+# modules.dep: the bridge of the netem link needs ipv6, llc and stp; ipv6 needs crc-ccitt).
 MODULES = (
     "drivers/net/veth.ko",
     "net/sched/sch_netem.ko",
@@ -68,6 +70,11 @@ MODULES = (
     "drivers/net/ifb.ko",
     "drivers/net/tun.ko",
     "fs/overlayfs/overlay.ko",
+    "lib/crc-ccitt.ko",
+    "net/ipv6/ipv6.ko",
+    "net/llc/llc.ko",
+    "net/802/stp.ko",
+    "net/bridge/bridge.ko",
 )
 # Guest memory: the lab's Python processes, the engine and tmpfs contents. The host backs
 # it lazily (a tmpfs file), so an idle guest costs what it touched (about 50-70 MiB).

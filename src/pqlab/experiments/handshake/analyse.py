@@ -155,6 +155,11 @@ def handshake_row(idx: int, cport: int, h: hp.Handshake, crec: dict, srec: dict)
         "server_connection_ip_bytes": f["connection"]["server_ip"],
         "negotiated_client_sigalg": neg_s.get("client_sigalg") or neg_c.get("client_sigalg"),
         "negotiated_cipher": neg_c.get("cipher_standard_name") or neg_c.get("cipher"),
+        # the whole connection, each direction in its sender's capture
+        "client_retransmissions": h.retransmitted["client"][0],
+        "client_retransmitted_bytes": h.retransmitted["client"][1],
+        "server_retransmissions": h.retransmitted["server"][0],
+        "server_retransmitted_bytes": h.retransmitted["server"][1],
     }
     for side, name, col in SIZE_COLUMNS:
         row[col] = sizes.get(f"{side} {name}")
@@ -162,7 +167,7 @@ def handshake_row(idx: int, cport: int, h: hp.Handshake, crec: dict, srec: dict)
 
 
 # handshake_phase's own columns, as `analyse_cell` gives them (one list per column).
-PHASE_COLUMNS = ("idx", "view", "phase_order", "phase", "family", "ns")
+PHASE_COLUMNS = ("idx", "view", "phase_order", "phase", "family", "ns", "retransmissions")
 
 
 def add_phase_rows(phases: dict[str, list], idx: int, h: hp.Handshake) -> None:
@@ -177,6 +182,7 @@ def add_phase_rows(phases: dict[str, list], idx: int, h: hp.Handshake) -> None:
         phases["phase"] += [name for name, _ in measured]
         phases["family"] += [family for (_, _, _, family), _ in zip(table, measured, strict=True)]
         phases["ns"] += [ns for _, ns in measured]
+        phases["retransmissions"] += h.phase_retransmissions[view]
 
 
 def callback_records(crec: dict, srec: dict) -> list[TlsRecord]:

@@ -78,15 +78,19 @@ FEATURES = (
     ),
 )
 
+# Each phase's mean over the handshakes in which no segment was retransmitted while it ran:
+# on a lossy link a server phase may wait for a recovery, which is the link's, not the
+# server's timing.
 PHASES_SQL = """
 SELECT cell_id, any_value("group") AS "group", any_value(server_sig) AS server_sig,
        any_value(ca_sig) AS ca_sig, any_value(stack) AS stack,
-       avg(ns) FILTER (WHERE view = 'server' AND phase = ?) / 1e6 AS sh_cert,
-       avg(ns) FILTER (WHERE view = 'server' AND phase = ?) / 1e6 AS cert_cv,
-       avg(ns) FILTER (WHERE view = 'server' AND phase = ?) / 1e6 AS cv_fin,
-       avg(ns) FILTER (WHERE view = 'server' AND phase = ?) / 1e6 AS ch_sh,
-       avg(ns) FILTER (WHERE view = 'client' AND phase = ?) / 1e6 AS fin_fin
-FROM handshake_phase GROUP BY cell_id ORDER BY cell_id
+       avg(ns) FILTER (WHERE view = 'server' AND phase = ? AND clean) / 1e6 AS sh_cert,
+       avg(ns) FILTER (WHERE view = 'server' AND phase = ? AND clean) / 1e6 AS cert_cv,
+       avg(ns) FILTER (WHERE view = 'server' AND phase = ? AND clean) / 1e6 AS cv_fin,
+       avg(ns) FILTER (WHERE view = 'server' AND phase = ? AND clean) / 1e6 AS ch_sh,
+       avg(ns) FILTER (WHERE view = 'client' AND phase = ? AND clean) / 1e6 AS fin_fin
+FROM (SELECT *, coalesce(retransmissions, 0) = 0 AS clean FROM handshake_phase)
+GROUP BY cell_id ORDER BY cell_id
 """
 
 

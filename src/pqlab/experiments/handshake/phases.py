@@ -4,8 +4,19 @@ Inputs per handshake: the connection as seen by the client's capture and by the 
 capture (pqlab.pcap.Connection), and the TLS records each side wrote, in order, with the
 cumulative TCP stream offset at the end of each record (from the engine's message
 callbacks). A TLS message "happens" at the TCP segment that carries the last byte of the
-record completing it: for the sender that is when it went on the wire, for the receiver
-when it arrived and could be used (an encrypted record is only usable once its tag is in).
+record completing it: for the sender, the first transmission of that byte (when its work
+on the message was done and the message went on the wire: `covering`); for the receiver,
+the arrival that completed the message's bytes *in order*, which is when its TCP stack could
+hand them on (an encrypted record is only usable once its tag is in, and only once every
+byte before it is: `delivered`). On a link without loss both are the one segment; with loss
+the receiver's is the segment, or the retransmission, that filled the last hole before the
+message's end, so a lost segment's recovery time falls in the phases that waited for it
+("Server Hello sending", "Server Hello rcv -> Certificate rcv", "Finished sending", ...),
+never in a side's processing, and the points keep the order the flow gives them.
+
+Retransmissions (`retransmissions`: segments that carry sequence space their sender's
+capture showed going out before) are counted per direction over the connection and per
+phase, at their time in the sender's capture (`phase_retransmissions`).
 
 Points of the flow (the document's figure 19), client side 1-9, server side A-I:
   1 client sends SYN            A server receives SYN        B server sends SYN/ACK
@@ -25,9 +36,10 @@ from __future__ import annotations
 
 import bisect
 import functools
+import heapq
 from dataclasses import dataclass, field
 
-from pqlab.pcap import ACK, SYN, Connection, Segment
+from pqlab.pcap import ACK, FIN, SYN, Connection, Segment
 from pqlab.tls.flight import OPENSSL, Flight, WriteModel, document_case, segments_through
 from pqlab.tls.records import TlsRecord
 
@@ -98,6 +110,11 @@ class Handshake:
     client_processing_ns: int  # 5 -> 9: ServerHello received to client Finished sent
     flight: dict = field(default_factory=dict)
     views: dict = field(default_factory=lambda: VIEWS)  # view -> its phase table
+    # view -> segments retransmitted (either direction) during each of its phases
+    phase_retransmissions: dict[str, list[int]] = field(default_factory=dict)
+    # "client" (client to server) / "server": the connection's retransmitted segments and
+    # their payload bytes, each in its sender's capture
+    retransmitted: dict[str, tuple[int, int]] = field(default_factory=dict)
 
 
 class Messages:
@@ -266,12 +283,94 @@ def message_sizes(records: list[TlsRecord], sender: str) -> dict[str, int]:
 
 
 def covering(conn: Connection, from_client: bool, end: int) -> Segment:
-    """The first segment (in capture order) of one direction carrying stream byte end-1."""
+    """The first segment (in capture order) of one direction carrying stream byte end-1: in
+    the sender's capture, that byte's first transmission."""
     for s in conn.payload_segments(from_client):
         if s.start < end <= s.end:
             return s
     side = "client" if from_client else "server"
     raise AnalysisError(f"no captured {side} segment carries stream byte {end - 1}")
+
+
+def delivered(conn: Connection, from_client: bool, ends: list[int]) -> dict[int, int]:
+    """For each stream offset of `ends`, when one direction's bytes 0..end-1 had all arrived
+    in this capture (the receiver's): the time of the segment, or retransmission, that
+    completed them in order. One pass; a lost segment holds back every end after it until
+    its retransmission comes, whatever arrived meanwhile. An end the capture never
+    completes is left out (`delivered_at` makes that an error)."""
+    want = sorted(set(ends))
+    out: dict[int, int] = {}
+    have, i = 0, 0  # bytes 0..have-1 are in; want[i] is the next end waited for
+    ahead: list[tuple[int, int]] = []  # segments beyond a hole, by start
+    for s in conn.payload_segments(from_client):
+        if s.start > have:
+            heapq.heappush(ahead, (s.start, s.end))
+            continue
+        if s.end <= have:
+            continue  # bytes already in: a retransmission of what arrived before
+        have = s.end
+        while ahead and ahead[0][0] <= have:
+            have = max(have, heapq.heappop(ahead)[1])
+        while i < len(want) and want[i] <= have:
+            out[want[i]] = s.ts_ns
+            i += 1
+        if i == len(want):
+            break
+    return out
+
+
+def delivered_at(conn: Connection, from_client: bool, ends: list[int]) -> dict[int, int]:
+    """`delivered`, every end of which must have been completed."""
+    out = delivered(conn, from_client, ends)
+    if len(out) < len(ends) and (missing := sorted(set(ends) - out.keys())):
+        side = "client" if from_client else "server"
+        raise AnalysisError(
+            f"the capture never holds the {side}'s stream bytes 0..{missing[0] - 1} "
+            "complete (a segment the capture lost)"
+        )
+    return out
+
+
+def retransmissions(conn: Connection, from_client: bool) -> list[Segment]:
+    """The segments of one direction that carry sequence space an earlier segment of it in
+    this capture carried (a SYN again, data bytes again, a FIN again), in capture order:
+    what Wireshark marks as retransmissions in the sender's own capture. Pure ACKs carry
+    none and are never counted."""
+    out: list[Segment] = []
+    sent = -1  # sequence space sent so far: the SYN is -1..0, then the bytes, then a FIN
+    for s in conn.segments:
+        if s.from_client != from_client:
+            continue
+        start, end, flags = s.start, s.end, s.flags
+        if flags & (SYN | FIN):
+            if flags & SYN:
+                start = -1
+            else:
+                end += 1
+        elif end == start:
+            continue  # no sequence space: a pure ACK
+        if start < sent:
+            out.append(s)
+        elif end > sent:
+            sent = end
+    return out
+
+
+def phase_retransmissions(p: dict[str, int], resent: list[int]) -> dict[str, list[int]]:
+    """Per view, how many of the retransmissions at times `resent` (sorted) fell in each of
+    its phases: at or after the phase's first point and before its last (a view's phases
+    follow each other, so each retransmission from SYN to the client's Finished is counted
+    once per view)."""
+    views = views_of(p)
+    if not resent:
+        return {view: [0] * len(table) for view, table in views.items()}
+    out = {}
+    for view, table in views.items():
+        out[view] = [
+            max(0, bisect.bisect_left(resent, p[b]) - bisect.bisect_left(resent, p[a]))
+            for _, a, b, _ in table
+        ]
+    return out
 
 
 def _first(conn: Connection, pred, what: str) -> Segment:
@@ -304,14 +403,16 @@ def points(
     p: dict[str, int] = {}
     p["1"], p["2"], p["3"] = tcp_points(client_conn)
     p["A"], p["B"], p["C"] = tcp_points(server_conn)
-    extra = MUTUAL_MESSAGE_POINTS if m.mutual else []
-    for sender, name, at_sender, at_receiver in MESSAGE_POINTS + extra:
-        end = m.end(sender, name)
+    messages = MESSAGE_POINTS + (MUTUAL_MESSAGE_POINTS if m.mutual else [])
+    for sender in ("client", "server"):
         from_client = sender == "client"
         sender_conn = client_conn if from_client else server_conn
         receiver_conn = server_conn if from_client else client_conn
-        p[at_sender] = covering(sender_conn, from_client, end).ts_ns
-        p[at_receiver] = covering(receiver_conn, from_client, end).ts_ns
+        mine = [(m.end(sender, name), a, b) for s, name, a, b in messages if s == sender]
+        arrived = delivered_at(receiver_conn, from_client, [end for end, _, _ in mine])
+        for end, at_sender, at_receiver in mine:
+            p[at_sender] = covering(sender_conn, from_client, end).ts_ns
+            p[at_receiver] = arrived[end]
     return p
 
 
@@ -329,7 +430,7 @@ def phases_from_points(p: dict[str, int]) -> dict[str, list[tuple[str, int]]]:
 
 class _FlightReplay:
     """The server capture replayed up to the segment carrying the end of Finished: flight
-    segments, retransmissions, and stalls on the congestion window.
+    segments and stalls on the congestion window.
 
     A segment "stalled" when an ACK of new data arrived since the previous flight segment and
     either (a) the replayed window was full at that ACK (initcwnd, slow-start growth when at
@@ -353,7 +454,6 @@ class _FlightReplay:
         self.cwnd = initcwnd
         self.snd_una = 0
         self.segs: list[int] = []  # stream offset at the end of each flight segment
-        self.retrans = 0
         self.max_end = 0
         self.full_at_ack = False
         self.last_ack_ns: int | None = None
@@ -389,8 +489,7 @@ class _FlightReplay:
         if seg.payload_len == 0 or seg.flags & SYN:
             return
         if seg.end <= self.max_end:
-            self.retrans += 1
-            return
+            return  # a retransmission: no new flight segment
         write = self.write_of(seg.end)
         prev, ack = self.prev_seg_ts, self.last_ack_ns
         held = False
@@ -418,15 +517,18 @@ def server_flight(
     initcwnd: int,
     write_model: WriteModel = OPENSSL,
     writes: list[tuple[int, int]] | None = None,
+    resent: list[Segment] | None = None,
 ) -> dict:
     """What the server sent from ServerHello to Finished, as seen in the server's capture:
     segments, bytes, where the stack's writes split it (its write model, `pqlab.tls.flight`;
     `writes`: its socket writes as its io events report them), whether and for how many
-    rounds it waited for ACKs."""
+    rounds it waited for ACKs. `resent`: the server's `retransmissions`, when known."""
     plan = _messages(records).flight_plan(write_model, mss, initcwnd)
     fin_end, predicted = plan["fin_end"], list(plan["predicted"])
 
     last = covering(server_conn, False, fin_end)
+    if resent is None:
+        resent = retransmissions(server_conn, False)
     replay = _FlightReplay(predicted, initcwnd)
     for seg in server_conn.segments:
         if seg.ts_ns > last.ts_ns:
@@ -440,7 +542,7 @@ def server_flight(
     observed = [end for end, n in zip(segs[:-1], seg_sizes[:-1], strict=True) if n < mss]
     return {
         "segments": len(segs),
-        "retransmissions": replay.retrans,
+        "retransmissions": sum(1 for r in resent if r.ts_ns <= last.ts_ns and r.end > r.start),
         "bytes": fin_end,
         "bytes_through_certificate": plan["cert_end"],
         "writes_predicted": len(predicted),
@@ -534,7 +636,13 @@ def analyse(
     records = _messages(records)
     p = points(client_conn, server_conn, records)
     disagreements = order_disagreements(p, clock_tolerance_ns)
-    flight = server_flight(client_conn, server_conn, records, mss, initcwnd, write_model, writes)
+    resent = {
+        "client": retransmissions(client_conn, True),
+        "server": retransmissions(server_conn, False),
+    }
+    flight = server_flight(
+        client_conn, server_conn, records, mss, initcwnd, write_model, writes, resent["server"]
+    )
     flight["order_disagreements"] = len(disagreements)
     flight["client_wire_bytes"], flight["server_wire_bytes"] = wire_bytes(client_conn, p["9"])
     flight["client_hello_segments"], flight["server_hello_segments"] = hello_segments(
@@ -548,6 +656,7 @@ def analyse(
         client_conn, records
     )
     flight["connection"] = connection_bytes(client_conn)
+    times = sorted(s.ts_ns for side in resent.values() for s in side)
     return Handshake(
         points=p,
         phases=phases_from_points(p),
@@ -556,4 +665,8 @@ def analyse(
         total_ns=p["9"] - p["1"],
         client_processing_ns=p["9"] - p["5"],
         flight=flight,
+        phase_retransmissions=phase_retransmissions(p, times),
+        retransmitted={
+            side: (len(segs), sum(s.end - s.start for s in segs)) for side, segs in resent.items()
+        },
     )

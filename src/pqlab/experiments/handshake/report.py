@@ -142,7 +142,8 @@ def export(store):
         )
     section.table(
         _phase_table(store),
-        "Mean and median of every phase of the legend, client and server view",
+        "Mean and median of every phase of the legend, client and server view, and the TCP "
+        "segments retransmitted (either way) while it ran, summed over the cell's handshakes",
         max_rows=48,
     )
     section.table(
@@ -222,7 +223,13 @@ def _summary_table(store) -> Path:
           avg(CASE WHEN cv_stall_predicted THEN 1 ELSE 0 END) AS cv_stall_predicted_fraction,
           any_value(t.client_sig) AS client_sig,
           median(client_flight_segments) AS client_flight_segments,
-          median(client_flight_bytes) AS client_flight_bytes
+          median(client_flight_bytes) AS client_flight_bytes,
+          sum(client_retransmissions) AS client_retransmissions,
+          sum(client_retransmitted_bytes) AS client_retransmitted_bytes,
+          sum(server_retransmissions) AS server_retransmissions,
+          sum(server_retransmitted_bytes) AS server_retransmitted_bytes,
+          count(*) FILTER (WHERE client_retransmissions + server_retransmissions > 0)
+            AS handshakes_with_retransmissions
         FROM handshake_raw t {ORDER_JOIN}
         GROUP BY t.cell_id, t."group", t.server_sig, t.ca_sig, og.pos, os.pos, oc.pos
         ORDER BY og.pos, os.pos, oc.pos, t.cell_id""",
@@ -293,8 +300,10 @@ def _phase_table(store) -> Path:
         "handshake_phases",
         f"""
         SELECT t."group", t.server_sig, t.ca_sig, t.view, t.phase,
-          avg(ns) {ms} AS mean_ms, median(ns) {ms} AS median_ms, t.phase_order, t.family,
-          any_value(t.stack) AS stack, t.cell_id
+          avg(ns) {ms} AS mean_ms, median(ns) {ms} AS median_ms,
+          sum(retransmissions) AS retransmissions,
+          count(*) FILTER (WHERE retransmissions > 0) AS handshakes_with_retransmissions,
+          t.phase_order, t.family, any_value(t.stack) AS stack, t.cell_id
         FROM handshake_phase t {ORDER_JOIN}
         GROUP BY t.cell_id, t."group", t.server_sig, t.ca_sig, t.view, t.phase, t.phase_order,
           t.family, og.pos, os.pos, oc.pos

@@ -45,14 +45,16 @@ CREATE TABLE IF NOT EXISTS handshake_raw (
     client_certificate_verify_bytes INTEGER, client_flight_bytes INTEGER,
     client_flight_segments INTEGER, client_payload_bytes BIGINT, server_payload_bytes BIGINT,
     client_connection_ip_bytes BIGINT, server_connection_ip_bytes BIGINT,
-    negotiated_client_sigalg TEXT, negotiated_cipher TEXT)
+    negotiated_client_sigalg TEXT, negotiated_cipher TEXT, client_retransmissions INTEGER,
+    client_retransmitted_bytes BIGINT, server_retransmissions INTEGER,
+    server_retransmitted_bytes BIGINT)
 """
 PHASE_DDL = """
 CREATE TABLE IF NOT EXISTS handshake_phase (
     cell_id TEXT, "group" TEXT, server_sig TEXT, ca_sig TEXT, idx INTEGER,
     view TEXT, phase_order INTEGER, phase TEXT, family TEXT, ns BIGINT, host_pair TEXT,
     cross_host BOOLEAN, clock_uncertainty_ns DOUBLE, below_clock_uncertainty BOOLEAN,
-    stack TEXT, client_sig TEXT)
+    stack TEXT, client_sig TEXT, retransmissions INTEGER)
 """
 CAPTURE_DDL = """
 CREATE TABLE IF NOT EXISTS handshake_capture (
@@ -130,6 +132,10 @@ ADDED = {
         ("server_connection_ip_bytes", "BIGINT"),
         ("negotiated_client_sigalg", "TEXT"),
         ("negotiated_cipher", "TEXT"),
+        ("client_retransmissions", "INTEGER"),
+        ("client_retransmitted_bytes", "BIGINT"),
+        ("server_retransmissions", "INTEGER"),
+        ("server_retransmitted_bytes", "BIGINT"),
     ],
     "handshake_capture": [("host_pair", "TEXT")],
     "handshake_phase": [
@@ -139,6 +145,7 @@ ADDED = {
         ("below_clock_uncertainty", "BOOLEAN"),
         ("stack", "TEXT"),
         ("client_sig", "TEXT DEFAULT 'none'"),
+        ("retransmissions", "INTEGER"),
     ],
     "handshake_load": [("stack", "TEXT"), ("client_sig", "TEXT DEFAULT 'none'")],
 }

@@ -247,16 +247,24 @@ def _plaintext_records(client: bytes, server: bytes) -> tuple[list, list]:
 
 
 def _messages(w: Wire, conn: pcap.Connection | None) -> None:
-    """Messages in order with their times: the segment carrying their record's last byte."""
+    """Messages in order with their times: for the client's, the first transmission of
+    their record's last byte; for the server's, the arrival that completed their record's
+    bytes in order (on a lossy link, the retransmission that filled the last hole before
+    it: `phases.delivered`)."""
     hellos = sum(1 for r in w.client_records for m, _ in r.messages if m == "ClientHello")
     w.hello_retry = hellos > 1
     seen_server_hello = False
+    arrived = {}
+    if conn is not None:
+        arrived = phases.delivered(conn, False, [r.end for r in w.server_records])
     for sender, recs in (("client", w.client_records), ("server", w.server_records)):
         for r in recs:
             at = None
-            if conn is not None:
+            if conn is not None and sender == "server":
+                at = arrived.get(r.end)
+            elif conn is not None:
                 try:
-                    at = phases.covering(conn, sender == "client", r.end).ts_ns
+                    at = phases.covering(conn, True, r.end).ts_ns
                 except phases.AnalysisError:
                     at = None
             for name, length in r.messages:
