@@ -253,7 +253,8 @@ fn open_key_log(path: &Path) -> Result<File> {
 #[derive(Debug)]
 pub struct KeyLog {
     path: PathBuf,
-    file: Mutex<Option<File>>,
+    /// Not opened yet (None), open, or refused when the first secret came (said once).
+    file: Mutex<Option<std::result::Result<File, ()>>>,
 }
 
 impl KeyLog {
@@ -266,15 +267,25 @@ impl KeyLog {
         })
     }
 
-    /// Append one key log line (the newline is added), in one write.
+    /// Append one key log line (the newline is added), in one write. A file refused when
+    /// the first secret came stays refused (the error is returned once, then nothing).
     pub fn line(&self, line: &str) -> Result<()> {
         let mut slot = self.file.lock().unwrap_or_else(|e| e.into_inner());
         if slot.is_none() {
-            *slot = Some(open_key_log(&self.path)?);
+            match open_key_log(&self.path) {
+                Ok(f) => *slot = Some(Ok(f)),
+                Err(e) => {
+                    *slot = Some(Err(()));
+                    return Err(e);
+                }
+            }
         }
-        let f = slot.as_mut().expect("opened above");
-        f.write_all(format!("{line}\n").as_bytes())
-            .map_err(|e| crate::err!(Io, "cannot write {}: {e}", self.path.display()))
+        match slot.as_mut().expect("opened above") {
+            Ok(f) => f
+                .write_all(format!("{line}\n").as_bytes())
+                .map_err(|e| crate::err!(Io, "cannot write {}: {e}", self.path.display())),
+            Err(()) => Ok(()),
+        }
     }
 
     /// `line`, with a failure reported on stderr (a TLS library's callback has no way to
@@ -407,6 +418,7 @@ mod tests {
         let log = KeyLog::new(&late).unwrap();
         std::os::unix::fs::symlink(&victim, &late).unwrap();
         assert!(log.line(LINE).is_err());
+        assert!(log.line(LINE).is_ok(), "said once, then nothing is written");
         assert_eq!(
             std::fs::read(&victim).unwrap(),
             b"root:x:0:0:root:/root:/bin/bash\n"

@@ -249,6 +249,8 @@ class Dir:
         link, held to the same ownership as this one."""
         key = check_name(name)
         if key in self._subs:
+            if private:
+                self._subs[key]._check("directory", private)
             return self._subs[key]
         if create:
             try:
