@@ -6,16 +6,19 @@ from __future__ import annotations
 import matplotlib.pyplot as plt
 import pytest
 
-from pqlab import figures
+from pqlab import figures, files
+from pqlab.errors import UserError
 
 
 class _Store:
     def __init__(self, root):
         self.root = root
+        self._figures = None
 
-    def figure_path(self, name):
-        (self.root / "figures").mkdir(exist_ok=True)
-        return self.root / "figures" / name
+    def figures(self):
+        if self._figures is None:
+            self._figures = files.Dir.open(self.root / "figures", create=True)
+        return self._figures
 
 
 def _draw(i: int):
@@ -61,18 +64,41 @@ def test_figures_built_by_workers_are_the_same_files(tmp_path):
     assert not plt.get_fignums()
 
 
+def _broken(i: int):
+    raise ValueError(f"figure {i} cannot be built")
+
+
 def test_a_drawing_that_fails_is_raised_when_the_block_ends(tmp_path):
     store = _Store(tmp_path)
     reached = []
-    with pytest.raises(OSError):
+    with pytest.raises(ValueError, match="figure 1 cannot be built"):
         with figures.rendering(wait=True):
-            # A directory where the PNG should go: the worker's savefig fails.
-            (tmp_path / "figures").mkdir()
-            (tmp_path / "figures" / "bad.png").mkdir()
             figures.save(_draw(0), store, "ok")
-            figures.save(_draw(1), store, "bad")  # in a worker: no error yet
+            figures.draw(store, "bad", _broken, 1)  # in a worker: no error yet
             reached.append(True)
     assert reached  # the error came from the worker, when the block ended
+
+
+def test_a_figure_is_written_whole_and_never_through_a_link(tmp_path):
+    """The workers draw, the lab writes: a link planted at a figure's name is replaced,
+    its target untouched; a directory there is one error line, and no temporary file
+    stays behind."""
+    store = _Store(tmp_path)
+    victim = tmp_path / "victim"
+    victim.write_text("precious")
+    figs = tmp_path / "figures"
+    figs.mkdir()
+    (figs / "linked.png").symlink_to(victim)
+    (figs / "blocked.png").mkdir()
+    with figures.rendering(wait=True):
+        figures.save(_draw(0), store, "linked")
+    assert victim.read_text() == "precious"
+    assert not (figs / "linked.png").is_symlink()
+    assert (figs / "linked.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    with pytest.raises(UserError, match="blocked.png"):
+        with figures.rendering(wait=True):
+            figures.save(_draw(1), store, "blocked")
+    assert sorted(p.name for p in figs.iterdir()) == ["blocked.png", "linked.png", "linked.svg"]
 
 
 def test_figures_saved_before_the_workers_are_up_are_drawn_in_place(tmp_path, monkeypatch):

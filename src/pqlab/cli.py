@@ -18,8 +18,9 @@ from pathlib import Path
 from pqlab import __version__
 from pqlab.errors import EngineError, Interrupted, UserError
 from pqlab.experiment import Experiment, registry
+from pqlab.files import check_out
 from pqlab.session import Step, run_steps
-from pqlab.store import RunStore, check_out
+from pqlab.store import RunStore
 
 # `pqlab --help` order: the suite, the experiments (registry order), then the tools.
 TOOLS_FIRST = ["suite"]
@@ -64,7 +65,7 @@ def run_experiment(exp: Experiment, args: argparse.Namespace) -> int:
     """`pqlab <experiment> ...`: validate, run into one run directory, export."""
 
     if args.out:
-        check_out(Path(args.out))
+        check_out(Path(args.out), resume=args.resume)
     plan = exp.plan(args)
     outcome = run_steps(
         [Step(exp, plan)], out=args.out, resume=args.resume, report=not args.no_report

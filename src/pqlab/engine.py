@@ -23,6 +23,7 @@ import subprocess
 from collections.abc import Sequence
 from pathlib import Path
 
+from pqlab import files
 from pqlab.errors import EngineError, EngineIOError, UserError, engine_error
 
 PROTOCOL = 2
@@ -192,15 +193,10 @@ def _kept_info(path: Path) -> dict | None:
 
 
 def _keep_info(path: Path, rec: dict) -> None:
-    """Keep the record beside the binary (atomically; nothing when that is not writable)."""
-    target = _info_file(path)
-    tmp = target.with_name(f"{target.name}.{os.getpid()}.tmp")
-    try:
-        tmp.write_text(json.dumps({"binary": _identity(path), "info": rec}))
-        tmp.replace(target)
-    except OSError:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
+    """Keep the record beside the binary (whole or not at all, `pqlab.files`; nothing when
+    that directory cannot or may not be written)."""
+    with contextlib.suppress(OSError, UserError):
+        files.write_file(_info_file(path), json.dumps({"binary": _identity(path), "info": rec}))
 
 
 def built_programs() -> list[str]:

@@ -21,6 +21,13 @@ class PrivilegeError(UserError):
     exit_code = 4
 
 
+class StorageError(UserError):
+    """The file system refused a write (full, read-only, over quota, an I/O error, no
+    permission): nothing half-written is left, exit 6."""
+
+    exit_code = 6
+
+
 class EngineError(Exception):
     """The engine or a library failed: exit 3. Subclasses name the kind of failure."""
 

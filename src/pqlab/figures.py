@@ -4,8 +4,9 @@ Drawing the files is most of an export's time (about 90 % of the default suite's
 `rendering()` (the report's export) `save` hands each figure, pickled, to worker processes
 and returns at once, and `draw` hands over only what a figure is made from, so a worker
 builds it too (for figures with many artists building costs as much as drawing, and a
-built figure is slow to pickle); the block ends when every file is written, so the report
-page, which embeds them, comes after. The workers start as the block begins; figures
+built figure is slow to pickle). Workers only draw: the files are written by the lab's own
+process (`pqlab.files`, whole or not at all) as the drawings come back, and the block ends
+when every file is written, so the report page, which embeds them, comes after. The workers start as the block begins; figures
 saved before they are up are drawn in place. Nothing is measured while a run exports.
 """
 
@@ -48,28 +49,35 @@ PNG = {"compress_level": 3}
 
 
 def save(fig, store, name: str) -> Path:
-    """Write figures/<name>.png and .svg (in a worker inside `rendering()`); the PNG path."""
-    png = store.figure_path(f"{name}.png")
-    svg = store.figure_path(f"{name}.svg")
-    if not _handed_to_worker(fig, png, svg):
-        _write(fig, png, svg)
+    """Write figures/<name>.png and .svg (drawn by a worker inside `rendering()`); the PNG
+    path."""
+    figs = store.figures()
+    if _in_worker():
+        try:
+            data = pickle.dumps(fig)
+        except (pickle.PicklingError, TypeError, AttributeError):
+            data = None  # an artist that does not pickle: drawn here
+        if data is not None:
+            _pending.append((figs, name, _pool.submit(_render, data)))
+            plt.close(fig)
+            return figs.path_of(f"{name}.png")
+    _store(figs, name, _files(fig))
     plt.close(fig)
-    return png
+    return figs.path_of(f"{name}.png")
 
 
 def draw(store, name: str, build: Callable, *args) -> Path:
     """Write figures/<name>.png and .svg of the figure `build(*args)` returns; inside
-    `rendering()` (once its workers are up) a worker builds and writes it, so `build` must
+    `rendering()` (once its workers are up) a worker builds and draws it, so `build` must
     be a module-level function and `args` picklable. The PNG path."""
-    png = store.figure_path(f"{name}.png")
-    svg = store.figure_path(f"{name}.svg")
+    figs = store.figures()
     if _in_worker():
-        _pending.append(_pool.submit(_build, (build, args, str(png), str(svg))))
+        _pending.append((figs, name, _pool.submit(_build, (build, args))))
     else:
         fig = build(*args)
-        _write(fig, png, svg)
+        _store(figs, name, _files(fig))
         plt.close(fig)
-    return png
+    return figs.path_of(f"{name}.png")
 
 
 def _in_worker() -> bool:
@@ -78,25 +86,21 @@ def _in_worker() -> bool:
     return _pending is not None and _pool.ready
 
 
-def _handed_to_worker(fig, png: Path, svg: Path) -> bool:
-    """Inside `rendering()`, once its workers are up: the figure pickled to a worker."""
-    if not _in_worker():
-        return False
-    try:
-        data = pickle.dumps(fig)
-    except (pickle.PicklingError, TypeError, AttributeError):
-        return False  # an artist that does not pickle: drawn here
-    _pending.append(_pool.submit(_render, (data, str(png), str(svg))))
-    return True
+def _store(figs, name: str, drawn: tuple[bytes, bytes]) -> None:
+    """The figure's two files, written by this process into figures/ (`pqlab.files`: whole
+    or not at all, never through a link); workers only draw."""
+    png, svg = drawn
+    figs.write(f"{name}.png", png)
+    figs.write(f"{name}.svg", svg)
 
 
-# How far past the figure's edges (inches) the drawing of `_write` reaches: a legend
+# How far past the figure's edges (inches) the drawing of `_files` reaches: a legend
 # below the axes, a label sticking out, is in it without a second drawing.
 MARGIN_IN = 2.0
 
 
-def _write(fig, png, svg) -> None:
-    """Both files, cropped to the figure's tight box. One Agg drawing makes the PNG and
+def _files(fig) -> tuple[bytes, bytes]:
+    """The PNG and the SVG, cropped to the figure's tight box. One Agg drawing makes the PNG and
     finds the box: the figure is drawn onto a canvas MARGIN_IN larger on every side, the
     box measured on the artists that drawing placed (its text already laid out), and the
     PNG cut out of it; savefig's "tight" would lay the figure out once more per file (a
@@ -111,11 +115,13 @@ def _write(fig, png, svg) -> None:
     renderer = getattr(fig.canvas, "renderer", None) or fig.canvas.get_renderer()
     box = fig.get_tightbbox(renderer).padded(plt.rcParams["savefig.pad_inches"])
     pixels = _cut(raw.getbuffer(), canvas, box, dpi)
+    png, svg = io.BytesIO(), io.BytesIO()
     if pixels is None:
-        fig.savefig(png, bbox_inches=box, dpi=dpi, pil_kwargs=PNG)
+        fig.savefig(png, format="png", bbox_inches=box, dpi=dpi, pil_kwargs=PNG)
     else:
         matplotlib.image.imsave(png, pixels, format="png", dpi=dpi, pil_kwargs=PNG)
-    fig.savefig(svg, bbox_inches=box, metadata={"Date": None})
+    fig.savefig(svg, format="svg", bbox_inches=box, metadata={"Date": None})
+    return png.getvalue(), svg.getvalue()
 
 
 def _cut(rgba, canvas, box, dpi: float):
@@ -134,20 +140,23 @@ def _cut(rgba, canvas, box, dpi: float):
     return np.frombuffer(rgba, dtype=np.uint8).reshape(h, w, 4)[top:bottom, left:right]
 
 
-def _build(job: tuple) -> None:
-    """In a worker: one figure built from its data, and its two files."""
-    build, args, png, svg = job
+def _build(job: tuple) -> tuple[bytes, bytes]:
+    """In a worker: one figure built from its data, drawn."""
+    build, args = job
     fig = build(*args)
-    _write(fig, png, svg)
-    plt.close(fig)
+    try:
+        return _files(fig)
+    finally:
+        plt.close(fig)
 
 
-def _render(job: tuple[bytes, str, str]) -> None:
-    """In a worker: one pickled figure's two files."""
-    data, png, svg = job
+def _render(data: bytes) -> tuple[bytes, bytes]:
+    """In a worker: one pickled figure, drawn."""
     fig = pickle.loads(data)
-    _write(fig, png, svg)
-    plt.close(fig)
+    try:
+        return _files(fig)
+    finally:
+        plt.close(fig)
 
 
 _pending: list | None = None
@@ -159,7 +168,8 @@ def rendering(wait: bool = False) -> Iterator[None]:
     """Figures saved inside the block are drawn by worker processes, one per CPU, started
     as the block begins (until they are up, figures are drawn here: the first pool of a
     process takes about half a second; `wait` waits for it instead); every file is written
-    (or a drawing's error raised) when the block ends."""
+    (or a drawing's error raised) when the block ends: the workers draw, this process writes.
+    """
     global _pending, _pool
     if _pending is not None:  # already inside
         yield
@@ -171,8 +181,8 @@ def rendering(wait: bool = False) -> Iterator[None]:
             pool.wait_started()
         try:
             yield
-            for job in _pending:
-                job.get()
+            for figs, name, job in _pending:
+                _store(figs, name, job.get())
         finally:
             _pending, _pool = None, None
 

@@ -25,6 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
+from pqlab import files
 from pqlab.errors import UserError
 
 MAGIC_USEC = 0xA1B2C3D4
@@ -135,9 +136,14 @@ def read_snaplen(path: str | Path) -> int:
 
 
 def write_pcap(
-    path: str | Path, frames: list[Frame], linktype: int = LINKTYPE_ETHERNET, snaplen: int = 262144
+    path: str | Path,
+    frames: list[Frame],
+    linktype: int = LINKTYPE_ETHERNET,
+    snaplen: int = 262144,
+    mode: int = 0o644,
 ) -> None:
-    """Write a little-endian nanosecond pcap (the format pqlab-engine capture writes)."""
+    """Write a little-endian nanosecond pcap (the format pqlab-engine capture writes),
+    whole or not at all (`pqlab.files`)."""
     out = [struct.pack("<IHHiIII", MAGIC_NSEC, 2, 4, 0, 0, snaplen, linktype)]
     for f in frames:
         out.append(
@@ -146,7 +152,7 @@ def write_pcap(
             )
         )
         out.append(f.data)
-    Path(path).write_bytes(b"".join(out))
+    files.write_file(path, b"".join(out), mode)
 
 
 def _ip_text(b: bytes) -> str:

@@ -20,9 +20,10 @@ from typing import Any
 from pqlab import engine, metadata
 from pqlab.errors import EngineError, PrivilegeError, UserError
 from pqlab.experiment import Experiment, registry
+from pqlab.files import check_out
 from pqlab.net import privileges
 from pqlab.report.page import export_all
-from pqlab.store import RunStore, check_out, default_out
+from pqlab.store import RunStore, default_out
 
 
 @dataclass
@@ -79,7 +80,7 @@ def run_steps(
         runnable.append(step)
     if not runnable:
         raise UserError("nothing to run: " + "; ".join(f"{n}: {w}" for n, w in outcome.skipped))
-    check_out(outcome.path)
+    check_out(outcome.path, resume=resume)
     info = engine.info()  # a missing or stale engine fails here, before the run directory
     migrations = [sql for exp in registry() for sql in exp.migrations]
     store = RunStore.create(outcome.path, "", resume, migrations)
@@ -109,6 +110,7 @@ def run_steps(
         if outcome.completed:
             export(store, html=report)
             outcome.exported = True
+        store.close(check=True)  # a final checkpoint that fails fails the run
     finally:
         store.close()
     return outcome

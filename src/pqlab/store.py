@@ -20,21 +20,27 @@ import errno
 import fcntl
 import json
 import os
+import re
+import stat
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import duckdb
 import pyarrow as pa
 
-from pqlab.errors import UserError
+from pqlab import files
+from pqlab.errors import StorageError, UserError
+from pqlab.files import DB_NAME, RUN_DIRS, Dir
 from pqlab.stages import StageClock
 
 # 2: invocations carry the writer's PID (killed runs are detected); TLS tables carry the
 # stack. Version 1 runs can still be read by `pqlab compare`.
 SCHEMA_VERSION = 2
 READABLE_VERSIONS = (1, 2)
-DB_NAME = "results.duckdb"
 LOCK_NAME = ".lock"
+# DuckDB's own files beside the database (its write-ahead log), made by DuckDB itself.
+DB_FILES = (DB_NAME, DB_NAME + ".wal")
+
 
 _BASE_SCHEMA = """
 CREATE TABLE IF NOT EXISTS schema_info (version INTEGER);
@@ -83,13 +89,16 @@ class _Lock:
     when it lets go (while still holding the lock: a writer always, a reader when it can take
     the lock exclusively, so no one else holds it), so a run directory nobody is using holds
     no lock file; a process that took the lock on a file since removed (it lost that race)
-    sees that the path no longer names its file and tries again. A reader that cannot create
-    the file (a read-only run directory) reads without a lock, as it can only read."""
+    sees that the name no longer names its file and tries again. A reader that cannot create
+    the file (a read-only run directory) reads without a lock, as it can only read. The file
+    is opened in the run directory's descriptor, never through a link; a writer writes its
+    PID only into a regular file of its own with no other link."""
 
     ATTEMPTS = 20  # each retry follows a writer that removed the file: bounded
 
-    def __init__(self, path: Path, exclusive: bool):
-        self.path = path
+    def __init__(self, run: Dir, exclusive: bool):
+        self.run = run
+        self.path = run.path / LOCK_NAME
         self.fd = -1
         self.exclusive = exclusive
         for _ in range(self.ATTEMPTS):
@@ -100,21 +109,47 @@ class _Lock:
             os.close(self.fd)
             self.fd = -1
         else:
-            raise UserError(f"cannot lock {path}: it keeps being replaced")
+            raise UserError(f"cannot lock {self.path}: it keeps being replaced")
         if exclusive:
-            os.ftruncate(self.fd, 0)
-            os.write(self.fd, f"{os.getpid()}\n".encode())
+            st = os.fstat(self.fd)
+            if st.st_uid != os.geteuid() or st.st_nlink != 1:
+                self.release(remove=False)
+                raise UserError(
+                    f"{self.path} is not a lock file of pqlab's (another user's file, or a "
+                    "hard link to one); remove it and run again"
+                )
+            try:
+                os.ftruncate(self.fd, 0)
+                os.write(self.fd, f"{os.getpid()}\n".encode())
+            except OSError as e:
+                self.release()
+                raise files.storage_error(e, str(self.path)) from None
+
+    def _open(self, flags: int) -> int:
+        return os.open(
+            LOCK_NAME, flags | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, 0o644,
+            dir_fd=self.run.fd,
+        )  # fmt: skip
 
     def _try_once(self) -> bool:
         try:
-            self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            self.fd = self._open(os.O_RDWR | os.O_CREAT)
         except OSError as e:
+            if e.errno == errno.ELOOP:
+                raise UserError(
+                    f"{self.path} is a symbolic link; pqlab does not write through links "
+                    "(remove it)"
+                ) from None
             if self.exclusive:
-                raise UserError(f"cannot open {self.path}: {e.strerror}") from None
+                raise files.storage_error(e, str(self.path)) from None
             try:  # a reader without write access to the run directory
-                self.fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
+                self.fd = self._open(os.O_RDONLY)
             except OSError:
                 return False  # no lock file and no right to make one: read unlocked
+        if not stat.S_ISREG(os.fstat(self.fd).st_mode):
+            os.close(self.fd)
+            self.fd = -1
+            raise UserError(f"{self.path} is not a regular file")
         try:
             fcntl.flock(
                 self.fd, (fcntl.LOCK_EX if self.exclusive else fcntl.LOCK_SH) | fcntl.LOCK_NB
@@ -126,36 +161,35 @@ class _Lock:
             if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
                 who = f"PID {holder}" if holder else "another process"
                 raise UserError(
-                    f"run directory {str(self.path.parent)!r} is in use by {who}; wait for it "
+                    f"run directory {str(self.run.path)!r} is in use by {who}; wait for it "
                     "to finish (or stop it and use --resume), or choose another --out"
                 ) from None
             raise UserError(f"cannot lock {self.path}: {e.strerror}") from None
         return True
 
     def _still_ours(self) -> bool:
-        try:
-            st = os.stat(self.path)
-        except FileNotFoundError:
+        st = self.run.entry(LOCK_NAME)
+        if st is None:
             return False
         mine = os.fstat(self.fd)
         return (st.st_dev, st.st_ino) == (mine.st_dev, mine.st_ino)
 
     def holder(self) -> int | None:
         try:
-            text = self.path.read_text().strip()
+            text = os.pread(self.fd, 32, 0).decode().strip()
             return int(text) if text else None
         except (OSError, ValueError):
             return None
 
-    def release(self) -> None:
+    def release(self, remove: bool = True) -> None:
         if self.fd >= 0:
             try:
                 last = self.exclusive or not fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except OSError:
                 last = False  # another reader still holds it: the last one removes it
-            if last and self._still_ours():
+            if remove and last and self._still_ours():
                 with contextlib.suppress(OSError):
-                    os.unlink(self.path)
+                    os.unlink(LOCK_NAME, dir_fd=self.run.fd)
             with contextlib.suppress(OSError):
                 os.close(self.fd)
             self.fd = -1
@@ -164,16 +198,36 @@ class _Lock:
 # Errors that mean the file itself is bad (truncated, overwritten, half-written by a crash
 # outside DuckDB), as opposed to a mistake in a query.
 _DAMAGE = (duckdb.IOException, duckdb.SerializationException, duckdb.InternalException)
+# DuckDB's messages for a write the file system refused carry the system's own words.
+_REFUSED = {os.strerror(code): code for code in files.STORAGE_ERRNOS}
+_QUOTED_FILE = re.compile(r'"(/[^"\\]+)\\?"')  # in DuckDB's messages: "/path" or \"/path\"
+
+
+def _refused(db_path: Path, e: Exception) -> StorageError | None:
+    """A full disk, a read-only file system...: the file it names (results.duckdb, or an
+    export's target) could not be written. Not the database's fault."""
+    text = str(e)
+    for words, code in _REFUSED.items():
+        if words in text:
+            named = _QUOTED_FILE.search(text)
+            what = named.group(1) if named else str(db_path)
+            return files.storage_error(OSError(code, words), what)
+    return None
 
 
 def _damaged(db_path: Path, e: Exception) -> UserError:
+    refused = _refused(db_path, e)
+    if refused is not None:
+        return refused
     first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
     return UserError(f"{db_path} is damaged: {first}")
 
 
 class _Connection:
     """A DuckDB connection whose damage errors (from any query, at any time: a truncated file
-    opens fine and fails on the first block it lacks) become one line naming the file."""
+    opens fine and fails on the first block it lacks) become one line naming the file, and
+    whose failed writes (a full disk: at a commit, a checkpoint, any time) one line saying
+    what the file system refused."""
 
     def __init__(self, con: duckdb.DuckDBPyConnection, db_path: Path):
         self._con = con
@@ -182,8 +236,13 @@ class _Connection:
     def _guard(self, fn, *args, **kw):
         try:
             return fn(*args, **kw)
-        except _DAMAGE as e:
-            raise _damaged(self._db_path, e) from None
+        except duckdb.Error as e:
+            refused = _refused(self._db_path, e)
+            if refused is not None:
+                raise refused from None
+            if isinstance(e, _DAMAGE):
+                raise _damaged(self._db_path, e) from None
+            raise
 
     def execute(self, *args, **kw):
         return self._guard(self._con.execute, *args, **kw)
@@ -207,16 +266,25 @@ def _connect(db_path: Path, read_only: bool) -> _Connection:
 
 class RunStore:
     """One run directory. `RunStore.create(...)` starts or resumes a run (the one writer),
-    `RunStore.open(...)` reads one."""
+    `RunStore.open(...)` reads one. The directory is opened once (`pqlab.files.Dir`): every
+    file the run writes (its lock, metadata.json, tables, figures, the report) is made in it
+    by `pqlab.files`, never through a link."""
 
-    def __init__(self, path: Path, read_only: bool = False, _lock: _Lock | None = None):
-        self.path = Path(path)
+    def __init__(self, run: Dir, read_only: bool = False, _lock: _Lock | None = None):
+        self.dir = run
+        self.path = run.path
         self.db_path = self.path / DB_NAME
         self.read_only = read_only
         self._lock = _lock
+        # A write-ahead log left beside the database: its last writer ended without folding
+        # it in (killed, or its final checkpoint failed on a full disk). DuckDB reads it.
+        self.unfinished_log = run.entry(DB_FILES[1]) is not None
         self.con = _connect(self.db_path, read_only)
         self.invocation_id: int | None = None
         self.schema_version = SCHEMA_VERSION
+        # Where exports go (tables/, figures/, report.html): the run directory itself, or
+        # the scratch directory of `pqlab export`. None: nothing may be written.
+        self.output: Dir | None = None if read_only else run
         # Where the running step's time goes (`pqlab.stages`); written into its metadata.
         self.stages = StageClock()
 
@@ -232,19 +300,26 @@ class RunStore:
         """Open `out` for writing. Refuse to add to finished results of `experiment` unless
         --resume is given, so a second run never silently mixes with the first. Runs the
         experiments' schema `migrations` (idempotent SQL) on a run that already exists, so
-        its tables gain what this pqlab writes before anything is written."""
+        its tables gain what this pqlab writes before anything is written. A directory made
+        here is removed again when the start fails (a full disk, say)."""
         path = Path(out) if out else default_out(experiment)
-        check_out(path)
+        run, made = files.open_run(path)
         try:
-            path.mkdir(parents=True, exist_ok=True)
-        except OSError as e:
-            raise UserError(f"cannot create run directory {str(path)!r}: {e.strerror}") from None
-        lock = _Lock(path / LOCK_NAME, exclusive=True)
+            lock = _Lock(run, exclusive=True)
+        except BaseException:
+            files.discard(run, made)
+            raise
         try:
-            existed = (path / DB_NAME).exists()
-            store = cls(path, _lock=lock)
+            for name in DB_FILES:
+                run.check_file(name)
+            for name in RUN_DIRS:  # each a real directory where there is one
+                if run.entry(name) is not None:
+                    run.sub(name, create=False)
+            existed = run.entry(DB_NAME) is not None
+            store = cls(run, _lock=lock)
         except BaseException:
             lock.release()
+            files.discard(run, made)
             raise
         try:
             if existed:
@@ -255,7 +330,7 @@ class RunStore:
             if not existed:
                 store.con.execute("INSERT INTO schema_info VALUES (?)", [SCHEMA_VERSION])
             for sub in ("tables", "figures"):
-                (path / sub).mkdir(exist_ok=True)
+                run.sub(sub)
             store.mark_killed()
             if experiment and not resume and store.cells_done(experiment):
                 raise UserError(
@@ -264,22 +339,39 @@ class RunStore:
                 )
         except BaseException:
             store.close()
+            files.discard(run, made and not existed)
             raise
         return store
 
     @classmethod
-    def open(cls, path: str | Path, any_version: bool = False) -> RunStore:
+    def open(cls, path: str | Path, any_version: bool = False, outputs: bool = False) -> RunStore:
         """Open a run directory to read it (read-only; waits for no one: a run still being
-        written is refused with the writer's PID)."""
+        written is refused with the writer's PID). `outputs`: its tables, figures and report
+        will be written again (`pqlab report`): the directory must then be one pqlab writes
+        into (the user's own, see `pqlab.files`)."""
         path = Path(path)
-        if not (path / DB_NAME).is_file():
-            raise UserError(f"{str(path)!r} is not a pqlab run directory (no {DB_NAME})")
-        lock = _Lock(path / LOCK_NAME, exclusive=False)
+        if not os.path.isdir(path):
+            raise UserError(f"{str(path)!r} is not a pqlab run directory (no such directory)")
+        if outputs:
+            run = Dir.open(path, "run directory", own=True)
+        else:
+            run = Dir.reading(path, "run directory")
         try:
-            store = cls(path, read_only=True, _lock=lock)
+            st = run.entry(DB_NAME)
+            if st is None or not stat.S_ISREG(st.st_mode):
+                raise UserError(f"{str(path)!r} is not a pqlab run directory (no {DB_NAME})")
+            lock = _Lock(run, exclusive=False)
+        except BaseException:
+            run.close()
+            raise
+        try:
+            store = cls(run, read_only=True, _lock=lock)
         except BaseException:
             lock.release()
+            run.close()
             raise
+        if outputs:
+            store.output = run
         try:
             store._check_version(write=False, any_version=any_version)
         except BaseException:
@@ -308,15 +400,31 @@ class RunStore:
             + ("use another --out" if write else "open it with the pqlab that made it")
         )
 
-    def close(self) -> None:
-        if not self.read_only:
-            with contextlib.suppress(Exception):
+    def close(self, check: bool = False) -> None:
+        """Checkpoint (a writer: the write-ahead log folded into results.duckdb), close, let
+        go of the lock. `check`: a checkpoint that fails (a full disk) raises StorageError
+        after everything is closed; the results stay in results.duckdb.wal, which every
+        reader reads and the next writer folds in."""
+        failed = None
+        if not self.read_only and self._lock is not None:
+            try:
                 self.con.execute("CHECKPOINT")
+            except Exception as e:  # noqa: BLE001 - reported below when asked to
+                failed = e
         with contextlib.suppress(Exception):
             self.con.close()
         if self._lock is not None:
             self._lock.release()
             self._lock = None
+        self.dir.close()
+        if failed is not None and check:
+            refused = failed if isinstance(failed, StorageError) else None
+            reason = str(refused) if refused else str(failed).strip().splitlines()[0]
+            raise StorageError(
+                f"the run's final checkpoint failed ({reason}); its results are kept in "
+                f"{self.db_path}.wal: free space, then `pqlab report {self.path}` reads them "
+                "and a --resume folds them into the database"
+            )
 
     # --- invocations and metadata --------------------------------------------------------
     def begin(self, experiment: str, metadata: dict) -> None:
@@ -451,9 +559,7 @@ class RunStore:
         latest["invocations"] = [
             {k: v for k, v in i.items() if k != "metadata"} for i in invocations
         ]
-        tmp = self.path / "metadata.json.tmp"
-        tmp.write_text(json.dumps(latest, indent=2, sort_keys=True, default=str))
-        tmp.replace(self.path / "metadata.json")
+        self.dir.write("metadata.json", json.dumps(latest, indent=2, sort_keys=True, default=str))
 
     def experiments(self) -> list[str]:
         rows = self.con.execute(
@@ -566,17 +672,22 @@ class RunStore:
     # --- exports -------------------------------------------------------------------------
     def export_table(self, name: str, sql: str, params: list | None = None) -> Path:
         """Write the result of `sql` to tables/<name>.csv and .parquet; return the CSV path."""
-        csv_path = self.path / "tables" / f"{name}.csv"
         rel = self.arrow(sql, params)
         import pyarrow.csv as pacsv
         import pyarrow.parquet as pq
 
-        csv_path.parent.mkdir(exist_ok=True)
-        tmp = csv_path.with_suffix(".csv.tmp")
-        pacsv.write_csv(rel, tmp)
-        tmp.replace(csv_path)
-        pq.write_table(rel, self.path / "tables" / f"{name}.parquet")
-        return csv_path
+        tables = self._outputs("tables")
+        with tables.replacing(f"{name}.csv") as f:
+            pacsv.write_csv(rel, f)
+        with tables.replacing(f"{name}.parquet") as f:
+            pq.write_table(rel, f)
+        return tables.path_of(f"{name}.csv")
+
+    def _outputs(self, sub: str | None = None) -> Dir:
+        """Where exports go (or its sub-directory `sub`)."""
+        if self.output is None:
+            raise RuntimeError("this store was opened to read only: it writes no exports")
+        return self.output.sub(sub) if sub else self.output
 
     def export_rows(self, name: str, rows: list[dict], columns: list[str] | None = None):
         """Write computed rows (dicts) as tables/<name>.csv and .parquet, in `columns` order
@@ -591,21 +702,13 @@ class RunStore:
         finally:
             self.con.unregister("_pqlab_rows")
 
+    def figures(self) -> Dir:
+        """figures/ of the exports."""
+        return self._outputs("figures")
+
     def figure_path(self, name: str) -> Path:
-        return self.path / "figures" / name
+        return self.figures().path_of(name)
 
-
-def check_out(path: Path) -> None:
-    """A usable --out: a directory or a path that can become one (checked before anything
-    runs, so a bad --out fails at once rather than after the first measurement)."""
-    if path.exists() and not path.is_dir():
-        raise UserError(f"--out {str(path)!r} exists and is not a directory")
-    parent = path
-    while not parent.exists():
-        parent = parent.parent
-    if not parent.is_dir():
-        raise UserError(f"--out {str(path)!r}: {str(parent)!r} is not a directory")
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise UserError(f"--out {str(path)!r}: {str(parent)!r} is not writable")
-    if (path / DB_NAME).exists() and not (path / DB_NAME).is_file():
-        raise UserError(f"--out {str(path)!r}: {DB_NAME} there is not a file")
+    def write_output(self, name: str, data: str | bytes) -> Path:
+        """A file of the exports (report.html), written whole or not at all."""
+        return self._outputs().write(name, data)

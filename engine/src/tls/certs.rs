@@ -72,8 +72,9 @@ fn read(path: &Path) -> Result<Vec<u8>> {
     std::fs::read(path).map_err(|e| crate::err!(Io, "cannot read {}: {e}", path.display()))
 }
 
+/// A certificate (public): replaced whole, never written through a link (`secrets::replace`).
 fn write(path: &Path, data: &[u8]) -> Result<()> {
-    std::fs::write(path, data).map_err(|e| crate::err!(Io, "cannot write {}: {e}", path.display()))
+    crate::secrets::replace(path, data, 0o644)
 }
 
 /// A root, its intermediates and a server certificate (DER) with the root's and the

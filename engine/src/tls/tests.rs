@@ -84,6 +84,24 @@ pub struct Loopback {
     pub server_records: Vec<Value>,
 }
 
+/// The server's options: the chain and key in `dir`, any address, then `extra`.
+fn server_options(dir: &Path, extra: &[&str]) -> server::Args {
+    let d = dir.to_str().unwrap();
+    let chain = format!("{d}/chain.pem");
+    let key = format!("{d}/server.key.pem");
+    let mut argv = vec![
+        "t",
+        "--listen",
+        "127.0.0.1:0",
+        "--cert-chain",
+        &chain,
+        "--key",
+        &key,
+    ];
+    argv.extend(extra);
+    ServerCli::parse_from(argv).a
+}
+
 /// One server (max_connections = the client's warm-up + count) and one client run, each
 /// with its own argv (after the certificate and address options).
 pub fn loopback(
@@ -93,24 +111,11 @@ pub fn loopback(
     connections: u64,
 ) -> Loopback {
     let d = dir.to_str().unwrap();
-    let chain = format!("{d}/chain.pem");
-    let key = format!("{d}/server.key.pem");
     let root = format!("{d}/root.crt.pem");
-    let mut argv = vec![
-        "t",
-        "--listen",
-        "127.0.0.1:0",
-        "--cert-chain",
-        &chain,
-        "--key",
-        &key,
-        "--io-timeout",
-        "10",
-    ];
     let max = connections.to_string();
-    argv.extend(["--max-connections", &max]);
-    argv.extend(server_args);
-    let sa = ServerCli::parse_from(argv).a;
+    let mut extra = vec!["--io-timeout", "10", "--max-connections", &max];
+    extra.extend(server_args);
+    let sa = server_options(dir, &extra);
     let (stack, ctx) = server::prepare(&sa).expect("server setup");
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
@@ -486,14 +491,15 @@ fn every_ca_key_type_of_every_stack_signs_a_chain_its_client_verifies() {
 }
 
 #[test]
-fn key_logs_are_owner_only() {
+fn key_logs_are_owner_only_and_never_take_over_a_file() {
     use crate::secrets::{mode, FILE_MODE};
     use std::os::unix::fs::PermissionsExt;
     let dir = TempDir::new("keylog");
     make_certs(dir.path(), "EC:P-256", "EC:P-256");
+    // An existing key log of ours (0600, empty) is appended to; a new one is made 0600.
     let log = dir.path().join("keys.log");
     std::fs::write(&log, b"").unwrap();
-    std::fs::set_permissions(&log, std::fs::Permissions::from_mode(0o644)).unwrap();
+    std::fs::set_permissions(&log, std::fs::Permissions::from_mode(0o600)).unwrap();
     let fresh = dir.path().join("fresh.log");
     let l = log.to_str().unwrap();
     let f = fresh.to_str().unwrap();
@@ -506,6 +512,23 @@ fn key_logs_are_owner_only() {
     assert!(std::fs::read_to_string(&fresh)
         .unwrap()
         .contains("CLIENT_TRAFFIC_SECRET_0"));
+    // Any other file (here one readable by others, not a key log) is refused before
+    // anything is served, its content and mode left as they were.
+    let other = dir.path().join("passwd");
+    std::fs::write(&other, b"root:x:0:0:root:/root:/bin/bash\n").unwrap();
+    std::fs::set_permissions(&other, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let e = server::prepare(&server_options(
+        dir.path(),
+        &["--keylog", other.to_str().unwrap()],
+    ))
+    .err()
+    .expect("a file that is no key log is refused");
+    assert!(e.to_string().contains("--keylog"), "{e}");
+    assert_eq!(mode(&other), 0o644);
+    assert_eq!(
+        std::fs::read(&other).unwrap(),
+        b"root:x:0:0:root:/root:/bin/bash\n"
+    );
 }
 
 /// A client certificate for mutual TLS: its own root (`ca`) and a leaf of `alg` with

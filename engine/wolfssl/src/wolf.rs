@@ -198,15 +198,15 @@ fn sigalg_name(code: u16) -> Option<&'static str> {
 
 // --- key logs ---------------------------------------------------------------------------
 
-static KEYLOG: Mutex<Option<std::fs::File>> = Mutex::new(None);
+static KEYLOG: Mutex<Option<pqlab_engine::secrets::KeyLog>> = Mutex::new(None);
 
 /// One SSLKEYLOGFILE line from wolfSSL's secret callback (src/shim.c).
 #[no_mangle]
 extern "C" fn pqlab_wolf_keylog(line: *const c_char) {
     let Some(line) = c_text(line) else { return };
-    if let Ok(mut f) = KEYLOG.lock() {
-        if let Some(f) = f.as_mut() {
-            let _ = writeln!(f, "{line}");
+    if let Ok(log) = KEYLOG.lock() {
+        if let Some(log) = log.as_ref() {
+            log.log(&line);
         }
     }
 }
@@ -282,8 +282,9 @@ fn configure(server: bool, p: &Protocol) -> Result<CtxPtr> {
         );
     }
     if let Some(path) = &p.keylog {
-        let f = pqlab_engine::secrets::append(path).map_err(|e| e.context("--keylog"))?;
-        *KEYLOG.lock().expect("keylog") = Some(f);
+        // Checked now, created when the first secret comes (`secrets::KeyLog`).
+        let log = pqlab_engine::secrets::KeyLog::new(path).map_err(|e| e.context("--keylog"))?;
+        *KEYLOG.lock().expect("keylog") = Some(log);
     }
     // SAFETY: a new context; null on failure.
     let ctx = unsafe { pqlab_wolf_ctx_new(server as c_int, p.keylog.is_some() as c_int) };

@@ -11,16 +11,16 @@ two runs are compared too, since a different CPU or library explains many differ
 from __future__ import annotations
 
 import csv
+import io
 import json
 import math
-import os
 import sys
 from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 
-from pqlab import stats
+from pqlab import files, stats
 from pqlab.errors import UserError
 from pqlab.experiment import CompareSpec, registry
 from pqlab.store import RunStore
@@ -278,23 +278,10 @@ def register(sub) -> None:
     p.set_defaults(func=run)
 
 
-def _check_csv(text: str) -> Path:
-    """--csv must be writable; checked before anything is computed."""
-    path = Path(text)
-    if path.is_dir():
-        raise UserError(f"--csv {text!r} is a directory; give a file name")
-    parent = path.parent
-    if not parent.is_dir():
-        raise UserError(f"--csv {text!r}: directory {str(parent)!r} does not exist")
-    if not os.access(parent, os.W_OK | os.X_OK) or (path.exists() and not os.access(path, os.W_OK)):
-        raise UserError(f"--csv {text!r} is not writable")
-    return path
-
-
 def run(args) -> int:
     if not 0 <= args.threshold < 100:
         raise UserError(f"--threshold {args.threshold!r} must be a percentage from 0 to 100")
-    csv_path = _check_csv(args.csv) if args.csv else None
+    csv_path = files.check_output_file(args.csv, "--csv") if args.csv else None
     rows, changes, structure = compare(
         Path(args.run_a), Path(args.run_b), threshold=args.threshold / 100
     )
@@ -334,9 +321,10 @@ def run(args) -> int:
                 f"{r['median_b']:>10.4g} {r['change_pct']:>+7.1f}% {ci:>18}  {r['verdict']}"
             )
     if csv_path is not None:
-        with open(csv_path, "w", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=list(rows[0]) if rows else ["experiment"])
-            w.writeheader()
-            w.writerows(rows)
+        text = io.StringIO(newline="")
+        w = csv.DictWriter(text, fieldnames=list(rows[0]) if rows else ["experiment"])
+        w.writeheader()
+        w.writerows(rows)
+        files.write_file(csv_path, text.getvalue())
         print(f"written: {args.csv}", file=sys.stderr)
     return 0

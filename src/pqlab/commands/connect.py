@@ -9,11 +9,9 @@ import json
 import os
 from pathlib import Path
 
-from pqlab import catalog, stats, units
-from pqlab.commands.serve import check_keylog
+from pqlab import catalog, files, stats, units
 from pqlab.errors import UserError
 from pqlab.tls import runner, stacks
-from pqlab.tls.chains import secret_file
 from pqlab.tls.negotiation import Expected
 
 MAX_CONNECTIONS = 1_000_000
@@ -51,7 +49,11 @@ def register(sub) -> None:
         help="after the handshake send `GET <n>` and read n bytes (pqlab servers)",
     )
     p.add_argument(
-        "--keylog", metavar="FILE", help="write an SSLKEYLOGFILE for Wireshark (created 0600)"
+        "--keylog",
+        metavar="FILE",
+        help="write an SSLKEYLOGFILE for Wireshark: a new file (made 0600 when the first "
+        "secret comes: a connection that fails before that leaves none), or an existing key "
+        "log of yours with mode 0600, appended to",
     )
     p.add_argument(
         "--client-sig",
@@ -91,10 +93,7 @@ def _spec(args) -> runner.ClientSpec:
     request = None
     if args.request_bytes:
         request = units.parse_size(args.request_bytes, "--request-bytes")
-    keylog = None
-    if args.keylog:
-        keylog = check_keylog(args.keylog)
-        secret_file(keylog)
+    keylog = files.check_keylog(args.keylog) if args.keylog is not None else None
     identity, client_sig = _identity(args, stack)
     tls = runner.Tls(
         stack=stack.name,

@@ -10,27 +10,31 @@ Two kinds of tables are written:
 plus `manifest.json` (run, format, pqlab version, and per table its kind, file, rows and
 columns). The database is opened read-only (waiting for no writer: a run still being written
 is refused), the report's tables are computed into a scratch directory, and nothing under
-RUN changes; DIR must not exist yet, or be empty, and may not lie inside RUN.
+RUN changes; DIR must not exist yet, or be empty, and may not lie inside RUN. Every file is
+written inside DIR (`pqlab.files`): a table whose name would leave it (a '/', '..') is
+refused before anything is written, and a failed export (a full disk) removes what it wrote.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
 import json
-import shutil
 import sys
 import tempfile
 from pathlib import Path
 
-from pqlab import __version__
+from pqlab import __version__, files
 from pqlab.errors import UserError
+from pqlab.files import Dir
 from pqlab.report.page import export_all
 from pqlab.store import RunStore
 
+# USE_TMP_FILE false: DuckDB writes the file it is given (a new private one, `pqlab.files`)
+# rather than a `tmp_` file of its own beside it.
 FORMATS = {
-    "csv": ("csv", "(FORMAT CSV, HEADER true)"),
-    "parquet": ("parquet", "(FORMAT PARQUET)"),
-    "json": ("json", "(FORMAT JSON, ARRAY true)"),
+    "csv": ("csv", "(FORMAT CSV, HEADER true, USE_TMP_FILE false)"),
+    "parquet": ("parquet", "(FORMAT PARQUET, USE_TMP_FILE false)"),
+    "json": ("json", "(FORMAT JSON, ARRAY true, USE_TMP_FILE false)"),
 }
 
 
@@ -55,6 +59,8 @@ def check_target(run_dir: Path, target: Path) -> None:
     run_dir, resolved = run_dir.resolve(), target.resolve()
     if resolved == run_dir or run_dir in resolved.parents:
         raise UserError(f"--to {str(target)!r} is inside the run; export leaves the run as it is")
+    if target.is_symlink():
+        raise UserError(f"--to {str(target)!r} is a symbolic link; give a new directory")
     if target.exists() and (not target.is_dir() or any(target.iterdir())):
         raise UserError(f"--to {str(target)!r} exists and is not an empty directory")
 
@@ -75,8 +81,10 @@ def raw_tables(store: RunStore) -> list[str]:
     return [r["table_name"] for r in rows]
 
 
-def _copy(store: RunStore, select: str, dest: Path, fmt: str) -> None:
-    store.con.execute(f"COPY ({select}) TO {_sql_path(dest)} {FORMATS[fmt][1]}")
+def _copy(store: RunStore, select: str, into: Dir, name: str, fmt: str) -> None:
+    """DuckDB's COPY of `select` into the new file `name` of `into`."""
+    with into.filled_by_path(name) as dest:
+        store.con.execute(f"COPY ({select}) TO {_sql_path(dest)} {FORMATS[fmt][1]}")
 
 
 def _describe(store: RunStore, select: str) -> tuple[int, list[str]]:
@@ -86,57 +94,66 @@ def _describe(store: RunStore, select: str) -> tuple[int, list[str]]:
     return int(n), cols
 
 
-def _export_raw(store: RunStore, out: Path, fmt: str) -> list[dict]:
+def _file_names(tables: list[str], ext: str) -> None:
+    """Every table's file stays in its directory: a name from the database with a '/' or
+    '..' (or an absolute one) is refused, before anything is written."""
+    for t in tables:
+        try:
+            files.check_name(f"{t}.{ext}")
+        except UserError:
+            raise UserError(
+                f"the run holds a table named {t!r}, whose file would leave --to; pqlab exports "
+                "only tables whose names are plain file names (no '/', not '..')"
+            ) from None
+
+
+def _export_raw(store: RunStore, out: Dir, fmt: str) -> list[dict]:
     ext = FORMATS[fmt][0]
-    (out / "raw").mkdir(parents=True)
+    raw = out.sub("raw")
     entries = []
     for t in raw_tables(store):
         select = f"SELECT * FROM {_q(t)}"
-        dest = out / "raw" / f"{t}.{ext}"
-        _copy(store, select, dest, fmt)
+        _copy(store, select, raw, f"{t}.{ext}", fmt)
         rows, cols = _describe(store, select)
         entries.append(
-            {"table": t, "kind": "raw", "file": f"raw/{dest.name}", "rows": rows, "columns": cols}
+            {"table": t, "kind": "raw", "file": f"raw/{t}.{ext}", "rows": rows, "columns": cols}
         )
     return entries
 
 
-def _derived(store: RunStore, scratch: Path) -> list[Path]:
+def _derived(store: RunStore, scratch: Dir) -> list[Path]:
     """The report's tables, computed into `scratch` (tables/*.parquet and .csv); figures
     drawn on the way land in scratch too. The run directory is not written."""
 
-    for sub in ("tables", "figures"):
-        (scratch / sub).mkdir()
-    real = store.path
-    store.path = scratch
+    store.output = scratch
     try:
         export_all(store, html=False)
     finally:
-        store.path = real
-    return sorted((scratch / "tables").glob("*.parquet"))
+        store.output = None
+    return sorted(scratch.sub("tables").path.glob("*.parquet"))
 
 
-def _export_derived(store: RunStore, out: Path, fmt: str) -> list[dict]:
+def _export_derived(store: RunStore, out: Dir, fmt: str) -> list[dict]:
     ext = FORMATS[fmt][0]
-    (out / "tables").mkdir(parents=True)
+    tables = out.sub("tables")
     entries = []
-    with tempfile.TemporaryDirectory(prefix="pqlab-export-") as tmp:
-        for parquet in _derived(store, Path(tmp)):
+    with (
+        tempfile.TemporaryDirectory(prefix="pqlab-export-") as tmp,
+        Dir.open(tmp, "scratch directory", own=True) as scratch,
+    ):
+        for parquet in _derived(store, scratch):
             name = parquet.stem
-            dest = out / "tables" / f"{name}.{ext}"
             select = f"SELECT * FROM read_parquet({_sql_path(parquet)})"
-            if fmt == "csv":
-                shutil.copyfile(parquet.with_suffix(".csv"), dest)  # the report's own CSV
-            elif fmt == "parquet":
-                shutil.copyfile(parquet, dest)
+            if fmt in ("csv", "parquet"):  # the report's own files
+                scratch.sub("tables").copy_into(f"{name}.{ext}", tables, 0o644)
             else:
-                _copy(store, select, dest, fmt)
+                _copy(store, select, tables, f"{name}.{ext}", fmt)
             rows, cols = _describe(store, select)
             entries.append(
                 {
                     "table": name,
                     "kind": "report",
-                    "file": f"tables/{dest.name}",
+                    "file": f"tables/{name}.{ext}",
                     "rows": rows,
                     "columns": cols,
                 }
@@ -156,20 +173,25 @@ def export(run_dir: str | Path, fmt: str, to: str | Path | None = None) -> tuple
             Path(to) if to else run_dir.resolve().parent / f"{run_dir.resolve().name}-export-{fmt}"
         )
         check_target(run_dir, out)
-        out.mkdir(parents=True, exist_ok=True)
+        _file_names(raw_tables(store), FORMATS[fmt][0])
+        made = not out.exists()
+        target = Dir.open(out, "--to", create=True, own=True)
         try:
-            entries = _export_raw(store, out, fmt) + _export_derived(store, out, fmt)
+            entries = _export_raw(store, target, fmt) + _export_derived(store, target, fmt)
+            manifest = {
+                "run": str(run_dir.resolve()),
+                "format": fmt,
+                "exported": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+                "pqlab_version": __version__,
+                "tables": entries,
+            }
+            target.write("manifest.json", json.dumps(manifest, indent=1))
         except BaseException:
-            shutil.rmtree(out, ignore_errors=True)
+            for name in ("raw", "tables", "manifest.json"):
+                target.remove_tree(name)
+            files.discard(target, made)
             raise
-        manifest = {
-            "run": str(run_dir.resolve()),
-            "format": fmt,
-            "exported": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
-            "pqlab_version": __version__,
-            "tables": entries,
-        }
-        (out / "manifest.json").write_text(json.dumps(manifest, indent=1))
+        target.close()
     finally:
         store.close()
     return out, entries

@@ -18,7 +18,14 @@ def register(sub) -> None:
 
 def run(args) -> int:
     # Exports write files next to the database, never the database itself: read-only.
-    store = RunStore.open(args.run)
+    store = RunStore.open(args.run, outputs=True)
+    if store.unfinished_log:
+        print(
+            f"report: note: {store.db_path}.wal holds results its last writer did not fold "
+            "into the database (it was killed, or its final checkpoint failed on a full or "
+            "read-only disk); they are read from there, and the next --resume folds them in",
+            file=sys.stderr,
+        )
     try:
         sections = export_all(store, html=True)
     finally:

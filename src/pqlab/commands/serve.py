@@ -22,15 +22,16 @@ import re
 import shutil
 import signal
 import socket
+import stat
 import sys
 import tempfile
 from pathlib import Path
 
-from pqlab import catalog, units
+from pqlab import catalog, files, units
 from pqlab.errors import UserError
 from pqlab.experiment import parse_client_auth
 from pqlab.tls import runner, stacks
-from pqlab.tls.chains import make_chain, private_dir, secret_file
+from pqlab.tls.chains import make_chain
 
 TMP_PREFIX = "pqlab-serve-"
 DEFAULT_MAX_CONCURRENT = 64
@@ -74,7 +75,10 @@ def register(sub) -> None:
         "server stops); private keys are written 0600 in 0700 directories",
     )
     p.add_argument(
-        "--keylog", metavar="FILE", help="write an SSLKEYLOGFILE for Wireshark (created 0600)"
+        "--keylog",
+        metavar="FILE",
+        help="write an SSLKEYLOGFILE for Wireshark: a new file (made 0600 when the first "
+        "secret comes), or an existing key log of yours with mode 0600, appended to",
     )
     p.add_argument(
         "--max-connections", metavar="N", default=None, help="stop after this many connections"
@@ -141,47 +145,30 @@ def check_listen(listen: str, port_text: str) -> int:
     return port
 
 
-def check_cert_dir(text: str) -> Path:
-    """A directory the certificates can be kept in: existing and writable, or creatable."""
-    path = Path(text)
-    if path.exists() and not path.is_dir():
-        raise UserError(f"--cert-dir {text!r} exists and is not a directory")
-    parent = path if path.exists() else path.parent
-    while not parent.exists():
-        parent = parent.parent
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise UserError(f"--cert-dir {text!r}: {str(parent)!r} is not writable")
-    return path
-
-
-def check_keylog(text: str) -> Path:
-    path = Path(text)
-    if path.is_dir():
-        raise UserError(f"--keylog {text!r} is a directory; give a file name")
-    if not path.parent.is_dir() or not os.access(path.parent, os.W_OK | os.X_OK):
-        raise UserError(f"--keylog {text!r}: {str(path.parent)!r} is not a writable directory")
-    return path
-
-
 def remove_stale_temp_dirs() -> list[Path]:
     """Temporary certificate directories of `pqlab serve` processes that are gone (killed
     with SIGKILL, so they could not clean up): they hold private keys; remove them."""
     removed = []
     pattern = re.compile(rf"^{TMP_PREFIX}(\d+)-")
-    for d in Path(tempfile.gettempdir()).glob(f"{TMP_PREFIX}*"):
-        m = pattern.match(d.name)
-        if not m or not d.is_dir():
-            continue
-        pid = int(m.group(1))
-        try:
-            os.kill(pid, 0)
-            continue  # still running
-        except ProcessLookupError:
-            pass
-        except PermissionError:
-            continue
-        shutil.rmtree(d, ignore_errors=True)
-        removed.append(d)
+    try:
+        tmp = files.Dir.open(tempfile.gettempdir(), "temporary directory")
+    except UserError:
+        return removed  # a temporary directory pqlab may not write into: nothing of ours
+    with tmp:
+        for name in tmp.names():
+            m = pattern.match(name)
+            st = tmp.entry(name) if m else None
+            if st is None or not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
+                continue  # not one of ours (a link, or another user's): left alone
+            try:
+                os.kill(int(m.group(1)), 0)
+                continue  # still running
+            except ProcessLookupError:
+                pass
+            except PermissionError:
+                continue
+            tmp.remove_tree(name)
+            removed.append(tmp.path_of(name))
     return removed
 
 
@@ -210,8 +197,8 @@ def _plan(args):
     max_concurrent = units.parse_positive_int(args.max_concurrent, "--max-concurrent")
     if max_concurrent > 4096:
         raise UserError(f"--max-concurrent {args.max_concurrent!r}: at most 4096")
-    cert_dir = check_cert_dir(args.cert_dir) if args.cert_dir else None
-    keylog = check_keylog(args.keylog) if args.keylog else None
+    cert_dir = files.check_writable(args.cert_dir, "--cert-dir") if args.cert_dir else None
+    keylog = files.check_keylog(args.keylog) if args.keylog is not None else None
     client = (client_sigs, client_ca)
     limits = (max_conn, max_concurrent, *response_limits)
     return stack, group, sig, ca, port, limits, cert_dir, keylog, client
@@ -241,9 +228,6 @@ def run(args) -> int:
         tmp = Path(tempfile.mkdtemp(prefix=f"{TMP_PREFIX}{os.getpid()}-"))
         cert_dir = tmp
     try:
-        private_dir(cert_dir)
-        if keylog is not None:
-            secret_file(keylog)
         chain = make_chain(cert_dir, ca, sig, stack.name, send_root=args.send_root)
         client_sigs, client_ca = client
         client_chains = [

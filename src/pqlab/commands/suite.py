@@ -17,9 +17,9 @@ from pqlab import estimate
 from pqlab import suite as suites
 from pqlab.errors import EngineError, UserError
 from pqlab.experiment import names
+from pqlab.files import check_out
 from pqlab.net import privileges
 from pqlab.session import run_steps
-from pqlab.store import check_out
 from pqlab.units import split_list
 
 
@@ -133,7 +133,7 @@ def run(args) -> int:
                 + ", ".join(names())
             )
     if args.out:
-        check_out(Path(args.out))
+        check_out(Path(args.out), resume=args.resume)
     places = _estimate_places(args)
     steps = suites.plan_steps(suite, only)
     if args.check:

@@ -18,9 +18,9 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from pqlab import catalog, engine, estimate, units
+from pqlab import catalog, engine, estimate, files, units
 from pqlab.catalog import Algorithm
-from pqlab.errors import CheckError, EngineError, UserError
+from pqlab.errors import CheckError, EngineError
 from pqlab.experiment import (
     CellId,
     Cells,
@@ -222,10 +222,10 @@ def default_certs_dir() -> Path:
 
 
 def _certs_dir(text: str | None) -> Path:
+    """Where the chains are kept: a directory pqlab may write (checked now, before the run
+    directory exists: a read-only one is refused here, not after the first cell)."""
     path = Path(text).expanduser() if text else default_certs_dir()
-    if path.exists() and not path.is_dir():
-        raise UserError(f"--certs {text!r} is not a directory; give a directory for the chains")
-    return path.resolve()
+    return files.check_writable(path, "--certs").resolve()
 
 
 @dataclass

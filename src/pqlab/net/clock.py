@@ -219,15 +219,14 @@ def samples_from_captures(client_pcap: Path, server_pcap: Path, port: int) -> li
 # --- moving a capture's timestamps ---------------------------------------------------------
 
 
-def rewrite_pcap(src: Path, dst: Path, new_ts: Callable[[int], int]) -> int:
-    """Write `src` to `dst` with every timestamp t replaced by new_ts(t); frames and link
-    type unchanged. Returns the number of frames."""
+def rewrite_pcap(src: Path, dst: Path, new_ts: Callable[[int], int], mode: int = 0o644) -> int:
+    """Write `src` to `dst` (whole, replacing it; `src` itself may be `dst`) with every
+    timestamp t replaced by new_ts(t); frames and link type unchanged. Returns the number of
+    frames."""
     linktype, frames = pcap.read_pcap(src)
     snaplen = pcap.read_snaplen(src)
     moved = [pcap.Frame(new_ts(f.ts_ns), f.data, f.orig_len) for f in frames]
-    tmp = Path(str(dst) + ".tmp")
-    pcap.write_pcap(tmp, moved, linktype=linktype, snaplen=snaplen)
-    tmp.replace(dst)
+    pcap.write_pcap(dst, moved, linktype=linktype, snaplen=snaplen, mode=mode)
     return len(moved)
 
 

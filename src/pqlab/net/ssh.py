@@ -39,7 +39,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pqlab import engine, metadata
+from pqlab import engine, files, metadata
 from pqlab.errors import EngineIOError, UserError
 from pqlab.net.clock import rewrite_pcap
 from pqlab.process import ENGINE, InFile, OutFile
@@ -684,18 +684,16 @@ class RemoteHost:
     def fetch(self, remote: str, out: OutFile) -> None:
         """Fetch `remote` to `out.path` (a secret keeps its 0600 file; a capture gets the
         TEST-ONLY offset, if one is set for this host)."""
-        tmp = out.path.with_name(out.path.name + ".fetch")
-        # Created 0600 first: the SFTP client then writes into it, keeping the mode (a key
-        # log is a secret; a capture may hold payloads).
-        os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600))
-        self.conn.get(remote, tmp)
-        if out.kind == "pcap" and self.test_offset_ns:
-            rewrite_pcap(tmp, tmp, lambda t: t + self.test_offset_ns)
-        if out.kind == "secret" and out.path.exists():
-            out.path.write_bytes(tmp.read_bytes())  # keeps the local file's 0600 mode
-            tmp.unlink()
-        else:
-            tmp.replace(out.path)
+        # A new file of a private name, 0600 (a key log is a secret; a capture may hold
+        # payloads), that the SFTP client fills and that then replaces `out.path` (never
+        # written through a link there; nothing half-fetched stays behind).
+        with (
+            files.Dir.open(out.path.parent) as d,
+            d.filled_by_path(out.path.name, 0o600) as tmp,
+        ):
+            self.conn.get(remote, tmp)
+            if out.kind == "pcap" and self.test_offset_ns:
+                rewrite_pcap(tmp, tmp, lambda t: t + self.test_offset_ns, mode=0o600)
 
     # --- processes -------------------------------------------------------------------------
     def translate(self, argv) -> tuple[list[str], list[tuple[str, OutFile]]]:

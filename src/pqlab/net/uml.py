@@ -56,6 +56,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from pqlab import files
 from pqlab.errors import Interrupted
 
 KERNEL = "linux.uml"
@@ -388,12 +389,13 @@ def run(
     timed_out = False
     try:
         _safe(ctl, "the control directory")
-        init = ctl / "init"
-        init.write_text(init_script(ctl, share_paths, copy_on_write(), modules_dir, python))
-        init.chmod(0o755)
-        (ctl / "command.sh").write_text(
-            command_script([str(a) for a in argv], env or default_env(), cwd, inner)
-        )
+        with files.Dir.open(ctl, "the control directory", private=True) as d:
+            script = init_script(ctl, share_paths, copy_on_write(), modules_dir, python)
+            init = d.write("init", script, 0o755)
+            d.write(
+                "command.sh",
+                command_script([str(a) for a in argv], env or default_env(), cwd, inner),
+            )
         umid = f"pqlab-{os.getpid()}-{next(_counter)}"
         cmdline = [
             *(["chrt", "-f", str(RT)] if RT else []),

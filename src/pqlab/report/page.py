@@ -253,8 +253,4 @@ def write_html(store: RunStore, sections: list[Section], top: Section | None = N
         _invocations_html(store),
         "</body></html>",
     ]
-    out = store.path / "report.html"
-    tmp = out.with_suffix(".html.tmp")
-    tmp.write_text("".join(parts))
-    tmp.replace(out)
-    return out
+    return store.write_output("report.html", "".join(parts))

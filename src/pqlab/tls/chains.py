@@ -12,19 +12,20 @@ between the root and the server certificate; `chain_bytes` makes the certificate
 sends take that many DER bytes in all (the builder adds subjectAltName names to the server
 certificate: a multi-domain certificate's kind of size), whatever the algorithms.
 
-Private keys are 0600 in 0700 directories.
+Private keys are 0600 in 0700 directories. A chain is made in a new directory of a private
+name and renamed into place once complete (`pqlab.files`): nothing is written through a link
+planted in the directory, a half-made chain is never found, and runs that share a directory
+(`pqlab serve --cert-dir`, `pqlab memory --certs`) never see each other's half-made files.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import re
-import shutil
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from pqlab import catalog, engine
+from pqlab import catalog, engine, files
 from pqlab.catalog import Algorithm
 from pqlab.errors import UserError
 from pqlab.tls import stacks
@@ -34,24 +35,6 @@ ROOTS = "roots"
 
 def slug(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9.+]+", "-", name).strip("-")
-
-
-def private_dir(path: Path) -> Path:
-    """Create `path` (and parents) for private keys: the leaf directory is 0700."""
-    path.mkdir(parents=True, exist_ok=True)
-    os.chmod(path, 0o700)
-    return path
-
-
-def secret_file(path: Path) -> Path:
-    """Create (or restrict) a file that will hold secrets, such as a key log: mode 0600
-    before anything is written to it."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-    try:
-        os.fchmod(fd, 0o600)
-    finally:
-        os.close(fd)
-    return path
 
 
 @dataclass(frozen=True)
@@ -102,12 +85,11 @@ class Chain:
             return self
         if self.padded_to is not None:
             raise ValueError("a padded chain is made with or without its root; make it again")
-        combined = self.directory / "chain+root.pem"
-        if not combined.exists():
-            text = self.chain.read_text().rstrip("\n") + "\n" + self.root.read_text()
-            tmp = combined.with_suffix(".tmp")
-            tmp.write_text(text)
-            tmp.replace(combined)
+        with files.Dir.open(self.directory, "certificate directory", private=True) as d:
+            if not d.check_file("chain+root.pem"):
+                text = self.chain.read_text().rstrip("\n") + "\n" + self.root.read_text()
+                d.write("chain+root.pem", text)
+            combined = d.path_of("chain+root.pem")
         return replace(self, chain=combined, sends_root=True)
 
 
@@ -167,55 +149,72 @@ def make_chain(
     inter = [a if isinstance(a, Algorithm) else catalog.resolve(a, "sig") for a in intermediates]
     stacks.require_certificates([ca, *inter], "CA")
     stacks.require_certificates([server], f"{purpose} certificate")
-    base = Path(directory)
-    d = base / f"{slug(ca.name)}__{slug(server.name)}{'' if purpose == 'server' else '__client'}"
+    name = f"{slug(ca.name)}__{slug(server.name)}{'' if purpose == 'server' else '__client'}"
     if inter:
-        d = d.with_name(d.name + "__via-" + "-".join(slug(a.name) for a in inter))
+        name += "__via-" + "-".join(slug(a.name) for a in inter)
     if chain_bytes is not None:
-        d = d.with_name(d.name + f"__{int(chain_bytes)}B" + ("+root" if send_root else ""))
+        name += f"__{int(chain_bytes)}B" + ("+root" if send_root else "")
     sans = None
     if server_address and server_address not in DEFAULT_SANS:
         sans = [*DEFAULT_SANS[:2], server_address]
-        d = d.with_name(f"{d.name}__{slug(server_address)}")
-    rec_path = d / "certs.json"
-    paths = {
-        "root": d / "root.crt.pem",
-        "chain": d / "chain.pem",
-        "key": d / "server.key.pem",
-        "server_cert": d / "server.crt.pem",
-    }
-    if rec_path.exists() and all(p.exists() for p in paths.values()):
-        record = json.loads(rec_path.read_text())
-    else:
-        extra = []
-        if inter:
-            specs = ",".join(stacks.certificate_key_spec(a) for a in inter)
-            extra += ["--intermediate-alg", specs]
-        if chain_bytes is not None:
-            extra += ["--chain-bytes", str(int(chain_bytes))]
-            extra += ["--chain-with-root"] if send_root else []
-        record = _generate(base, d, ca, server, purpose, sans, extra)
-        tmp = rec_path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(record, indent=1))
-        tmp.replace(rec_path)
+        name += f"__{slug(server_address)}"
+    with files.Dir.open(directory, "certificate directory", create=True, private=True) as base:
+        record = _made(base, name)
+        if record is None:
+            extra = []
+            if inter:
+                specs = ",".join(stacks.certificate_key_spec(a) for a in inter)
+                extra += ["--intermediate-alg", specs]
+            if chain_bytes is not None:
+                extra += ["--chain-bytes", str(int(chain_bytes))]
+                extra += ["--chain-with-root"] if send_root else []
+            record = _generate(base, name, ca, server, purpose, sans, extra)
+        d = base.path_of(name)
+    paths = {p: d / f for p, f in CHAIN_FILES.items()}
     chain = Chain(ca=ca, server=server, stack=stack, directory=d, record=record, **paths)
     if chain_bytes is not None:
         return replace(chain, sends_root=send_root)
     return chain.sending_root() if send_root else chain
 
 
+# A chain directory's files (Chain field -> file name); certs.json, written last, says it
+# is complete.
+CHAIN_FILES = {
+    "root": "root.crt.pem",
+    "chain": "chain.pem",
+    "key": "server.key.pem",
+    "server_cert": "server.crt.pem",
+}
+RECORD = "certs.json"
+ROOT_FILES = {"root.crt.pem": 0o644, "root.key.pem": 0o600, "root.crt.der": 0o644}
+
+
+def _made(base: files.Dir, name: str) -> dict | None:
+    """The record of the chain `name` in `base` if it is there complete (regular files of
+    the user's own; a link or another user's file is refused), else None."""
+    st = base.entry(name)
+    if st is None:
+        return None
+    d = base.sub(name, private=True, create=False)
+    if not all(d.check_file(f) for f in (RECORD, *CHAIN_FILES.values())):
+        return None
+    return json.loads(d.read_bytes(RECORD))
+
+
 def _generate(
-    base: Path,
-    d: Path,
+    base: files.Dir,
+    name: str,
     ca: Algorithm,
     server: Algorithm,
     purpose: str = "server",
     sans=None,
     extra: list[str] = (),
 ) -> dict:
-    private_dir(base)
-    private_dir(d)
-    root_dir = base / ROOTS / slug(ca.name)
+    """Make the chain `name` in a new directory of its own, then rename it into place (a
+    chain of that name another process made meanwhile is used instead)."""
+    made = base.fresh_sub(f".{name}.", private=True)
+    roots = base.sub(ROOTS, private=True)
+    root_name = slug(ca.name)
     argv = [
         "tls",
         "certs",
@@ -224,35 +223,49 @@ def _generate(
         "--server-alg",
         stacks.certificate_key_spec(server),
         "--out-dir",
-        str(d),
+        str(made.path),
         "--purpose",
         purpose,
     ]
     if sans:
         argv += ["--san", ",".join(sans)]
     argv += list(extra)
-    if (root_dir / "root.crt.pem").exists() and (root_dir / "root.key.pem").exists():
-        argv += ["--ca-cert", str(root_dir / "root.crt.pem")]
-        argv += ["--ca-key", str(root_dir / "root.key.pem")]
-    records = engine.run(argv, timeout=600)
-    record = next((r for r in records if r["type"] == "certs"), None)
-    if record is None:
-        raise UserError(f"the engine made no certificates in {d}")
-    record["ca_sig"] = ca.name
-    record["server_sig"] = server.name
-    if not (root_dir / "root.crt.pem").exists():
-        # One root per CA algorithm, shared by all its server certificates; made atomically so
-        # concurrent runs never see half a root.
-        private_dir(root_dir.parent)
-        tmp_dir = root_dir.with_name(root_dir.name + f".tmp{os.getpid()}")
-        private_dir(tmp_dir)
-        for name in ("root.crt.pem", "root.key.pem", "root.crt.der"):
-            shutil.copyfile(d / name, tmp_dir / name)
-        os.chmod(tmp_dir / "root.key.pem", 0o600)
-        try:
-            tmp_dir.rename(root_dir)
-        except OSError:  # another process made it first; theirs is as good
-            shutil.rmtree(tmp_dir, ignore_errors=True)
-    for key in d.glob("*.key.pem"):
-        os.chmod(key, 0o600)
-    return record
+    root = roots.sub(root_name, private=True, create=False) if roots.entry(root_name) else None
+    if root is not None and root.check_file("root.crt.pem") and root.check_file("root.key.pem"):
+        argv += ["--ca-cert", str(root.path_of("root.crt.pem"))]
+        argv += ["--ca-key", str(root.path_of("root.key.pem"))]
+    else:
+        root = None
+    try:
+        records = engine.run(argv, timeout=600)
+        record = next((r for r in records if r["type"] == "certs"), None)
+        if record is None:
+            raise UserError(f"the engine made no certificates in {base.path_of(name)}")
+        record["ca_sig"] = ca.name
+        record["server_sig"] = server.name
+        if root is None:
+            _publish_root(made, roots, root_name)
+        made.write(RECORD, json.dumps(record, indent=1))
+        if base.entry(name) is not None:
+            base.remove_tree(name)  # an incomplete chain of that name: made again
+        if base.rename(made.path.name, name):
+            return record
+    finally:
+        base.remove_tree(made.path.name)  # gone when renamed; else what failed
+    theirs = _made(base, name)
+    if theirs is None:
+        raise UserError(f"the chain {base.path_of(name)} keeps being replaced")
+    return theirs
+
+
+def _publish_root(made: files.Dir, roots: files.Dir, root_name: str) -> None:
+    """One root per CA algorithm, shared by all its server certificates; published whole
+    (a new directory renamed into place), so concurrent runs never see half a root. A root
+    another process published first is as good."""
+    new = roots.fresh_sub(f".{root_name}.", private=True)
+    try:
+        for file, mode in ROOT_FILES.items():
+            made.copy_into(file, new, mode)
+        roots.rename(new.path.name, root_name)
+    finally:
+        roots.remove_tree(new.path.name)

@@ -16,9 +16,8 @@ use openssl::ssl::{
     SslOptions, SslSessionCacheMode, SslStream, SslVerifyMode, SslVersion,
 };
 use openssl::x509::X509VerifyResult;
-use std::fs::File;
 use std::io::Write;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 /// The libssl stack (registered as "openssl").
 pub struct OpenSsl;
@@ -209,13 +208,9 @@ fn apply(p: &Protocol, b: &mut SslContextBuilder, min_level: Option<u32>) -> Res
         })?;
     }
     if let Some(path) = &p.keylog {
-        let f = crate::secrets::append(path).map_err(|e| e.context("--keylog"))?;
-        let f: Arc<Mutex<File>> = Arc::new(Mutex::new(f));
-        b.set_keylog_callback(move |_, line| {
-            if let Ok(mut f) = f.lock() {
-                let _ = writeln!(f, "{line}");
-            }
-        });
+        // Checked now, created when the first secret comes (`secrets::KeyLog`).
+        let log = crate::secrets::KeyLog::new(path).map_err(|e| e.context("--keylog"))?;
+        b.set_keylog_callback(move |_, line| log.log(line));
     }
     Ok(())
 }

@@ -36,7 +36,7 @@ use rustls::{
 };
 use std::cell::Cell;
 use std::io::{Read, Write};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, OnceLock};
 
 /// Largest handshake message rustls accepts (its 16-bit length limit on messages it
 /// reassembles), and the largest certificate webpki parses.
@@ -507,21 +507,20 @@ fn keylog(p: &Protocol) -> Result<Option<Arc<dyn rustls::KeyLog>>> {
     let Some(path) = &p.keylog else {
         return Ok(None);
     };
-    let f = crate::secrets::append(path).map_err(|e| e.context("--keylog"))?;
-    Ok(Some(Arc::new(KeyLogFile(Mutex::new(f)))))
+    // Checked now, created when the first secret comes (`secrets::KeyLog`).
+    let log = crate::secrets::KeyLog::new(path).map_err(|e| e.context("--keylog"))?;
+    Ok(Some(Arc::new(KeyLogFile(log))))
 }
 
 /// SSLKEYLOGFILE lines, appended as rustls hands over each secret.
 #[derive(Debug)]
-struct KeyLogFile(Mutex<std::fs::File>);
+struct KeyLogFile(crate::secrets::KeyLog);
 
 impl rustls::KeyLog for KeyLogFile {
     fn log(&self, label: &str, client_random: &[u8], secret: &[u8]) {
         let hex = |b: &[u8]| b.iter().map(|x| format!("{x:02x}")).collect::<String>();
-        let line = format!("{label} {} {}\n", hex(client_random), hex(secret));
-        if let Ok(mut f) = self.0.lock() {
-            let _ = f.write_all(line.as_bytes());
-        }
+        self.0
+            .log(&format!("{label} {} {}", hex(client_random), hex(secret)));
     }
 }
 

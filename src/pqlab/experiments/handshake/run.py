@@ -13,17 +13,15 @@ stage's wall time is kept in the run's metadata (`pqlab.stages`).
 
 from __future__ import annotations
 
-import contextlib
 import json
 import random
-import shutil
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pyarrow as pa
 
-from pqlab import process, procstat, stats
+from pqlab import files, process, procstat, stats
 from pqlab.errors import EngineError, UserError
 from pqlab.experiments.handshake import analyse, clocks, predicted, schema, worker
 from pqlab.experiments.handshake.plan import CELLS, DEFAULT_INITCWND, Plan
@@ -31,7 +29,7 @@ from pqlab.net.shaping import build_hosts
 from pqlab.net.topology import TcpSettings
 from pqlab.progress import CellProgress
 from pqlab.tls import runner, stacks
-from pqlab.tls.chains import Chain, make_chain, private_dir, secret_file
+from pqlab.tls.chains import Chain, make_chain
 from pqlab.tls.negotiation import Expected
 from pqlab.workers import Workers
 
@@ -44,6 +42,7 @@ EXPERIMENT = "handshake"
 # request's round trip cost some 0.1 ms a connection (8 s of the default matrix) and moved
 # nothing any table reads.
 RESPONSE_BYTES = 22
+WORK = ".work"
 
 
 def response_bytes(client_sig) -> int | None:
@@ -61,16 +60,20 @@ def cell_budget(plan: Plan, handshakes: int | None = None) -> float:
     return 120 + handshakes * (0.2 + 4 * plan.rtt_s)
 
 
-def _cell_files(store, plan: Plan, name: str, work: Path):
-    """The cell's capture paths and its key log (0600), kept under pcap/ with --keep-pcap,
-    and the files of the client's and the server's connection records (in `work`)."""
-    pcap_dir = private_dir(store.path / "pcap") if plan.keep_pcap else work
-    client_pcap, server_pcap = pcap_dir / f"{name}.client.pcap", pcap_dir / f"{name}.server.pcap"
-    keylog = pcap_dir / f"{name}.keys.log" if plan.keep_pcap or plan.needs_keylog else None
-    if keylog is not None:
-        secret_file(keylog)
-    records = (work / f"{name}.client.jsonl", work / f"{name}.server.jsonl")
-    return (client_pcap, server_pcap, keylog), records
+def _cell_files(store, plan: Plan, name: str, work: files.Dir):
+    """The cell's capture paths and its key log (made 0600 by the server), kept under pcap/
+    (0700) with --keep-pcap, and the files of the client's and the server's connection
+    records (in `work`). Each name is free: what a cell measured again left there (or a link
+    planted there) is removed, never written through."""
+    pcap_dir = store.dir.sub("pcap", private=True) if plan.keep_pcap else work
+    names = [f"{name}.client.pcap", f"{name}.server.pcap"]
+    if plan.keep_pcap or plan.needs_keylog:
+        names.append(f"{name}.keys.log")
+    for stale in names:
+        pcap_dir.remove(stale)
+    client_pcap, server_pcap, *keylog = [pcap_dir.path_of(n) for n in names]
+    records = (work.path_of(f"{name}.client.jsonl"), work.path_of(f"{name}.server.jsonl"))
+    return (client_pcap, server_pcap, keylog[0] if keylog else None), records
 
 
 @dataclass
@@ -144,7 +147,9 @@ def _make_chains(store, hosts, plan: Plan, pair, cells: list) -> dict[tuple, Cha
     return made
 
 
-def _prepare(store, hosts, plan: Plan, pair, index: int, cell, work: Path, chain: Chain) -> _Live:
+def _prepare(
+    store, hosts, plan: Plan, pair, index: int, cell, work: files.Dir, chain: Chain
+) -> _Live:
     """Ports and files of the batch's cell `index`, with its server chain (`_make_chains`;
     nothing started)."""
     group, server_sig, ca_sig, chain_bytes, client = cell
@@ -153,7 +158,7 @@ def _prepare(store, hosts, plan: Plan, pair, index: int, cell, work: Path, chain
     name += f"_client_{client.name}".replace("/", "_") if client is not None else ""
     if len(plan.pairs) > 1:
         name += "_" + "".join(c if c.isalnum() or c in ".-" else "_" for c in pair.label)
-    files, records = _cell_files(store, plan, name, work)
+    paths, records = _cell_files(store, plan, name, work)
     client_chain = client_auth = identity = None
     if client is not None:
         with store.stages.stage("chains"):
@@ -167,7 +172,7 @@ def _prepare(store, hosts, plan: Plan, pair, index: int, cell, work: Path, chain
         pair=pair,
         cid=str(plan.cell_id(group, server_sig, ca_sig, chain_bytes, client, pair)),
         port=plan.port + index,
-        files=files,
+        files=paths,
         records=records,
         expected=Expected(group=group, sigalg=server_sig, client_sigalg=client),
         client_auth=client_auth,
@@ -436,7 +441,7 @@ class _Inserts:
                 parts.clear()
 
 
-def run_batch(store, hosts, plan: Plan, pair, cells: list, work: Path, progress, pool) -> None:
+def run_batch(store, hosts, plan: Plan, pair, cells: list, work: files.Dir, progress, pool) -> None:
     """Measure a batch of cells side by side: every cell's captures, server and client
     started, then the rounds (each cell's client told to run its share, the cells in a
     shuffled order), then the cells analysed by the worker processes (`pool`) and
@@ -477,11 +482,10 @@ def run_batch(store, hosts, plan: Plan, pair, cells: list, work: Path, progress,
         with stage("stopping"):
             for p in reversed(procs):
                 p.stop()
-        for cell in live:
+        for cell in live:  # in `work`: the records, and the captures not kept
             for f in (*cell.records, *(cell.files if not plan.keep_pcap else ())):
                 if f is not None:
-                    with contextlib.suppress(FileNotFoundError):
-                        f.unlink()
+                    work.remove(f.name)
 
 
 def _params(plan: Plan, cell: _Live, result: worker.Result) -> dict:
@@ -582,8 +586,11 @@ def measure(plan: Plan, store) -> None:
     ]
     if not todo:
         return
-    work = store.path / ".work"
-    work.mkdir(exist_ok=True)
+    # The run's scratch directory (connection records; captures without --keep-pcap): 0700,
+    # it holds key logs. Made afresh: a killed run's leftovers, or anything planted there,
+    # removed first (never followed).
+    store.dir.remove_tree(WORK)
+    work = store.dir.sub(WORK, private=True)
     try:
         with (
             CellProgress("handshake", len(todo), ticking=False) as progress,
@@ -596,7 +603,7 @@ def measure(plan: Plan, store) -> None:
                     _measure_pair(store, plan, pair, cells, (work, progress, pool))
         clocks.record_metadata(store)
     finally:
-        shutil.rmtree(work, ignore_errors=True)
+        store.dir.remove_tree(WORK)
 
 
 def _measure_pair(store, plan: Plan, pair, cells, context) -> None:

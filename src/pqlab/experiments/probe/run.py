@@ -7,13 +7,13 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from pqlab import files
 from pqlab.errors import EngineError
 from pqlab.experiments.probe import analyse, schema, verdict
 from pqlab.experiments.probe.plan import AWAIT_CLOSE_MS, CELLS, NAME, Cell, Plan
 from pqlab.progress import CellProgress
 from pqlab.stats import Cause, Warning_
 from pqlab.tls import runner
-from pqlab.tls.chains import private_dir, secret_file
 from pqlab.tls.negotiation import Expected
 
 SNAPLEN = 262144  # whole packets: the key log decrypts their payloads
@@ -77,16 +77,15 @@ def capture_stem(stack: str, config: str, sig: str) -> str:
     return "".join(c if c.isalnum() or c in "-_.+" else "_" for c in text)
 
 
-def measure_cell(plan: Plan, cell: Cell, directory: Path) -> dict:
+def measure_cell(plan: Plan, cell: Cell, directory: files.Dir) -> dict:
     """One configuration: its rows and its verdict (not yet stored)."""
     slug = capture_stem(cell.stack, cell.config.name, cell.sig_name)
-    pcap_path = directory / f"{slug}.pcap"
-    keylog_path = directory / f"{slug}.keys.log"
-    for stale in (pcap_path, keylog_path):  # a cell measured again starts afresh
-        stale.unlink(missing_ok=True)
-    # The key log only serves to read the capture: no capture, no secrets written.
-    if plan.capture is not None:
-        secret_file(keylog_path)
+    for stale in (f"{slug}.pcap", f"{slug}.keys.log"):  # a cell measured again starts afresh
+        directory.remove(stale)
+    pcap_path = directory.path_of(f"{slug}.pcap")
+    # The key log (made 0600 by the engine at the first secret) only serves to read the
+    # capture: no capture, no secrets written.
+    keylog_path = directory.path_of(f"{slug}.keys.log")
     spec = client_spec(plan, cell, keylog_path if plan.capture is not None else None)
     capture = None
     if plan.capture is not None:
@@ -209,7 +208,7 @@ def _announce(plan: Plan, store) -> None:
 def measure(plan: Plan, store) -> None:
     schema.ensure(store)
     done = CELLS.done(store)
-    directory = private_dir(store.path / "captures")
+    directory = store.dir.sub("captures", private=True)
     _announce(plan, store)
     width = max(len(c.config.name) for c in plan.cells)
     with CellProgress(NAME, len(plan.cells)) as progress:
