@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 
 from pqlab import catalog, files, stats, units
-from pqlab.errors import UserError
+from pqlab.errors import EngineError, UserError
 from pqlab.tls import runner, stacks
 from pqlab.tls.negotiation import Expected
 
@@ -145,18 +145,22 @@ def _identity(args, stack) -> tuple[runner.Identity | None, catalog.Algorithm | 
 def run(args) -> int:
     spec = _spec(args)
     hs_ms = []
-    with runner.start_client(spec) as client:
-        # The engine ends itself at its time limit; this bounds it regardless.
-        for rec in client.iter_records(timeout=spec.time_limit + 30):
-            if rec.get("type") != "connection":
-                continue
-            if args.json:
-                print(json.dumps(rec), flush=True)
-                continue
-            print(_line(rec), flush=True)
-            if not rec["warmup"]:
-                hs_ms.append(rec["durations"]["handshake_ns"] / 1e6)
-        client.finish(10)
+    try:
+        with runner.start_client(spec) as client:
+            # The engine ends itself at its time limit; this bounds it regardless.
+            for rec in client.iter_records(timeout=spec.time_limit + 30):
+                if rec.get("type") != "connection":
+                    continue
+                if args.json:
+                    print(json.dumps(rec), flush=True)
+                    continue
+                print(_line(rec), flush=True)
+                if not rec["warmup"]:
+                    hs_ms.append(rec["durations"]["handshake_ns"] / 1e6)
+            client.finish(10)
+    except EngineError as e:
+        # The engine names its own flag for the deadline; the user gave --timeout.
+        raise type(e)(str(e).replace("--connection-timeout", "--timeout")) from None
     if len(hs_ms) > 1 and not args.json:
         s = stats.summarize(hs_ms)
         print(
