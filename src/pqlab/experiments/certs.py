@@ -10,7 +10,7 @@ import hashlib
 import json
 from dataclasses import dataclass
 
-from pqlab import catalog, estimate, units
+from pqlab import catalog, estimate, files, units
 from pqlab.catalog import Algorithm
 from pqlab.experiment import CellId, Cells, Experiment, Option, parse_stack, stack_option
 from pqlab.progress import CellProgress
@@ -111,7 +111,12 @@ def _measure_pair(store, cert_dir, plan: Plan, ca: Algorithm, srv: Algorithm, ce
                     "chain_bytes": r["chain_der_bytes"],
                     "chain_tls13_list_bytes": r["chain_tls13_list_bytes"],
                     "root_sha256": hashlib.sha256(
-                        (chain.directory / "root.crt.der").read_bytes()
+                        files.read_input(
+                            chain.directory / "root.crt.der",
+                            f"{chain.directory}/root.crt.der",
+                            "certificate",
+                            follow=False,
+                        )
                     ).hexdigest(),
                     "record": json.dumps(r),
                     "stack": plan.stack,
