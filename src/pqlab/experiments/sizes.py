@@ -374,6 +374,9 @@ class Sizes(Experiment):
         ),
     )
 
+    def cell_ids(self, plan: Plan) -> set[str]:
+        return {str(c.cell_id) for c in plan.cells}
+
     def resume_key(self, plan: Plan) -> dict:
         return {"samples": plan.samples}
 
