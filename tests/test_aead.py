@@ -14,7 +14,7 @@ import pytest
 from pqlab import cli, engine
 from pqlab.errors import EngineError
 from pqlab.experiments import aead as experiment
-from pqlab.experiments import aead_document
+from pqlab.experiments.aead import document as aead_document
 
 
 def _rows(path):

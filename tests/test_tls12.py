@@ -13,7 +13,7 @@ import pytest
 from pqlab import cli, engine
 from pqlab.errors import CheckError
 from pqlab.experiments import tls12 as experiment
-from pqlab.experiments import tls12_dhe
+from pqlab.experiments.tls12 import dhe as tls12_dhe
 from pqlab.net import privileges
 
 needs_net = pytest.mark.skipif(

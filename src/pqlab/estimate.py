@@ -674,7 +674,7 @@ def keygen_s(alg: Algorithm) -> float:
 def add_engine_runs(
     work: Work, cells, iterations, warmup, max_seconds, seconds=None, shared=()
 ) -> None:
-    """One engine `kem`/`sig` run per (algorithm, backend) cell (`pqlab.experiments.selection.
+    """One engine `kem`/`sig` run per (algorithm, backend) cell (`pqlab.algorithms.selection.
     Cell`) into `work`: its phases' fixed and modelled seconds (`engine_phases_s`), and a
     note naming the algorithms priced from their family's operations. `shared`: the ids of
     cells whose key generation another cell times (`selection.shared_keygen`)."""

@@ -22,7 +22,7 @@ from pqlab.experiment import (
     parse_stack,
     stack_option,
 )
-from pqlab.experiments import hosts
+from pqlab.options import hosts
 from pqlab.tls import stacks
 
 DEFAULT_GROUPS = "X25519,X25519MLKEM768"
@@ -171,7 +171,7 @@ class Pinning:
 @dataclass(frozen=True)
 class ServerHost:
     """The server's host of a pair: its name, the CPUs a process there may use and whether
-    it has taskset (`pqlab.experiments.hosts.host_cpus`)."""
+    it has taskset (`pqlab.options.hosts.host_cpus`)."""
 
     name: str
     cpus: list[int]

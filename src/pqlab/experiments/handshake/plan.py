@@ -21,9 +21,9 @@ from pqlab.experiment import (
     parse_stack,
     stack_option,
 )
-from pqlab.experiments import hosts
 from pqlab.net.profiles import load_profiles
 from pqlab.net.shaping import check_shaper
+from pqlab.options import hosts
 from pqlab.tls import stacks
 
 DEFAULT_GROUPS = ["X25519", "ML-KEM-512", "ML-KEM-768", "ML-KEM-1024", "X25519MLKEM768"]

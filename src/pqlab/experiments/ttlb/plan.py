@@ -19,11 +19,11 @@ from pqlab.experiment import (
     parse_stack,
     stack_option,
 )
-from pqlab.experiments import hosts
 from pqlab.net import profiles
 from pqlab.net.profiles import load_profiles
 from pqlab.net.remote import network_profile
 from pqlab.net.shaping import check_shaper
+from pqlab.options import hosts
 from pqlab.tls import stacks
 
 DEFAULT_PROFILE = "1mbps-200ms"

@@ -20,10 +20,10 @@ from pqlab import catalog, engine, estimate, figures, stats, units
 from pqlab.cpuquota import CpuQuota, parse_fraction
 from pqlab.errors import CheckError, EngineError, UserError
 from pqlab.experiment import CellId, Cells, CompareSpec, Experiment, Option
-from pqlab.experiments import hosts as remote_hosts
-from pqlab.experiments import tls12_dhe
+from pqlab.experiments.tls12 import dhe as tls12_dhe
 from pqlab.net import profiles
 from pqlab.net.shaping import build_hosts, check_shaper
+from pqlab.options import hosts as remote_hosts
 from pqlab.progress import CellProgress
 from pqlab.report.section import Section, template
 from pqlab.tls import negotiation, runner, stacks

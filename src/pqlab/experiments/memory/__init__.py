@@ -30,9 +30,9 @@ from pqlab.experiment import (
     parse_stacks,
     stack_option,
 )
-from pqlab.experiments import hosts as remote_hosts
-from pqlab.experiments import memory_tracker
+from pqlab.experiments.memory import tracker as memory_tracker
 from pqlab.net.shaping import build_hosts
+from pqlab.options import hosts as remote_hosts
 from pqlab.process import EngineProcess, InFile
 from pqlab.progress import CellProgress
 from pqlab.report.section import Section, template

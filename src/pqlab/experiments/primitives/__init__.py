@@ -15,18 +15,19 @@ from dataclasses import dataclass
 import numpy as np
 
 from pqlab import catalog, estimate, metadata, procstat, stats, units
-from pqlab.errors import EngineError, UserError
-from pqlab.experiment import CellId, Cells, CompareSpec, Experiment, Option
-from pqlab.experiments import primitives_figures as figs
-from pqlab.experiments import primitives_python as pp
-from pqlab.experiments import primitives_report, primitives_wolfcrypt
-from pqlab.experiments import sizes as sizes_exp
-from pqlab.experiments.selection import (
+from pqlab.algorithms import python as pp
+from pqlab.algorithms.selection import (
     SELECTION_OPTIONS,
     Cell,
     selection,
     shared_keygen,
 )
+from pqlab.errors import EngineError, UserError
+from pqlab.experiment import CellId, Cells, CompareSpec, Experiment, Option
+from pqlab.experiments import sizes as sizes_exp
+from pqlab.experiments.primitives import figures as figs
+from pqlab.experiments.primitives import report as primitives_report
+from pqlab.experiments.primitives import wolfcrypt as primitives_wolfcrypt
 from pqlab.process import EngineProcess, Process
 from pqlab.procstat import PeakRss
 from pqlab.progress import CellProgress
@@ -204,7 +205,7 @@ def _usage(proc, wall_s: float, peak_kib: int | None, samples: int, start_rec: d
     user, system = procstat.cpu_seconds(proc)
     harness = start_rec.get("harness")
     return {
-        "program": "python -m pqlab.experiments.primitives_python" if harness else "pqlab-engine",
+        "program": "python -m pqlab.algorithms.python" if harness else "pqlab-engine",
         "wall_s": wall_s,
         "cpu_user_s": user,
         "cpu_sys_s": system,

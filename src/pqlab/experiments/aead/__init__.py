@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass
 from pqlab import engine, estimate, figures, process
 from pqlab.errors import EngineError, UserError
 from pqlab.experiment import CellId, Cells, CompareSpec, Experiment, Option
-from pqlab.experiments import aead_document
+from pqlab.experiments.aead import document as aead_document
 from pqlab.progress import CellProgress
 from pqlab.report.section import Section
 from pqlab.stats import Cause, Warning_

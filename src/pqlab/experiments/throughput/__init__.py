@@ -25,8 +25,8 @@ from pqlab.experiment import (
     parse_stacks,
     stack_option,
 )
-from pqlab.experiments import throughput_tls_bench
 from pqlab.experiments.handshake.plan import pick_cpus
+from pqlab.experiments.throughput import tls_bench as throughput_tls_bench
 from pqlab.net.shaping import build_hosts
 from pqlab.progress import CellProgress
 from pqlab.report.section import Section, template

@@ -12,9 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from pqlab import catalog, engine, estimate, figures, units
+from pqlab.algorithms.selection import SELECTION_OPTIONS, selection
 from pqlab.errors import EngineError, UserError
 from pqlab.experiment import Cells, Experiment, Option
-from pqlab.experiments.selection import SELECTION_OPTIONS, selection
 from pqlab.progress import CellProgress
 from pqlab.report.section import Section
 from pqlab.store import RunStore
