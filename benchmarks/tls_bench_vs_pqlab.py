@@ -61,8 +61,8 @@ sys.path.insert(0, str(REPO / "src"))
 
 from pqlab import engine, units  # noqa: E402
 from pqlab.errors import UserError  # noqa: E402
-from pqlab.experiments import throughput  # noqa: E402
 from pqlab.experiments.handshake.plan import pick_cpus  # noqa: E402
+from pqlab.experiments.throughput import plan as throughput  # noqa: E402
 from pqlab.net.shaping import build_hosts  # noqa: E402
 from pqlab.tls import stacks, wolfssl_tools  # noqa: E402
 

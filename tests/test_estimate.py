@@ -191,7 +191,7 @@ def test_linktest_is_timed_by_its_checks():
     """A link's checks take the times the link and the options fix (a second of the UDP
     probes' pacing, 20 connects a round trip and a pause apart, the rate check's bytes at
     the rate): what the plan fixes, not priced."""
-    from pqlab.experiments import linktest
+    from pqlab.experiments.linktest import plan as linktest
 
     exp = experiment.get("linktest")
     v = exp.defaults()

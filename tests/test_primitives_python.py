@@ -17,7 +17,7 @@ from pqlab import catalog, engine, stats
 from pqlab.algorithms import python as pp
 from pqlab.algorithms import selection
 from pqlab.errors import CheckError
-from pqlab.experiments.primitives import report as primitives_report
+from pqlab.experiments.primitives import findings as primitives_report
 
 
 @pytest.fixture(scope="module")

@@ -10,6 +10,8 @@ import pytest
 from conftest import is_root, run_pqlab
 from pqlab.errors import UserError
 from pqlab.experiments import throughput
+from pqlab.experiments.throughput import plan as throughput_plan
+from pqlab.experiments.throughput import report as throughput_report
 
 
 def values(**kw):
@@ -20,12 +22,12 @@ def values(**kw):
 
 
 def test_megabytes_per_second():
-    assert throughput.mbps(10**6, 10**9) == pytest.approx(1.0)
-    assert throughput.mbps(64 * 2**20, 50_000_000) == pytest.approx(1342.17728)
+    assert throughput_report.mbps(10**6, 10**9) == pytest.approx(1.0)
+    assert throughput_report.mbps(64 * 2**20, 50_000_000) == pytest.approx(1342.17728)
 
 
 def test_ccm_is_a_suite_of_openssl_only():
-    plan = throughput.from_values(values(ciphersuites="TLS_AES_128_CCM_SHA256"))
+    plan = throughput_plan.from_values(values(ciphersuites="TLS_AES_128_CCM_SHA256"))
     assert plan.suites == ["TLS_AES_128_CCM_SHA256"]
 
 
@@ -52,16 +54,16 @@ def test_ccm_is_a_suite_of_openssl_only():
 )
 def test_bad_values_are_refused_by_name(kw, words):
     with pytest.raises(UserError) as e:
-        throughput.from_values(values(**kw))
+        throughput_plan.from_values(values(**kw))
     for w in words:
         assert w in str(e.value), str(e.value)
 
 
 def test_echo_size_reaches_the_plan_and_the_resume_key():
-    plan = throughput.from_values(values(echo_bytes="1MiB"))
+    plan = throughput_plan.from_values(values(echo_bytes="1MiB"))
     assert plan.echo_bytes == 1 << 20
     assert throughput.EXPERIMENT.resume_key(plan)["echo_bytes"] == 1 << 20
-    assert throughput.from_values(values()).echo_bytes == throughput.ECHO_BYTES == 131072
+    assert throughput_plan.from_values(values()).echo_bytes == throughput_plan.ECHO_BYTES == 131072
 
 
 def test_suite_key_echo_bytes_is_the_flag(tmp_path):
