@@ -8,6 +8,7 @@ import csv
 import pytest
 
 from conftest import is_root, run_pqlab
+from pqlab import cpuquota
 from pqlab.errors import UserError
 from pqlab.experiments import throughput
 from pqlab.experiments.throughput import plan as throughput_plan
@@ -248,13 +249,14 @@ def test_tls_bench_sides_run_across_the_lab_link(no_leaks):
     """tls_bench's server side (-s) in the lab's server namespace, its client side (-c) in the
     client's: every group's two rows count the same connections, and the bytes the client
     side says it sent crossed the lab's link (the server interface's own counter)."""
-    from pqlab.experiments.handshake.plan import pick_cpus
     from pqlab.net.shaping import build_hosts
     from pqlab.tls import wolfssl_tools
 
     with build_hosts(None, mtu=65535) as hosts:
         before = _link_bytes(hosts)
-        rows = wolfssl_tools.tls_bench(_wolfssl(), 1, hosts=hosts, cpus=pick_cpus() or (None, None))
+        rows = wolfssl_tools.tls_bench(
+            _wolfssl(), 1, hosts=hosts, cpus=cpuquota.pick_cpu_pair() or (None, None)
+        )
         received = _link_bytes(hosts) - before
     client = [r for r in rows if r["side"] == "client"]
     server = [r for r in rows if r["side"] == "server"]

@@ -5,12 +5,11 @@ to; all validated before anything runs."""
 
 from __future__ import annotations
 
-import os
 import shutil
 import sys
 from dataclasses import dataclass, field
 
-from pqlab import catalog, units
+from pqlab import catalog, cpuquota, units
 from pqlab.errors import UserError
 from pqlab.experiment import (
     CellId,
@@ -132,16 +131,6 @@ class Rate:
         return f"{self.value * 100:g}%" if self.relative else f"{self.value:g}/s"
 
 
-def pick_cpus(threads: int) -> tuple[list[int], list[int]]:
-    """(server CPUs, load-generator CPUs): disjoint halves of this process's CPUs, the server
-    getting the higher ones (at least one, at most `threads`). With one CPU both share it."""
-    cpus = sorted(os.sched_getaffinity(0))
-    if len(cpus) < 2:
-        return cpus, cpus
-    n = max(1, min(threads, len(cpus) // 2))
-    return cpus[-n:], cpus[:-n]
-
-
 def cpu_list(cpus: list[int]) -> str:
     return ",".join(str(c) for c in cpus)
 
@@ -243,12 +232,12 @@ class Plan:
 
     def cpus(self, threads: int, pair=None) -> Pinning:
         """Where a cell's server and load generator run. One machine: disjoint halves of
-        its CPUs (`pick_cpus`), with taskset. Across hosts: the server's host's own CPUs."""
+        its CPUs (`cpuquota.pick_cpus`), with taskset. Across hosts: the server's host's own CPUs."""
         if pair is not None:
             return self.server_hosts[pair.label].pinning(threads)
         if not self.pinning:
             return Pinning(None, None, None, None, "no taskset on this machine: nothing pinned")
-        server, client = pick_cpus(threads)
+        server, client = cpuquota.pick_cpus(threads)
         return Pinning(server, client, server, client)
 
     def describe_cpus(self) -> dict:

@@ -4,12 +4,11 @@ checked bytes over one connection, and wolfSSL's tls_bench beside it where built
 
 from __future__ import annotations
 
-from pqlab import process
+from pqlab import cpuquota, process
 from pqlab.errors import EngineError
 from pqlab.experiment import (
     NO_CLIENT,
 )
-from pqlab.experiments.handshake.plan import pick_cpus
 from pqlab.experiments.throughput import tls_bench as throughput_tls_bench
 from pqlab.experiments.throughput.plan import CELLS, NAME, Plan
 from pqlab.experiments.throughput.schema import DDL
@@ -120,7 +119,7 @@ def measure(plan: Plan, store) -> None:
     done = CELLS.done(store)
     todo = [c for c in plan.cells() if plan.cell_id(*c) not in done]
     if todo:
-        cpus = pick_cpus() or (None, None)
+        cpus = cpuquota.pick_cpu_pair() or (None, None)
         chains = {
             st: make_chain(store.path / "certs", plan.server_sig, plan.server_sig, st)
             for st in dict.fromkeys(c[0] for c in todo)
