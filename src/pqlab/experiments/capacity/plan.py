@@ -11,17 +11,15 @@ from dataclasses import dataclass, field
 
 from pqlab import catalog, cpuquota, units
 from pqlab.errors import UserError
-from pqlab.experiment import (
-    CellId,
-    Cells,
-    Option,
+from pqlab.experiment import CellId, Cells, Option
+from pqlab.options import hosts
+from pqlab.options.tls import (
     client_auth_options,
     client_cell_option,
     parse_client_auth,
     parse_stack,
     stack_option,
 )
-from pqlab.options import hosts
 from pqlab.tls import stacks
 
 DEFAULT_GROUPS = "X25519,X25519MLKEM768"

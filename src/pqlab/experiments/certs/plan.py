@@ -8,7 +8,8 @@ from dataclasses import dataclass
 
 from pqlab import catalog, units
 from pqlab.catalog import Algorithm
-from pqlab.experiment import CellId, Cells, Option, parse_stack, stack_option
+from pqlab.experiment import CellId, Cells, Option
+from pqlab.options.tls import parse_stack, stack_option
 from pqlab.tls import stacks
 
 NAME = "certs"

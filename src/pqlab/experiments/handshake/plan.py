@@ -8,20 +8,18 @@ from dataclasses import dataclass, field
 
 from pqlab import catalog, cpuquota, units
 from pqlab.errors import UserError
-from pqlab.experiment import (
+from pqlab.experiment import CellId, Cells, Option
+from pqlab.net.profiles import load_profiles
+from pqlab.net.shaping import check_shaper
+from pqlab.options import hosts
+from pqlab.options.tls import (
     SAME_AS_SERVER,
-    CellId,
-    Cells,
-    Option,
     client_auth_options,
     client_cell_option,
     parse_client_auth,
     parse_stack,
     stack_option,
 )
-from pqlab.net.profiles import load_profiles
-from pqlab.net.shaping import check_shaper
-from pqlab.options import hosts
 from pqlab.tls import stacks
 
 DEFAULT_GROUPS = ["X25519", "ML-KEM-512", "ML-KEM-768", "ML-KEM-1024", "X25519MLKEM768"]

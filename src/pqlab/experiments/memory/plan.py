@@ -11,15 +11,10 @@ from pathlib import Path
 
 from pqlab import catalog, files, units
 from pqlab.catalog import Algorithm
-from pqlab.experiment import (
-    CellId,
-    Cells,
-    Option,
-    parse_stacks,
-    stack_option,
-)
+from pqlab.experiment import CellId, Cells, Option
 from pqlab.experiments.memory import tracker as memory_tracker
 from pqlab.options import hosts as remote_hosts
+from pqlab.options.tls import parse_stacks, stack_option
 from pqlab.tls import stacks
 
 NAME = "memory"

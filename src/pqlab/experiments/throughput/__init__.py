@@ -9,17 +9,14 @@ stand beside pqlab's (`throughput_tls_bench`). Needs CAP_NET_ADMIN.
 from __future__ import annotations
 
 from pqlab import estimate, units
-from pqlab.experiment import (
-    NO_CLIENT,
-    CompareSpec,
-    Experiment,
-)
+from pqlab.experiment import CompareSpec, Experiment
 from pqlab.experiments.throughput import plan as _plan
 from pqlab.experiments.throughput import report as _report
 from pqlab.experiments.throughput import run as _run
 from pqlab.experiments.throughput import tls_bench as throughput_tls_bench
 from pqlab.experiments.throughput.plan import CELLS, NAME, OPTIONS, Plan
 from pqlab.experiments.throughput.schema import MIGRATIONS
+from pqlab.options.tls import NO_CLIENT
 from pqlab.tls import stacks, wolfssl_tools
 
 

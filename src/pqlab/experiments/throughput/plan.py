@@ -6,10 +6,8 @@ from __future__ import annotations
 
 from pqlab import catalog, units
 from pqlab.errors import UserError
-from pqlab.experiment import (
-    CellId,
-    Cells,
-    Option,
+from pqlab.experiment import CellId, Cells, Option
+from pqlab.options.tls import (
     client_auth_options,
     client_cell_option,
     parse_client_auth,

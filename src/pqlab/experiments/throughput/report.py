@@ -6,11 +6,9 @@ import html
 import statistics
 
 from pqlab import figures, units
-from pqlab.experiment import (
-    NO_CLIENT,
-)
 from pqlab.experiments.throughput import tls_bench as throughput_tls_bench
 from pqlab.experiments.throughput.plan import NAME
+from pqlab.options.tls import NO_CLIENT
 from pqlab.report.section import Section, template
 
 COLUMNS = [

@@ -6,13 +6,11 @@ from __future__ import annotations
 
 from pqlab import cpuquota, process
 from pqlab.errors import EngineError
-from pqlab.experiment import (
-    NO_CLIENT,
-)
 from pqlab.experiments.throughput import tls_bench as throughput_tls_bench
 from pqlab.experiments.throughput.plan import CELLS, NAME, Plan
 from pqlab.experiments.throughput.schema import DDL
 from pqlab.net.shaping import build_hosts
+from pqlab.options.tls import NO_CLIENT
 from pqlab.progress import CellProgress
 from pqlab.tls import negotiation, runner, stacks
 from pqlab.tls.chains import make_chain
