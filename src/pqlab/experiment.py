@@ -5,7 +5,8 @@ An experiment is a module or a package under `pqlab.experiments` that defines an
 CLI flags and, with the same names, the keys of a suite file), its cells (`cell_axes`, and
 whether they run on a TLS stack), what `pqlab compare` compares (`compare`), the schema
 migrations of its tables (`migrations`), the plan parameters a resumed run must match
-(`resume_key`) and the plan's units of work (`work`, priced by `pqlab.estimate`). The work
+(`resume_key`) and the plan's units of work (`work`, priced by `pqlab.estimate` at the
+costs it declares, `costs`). The work
 is done by four module-level functions of one shape:
 
     from_values(values) -> plan     every check happens here, before anything is created
@@ -25,11 +26,12 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
 
+from pqlab import estimate
 from pqlab.errors import UserError
 from pqlab.tls import stacks
 
@@ -256,6 +258,9 @@ class Experiment:
     # Idempotent SQL the store runs on open, before anything is written: how tables of runs
     # made by an earlier pqlab gain what this one writes (e.g. ADD COLUMN IF NOT EXISTS).
     migrations: Sequence[str] = ()
+    # Its units of work and their costs, each named `<name>.<unit>` (`pqlab.estimate`; the
+    # model's shared units, such as operation_seconds, are priced there).
+    costs: Mapping[str, estimate.Cost] = {}
     plan_module: ModuleType | None = None
     run_module: ModuleType | None = None
     report_module: ModuleType | None = None
@@ -345,6 +350,18 @@ def registry() -> list[Experiment]:
         if exp.name != name:
             raise RuntimeError(f"pqlab.experiments.{name} declares experiment {exp.name!r}")
         out.append(exp)
+    return out
+
+
+def costs() -> dict[str, estimate.Cost]:
+    """Every experiment's own units of work and their costs, for estimates that span
+    experiments (a suite's export, earlier runs' steps)."""
+    out: dict[str, estimate.Cost] = {}
+    for exp in registry():
+        for unit, cost in exp.costs.items():
+            if not unit.startswith(f"{exp.name}.") or unit in estimate.COSTS or unit in out:
+                raise RuntimeError(f"{exp.name}: cost {unit!r} is not named {exp.name}.<unit>")
+            out[unit] = cost
     return out
 
 

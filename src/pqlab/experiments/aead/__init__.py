@@ -9,16 +9,43 @@ that is stored with every cell.
 from __future__ import annotations
 
 from pqlab import estimate
+from pqlab.estimate import Cost
 from pqlab.experiment import CompareSpec, Experiment
 from pqlab.experiments.aead import plan as _plan
 from pqlab.experiments.aead import report as _report
 from pqlab.experiments.aead import run as _run
 from pqlab.experiments.aead.plan import CELLS, NAME, OPTIONS, Plan
 
-# The estimate's cost of each mode's checks, per timed second (pqlab.estimate.COSTS).
+# The estimate's cost of each mode's checks, per timed second (COSTS).
 CHECK_COSTS = {
     "fair": "aead.checks_fair_reference",
     "speed-compatible": "aead.checks_speed-compatible",
+}
+
+
+# This experiment's units of work and their costs (`pqlab.estimate`: the model, its shared
+# units and the runs the costs were measured from).
+COSTS: dict[str, Cost] = {
+    # aead: beyond each cell's timed seconds, the checks (per timed second: fair mode compares
+    # each batch with its verified reference records, speed-compatible streams run the
+    # inverse operation over every record) and each cell's own start and rows.
+    "aead.checks_fair_reference": Cost(
+        0.02,
+        "aead --ciphers aes-128-gcm,chacha20 at --seconds 0.25 (24 cells): the engine's CPU "
+        "time beyond its timed CPU time, 0.05-0.11 s per 1.5 timed seconds, the start apart",
+    ),
+    "aead.checks_speed-compatible": Cost(
+        1.01,
+        "DEFAULT's speed-compatible aead step at 0.5 s: 12.6 s beyond 24 cells' 0.5 s, less "
+        "aead.cell",
+    ),
+    "aead.cell": Cost(
+        0.02,
+        "DEFAULT's first aead step at --seconds 0.25 (240 cells, load 4-5 on 2 cores): "
+        "65.9 s measured, 60.2 s timed, less aead.checks_fair_reference",
+    ),
+    "aead.export": Cost(1.41, "aead: 2.60 s for 264 cells, 1.95 s for 120"),
+    "aead.export_cell": Cost(0.0045, "the same two, with aead.export"),
 }
 
 
@@ -33,6 +60,7 @@ class Aead(Experiment):
     )
     cells = CELLS
     options = OPTIONS
+    costs = COSTS
     plan_module, run_module, report_module = _plan, _run, _report
     compare = (
         CompareSpec(
@@ -58,7 +86,9 @@ class Aead(Experiment):
         runs = len(plan.environments()) * len(plan.modes) * len(plan.ciphers)
         runs *= len(plan.directions)
         cells = runs * len(plan.sizes)
-        work = estimate.Work(f"{estimate.count(cells, 'cell')} x {plan.seconds:g} s", cells=cells)
+        work = estimate.Work(
+            costs=COSTS, size=f"{estimate.count(cells, 'cell')} x {plan.seconds:g} s", cells=cells
+        )
         work.exact_s = cells * plan.seconds
         for mode in plan.modes:  # each mode checks its records its own way
             work.add(CHECK_COSTS[mode], cells // len(plan.modes) * plan.seconds)

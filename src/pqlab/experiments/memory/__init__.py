@@ -12,6 +12,7 @@ own host, and the idle connections are held on the server's. See docs/memory.md.
 from __future__ import annotations
 
 from pqlab import estimate
+from pqlab.estimate import Cost
 from pqlab.experiment import (
     CompareSpec,
     Experiment,
@@ -23,6 +24,32 @@ from pqlab.experiments.memory.plan import CELLS, NAME, OPTIONS, Plan
 from pqlab.experiments.memory.schema import MIGRATIONS
 from pqlab.tls import stacks
 
+# This experiment's units of work and their costs (`pqlab.estimate`: the model, its shared
+# units and the runs the costs were measured from).
+COSTS: dict[str, Cost] = {
+    "memory.cell": Cost(
+        0.08,
+        "memory --stack openssl (X25519, ECDSA-P256) -n 5 --idle 0: 0.09 s for one cell; "
+        "4 cells: 0.32 s",
+    ),
+    "memory.handshake": Cost(
+        0.0027,
+        "the same cell with -n 200: 0.59 s more for 195 handshakes, less their operations",
+    ),
+    "memory.idle": Cost(
+        0.25, "the same cell with --idle 8, 32 and 128: 0.50, 0.99 and 3.06 s (a line)"
+    ),
+    "memory.idle_connection": Cost(
+        0.0084,
+        "the same three runs, with memory.idle: 0.0204 s with the client's 20 ms pause after "
+        "each connection then; the pause is 8 ms now",
+    ),
+    "memory.tracker_cell": Cost(
+        0.08, "the same cell on the wolfssl stack (its memory tracker's programs): 0.17 s"
+    ),
+    "memory.export": Cost(0.05, "memory: 0.04-0.07 s (48 cells), 0.02 s (4)"),
+}
+
 
 class Memory(Experiment):
     name = NAME
@@ -31,6 +58,7 @@ class Memory(Experiment):
     cells = CELLS
     migrations = MIGRATIONS
     options = OPTIONS
+    costs = COSTS
     plan_module, run_module, report_module = _plan, _run, _report
     compare = tuple(
         CompareSpec(
@@ -71,7 +99,7 @@ class Memory(Experiment):
         stack with the library's own tracker its example programs."""
         cells = list(plan.cells())
         pairs = len(plan.pairs)
-        work = estimate.Work("", cells=len(cells) * pairs)
+        work = estimate.Work(costs=COSTS, size="", cells=len(cells) * pairs)
         each = plan.n + plan.warmup
         for name, group, server, ca, client in cells:
             work.add("memory.cell", pairs)

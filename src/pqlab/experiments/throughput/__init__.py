@@ -9,6 +9,7 @@ stand beside pqlab's (`throughput_tls_bench`). Needs CAP_NET_ADMIN.
 from __future__ import annotations
 
 from pqlab import estimate, units
+from pqlab.estimate import Cost
 from pqlab.experiment import CompareSpec, Experiment
 from pqlab.experiments.throughput import plan as _plan
 from pqlab.experiments.throughput import report as _report
@@ -19,6 +20,33 @@ from pqlab.experiments.throughput.schema import MIGRATIONS
 from pqlab.options.tls import NO_CLIENT
 from pqlab.tls import stacks, wolfssl_tools
 
+# This experiment's units of work and their costs (`pqlab.estimate`: the model, its shared
+# units and the runs the costs were measured from).
+COSTS: dict[str, Cost] = {
+    "throughput.topology": Cost(
+        0.09,
+        "throughput --stack openssl --bytes 1KiB -n 1, one cell and six: 0.13 and 0.31 s",
+    ),
+    "throughput.cell": Cost(0.036, "the same two runs, with throughput.topology"),
+    "throughput.connection": Cost(
+        0.001, "DEFAULT's throughput step: the client's handshake_ns, 1 ms per connection"
+    ),
+    "throughput.byte": Cost(
+        1.64e-9,
+        "DEFAULT's throughput step: push_ns + pull_ns of its 36 measured transfers, 3.88 s "
+        "for 2.42 GB",
+    ),
+    "throughput.tls_bench_group": Cost(
+        1.18,
+        "DEFAULT's throughput step: three tls_bench runs of 11 groups x 1 s took 24 s each",
+    ),
+    "throughput.export": Cost(0.11, "throughput: 0.29 s for 12 cells, 0.14 s for 2"),
+    "throughput.export_cell": Cost(0.015, "the same two, with throughput.export"),
+}
+# The groups wolfSSL's tls_bench runs through (`-g`) in this build: DEFAULT's runs printed
+# rows for 11 (of the 13 tls_bench names, `wolfssl_tools.TLS_BENCH_GROUPS`).
+TLS_BENCH_GROUPS = 11
+
 
 class Throughput(Experiment):
     name = NAME
@@ -27,6 +55,7 @@ class Throughput(Experiment):
     needs_net = True
     cells = CELLS
     options = OPTIONS
+    costs = COSTS
     plan_module, run_module, report_module = _plan, _run, _report
     migrations = MIGRATIONS
     compare = (
@@ -64,7 +93,8 @@ class Throughput(Experiment):
         by the plan)."""
         cells = list(plan.cells())
         work = estimate.Work(
-            f"{estimate.count(len(cells), 'cell')} x {plan.n} transfers of {units.format_bytes(plan.nbytes)}",
+            costs=COSTS,
+            size=f"{estimate.count(len(cells), 'cell')} x {plan.n} transfers of {units.format_bytes(plan.nbytes)}",
             cells=len(cells),
         )
         each = plan.n + plan.warmup
@@ -79,7 +109,7 @@ class Throughput(Experiment):
             if plan.tls_bench_seconds and wolfssl_tools.has_tools(stacks.get(name), "tls_bench"):
                 runs += len([s for s in plan.suites if s in throughput_tls_bench.SUITES])
         if runs:
-            groups = estimate.TLS_BENCH_GROUPS
+            groups = TLS_BENCH_GROUPS
             work.exact_s += runs * groups * plan.tls_bench_seconds
             work.add("throughput.tls_bench_group", runs * groups)
             work.size += f", {estimate.count(runs, 'tls_bench run')}"
