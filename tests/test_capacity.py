@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 from conftest import is_root, netns_list, pqlab_env, run_pqlab
+from pqlab import cpuquota
 from pqlab.errors import UserError
 from pqlab.experiments.capacity import analyse, report
 from pqlab.experiments.capacity import plan as cap_plan
@@ -58,10 +59,23 @@ def test_point_stats_of_nothing_and_mismatched_columns():
 
 
 def test_cpus_are_split_between_server_and_clients():
-    server, clients = cap_plan.pick_cpus(1)
+    server, clients = cpuquota.pick_cpus(1)
     assert server and clients
     if len(set(server) | set(clients)) > 1:
         assert not set(server) & set(clients)
+
+
+def test_a_server_and_its_client_get_a_cpu_each_the_same_way_capacity_splits(monkeypatch):
+    monkeypatch.setattr(cpuquota.os, "sched_getaffinity", lambda pid: {2, 0, 3, 1})
+    monkeypatch.setattr(cpuquota.shutil, "which", lambda name: "/usr/bin/taskset")
+    assert cpuquota.pick_cpus(1) == ([3], [0, 1, 2])
+    assert cpuquota.pick_cpus(8) == ([2, 3], [0, 1])
+    assert cpuquota.pick_cpu_pair() == (3, 0)
+    monkeypatch.setattr(cpuquota.os, "sched_getaffinity", lambda pid: {5})
+    assert cpuquota.pick_cpus(1) == ([5], [5]) and cpuquota.pick_cpu_pair() is None
+    monkeypatch.setattr(cpuquota.os, "sched_getaffinity", lambda pid: {0, 1})
+    monkeypatch.setattr(cpuquota.shutil, "which", lambda name: None)
+    assert cpuquota.pick_cpu_pair() is None
 
 
 def test_limits_are_named_by_who_was_busy():

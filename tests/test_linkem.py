@@ -10,7 +10,7 @@ import pytest
 from conftest import needs_root
 from netleaks import my_tuns, nothing_left  # noqa: F401
 from pqlab import engine
-from pqlab.experiments import linktest
+from pqlab.experiments.linktest import run as linktest
 from pqlab.net.profiles import parse_profile
 
 TC_LIB = [Path("/usr/lib/x86_64-linux-gnu/tc"), Path("/usr/lib/tc"), Path("/usr/lib64/tc")]

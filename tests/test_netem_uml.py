@@ -35,7 +35,7 @@ import pytest
 
 from conftest import SRC, is_root, query, run_pqlab
 from loss_helpers import check_completed, check_message_positions, check_retransmissions
-from pqlab.experiments import linktest
+from pqlab.experiments.linktest import run as linktest
 from pqlab.net import uml
 from pqlab.net.profiles import parse_profile
 

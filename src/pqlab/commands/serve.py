@@ -29,7 +29,7 @@ from pathlib import Path
 
 from pqlab import catalog, files, units
 from pqlab.errors import UserError
-from pqlab.experiment import parse_client_auth
+from pqlab.options.tls import parse_client_auth
 from pqlab.tls import runner, stacks
 from pqlab.tls.chains import make_chain
 

@@ -5,24 +5,21 @@ to; all validated before anything runs."""
 
 from __future__ import annotations
 
-import os
 import shutil
 import sys
 from dataclasses import dataclass, field
 
-from pqlab import catalog, units
+from pqlab import catalog, cpuquota, units
 from pqlab.errors import UserError
-from pqlab.experiment import (
-    CellId,
-    Cells,
-    Option,
+from pqlab.experiment import CellId, Cells, Option
+from pqlab.options import hosts
+from pqlab.options.tls import (
     client_auth_options,
     client_cell_option,
     parse_client_auth,
     parse_stack,
     stack_option,
 )
-from pqlab.experiments import hosts
 from pqlab.tls import stacks
 
 DEFAULT_GROUPS = "X25519,X25519MLKEM768"
@@ -132,16 +129,6 @@ class Rate:
         return f"{self.value * 100:g}%" if self.relative else f"{self.value:g}/s"
 
 
-def pick_cpus(threads: int) -> tuple[list[int], list[int]]:
-    """(server CPUs, load-generator CPUs): disjoint halves of this process's CPUs, the server
-    getting the higher ones (at least one, at most `threads`). With one CPU both share it."""
-    cpus = sorted(os.sched_getaffinity(0))
-    if len(cpus) < 2:
-        return cpus, cpus
-    n = max(1, min(threads, len(cpus) // 2))
-    return cpus[-n:], cpus[:-n]
-
-
 def cpu_list(cpus: list[int]) -> str:
     return ",".join(str(c) for c in cpus)
 
@@ -171,7 +158,7 @@ class Pinning:
 @dataclass(frozen=True)
 class ServerHost:
     """The server's host of a pair: its name, the CPUs a process there may use and whether
-    it has taskset (`pqlab.experiments.hosts.host_cpus`)."""
+    it has taskset (`pqlab.options.hosts.host_cpus`)."""
 
     name: str
     cpus: list[int]
@@ -243,12 +230,12 @@ class Plan:
 
     def cpus(self, threads: int, pair=None) -> Pinning:
         """Where a cell's server and load generator run. One machine: disjoint halves of
-        its CPUs (`pick_cpus`), with taskset. Across hosts: the server's host's own CPUs."""
+        its CPUs (`cpuquota.pick_cpus`), with taskset. Across hosts: the server's host's own CPUs."""
         if pair is not None:
             return self.server_hosts[pair.label].pinning(threads)
         if not self.pinning:
             return Pinning(None, None, None, None, "no taskset on this machine: nothing pinned")
-        server, client = pick_cpus(threads)
+        server, client = cpuquota.pick_cpus(threads)
         return Pinning(server, client, server, client)
 
     def describe_cpus(self) -> dict:

@@ -12,11 +12,11 @@ import json
 import time
 
 from pqlab.errors import CheckError, EngineError
-from pqlab.experiment import NO_CLIENT
 from pqlab.experiments.capacity import analyse, report, schema
 from pqlab.experiments.capacity.plan import CELLS, Pinning, Plan, cpu_list
 from pqlab.net.remote import RemoteHosts
 from pqlab.net.shaping import build_hosts
+from pqlab.options.tls import NO_CLIENT
 from pqlab.progress import CellProgress
 from pqlab.tls import negotiation, runner, stacks
 from pqlab.tls.chains import make_chain

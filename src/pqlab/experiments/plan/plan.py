@@ -10,16 +10,9 @@ from dataclasses import dataclass
 from pqlab import catalog, units
 from pqlab.catalog import Algorithm
 from pqlab.errors import UserError
-from pqlab.experiment import (
-    CellId,
-    Cells,
-    Option,
-    client_auth_options,
-    parse_client_auth,
-    parse_stack,
-    stack_option,
-)
+from pqlab.experiment import CellId, Cells, Option
 from pqlab.net import profiles
+from pqlab.options.tls import client_auth_options, parse_client_auth, parse_stack, stack_option
 from pqlab.tls import stacks, wire
 
 DEFAULT_GROUPS = ["X25519", "X25519MLKEM768"]

@@ -16,8 +16,9 @@ from urllib.parse import urlsplit
 from pqlab import catalog, units
 from pqlab.catalog import Algorithm
 from pqlab.errors import UserError
-from pqlab.experiment import CellId, Cells, Option, parse_stacks, stack_option
+from pqlab.experiment import CellId, Cells, Option
 from pqlab.net import privileges
+from pqlab.options.tls import parse_stacks, stack_option
 from pqlab.tls import runner, stacks
 
 NAME = "probe"

@@ -8,22 +8,20 @@ from dataclasses import dataclass, field
 
 from pqlab import catalog, units
 from pqlab.errors import UserError
-from pqlab.experiment import (
+from pqlab.experiment import CellId, Cells, Option
+from pqlab.net import profiles
+from pqlab.net.profiles import load_profiles
+from pqlab.net.remote import network_profile
+from pqlab.net.shaping import check_shaper
+from pqlab.options import hosts
+from pqlab.options.tls import (
     SAME_AS_SERVER,
-    CellId,
-    Cells,
-    Option,
     client_auth_options,
     client_cell_option,
     parse_client_auth,
     parse_stack,
     stack_option,
 )
-from pqlab.experiments import hosts
-from pqlab.net import profiles
-from pqlab.net.profiles import load_profiles
-from pqlab.net.remote import network_profile
-from pqlab.net.shaping import check_shaper
 from pqlab.tls import stacks
 
 DEFAULT_PROFILE = "1mbps-200ms"
