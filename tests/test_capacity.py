@@ -16,7 +16,7 @@ import duckdb
 import numpy as np
 import pytest
 
-from conftest import is_root, netns_list, pqlab_env, run_pqlab
+from conftest import netns_list, pqlab_env, run_pqlab
 from pqlab import cpuquota
 from pqlab.errors import UserError
 from pqlab.experiments.capacity import analyse, report
@@ -309,15 +309,12 @@ def test_cli_refusal_is_one_line_and_creates_nothing(tmp_path):
 # --- real runs (root) ---------------------------------------------------------------------
 
 
-needs_root = pytest.mark.skipif(not is_root(), reason="needs root (network namespaces)")
-
-
 def read_csv(path) -> list[dict]:
     with open(path) as f:
         return list(csv.DictReader(f))
 
 
-@needs_root
+@pytest.mark.net
 def test_one_client_rate_matches_the_handshake_time(tmp_path, no_leaks):
     """With one client the closed-loop rate is within 20 % of 1 / the median handshake time
     `pqlab handshake` measures for the cell (at a shorter duration). The two steps run a
@@ -386,7 +383,7 @@ def _one_client_run(tmp_path):
     return one, rows, out
 
 
-@needs_root
+@pytest.mark.net
 def test_capacity_says_what_limited_every_point(tmp_path, no_leaks):
     """The X25519 cell with an ECDSA-P256 and an ML-DSA-44 server: every point names what
     limited it with both sides' CPU utilisation; at each closed-loop maximum the server's
@@ -471,7 +468,7 @@ def test_capacity_says_what_limited_every_point(tmp_path, no_leaks):
             assert float(ml["handshakes_per_s"]) < float(ec["handshakes_per_s"]), (ml, ec)
 
 
-@needs_root
+@pytest.mark.net
 def test_ctrl_c_leaves_nothing(tmp_path):
     before = set(netns_list())
     out = tmp_path / "C"
@@ -521,7 +518,7 @@ def test_ctrl_c_leaves_nothing(tmp_path):
     assert not left.strip()
 
 
-@pytest.mark.skipif(not is_root(), reason="needs root (network namespaces)")
+@pytest.mark.net
 def test_mutual_tls_cells_carry_the_client_certificate(tmp_path, no_leaks):
     """`--client-sig none,ML-DSA-44`: each cell with and without a client certificate; every
     handshake of the client cells checked on both ends for the client's scheme (the run

@@ -334,7 +334,7 @@ def test_an_earlier_runs_measured_seconds_calibrate_the_estimate(tmp_path):
 
     # an earlier step measured at 3 times the built-in model's seconds gives this step's
     # estimate, and other sizes of the same experiment are scaled by the ratio
-    model_small = estimate.modelled(recorded["units"])
+    model_small = estimate.modelled(recorded["units"], experiment.get("sizes").costs)
     _set_measured(run, recorded["exact_s"] + 3 * model_small)
     shown = ESTIMATE.fullmatch(_check(small, cwd=tmp_path)[1])[5]
     assert shown == estimate.about(recorded["exact_s"] + 3 * model_small)

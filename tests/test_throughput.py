@@ -7,7 +7,7 @@ import csv
 
 import pytest
 
-from conftest import is_root, run_pqlab
+from conftest import run_pqlab
 from pqlab import cpuquota
 from pqlab.errors import UserError
 from pqlab.experiments import throughput
@@ -84,7 +84,7 @@ def test_cli_refusal_creates_nothing(tmp_path):
     assert not out.exists()
 
 
-@pytest.mark.skipif(not is_root(), reason="needs root (network namespaces)")
+@pytest.mark.net
 def test_both_directions_for_each_group_and_suite(tmp_path, no_leaks):
     out = tmp_path / "run"
     run_pqlab(
@@ -187,7 +187,7 @@ def _wolfssl():
     return stacks.all_stacks().get("wolfssl")
 
 
-@pytest.mark.skipif(not is_root(), reason="needs root (network namespaces)")
+@pytest.mark.net
 @pytest.mark.skipif(_wolfssl() is None, reason="pqlab-engine-wolfssl is not built")
 def test_tls_bench_runs_beside_every_stack_and_its_binary_shrinks_without_pq(tmp_path, no_leaks):
     """`--stack wolfssl,openssl`: one table with both stacks, each connection's client
@@ -228,7 +228,7 @@ def test_tls_bench_runs_beside_every_stack_and_its_binary_shrinks_without_pq(tmp
     assert int(size["pq_bytes"]) == int(size["with_pq_bytes"]) - int(size["without_pq_bytes"])
 
 
-@pytest.mark.skipif(not is_root(), reason="needs root (network namespaces)")
+@pytest.mark.net
 def test_mutual_tls_cells_transfer_with_the_client_certificate(tmp_path, no_leaks):
     """`--client-sig none,ECDSA-P256`: a row per client certificate; the client cell's every
     connection is checked on both ends for the client's scheme (the run fails otherwise)."""
@@ -243,7 +243,7 @@ def test_mutual_tls_cells_transfer_with_the_client_certificate(tmp_path, no_leak
     assert all(float(r["tx_MBps"]) > 0 for r in rows)
 
 
-@pytest.mark.skipif(not is_root(), reason="needs root (network namespaces)")
+@pytest.mark.net
 @pytest.mark.skipif(_wolfssl() is None, reason="pqlab-engine-wolfssl is not built")
 def test_tls_bench_sides_run_across_the_lab_link(no_leaks):
     """tls_bench's server side (-s) in the lab's server namespace, its client side (-c) in the

@@ -159,30 +159,6 @@ class CpuQuota:
         finally:
             os.close(fd)
 
-    def usage_us(self) -> int | None:
-        """CPU time used by the cgroup's processes so far (microseconds), if readable."""
-        if self.path is None:
-            return None
-        with contextlib.suppress(OSError, ValueError):
-            for line in (self.path / "cpu.stat").read_text().splitlines():
-                k, _, v = line.partition(" ")
-                if k == "usage_usec":
-                    return int(v)
-        with contextlib.suppress(OSError, ValueError):
-            acct = Path(str(self.path).replace("/cpu/", "/cpuacct/")) / "cpuacct.usage"
-            return int(acct.read_text()) // 1000
-        return None
-
-    def throttled(self) -> dict:
-        out = {}
-        if self.path is not None:
-            with contextlib.suppress(OSError):
-                for line in (self.path / "cpu.stat").read_text().splitlines():
-                    k, _, v = line.partition(" ")
-                    if k in ("nr_periods", "nr_throttled", "throttled_usec", "throttled_time"):
-                        out[k] = int(v)
-        return out
-
     def describe(self) -> dict:
         return {
             "fraction_of_one_core": self.fraction,

@@ -449,7 +449,7 @@ def chain_der(server: Algorithm, ca: Algorithm, send_root: bool, chain_bytes=Non
 
 
 def connection(
-    stack: str,
+    stack: stacks.Stack,
     group: Algorithm,
     server: Algorithm,
     certificates: tuple,
@@ -460,7 +460,7 @@ def connection(
     no loss, no jitter) with a response of `response_bytes` (None: the handshake alone), the
     ClientHello's size from the catalogue (`CLIENT_HELLO_BYTES` and the key share)."""
     hello = CLIENT_HELLO_BYTES + messages.client_share_bytes(group)
-    hs = predict.Handshake.of(group, server, certificates, hello, stacks.get(stack))
+    hs = predict.Handshake.of(group, server, certificates, hello, stack)
     return predict.predict(hs, wire.Link.from_profile(profile), response_bytes).wire
 
 

@@ -74,7 +74,7 @@ class Capacity(Experiment):
             "clients": plan.clients,
             "rates": [r.label for r in plan.rates],
             "open_workers": plan.open_workers,
-            "stack": plan.stack,
+            "stack": plan.stack.name,
             "host_pairs": plan.remote.labels() if plan.remote is not None else None,
         }
 
@@ -109,7 +109,7 @@ class Capacity(Experiment):
                 "duration_s": plan.duration_s,
                 "max_handshakes": plan.max_handshakes,
                 "warmup_per_worker": plan.warmup,
-                "stack": plan.stack,
+                "stack": plan.stack.name,
                 "cpus": plan.describe_cpus(),
                 "client_sigs": [c.name if c else "none" for c in plan.client_sigs],
                 "client_ca_sig": plan.client_ca.name if plan.client_ca else None,

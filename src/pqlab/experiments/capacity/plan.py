@@ -194,7 +194,7 @@ class Plan:
     duration_s: float
     max_handshakes: int
     warmup: int
-    stack: str
+    stack: stacks.Stack
     port: int
     pinning: bool = True  # taskset available (on this machine)
     remote: object | None = None  # pqlab.net.remote.RemotePlan: the host pairs
@@ -223,7 +223,7 @@ class Plan:
             server_sig,
             ca_sig,
             f"t{threads}",
-            stack=self.stack,
+            stack=self.stack.name,
             options=client_cell_option(client, self.client_ca),
             pair=pair.label if several else None,
         )
@@ -329,7 +329,7 @@ def from_values(values) -> Plan:
             values.max_handshakes, "--max-handshakes", maximum=MAX_HANDSHAKES
         ),
         warmup=units.parse_positive_int(values.warmup, "--warmup", minimum=0, maximum=10_000),
-        stack=stack.name,
+        stack=stack,
         port=port,
         pinning=shutil.which("taskset") is not None,
         client_sigs=client_sigs,

@@ -4,7 +4,7 @@ against the chosen stack.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from pqlab import catalog, units
 from pqlab.catalog import Algorithm
@@ -37,10 +37,10 @@ def resolve_sigs(text: str | None, role: str, stack, option: str) -> list[Algori
 class Plan:
     ca_sigs: list[Algorithm]
     server_sigs: list[Algorithm]
-    stack: str = stacks.DEFAULT_STACK
+    stack: stacks.Stack = field(default_factory=stacks.get)
 
     def cell_id(self, ca: Algorithm, srv: Algorithm) -> CellId:
-        return CELLS.id(ca, srv, stack=self.stack)
+        return CELLS.id(ca, srv, stack=self.stack.name)
 
 
 def from_values(values) -> Plan:
@@ -48,7 +48,7 @@ def from_values(values) -> Plan:
     return Plan(
         ca_sigs=resolve_sigs(values.ca_sig, "ca", stack, "--ca-sig"),
         server_sigs=resolve_sigs(values.server_sig, "server", stack, "--server-sig"),
-        stack=stack.name,
+        stack=stack,
     )
 
 

@@ -12,7 +12,6 @@ from pqlab.experiment import CellId
 from pqlab.experiments.certs.plan import CELLS, NAME, Plan
 from pqlab.experiments.certs.schema import RAW_DDL
 from pqlab.progress import CellProgress
-from pqlab.tls import stacks
 from pqlab.tls.chains import make_chain
 
 
@@ -38,9 +37,9 @@ def measure(plan: Plan, store) -> None:
 
 
 def _measure_pair(store, cert_dir, plan: Plan, ca: Algorithm, srv: Algorithm, cell: CellId) -> None:
-    chain = make_chain(cert_dir, ca, srv, plan.stack)
+    chain = make_chain(cert_dir, ca, srv, plan.stack.name)
     r = chain.record
-    why = not_usable(stacks.get(plan.stack), ca, srv)
+    why = not_usable(plan.stack, ca, srv)
     with store.cell(NAME, cell, {"ca_sig": ca.name, "server_sig": srv.name}):
         store.insert_rows(
             "certs_raw",
@@ -65,7 +64,7 @@ def _measure_pair(store, cert_dir, plan: Plan, ca: Algorithm, srv: Algorithm, ce
                         (chain.directory / "root.crt.der").read_bytes()
                     ).hexdigest(),
                     "record": json.dumps(r),
-                    "stack": plan.stack,
+                    "stack": plan.stack.name,
                     "usable_in_tls": why is None,
                     "not_usable_because": why,
                 }

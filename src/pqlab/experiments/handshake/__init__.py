@@ -74,7 +74,7 @@ class Handshake(Experiment):
             "n": plan.n,
             "warmup": plan.warmup,
             "send_root": plan.send_root,
-            "stack": plan.stack,
+            "stack": plan.stack.name,
             "profile": getattr(plan.profile, "spec", None) or plan.profile_name,
             "host_pairs": plan.remote.labels() if plan.remote is not None else None,
         }
@@ -127,7 +127,7 @@ class Handshake(Experiment):
                 "congestion_control": plan.congestion_control,
                 "profile": plan.profile_name,
                 "shaper": plan.shaper if plan.profile else None,
-                "stack": plan.stack,
+                "stack": plan.stack.name,
                 "keep_pcap": plan.keep_pcap,
                 "send_root": plan.send_root,
                 "chain_bytes": plan.chain_bytes,

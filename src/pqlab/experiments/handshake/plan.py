@@ -146,7 +146,7 @@ class Plan:
     port: int
     profile: object | None  # pqlab.net.profiles.LinkProfile
     shaper: str = "auto"
-    stack: str = stacks.DEFAULT_STACK
+    stack: stacks.Stack = field(default_factory=stacks.get)
     send_root: bool = False
     messages: str = "callback"  # resolved: callback | keylog | both
     initcwnd: int = DEFAULT_INITCWND
@@ -210,7 +210,7 @@ class Plan:
             group,
             server_sig,
             ca_sig,
-            stack=self.stack,
+            stack=self.stack.name,
             options=options,
             pair=pair.label if several else None,
         )
@@ -309,7 +309,7 @@ def from_values(values) -> Plan:
         port=port,
         profile=None,
         shaper=values.shaper or "auto",
-        stack=stack.name,
+        stack=stack,
         send_root=bool(values.send_root),
         messages=_message_source(values.messages or "auto", stack),
         rounds=rounds,

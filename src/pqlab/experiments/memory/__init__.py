@@ -22,7 +22,6 @@ from pqlab.experiments.memory import report as _report
 from pqlab.experiments.memory import run as _run
 from pqlab.experiments.memory.plan import CELLS, NAME, OPTIONS, Plan
 from pqlab.experiments.memory.schema import MIGRATIONS
-from pqlab.tls import stacks
 
 # This experiment's units of work and their costs (`pqlab.estimate`: the model, its shared
 # units and the runs the costs were measured from).
@@ -101,7 +100,7 @@ class Memory(Experiment):
         pairs = len(plan.pairs)
         work = estimate.Work(costs=COSTS, size="", cells=len(cells) * pairs)
         each = plan.n + plan.warmup
-        for name, group, server, ca, client in cells:
+        for stack, group, server, ca, client in cells:
             work.add("memory.cell", pairs)
             work.add("memory.handshake", each * pairs)
             cpu = estimate.handshake_operations_s(group, server, ca, client)
@@ -109,7 +108,7 @@ class Memory(Experiment):
             if plan.idle:
                 work.add("memory.idle", pairs)
                 work.add("memory.idle_connection", plan.idle * pairs)
-            if plan.tracker(stacks.get(name)):
+            if plan.tracker(stack):
                 work.add("memory.tracker_cell", 1)
         work.size = (
             f"{estimate.count(len(cells) * pairs, 'cell')} x {plan.n} handshakes (+{plan.warmup} warm-up), "

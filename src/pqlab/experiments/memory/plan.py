@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from pqlab import catalog, files, units
@@ -50,7 +50,7 @@ class Plan:
     n: int
     warmup: int
     idle: int  # connections held for the idle measurement; 0: none
-    stacks: tuple[str, ...] = (stacks.DEFAULT_STACK,)
+    stacks: tuple[stacks.Stack, ...] = field(default_factory=lambda: (stacks.get(),))
     certs: Path | None = None  # certificates reused across runs (default_certs_dir())
     fixed_random: bool = True  # the engine's --fixed-random, on stacks that can
     library_tracker: bool = True  # also run the library's own tracker where it has one
@@ -77,7 +77,7 @@ class Plan:
     def cell_id(self, st, g, s, c, cl, pair=None) -> CellId:
         # Several pairs: each cell once per pair (one pair: the cell ids of one machine).
         several = pair is not None and len(self.pairs) > 1
-        return CELLS.id(g, s, c, cl or NONE, stack=st, pair=pair.label if several else None)
+        return CELLS.id(g, s, c, cl or NONE, stack=st.name, pair=pair.label if several else None)
 
     def as_dict(self) -> dict:
         return {
@@ -88,7 +88,7 @@ class Plan:
             "n": self.n,
             "warmup": self.warmup,
             "idle": self.idle,
-            "stacks": list(self.stacks),
+            "stacks": [st.name for st in self.stacks],
             "certs": str(self.certs) if self.certs else None,
             "fixed_random": self.fixed_random,
             "library_tracker": self.library_tracker and self.remote is None,
@@ -128,7 +128,7 @@ def from_values(values) -> Plan:
         n=units.parse_positive_int(values.n, "-n", maximum=MAX_N),
         warmup=units.parse_positive_int(values.warmup, "--warmup", minimum=1, maximum=MAX_WARMUP),
         idle=units.parse_positive_int(values.idle, "--idle", minimum=0, maximum=MAX_IDLE),
-        stacks=tuple(st.name for st in chosen),
+        stacks=tuple(chosen),
         certs=_certs_dir(values.certs),
         fixed_random=not values.system_random,
         library_tracker=not values.no_library_tracker,

@@ -18,9 +18,9 @@ from pqlab.experiments.memory import tracker as memory_tracker
 from pqlab.experiments.memory.plan import CELLS, NAME, NONE, Plan, default_certs_dir
 from pqlab.experiments.memory.schema import IDLE_DDL, RAW_DDL
 from pqlab.net.shaping import build_hosts
-from pqlab.process import EngineProcess, InFile
+from pqlab.process import EngineProcess
 from pqlab.progress import CellProgress
-from pqlab.tls import stacks
+from pqlab.tls import runner, stacks
 from pqlab.tls.chains import make_chain
 
 ROLES = ("client", "server")
@@ -44,7 +44,7 @@ METRICS = (
 
 @dataclass
 class Cell:
-    stack: str
+    stack: stacks.Stack
     group: Algorithm
     server_sig: Algorithm
     ca_sig: Algorithm
@@ -60,41 +60,34 @@ class Cell:
         }
 
 
-def _tls_args(st, cell: Cell, client_side: bool = False) -> list[str]:
-    """--groups and --sigalgs of a cell; a client with a certificate also offers its own
-    scheme (libssl signs only with schemes of the client's own list)."""
-    sigalgs = st.sigalg_name(cell.server_sig)
+def _tls(st, cell: Cell, client_side: bool = False) -> runner.Tls:
+    """A cell's groups and schemes, no message events; a client with a certificate also
+    offers its own scheme (libssl signs only with schemes of the client's own list)."""
+    sigalgs = (cell.server_sig,)
     if client_side and cell.client_sig is not None:
-        sigalgs += ":" + st.sigalg_name(cell.client_sig)
-    return ["--groups", st.group_name(cell.group), "--sigalgs", sigalgs, "--events", "off"]
+        sigalgs += (cell.client_sig,)
+    return runner.Tls(stack=st, groups=(cell.group,), sigalgs=sigalgs, events=False)
 
 
-def role_argv(st, cell: Cell, certs, plan: Plan, role: str = "both", address=None) -> list:
-    """`pqlab-engine tls memory` for one cell: both roles in one process, or the `server`
-    role (listening on `address`) or the `client` role (connecting to it), each given only
-    its own files (marked for the host that runs it). `certs` is (server chain, client
+def role_spec(st, cell: Cell, certs, plan: Plan, role: str = "both", address=None):
+    """`pqlab-engine tls memory` for one cell (`runner.MemorySpec`): both roles in one
+    process, or the `server` role (listening on `address`) or the `client` role
+    (connecting to it), each given only its own files. `certs` is (server chain, client
     chain|None). The client checks the name `localhost`, which every chain carries, so a
     cell's chains and ClientHello are the same on one machine and across hosts."""
     chain, client = certs
-    serves, connects = role in ("both", "server"), role in ("both", "client")
-    argv: list = ["tls", "memory", "--role", role]
-    if serves:
-        argv += ["--cert-chain", InFile(chain.chain), "--key", InFile(chain.key)]
-    if connects:
-        argv += ["--ca", InFile(chain.root)]
-    if role != "both":
-        argv += ["--listen" if serves else "--connect", address]
-    argv += [*_tls_args(st, cell), "-n", plan.n, "--warmup", plan.warmup, "--stack", st.name]
-    if plan.fixed_random and st.fixed_random:
-        argv.append("--fixed-random")
-    if client is not None:
-        if connects:
-            argv += ["--client-cert-chain", InFile(client.chain)]
-            argv += ["--client-key", InFile(client.key)]
-        if serves:
-            argv += ["--client-ca", InFile(client.root)]
-        argv += ["--client-sigalg", st.sigalg_name(cell.client_sig)]
-    return argv
+    return runner.MemorySpec(
+        tls=_tls(st, cell),
+        chain=chain,
+        role=role,
+        listen=address if role == "server" else None,
+        connect=address if role == "client" else None,
+        n=plan.n,
+        warmup=plan.warmup,
+        fixed_random=plan.fixed_random and st.fixed_random,
+        client_chain=client,
+        client_sig=cell.client_sig if client is not None else None,
+    )
 
 
 def _raw_row(cell: Cell, st, rec: dict, fixed_random: bool, pair: str | None) -> dict:
@@ -128,19 +121,23 @@ def _handshakes(st, cell: Cell, certs, plan: Plan, hosts) -> list[dict]:
     or the server role on the server's host and the client role on the client's."""
     budget = 120 + 2 * plan.n
     if hosts is None:
-        return engine.run([str(a) for a in role_argv(st, cell, certs, plan)], timeout=budget)
-    listen = f"{hosts.server_ip}:0"
+        spec = role_spec(st, cell, certs, plan)
+        return engine.run(spec.args(), timeout=budget, program=spec.program)
+    server_spec = role_spec(st, cell, certs, plan, "server", f"{hosts.server_ip}:0")
     with EngineProcess(
-        role_argv(st, cell, certs, plan, "server", listen),
+        server_spec.argv(),
         "memory server role",
+        server_spec.program,
         topo=hosts,
         side="server",
         lifetime=budget + 120,
     ) as server:
         port = server.wait_for("memory_setup", 60)["address"].rsplit(":", 1)[1]
+        client_spec = role_spec(st, cell, certs, plan, "client", f"{hosts.server_ip}:{port}")
         with EngineProcess(
-            role_argv(st, cell, certs, plan, "client", f"{hosts.server_ip}:{port}"),
+            client_spec.argv(),
             "memory client role",
+            client_spec.program,
             topo=hosts,
             side="client",
             lifetime=budget + 120,
@@ -178,23 +175,33 @@ def _hold(st, cell: Cell, certs, plan: Plan, hosts) -> tuple[list[dict], list[di
     """One idle measurement: a `tls server --count-heap` holding plan.idle connections of a
     `tls hold`; the server's heap and connection records."""
     chain, client = certs
-    tls = _tls_args(st, cell)
-    server = ["tls", "server", "--listen", "127.0.0.1:0", "--stack", st.name]
-    server += ["--cert-chain", InFile(chain.chain)]
-    server += ["--key", InFile(chain.key), *tls, "--concurrent", "--max-concurrent", plan.idle + 8]
-    server += ["--response-mode", "none", "--count-heap", "--max-connections", plan.idle]
-    hold = ["tls", "hold", "--stack", st.name, "--ca", InFile(chain.root)]
-    hold += [*_tls_args(st, cell, True), "-n", plan.idle, "--gap-ms", IDLE_GAP_MS]
+    auth, identity = None, None
     if client is not None:
-        server += ["--client-ca", InFile(client.root)]
-        server += ["--client-sigalgs", st.sigalg_name(cell.client_sig)]
-        hold += ["--cert-chain", InFile(client.chain), "--key", InFile(client.key)]
+        auth, identity = runner.mutual(client, cell.client_sig, st)
+    server = runner.ServerSpec(
+        tls=_tls(st, cell),
+        chain=chain,
+        listen="127.0.0.1:0",
+        max_connections=plan.idle,
+        response_mode="none",
+        concurrent=True,
+        max_concurrent=plan.idle + 8,
+        client_auth=auth,
+        count_heap=True,
+    )
     budget = 60 + plan.idle * (1 + IDLE_GAP_MS / 1000)
     on_server = {"topo": hosts, "side": "server", "lifetime": 240 + budget}
-    with EngineProcess(server, "memory idle server", **on_server) as proc:
+    with EngineProcess(server.argv(), "memory idle server", st.program, **on_server) as proc:
         port = proc.wait_for("listening", 30)["port"]
-        hold += ["--connect", f"127.0.0.1:{port}"]
-        with EngineProcess(hold, "memory idle client", **on_server) as holder:
+        hold = runner.HoldSpec(
+            tls=_tls(st, cell, client_side=True),
+            connect=f"127.0.0.1:{port}",
+            ca=chain.root,
+            n=plan.idle,
+            identity=identity,
+            gap_ms=IDLE_GAP_MS,
+        )
+        with EngineProcess(hold.argv(), "memory idle client", st.program, **on_server) as holder:
             holder.finish(budget)
         proc.finish(60)
         return proc.take("heap"), proc.take("connection")
@@ -276,14 +283,14 @@ def _measure_pair(store, plan: Plan, pair, cells: list[Cell], progress) -> None:
     if pair is None:
         for cell in cells:
             progress.start(cell.cell_id.label())
-            _measure_cell(store, plan, stacks.get(cell.stack), cell)
+            _measure_cell(store, plan, cell.stack, cell)
             progress.advance()
         return
     with build_hosts(None, pair=pair, ssh_config=plan.remote.config) as hosts:
         hosts.record(store)
         for cell in cells:
             progress.start(f"{cell.cell_id.label()} ({pair.label})")
-            _measure_cell(store, plan, stacks.get(cell.stack), cell, hosts)
+            _measure_cell(store, plan, cell.stack, cell, hosts)
             progress.advance()
 
 

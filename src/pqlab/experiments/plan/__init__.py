@@ -58,7 +58,7 @@ class PlanExperiment(Experiment):
     )
 
     def resume_key(self, plan: _plan.Plan) -> dict:
-        return {"stack": plan.stack, "send_root": plan.send_root, "mss": plan.mss}
+        return {"stack": plan.stack.name, "send_root": plan.send_root, "mss": plan.mss}
 
     def metadata(self, plan: _plan.Plan) -> dict:
         return {
@@ -69,7 +69,7 @@ class PlanExperiment(Experiment):
                 "mss": plan.mss,
                 "sizes": plan.sizes,
                 "send_root": plan.send_root,
-                "stack": plan.stack,
+                "stack": plan.stack.name,
                 "migration": [c.label() for c in plan.migration] if plan.migration else None,
             }
         }

@@ -92,7 +92,7 @@ class Probe(Experiment):
                 "capture_interface": plan.capture,
                 "not_captured_because": plan.no_capture_reason,
                 "configurations": sorted({c.config.name for c in plan.cells}),
-                "stacks": sorted({c.stack for c in plan.cells}),
+                "stacks": sorted({c.stack.name for c in plan.cells}),
                 "skipped": plan.skipped,
             }
         }

@@ -39,7 +39,6 @@ TLS13 = 0x0304
 # share of a round trip of one round trip, the gap at least half of one.
 RTT_TOLERANCE = 0.25
 MIN_GAP_RTT = 0.5
-MIN_SEGMENTS_BEFORE_STALL = 2
 
 
 @dataclass(frozen=True)

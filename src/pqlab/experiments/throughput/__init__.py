@@ -18,7 +18,7 @@ from pqlab.experiments.throughput import tls_bench as throughput_tls_bench
 from pqlab.experiments.throughput.plan import CELLS, NAME, OPTIONS, Plan
 from pqlab.experiments.throughput.schema import MIGRATIONS
 from pqlab.options.tls import NO_CLIENT
-from pqlab.tls import stacks, wolfssl_tools
+from pqlab.tls import wolfssl_tools
 
 # This experiment's units of work and their costs (`pqlab.estimate`: the model, its shared
 # units and the runs the costs were measured from).
@@ -105,8 +105,8 @@ class Throughput(Experiment):
         work.add("throughput.byte", 2 * (plan.nbytes + plan.echo_bytes) * each * len(cells))
         work.add("chain", len(plan.stacks))
         runs = 0
-        for name in plan.stacks:
-            if plan.tls_bench_seconds and wolfssl_tools.has_tools(stacks.get(name), "tls_bench"):
+        for stack in plan.stacks:
+            if plan.tls_bench_seconds and wolfssl_tools.has_tools(stack, "tls_bench"):
                 runs += len([s for s in plan.suites if s in throughput_tls_bench.SUITES])
         if runs:
             groups = TLS_BENCH_GROUPS
@@ -124,7 +124,7 @@ class Throughput(Experiment):
                 "bytes": plan.nbytes,
                 "n": plan.n,
                 "warmup": plan.warmup,
-                "stacks": list(plan.stacks),
+                "stacks": [s.name for s in plan.stacks],
                 "tls_bench_seconds": plan.tls_bench_seconds,
                 "mtu": plan.mtu,
                 "echo_bytes": plan.echo_bytes,

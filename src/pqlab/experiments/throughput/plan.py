@@ -104,7 +104,7 @@ class Plan:
             group,
             suite,
             self.server_sig,
-            stack=stack,
+            stack=stack.name,
             options=client_cell_option(client, self.client_ca),
         )
 
@@ -139,7 +139,7 @@ def from_values(values) -> Plan:
         nbytes,
         units.parse_positive_int(values.n, "-n", maximum=1000),
         units.parse_positive_int(values.warmup, "--warmup", minimum=0, maximum=100),
-        tuple(st.name for st in chosen),
+        tuple(chosen),
         units.parse_positive_int(values.port, "--port", maximum=65535),
         units.parse_positive_int(
             values.tls_bench_seconds, "--tls-bench-seconds", minimum=0, maximum=60

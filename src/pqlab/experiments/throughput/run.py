@@ -12,18 +12,17 @@ from pqlab.experiments.throughput.schema import DDL
 from pqlab.net.shaping import build_hosts
 from pqlab.options.tls import NO_CLIENT
 from pqlab.progress import CellProgress
-from pqlab.tls import negotiation, runner, stacks
+from pqlab.tls import negotiation, runner
 from pqlab.tls.chains import make_chain
 
 
 def run_cell(store, hosts, plan: Plan, cell, chain, cpus) -> None:
-    stack_name, group, suite, client_sig = cell
-    stack = stacks.get(stack_name)
+    stack, group, suite, client_sig = cell
     client_auth, identity = runner.client_certificate(
-        store.path / "certs", plan.server_sig, client_sig, plan.client_ca, stack_name
+        store.path / "certs", plan.server_sig, client_sig, plan.client_ca, stack
     )
     tls = runner.Tls(
-        stack=stack_name,
+        stack=stack,
         groups=(group,),
         sigalgs=(plan.server_sig,) if client_sig is None else (plan.server_sig, client_sig),
         ciphersuites=suite,
@@ -54,11 +53,13 @@ def run_cell(store, hosts, plan: Plan, cell, chain, cpus) -> None:
             expected=expected,
             identity=identity,
         )
+        bulk = runner.BulkSpec(
+            client, push_bytes=plan.nbytes, pull_bytes=plan.nbytes, echo_bytes=plan.echo_bytes
+        )
         proc = process.EngineProcess(
-            runner.BulkSpec(
-                client, push_bytes=plan.nbytes, pull_bytes=plan.nbytes, echo_bytes=plan.echo_bytes
-            ).argv(),
+            bulk.argv(),
             "TLS bulk client",
+            bulk.program,
             topo=hosts,
             side="client",
             cpu=client_cpu,
@@ -80,7 +81,7 @@ def run_cell(store, hosts, plan: Plan, cell, chain, cpus) -> None:
     rows = [
         {
             "cell_id": cid,
-            "stack": stack_name,
+            "stack": stack.name,
             "stack_impl": stack.implementation,
             "group": group.name,
             "cipher_suite": suite,
@@ -120,14 +121,14 @@ def measure(plan: Plan, store) -> None:
         cpus = cpuquota.pick_cpu_pair() or (None, None)
         chains = {
             st: make_chain(store.path / "certs", plan.server_sig, plan.server_sig, st)
-            for st in dict.fromkeys(c[0] for c in todo)
+            for st in dict.fromkeys(c[0].name for c in todo)
         }
         hosts_cm = build_hosts(None, mtu=plan.mtu)
         with hosts_cm as hosts, CellProgress(NAME, len(todo)) as progress:
             for cell in todo:
                 mtls = f" / client {cell[3].name}" if cell[3] is not None else ""
-                progress.start(f"{cell[1].name} / {cell[2]}{mtls} / {cell[0]}")
-                run_cell(store, hosts, plan, cell, chains[cell[0]], cpus)
+                progress.start(f"{cell[1].name} / {cell[2]}{mtls} / {cell[0].name}")
+                run_cell(store, hosts, plan, cell, chains[cell[0].name], cpus)
                 progress.advance()
     if plan.tls_bench_seconds:
         throughput_tls_bench.measure(plan, store, CELLS, done)

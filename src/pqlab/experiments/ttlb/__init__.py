@@ -82,7 +82,7 @@ class Ttlb(Experiment):
             "n": plan.n,
             "warmup": plan.warmup,
             "warmup_bytes": plan.warmup_bytes,
-            "stack": plan.stack,
+            "stack": plan.stack.name,
             "host_pairs": plan.remote.labels() if plan.remote is not None else None,
         }
 
@@ -123,7 +123,7 @@ class Ttlb(Experiment):
             "link_profiles": [p.describe() for p in plan.profiles],
             "profile_warnings": [w for p in plan.profiles for w in p.warnings()],
             "shaper_requested": plan.shaper,
-            "stack": plan.stack,
+            "stack": plan.stack.name,
             "remote": plan.remote.describe() if plan.remote is not None else None,
         }
 
