@@ -436,7 +436,7 @@ def test_the_security_table_names_the_bounds_the_code_uses():
         "Packet captures": [size("capture")],
         "Connection records": [size("connection records")],
         "The engine's kept info": [size("record")],
-        "Machine facts": [size("record")],
+        "Machine facts": [size("machine fact")],
     }
     for start, bounds in expected.items():
         for bound in bounds:
