@@ -22,7 +22,6 @@ import json
 import os
 import shutil
 import subprocess
-import tomllib
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -38,14 +37,12 @@ EXIT_KINDS = {2: "usage", 3: "library", 5: "check", 6: "io", 7: "peer"}
 MAIN = "pqlab-engine"
 # The engine's cargo workspace: its programs are the [[bin]] targets of its packages.
 MANIFEST = REPO_ROOT / "engine" / "Cargo.toml"
-MAX_MANIFEST_BYTES = 1 << 16
 
 
 def _manifest(path: Path) -> dict:
     try:
-        with path.open("rb") as f:
-            return tomllib.loads(f.read(MAX_MANIFEST_BYTES).decode())
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+        return files.read_toml(path, str(path), "record")
+    except UserError:
         return {}
 
 

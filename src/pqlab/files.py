@@ -85,6 +85,7 @@ READ_LIMITS = {
     "table": 1 * GiB,  # a run's exported tables (CSV), read back by compare and report
     "figure": 64 * MiB,  # a run's PNG figures, embedded in report.html
     "record": 1 * MiB,  # a chain's certs.json, the engine's kept info
+    "machine fact": 16 * MiB,  # /proc/cpuinfo of a machine of a thousand CPUs is ~2 MiB
 }
 
 

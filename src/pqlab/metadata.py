@@ -17,7 +17,7 @@ from pqlab.errors import UserError
 
 def _read(path: str, default: str = "unavailable") -> str:
     try:
-        return files.read_input_text(path, path, "record").strip()
+        return files.read_input_text(path, path, "machine fact").strip()
     except UserError:
         return default
 
