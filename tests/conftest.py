@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import os
 import subprocess
 import sys
@@ -45,14 +46,71 @@ def is_root() -> bool:
     return os.geteuid() == 0
 
 
+# What a test (or a fixture it uses) calls to run a program: the CLI, the engine, a peer.
+RUNS_A_PROGRAM = (
+    "run_pqlab(",
+    "cli.main(",
+    "subprocess.",
+    "Popen(",
+    "engine.run(",
+    "EngineProcess(",
+    "runner.start_",
+    "runner.run_",
+    "make_chain(",
+    "pqlab_serve(",
+    "wolfssl_tools.",
+    "Workers(",
+    "Serve(",
+    "rendering(",
+)
+
+
+def _sources(fn, seen: set, depth: int = 3) -> list[str]:
+    """The source of `fn` and of the test helpers (functions of tests/) it calls, a few
+    calls deep."""
+    fn = inspect.unwrap(fn) if callable(fn) else fn
+    if not inspect.isfunction(fn) or fn in seen or depth < 0:
+        return []
+    seen.add(fn)
+    try:
+        out = [inspect.getsource(fn)]
+    except (OSError, TypeError):
+        return []
+    for name in fn.__code__.co_names:
+        helper = fn.__globals__.get(name)
+        if (
+            inspect.isfunction(helper)
+            and Path(helper.__code__.co_filename).parent == REPO / "tests"
+        ):
+            out += _sources(helper, seen, depth - 1)
+    return out
+
+
+def runs_a_program(item) -> bool:
+    """Whether the test, a fixture it uses or a test helper they call starts a program
+    (read from their source)."""
+    seen: set = set()
+    sources = _sources(getattr(item, "function", None), seen)
+    info = getattr(item, "_fixtureinfo", None)
+    for defs in info.name2fixturedefs.values() if info is not None else ():
+        for d in defs:
+            if not d.func.__module__.startswith("_pytest"):
+                sources += _sources(d.func, seen)
+    return any(call in src for src in sources for call in RUNS_A_PROGRAM)
+
+
 def pytest_collection_modifyitems(config, items):
-    """The one gate on root: a test marked `net` (it makes network namespaces; a test that
-    checks for leaked namespaces, `no_leaks`, is marked so here) or `root` (it needs root
-    otherwise: raw captures, chown) is skipped, saying which, when the tests run without
-    root. `make quick` leaves both out (`-m "not net and not root and not slow"`)."""
+    """Markers applied here, so no test spells them itself: `slow` on a test that runs a
+    program (the CLI, the engine, a TLS peer: `RUNS_A_PROGRAM`, in the test or a fixture
+    it uses), `net` on one that checks for leaked namespaces (`no_leaks`). Then the one
+    gate on root: a test marked `net` (it makes network namespaces) or `root` (it needs
+    root otherwise: raw captures, chown) is skipped, saying which, when the tests run
+    without root. `make quick` runs what is none of the three."""
     for item in items:
         if "no_leaks" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.net)
+        if item.get_closest_marker("slow") is None and runs_a_program(item):
+            item.add_marker(pytest.mark.slow)
     if is_root():
         return
     for item in items:

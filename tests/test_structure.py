@@ -293,3 +293,32 @@ def test_the_experiment_rules_can_fail(tmp_path):
         "line 1: 'ttlb.cell'",
         "line 2: 'pqlab.experiments.aead.run'",
     ]
+
+
+# --- the fast lane: what runs a program is marked slow, by tests/conftest.py ------------------
+
+
+def _helper_that_runs_the_cli(tmp):
+    from conftest import run_pqlab
+
+    return run_pqlab("plan", "--out", tmp)
+
+
+def _a_test_through_a_helper(tmp_path):
+    _helper_that_runs_the_cli(tmp_path)
+
+
+def _a_test_of_pure_logic():
+    assert sorted([2, 1]) == [1, 2]
+
+
+class _Item:
+    def __init__(self, function):
+        self.function = function
+
+
+def test_tests_that_run_a_program_are_told_apart_from_unit_tests():
+    from conftest import runs_a_program
+
+    assert runs_a_program(_Item(_a_test_through_a_helper))  # two calls deep
+    assert not runs_a_program(_Item(_a_test_of_pure_logic))
