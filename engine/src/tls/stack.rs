@@ -1,11 +1,14 @@
-//! The seam between pqlab's TLS loops and a TLS library: the typed options a stack is
-//! configured with, the small traits it implements (contexts that turn a `Wire` into a
-//! session, sessions that move application data and report what was negotiated), what a
-//! stack tells `info` it can do, and the registry that lists the stacks by name.
+//! What a TLS stack implements: the seam between pqlab's TLS loops and a TLS library. The
+//! typed options a stack is configured with, the small traits it implements (contexts that
+//! turn a `Wire` into a session, sessions that move application data and report what was
+//! negotiated), and what a stack tells `info` it can do.
 //!
-//! Adding a stack is one module implementing `Stack` plus one line in `registered()`.
+//! Adding a stack: a folder under `stacks/` implementing `Stack` (or a program of its own
+//! that passes it to `cli::run`), one line in `registry::registered()`, and the contract
+//! suite (`contract_suite!`) run for it.
 
-use super::record::{Negotiated, Wire};
+use super::record::Negotiated;
+use super::transport::tcp::Wire;
 use crate::out::Result;
 use std::net::IpAddr;
 use std::path::PathBuf;
@@ -164,7 +167,8 @@ pub enum Verification {
     NotChecked,
 }
 
-/// A library that can run TLS. Implementations are unit structs listed in `registered()`.
+/// A library that can run TLS. Implementations are unit structs listed in
+/// `registry::registered()`.
 pub trait Stack: Send + Sync {
     /// The name `--stack` selects.
     fn name(&self) -> &'static str;
@@ -186,9 +190,20 @@ pub trait Stack: Send + Sync {
     fn heap_counting(&self) -> &'static str {
         heap_counting(self.heap_source())
     }
-    /// Whether `--fixed-random` can make all of the stack's randomness repeatable.
+    /// Whether `--fixed-random` can make all of the stack's randomness repeatable
+    /// (`fix_randomness` then succeeds).
     fn fixed_random(&self) -> bool {
         false
+    }
+    /// Make everything the calling thread's sessions draw from the stack's random generator
+    /// a fixed sequence, the same in every run (`tls memory --fixed-random`: randomised
+    /// algorithms then do the same work, and allocate the same, run to run).
+    fn fix_randomness(&self) -> Result<()> {
+        crate::bail!(
+            Usage,
+            "--fixed-random: the {} stack cannot fix its randomness",
+            self.name()
+        )
     }
     /// Full handshakes between this stack's client and server as the library's own tools
     /// drive them, with none of the engine's loops (`tls reference`): over `Transport::
@@ -369,64 +384,9 @@ pub fn heap_counting(source: crate::heap::Source) -> &'static str {
     }
 }
 
-/// Every TLS stack the engine can run: the one place a stack is added.
-pub fn registered() -> Vec<&'static dyn Stack> {
-    let mut stacks: Vec<&'static dyn Stack> = vec![
-        &super::openssl::OpenSsl,
-        &super::rustls::RUSTLS,
-        &super::rustls::RUSTLS_AWS_LC_RS,
-    ];
-    stacks.extend(ADDED.get().copied().unwrap_or_default().iter().copied());
-    #[cfg(test)]
-    stacks.extend(super::fake::STACKS);
-    stacks
-}
-
-/// Stacks a program adds to the library's (a program linking a library under another
-/// licence: `crate::run`). Set once, before any command runs.
-static ADDED: std::sync::OnceLock<&'static [&'static dyn Stack]> = std::sync::OnceLock::new();
-
-pub fn add(stacks: &'static [&'static dyn Stack]) {
-    let _ = ADDED.set(stacks);
-}
-
-/// The stack `--stack NAME` names.
-pub fn find(name: &str) -> Result<&'static dyn Stack> {
-    let stacks = registered();
-    if let Some(s) = stacks.iter().find(|s| s.name() == name) {
-        return Ok(*s);
-    }
-    let names: Vec<&str> = stacks.iter().map(|s| s.name()).collect();
-    crate::bail!(
-        Usage,
-        "--stack {name:?} is not a TLS stack of this engine; registered: {}",
-        names.join(", ")
-    )
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn registry_finds_stacks_by_name_and_lists_them_when_it_cannot() {
-        assert_eq!(find("openssl").map(|s| s.name()).ok(), Some("openssl"));
-        let names: Vec<&str> = registered().iter().map(|s| s.name()).collect();
-        let mut unique = names.clone();
-        unique.sort();
-        unique.dedup();
-        assert_eq!(
-            unique.len(),
-            names.len(),
-            "duplicate stack names: {names:?}"
-        );
-        match find("gnutls") {
-            Err(crate::out::Error::Usage(m)) => {
-                assert!(m.contains("\"gnutls\"") && m.contains("openssl"), "{m}")
-            }
-            other => panic!("{:?}", other.map(|s| s.name())),
-        }
-    }
 
     #[test]
     fn versions_parse_both_spellings() {

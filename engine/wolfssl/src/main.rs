@@ -9,7 +9,7 @@ pqlab_engine::count_c_allocator!();
 static STACKS: [&dyn pqlab_engine::tls::stack::Stack; 1] = [&wolf::WOLFSSL];
 
 fn main() {
-    pqlab_engine::run(pqlab_engine::Program {
+    pqlab_engine::cli::run(pqlab_engine::cli::Program {
         name: "pqlab-engine-wolfssl",
         stacks: &STACKS,
     });

@@ -5,12 +5,13 @@
 //! headers; key logs come from wolfSSL's secret callback.
 
 use pqlab_engine::out::{Error, Result};
-use pqlab_engine::tls::record::{Negotiated, Wire};
+use pqlab_engine::tls::record::Negotiated;
 use pqlab_engine::tls::stack::{
     ClientContext, ClientSetup, Handshake, NamedCode, Protocol, ReadOutcome, ServerContext,
     ServerName, ServerSetup, Session, Stack, StackInfo, TlsVersion, Verification, VerifyMode,
     WriteModel,
 };
+use pqlab_engine::tls::transport::tcp::Wire;
 use std::ffi::{c_char, c_int, c_long, c_ulong, c_void, CStr, CString};
 use std::io::{Read, Write};
 use std::path::Path;

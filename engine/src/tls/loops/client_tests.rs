@@ -6,10 +6,10 @@
 //! run ends, and a whole connection bounded by `--connection-timeout` and `--time-limit`
 //! however the server paces its bytes.
 
-use super::record::testing::Memory;
-use super::tests::{loopback, make_certs, TempDir};
-use super::{client, server};
+use super::{client, connect, server};
 use crate::out::Error;
+use crate::tls::contract::{loopback, make_certs, TempDir};
+use crate::tls::record::testing::Memory;
 use clap::Parser;
 use serde_json::Value;
 use std::io::{Read, Write};
@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 #[derive(Parser)]
 struct ClientCli {
     #[command(flatten)]
-    a: client::Args,
+    a: connect::Args,
 }
 
 #[derive(Parser)]
@@ -303,7 +303,7 @@ fn trickling_server() -> (u16, std::thread::JoinHandle<()>) {
 }
 
 /// The client's options against 127.0.0.1:`port` with the root of `dir`.
-fn client_args(dir: &std::path::Path, port: u16, extra: &[&str]) -> client::Args {
+fn client_args(dir: &std::path::Path, port: u16, extra: &[&str]) -> connect::Args {
     let connect = format!("127.0.0.1:{port}");
     let root = dir.join("root.crt.pem");
     let mut argv = vec![
@@ -433,11 +433,11 @@ impl Held {
     }
 }
 
-impl super::record::Sink for Held {
+impl crate::tls::record::Sink for Held {
     fn record(&self, record: &Value) {
         self.pending.lock().unwrap().push(record.clone());
     }
-    fn connection(&self, record: &Value, _events: Option<&[super::record::Event]>) {
+    fn connection(&self, record: &Value, _events: Option<&[crate::tls::record::Event]>) {
         self.record(record);
     }
     fn flush_held(&self) {
@@ -490,7 +490,7 @@ fn rounds_run_when_signalled_and_write_each_round_after_it() {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let connect = format!("127.0.0.1:{}", listener.local_addr().unwrap().port());
     let server_sink = std::sync::Arc::new(Memory::default());
-    let sink: std::sync::Arc<dyn super::record::Sink> = server_sink.clone();
+    let sink: std::sync::Arc<dyn crate::tls::record::Sink> = server_sink.clone();
     let srv = std::thread::spawn(move || {
         server::serve(stack, ctx, listener, std::sync::Arc::new(sa), sink)
     });

@@ -3,10 +3,12 @@
 //! refused by the client's check, and negotiated code points compared with what libssl puts
 //! on the wire.
 
-use super::record::testing::Memory;
-use super::stack;
-use super::{certs, client, load, openssl, server};
+use super::loops::{client, connect, load, server};
+use super::pki::certs;
+use super::stacks::openssl;
 use crate::out::{Error, Result};
+use crate::tls::record::testing::Memory;
+use crate::tls::stack;
 use clap::Parser;
 use serde_json::Value;
 use std::net::TcpListener;
@@ -22,7 +24,7 @@ struct ServerCli {
 #[derive(Parser)]
 struct ClientCli {
     #[command(flatten)]
-    a: client::Args,
+    a: connect::Args,
 }
 
 #[derive(Parser)]
@@ -120,7 +122,7 @@ pub fn loopback(
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
     let server_sink = Arc::new(Memory::default());
-    let sink: Arc<dyn super::record::Sink> = server_sink.clone();
+    let sink: Arc<dyn crate::tls::record::Sink> = server_sink.clone();
     let srv = std::thread::spawn(move || server::serve(stack, ctx, listener, Arc::new(sa), sink));
 
     let connect = format!("127.0.0.1:{port}");
@@ -420,7 +422,7 @@ fn schemes_of_key(spec: &str) -> Vec<u16> {
         "EC:P-521" => vec![0x0603],
         "ED25519" => vec![0x0807],
         "ED448" => vec![0x0808],
-        _ => crate::tls::ids::SIGS
+        _ => crate::tls::pki::ids::SIGS
             .iter()
             .filter(|s| s.liboqs.eq_ignore_ascii_case(spec))
             .map(|s| s.code)
@@ -655,7 +657,7 @@ fn load_against_pool(dir: &Path, threads: &str, load_args: &[&str]) -> Result<Va
     let (stack, ctx) = server::prepare(&sa).expect("server setup");
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
-    let sink: Arc<dyn super::record::Sink> = Arc::new(Memory::default());
+    let sink: Arc<dyn crate::tls::record::Sink> = Arc::new(Memory::default());
     std::thread::spawn(move || server::serve(stack, ctx, listener, Arc::new(sa), sink));
     let connect = format!("127.0.0.1:{port}");
     let mut argv = vec![
@@ -819,8 +821,8 @@ fn threads_and_concurrent_exclude_each_other() {
 
 /// The stacks a contract test runs for: every registered stack but the test-only fakes.
 fn real_stacks() -> Vec<&'static dyn stack::Stack> {
-    let fakes: Vec<&str> = super::fake::STACKS.iter().map(|s| s.name()).collect();
-    stack::registered()
+    let fakes: Vec<&str> = openssl::fake::STACKS.iter().map(|s| s.name()).collect();
+    crate::tls::registry::registered()
         .into_iter()
         .filter(|s| !fakes.contains(&s.name()))
         .collect()

@@ -18,14 +18,15 @@
 mod keys;
 pub mod oqs;
 
-use super::record::{Negotiated, Wire};
-use super::stack::{
+use crate::cputime::thread_cpu_ns;
+use crate::out::{Error, Result};
+use crate::tls::record::Negotiated;
+use crate::tls::stack::{
     ClientContext, ClientSetup, Handshake, NamedCode, Protocol, ReadOutcome, ReferenceHandshake,
     ReferenceRun, ServerContext, ServerName, ServerSetup, Session, Stack, StackInfo, TlsVersion,
     Transport, Verification, VerifyMode,
 };
-use crate::cputime::thread_cpu_ns;
-use crate::out::{Error, Result};
+use crate::tls::transport::tcp::Wire;
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::crypto::{CryptoProvider, SupportedKxGroup, WebPkiSupportedAlgorithms};
 use rustls::pki_types::{CertificateDer, ServerName as PkiServerName, UnixTime};
@@ -247,7 +248,9 @@ fn oqs_tables() -> Tables {
     key_types.extend(
         oqs::SIGS
             .iter()
-            .filter(|s| crate::tls::certkey::KeySpec::parse(s.liboqs).is_ok_and(|k| k.available()))
+            .filter(|s| {
+                crate::tls::pki::certkey::KeySpec::parse(s.liboqs).is_ok_and(|k| k.available())
+            })
             .filter(|s| certificate_can_fit(s.liboqs))
             .map(|s| s.liboqs.to_string()),
     );

@@ -3,14 +3,17 @@
 //! from libssl's own tables, and libssl failures sorted into the engine's error kinds.
 
 pub mod caps;
+#[cfg(test)]
+pub mod fake;
 pub mod ffi;
 
-use super::record::{Negotiated, Wire};
-use super::stack::{
+use crate::out::{Error, Result};
+use crate::tls::record::Negotiated;
+use crate::tls::stack::{
     ClientContext, ClientSetup, Handshake, Protocol, ReadOutcome, ServerContext, ServerName,
     ServerSetup, Session, Stack, StackInfo, TlsVersion, Verification, VerifyMode,
 };
-use crate::out::{Error, Result};
+use crate::tls::transport::tcp::Wire;
 use openssl::ssl::{
     ErrorCode, Ssl, SslConnector, SslContext, SslContextBuilder, SslFiletype, SslMethod, SslMode,
     SslOptions, SslSessionCacheMode, SslStream, SslVerifyMode, SslVersion,
@@ -67,13 +70,23 @@ impl Stack for OpenSsl {
         true
     }
 
+    fn fix_randomness(&self) -> Result<()> {
+        if !ffi::fixed_random_for_this_thread() {
+            crate::bail!(
+                Library,
+                "cannot install OpenSSL's TEST-RAND generator (--fixed-random)"
+            );
+        }
+        Ok(())
+    }
+
     fn describe(&self) -> Result<StackInfo> {
         let groups = caps::groups()?;
         let sigalgs = caps::sigalgs()?;
         let mut cert_key_types: Vec<String> = Vec::new();
         for s in &sigalgs {
             if let Some(spec) = caps::key_spec_for_sigalg(&s.name) {
-                let makeable = crate::tls::certkey::KeySpec::parse(&spec)
+                let makeable = crate::tls::pki::certkey::KeySpec::parse(&spec)
                     .map(|k| k.by_openssl())
                     .unwrap_or(false);
                 if makeable && !cert_key_types.contains(&spec) {
@@ -106,7 +119,7 @@ impl Stack for OpenSsl {
             SslContext::builder(SslMethod::tls())
                 .is_ok_and(|mut b| b.set_ciphersuites(name).is_ok())
         })
-        .map(|(name, code)| super::stack::NamedCode {
+        .map(|(name, code)| crate::tls::stack::NamedCode {
             name: name.to_string(),
             code,
             versions: vec!["1.3"],
@@ -124,7 +137,7 @@ impl Stack for OpenSsl {
             limits,
             // OpenSSL's handshake write BIO (bf_buff.c default size); one record per
             // handshake message.
-            write_model: super::stack::WriteModel {
+            write_model: crate::tls::stack::WriteModel {
                 kind: "buffer",
                 buffer_bytes: Some(4096),
                 records: "message",
@@ -145,7 +158,7 @@ impl Stack for OpenSsl {
 /// Signature algorithms OpenSSL can make keys for and sign X.509 certificates with that have
 /// no TLS signature scheme here (SLH-DSA in 3.5): usable as a CA, not as a TLS signer.
 fn certificate_only_signers() -> Vec<String> {
-    let provided = crate::info::openssl_algorithms();
+    let provided = crate::primitives::ossl::provided();
     let mut out = Vec::new();
     for m in provided["signatures"].as_array().into_iter().flatten() {
         let Some(name) = m["name"].as_str() else {
@@ -154,7 +167,7 @@ fn certificate_only_signers() -> Vec<String> {
         if !name.to_ascii_uppercase().starts_with("SLH-DSA-") {
             continue;
         }
-        let makeable = crate::tls::certkey::KeySpec::parse(name)
+        let makeable = crate::tls::pki::certkey::KeySpec::parse(name)
             .map(|k| k.by_openssl())
             .unwrap_or(false);
         if makeable {
