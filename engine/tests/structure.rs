@@ -36,6 +36,7 @@ const LAYERS: &[(&str, u32)] = &[
     ("crate::tls::registry", 7),
     ("crate::tls::loops", 8),
     ("crate::tls::commands", 9),
+    ("crate::tls::contract", 9),
     ("crate::tls", 9),
     ("crate::info", 10),
     ("crate::cli", 11),
@@ -168,6 +169,14 @@ fn declared_children(code: &str) -> Vec<String> {
         }
     }
     out
+}
+
+/// Whether `code` holds an inline module (`mod x {`).
+fn inline_module(code: &str) -> bool {
+    let words: Vec<&str> = code.split_whitespace().collect();
+    words
+        .windows(3)
+        .any(|w| w[0] == "mod" && (w[2] == "{" || w[1].ends_with('{')))
 }
 
 /// Every path a `use` tree names, expanded: `use a::{b, c::{d, self}}` gives `a::b`,
@@ -329,6 +338,12 @@ fn crate_modules(src: &Path) -> BTreeMap<String, String> {
         let text = std::fs::read_to_string(&file)
             .unwrap_or_else(|e| panic!("cannot read {}: {e}", file.display()));
         let code = without_test_items(&code_only(&text));
+        // `super::` inside an inline module would be read as the file's: there are none.
+        assert!(
+            !inline_module(&code),
+            "{}: an inline module outside test code; give it a file",
+            file.display()
+        );
         for child in declared_children(&code) {
             let (path, child_dir) = child_file(&dir, &child);
             todo.push((format!("{module}::{child}"), path, child_dir));
@@ -606,6 +621,15 @@ fn test_code_comments_and_strings_make_no_edge_and_children_do() {
         g["crate::a"],
         BTreeSet::from(["crate::a::inner".to_string()])
     );
+}
+
+#[test]
+fn an_inline_module_is_seen() {
+    assert!(inline_module("pub mod testing {\n use super::*; }"));
+    assert!(inline_module("mod t{ }"));
+    assert!(!inline_module(
+        "pub mod testing;\nfn f() { let module = 1; }"
+    ));
 }
 
 #[test]

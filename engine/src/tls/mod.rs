@@ -9,11 +9,11 @@
 //! - `stack`: what a TLS library implements (the traits); `stacks/`: one folder per library.
 //! - `registry`: every stack by name; the one module outside `stacks/` that names one.
 //! - `loops/`: the server, client, load, bulk, memory, hello and reference loops, written
-//!   once against `stack`; `commands`: the `tls` subcommands.
+//!   once against `stack`; `commands`: the `tls` subcommands; `contract`: the suite every
+//!   stack passes, wherever it is linked.
 
 pub mod commands;
-#[cfg(test)]
-mod contract;
+pub mod contract;
 pub mod http;
 pub mod loops;
 pub mod pki;

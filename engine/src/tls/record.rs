@@ -740,34 +740,28 @@ pub fn line_with_events(record: &Value, events: Option<&[Event]>) -> Option<Vec<
     Some(text)
 }
 
-#[cfg(test)]
-pub mod testing {
-    //! A sink that keeps records in memory, events included, for tests.
-    use super::*;
-    use std::sync::Mutex;
+/// A sink that keeps records in memory, events included, for tests and the contract suite.
+#[derive(Default)]
+pub struct Memory(pub Mutex<Vec<Value>>);
 
-    #[derive(Default)]
-    pub struct Memory(pub Mutex<Vec<Value>>);
+impl Memory {
+    pub fn records(&self) -> Vec<Value> {
+        self.0.lock().map(|v| v.clone()).unwrap_or_default()
+    }
+}
 
-    impl Memory {
-        pub fn records(&self) -> Vec<Value> {
-            self.0.lock().map(|v| v.clone()).unwrap_or_default()
+impl Sink for Memory {
+    fn record(&self, record: &Value) {
+        if let Ok(mut v) = self.0.lock() {
+            v.push(record.clone());
         }
     }
-
-    impl Sink for Memory {
-        fn record(&self, record: &Value) {
-            if let Ok(mut v) = self.0.lock() {
-                v.push(record.clone());
-            }
+    fn connection(&self, record: &Value, events: Option<&[Event]>) {
+        let mut r = record.clone();
+        if let Some(ev) = events {
+            r["events"] = serde_json::to_value(ev).unwrap_or(Value::Null);
         }
-        fn connection(&self, record: &Value, events: Option<&[Event]>) {
-            let mut r = record.clone();
-            if let Some(ev) = events {
-                r["events"] = serde_json::to_value(ev).unwrap_or(Value::Null);
-            }
-            self.record(&r);
-        }
+        self.record(&r);
     }
 }
 

@@ -4,13 +4,18 @@
 use super::stack::{Stack, StackInfo};
 use crate::out::Result;
 
-/// Every TLS stack the engine can run: the one place a stack is added.
-pub fn registered() -> Vec<&'static dyn Stack> {
-    let mut stacks: Vec<&'static dyn Stack> = vec![
+/// The stacks linked into the library: the one place a stack of the library is added.
+pub fn library() -> Vec<&'static dyn Stack> {
+    vec![
         &super::stacks::openssl::OpenSsl,
         &super::stacks::rustls::RUSTLS,
         &super::stacks::rustls::RUSTLS_AWS_LC_RS,
-    ];
+    ]
+}
+
+/// Every TLS stack this program can run: the library's and those the program added.
+pub fn registered() -> Vec<&'static dyn Stack> {
+    let mut stacks = library();
     stacks.extend(ADDED.get().copied().unwrap_or_default().iter().copied());
     #[cfg(test)]
     stacks.extend(super::stacks::openssl::fake::STACKS);

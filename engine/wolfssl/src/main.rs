@@ -14,3 +14,10 @@ fn main() {
         stacks: &STACKS,
     });
 }
+
+/// The contract every TLS stack keeps, run for this program's stacks in this program (its
+/// registry: the library's stacks and wolfSSL, which it interoperates with both ways).
+#[cfg(test)]
+mod contract {
+    pqlab_engine::contract_suite!(&super::STACKS);
+}

@@ -8,25 +8,13 @@
 
 use super::{client, connect, server};
 use crate::out::Error;
-use crate::tls::contract::{loopback, make_certs, TempDir};
-use crate::tls::record::testing::Memory;
+use crate::tls::contract::{loopback, make_certs, ClientCli, ServerCli, TempDir};
+use crate::tls::record::Memory;
 use clap::Parser;
 use serde_json::Value;
 use std::io::{Read, Write};
 use std::net::TcpListener;
 use std::time::{Duration, Instant};
-
-#[derive(Parser)]
-struct ClientCli {
-    #[command(flatten)]
-    a: connect::Args,
-}
-
-#[derive(Parser)]
-struct ServerCli {
-    #[command(flatten)]
-    a: server::Args,
-}
 
 fn sent_and_received(record: &Value, msg: &str) -> (usize, usize) {
     let evs = record["events"].as_array().cloned().unwrap_or_default();

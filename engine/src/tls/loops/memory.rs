@@ -285,7 +285,7 @@ impl Window {
         Window {
             painted,
             t0: Stamp::now(),
-            source: stack.heap_source(),
+            source: stack.heap_counting().source(),
         }
     }
 

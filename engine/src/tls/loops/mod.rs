@@ -10,6 +10,8 @@ mod client_tests;
 pub mod connect;
 pub mod hello;
 pub mod load;
+#[cfg(test)]
+mod loop_tests;
 pub mod memory;
 pub mod options;
 pub mod reference;

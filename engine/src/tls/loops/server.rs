@@ -130,7 +130,7 @@ impl Drop for Established {
 /// C allocator) and resident set with `open` connections up.
 fn heap_record(sink: &dyn Sink, index: u64, stack: &dyn crate::tls::stack::Stack) {
     use crate::heap::{process_counts, Source};
-    let c = process_counts(stack.heap_source());
+    let c = process_counts(stack.heap_counting().source());
     let m = process_counts(Source::Malloc);
     sink.record(&json!({
         "type": "heap", "index": index, "connections_open": ESTABLISHED.load(Ordering::SeqCst),

@@ -7,8 +7,8 @@ use super::OpenSsl;
 use crate::out::Result;
 use crate::tls::record::Negotiated;
 use crate::tls::stack::{
-    ClientContext, ClientSetup, Handshake, ReadOutcome, ServerContext, ServerName, ServerSetup,
-    Session, Stack, StackInfo, Verification,
+    ClientContext, ClientSetup, Handshake, HeapCounting, ReadOutcome, ServerContext, ServerName,
+    ServerSetup, Session, Stack, StackInfo, Verification,
 };
 use crate::tls::transport::tcp::Wire;
 use std::sync::Arc;
@@ -42,8 +42,8 @@ impl Stack for FakeOpenssl {
             ..OpenSsl.describe()?
         })
     }
-    fn heap_source(&self) -> crate::heap::Source {
-        OpenSsl.heap_source()
+    fn heap_counting(&self) -> HeapCounting {
+        OpenSsl.heap_counting()
     }
 }
 
@@ -74,8 +74,8 @@ impl Stack for WrongGroup {
             ..OpenSsl.describe()?
         })
     }
-    fn heap_source(&self) -> crate::heap::Source {
-        OpenSsl.heap_source()
+    fn heap_counting(&self) -> HeapCounting {
+        OpenSsl.heap_counting()
     }
 }
 

@@ -10,8 +10,9 @@ pub mod ffi;
 use crate::out::{Error, Result};
 use crate::tls::record::Negotiated;
 use crate::tls::stack::{
-    ClientContext, ClientSetup, Handshake, Protocol, ReadOutcome, ServerContext, ServerName,
-    ServerSetup, Session, Stack, StackInfo, TlsVersion, Verification, VerifyMode,
+    ClientContext, ClientSetup, Framing, Handshake, HeapCounting, KeyShares, Limits, Protocol,
+    ReadOutcome, ServerContext, ServerName, ServerSetup, Session, Stack, StackInfo, TlsVersion,
+    Verification, VerifyMode, WriteModel, Writes,
 };
 use crate::tls::transport::tcp::Wire;
 use openssl::ssl::{
@@ -62,8 +63,8 @@ impl Stack for OpenSsl {
         caps::codes().sigalg(name)
     }
 
-    fn heap_source(&self) -> crate::heap::Source {
-        crate::heap::Source::OpenSsl
+    fn heap_counting(&self) -> HeapCounting {
+        HeapCounting::OpensslHooks
     }
 
     fn fixed_random(&self) -> bool {
@@ -101,11 +102,10 @@ impl Stack for OpenSsl {
             }
         }
         let ctx = SslContext::builder(SslMethod::tls())?.build();
-        let mut limits = serde_json::Map::new();
-        limits.insert(
-            "max_cert_list_bytes".into(),
-            serde_json::json!(ffi::max_cert_list(&ctx)),
-        );
+        let limits = Limits {
+            max_cert_list_bytes: Some(ffi::max_cert_list(&ctx) as u64),
+            ..Limits::default()
+        };
         // RFC 8446's suites, each kept when libssl takes it alone.
         let cipher_suites = [
             ("TLS_AES_128_GCM_SHA256", 0x1301),
@@ -137,15 +137,15 @@ impl Stack for OpenSsl {
             limits,
             // OpenSSL's handshake write BIO (bf_buff.c default size); one record per
             // handshake message.
-            write_model: crate::tls::stack::WriteModel {
-                kind: "buffer",
+            write_model: WriteModel {
+                kind: Writes::Buffer,
                 buffer_bytes: Some(4096),
-                records: "message",
+                records: Framing::Message,
             },
             server_name_ack: false,
             change_cipher_spec: true,
             // `*` before a group in libssl's groups list asks for its key share.
-            key_shares: "any",
+            key_shares: KeyShares::Any,
             key_share_companions: Vec::new(),
             build_options: Vec::new(),
             heap_counting: self.heap_counting(),
