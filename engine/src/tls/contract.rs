@@ -13,9 +13,11 @@ use super::stack::Stack;
 use crate::out::Result;
 use clap::Parser;
 use serde_json::Value;
+use std::io::{Read, Write};
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 /// The contract suite as tests: one `#[test]` per check, each run for every stack given
 /// (`contract_suite!()`: the library's own; `contract_suite!(&STACKS)`: a program's, added
@@ -40,6 +42,8 @@ macro_rules! contract_suite {
             every_group_completes_a_verified_handshake,
             every_certificate_key_type_serves_a_verified_handshake,
             every_ca_key_type_signs_a_chain_its_client_verifies,
+            a_trickling_server_cannot_hold_its_client_past_the_deadline,
+            a_server_that_is_not_tls_is_a_misbehaving_peer,
             interoperates_on_every_group_it_shares,
             interoperates_on_every_signature_it_shares,
             fixes_its_randomness_exactly_when_it_says_it_can
@@ -415,4 +419,121 @@ pub fn fixes_its_randomness_exactly_when_it_says_it_can(st: &'static dyn Stack) 
         .join()
         .unwrap();
     assert_eq!(says, did, "{}", st.name());
+}
+
+/// A TCP server on 127.0.0.1 that reads the ClientHello and answers with `reply` (then
+/// closes): all at once, or with `every` non-zero a byte at a time, until the client goes;
+/// its port.
+pub fn fake_server(reply: &[u8], every: Duration) -> (u16, std::thread::JoinHandle<()>) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let reply = reply.to_vec();
+    let h = std::thread::spawn(move || {
+        let (mut s, _) = listener.accept().unwrap();
+        let mut buf = [0u8; 8192];
+        let _ = s.read(&mut buf);
+        if every.is_zero() {
+            let _ = s.write_all(&reply);
+            return;
+        }
+        for b in reply {
+            if s.write_all(&[b]).is_err() {
+                return;
+            }
+            std::thread::sleep(every);
+        }
+    });
+    (port, h)
+}
+
+/// A server that answers the ClientHello with the start of a real ServerHello record, one
+/// byte every 100 ms (so no single read waits long), until the client goes.
+pub fn trickling_server() -> (u16, std::thread::JoinHandle<()>) {
+    let mut hello = vec![22, 3, 3, 0, 122, 2, 0, 0, 118, 3, 3];
+    hello.extend([7u8; 111]);
+    fake_server(&hello, Duration::from_millis(100))
+}
+
+/// The stack's client against 127.0.0.1:`port`, trusting the root in `dir`: its result and
+/// its records.
+fn client_against(
+    st: &dyn Stack,
+    dir: &Path,
+    port: u16,
+    extra: &[&str],
+) -> (Result<()>, Vec<Value>) {
+    let connect = format!("127.0.0.1:{port}");
+    let root = dir.join("root.crt.pem");
+    let mut argv = vec![
+        "t",
+        "--stack",
+        st.name(),
+        "--connect",
+        &connect,
+        "--ca",
+        root.to_str().unwrap(),
+        "--io-timeout",
+        "5",
+    ];
+    argv.extend(extra);
+    let a = ClientCli::parse_from(argv).a;
+    let sink = Memory::default();
+    let res = client::run_with(st, &a, &sink);
+    (res, sink.records())
+}
+
+/// A server that trickles its ServerHello a byte at a time cannot hold the stack's client
+/// past `--connection-timeout` or `--time-limit`: the connection fails as an I/O error in
+/// the handshake, naming the flag, soon after the deadline.
+pub fn a_trickling_server_cannot_hold_its_client_past_the_deadline(st: &'static dyn Stack) {
+    let dir = TempDir::new("trickle");
+    make_certs(dir.path(), CA_FOR_ALL, CA_FOR_ALL);
+    let name = st.name();
+    for (bound, flag) in [
+        (&["--connection-timeout", "1"][..], "--connection-timeout 1"),
+        (&["--time-limit", "1"][..], "--time-limit 1"),
+    ] {
+        let (port, h) = trickling_server();
+        let t0 = Instant::now();
+        let (res, recs) = client_against(st, dir.path(), port, bound);
+        let took = t0.elapsed();
+        h.join().unwrap();
+        let e = res.unwrap_err();
+        // Each read got a byte within 100 ms: only the deadline ended the connection.
+        assert!(
+            took >= Duration::from_millis(900) && took < Duration::from_secs(3),
+            "{name} {flag}: {took:?}"
+        );
+        assert_eq!(e.kind(), "io", "{name} {flag}: {e}");
+        assert!(
+            e.message().contains("in the handshake") && e.message().contains(flag),
+            "{name}: {e}"
+        );
+        let c = recs.iter().find(|r| r["type"] == "connection_error");
+        let c = c.unwrap_or_else(|| panic!("{name}: {recs:?}"));
+        assert_eq!(c["failed_in"], "handshake", "{name}");
+        assert!(c["bytes_received"].as_u64().unwrap() >= 5, "{c}");
+    }
+}
+
+/// A server that answers the ClientHello with something that is not a TLS server's answer
+/// (HTTP, a Certificate where the ServerHello belongs, nothing at all) is a peer that
+/// misbehaved, whatever the stack, and the connection is recorded as such.
+pub fn a_server_that_is_not_tls_is_a_misbehaving_peer(st: &'static dyn Stack) {
+    let dir = TempDir::new("not-tls");
+    make_certs(dir.path(), CA_FOR_ALL, CA_FOR_ALL);
+    for reply in [
+        &b"HTTP/1.1 400 Bad Request\r\n\r\n"[..],
+        &[22, 3, 3, 0, 4, 11, 0, 0, 0][..],
+        &b""[..],
+    ] {
+        let (port, h) = fake_server(reply, Duration::ZERO);
+        let (res, recs) = client_against(st, dir.path(), port, &[]);
+        h.join().unwrap();
+        let e = res.unwrap_err();
+        assert_eq!(e.kind(), "peer", "{} {reply:?}: {e}", st.name());
+        let c = recs.iter().find(|r| r["type"] == "connection_error");
+        let c = c.unwrap_or_else(|| panic!("{}: {recs:?}", st.name()));
+        assert_eq!(c["kind"], "peer", "{c}");
+    }
 }
