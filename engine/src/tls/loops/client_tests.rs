@@ -42,7 +42,7 @@ fn a_chain_that_does_not_validate_is_reported_or_refused() {
         wrong.path().join("root.crt.pem"),
     )
     .unwrap();
-    for stack in ["openssl", "rustls", "rustls-aws-lc-rs"] {
+    for stack in library_stacks() {
         // Required (the default): the handshake ends, recorded as a connection_error.
         let r = loopback(wrong.path(), &["--stack", stack], &["--stack", stack], 1);
         assert!(
@@ -153,7 +153,17 @@ fn key_shares_decide_whether_the_server_asks_again() {
 fn an_http_get_is_read_to_its_end_and_the_chain_recorded() {
     let dir = TempDir::new("http");
     make_certs(dir.path(), "EC:P-256", "ML-DSA-44");
-    for stack in ["openssl", "rustls"] {
+    // The library's stacks that serve the ML-DSA-44 leaf.
+    let serve_it = |st: &&dyn crate::tls::stack::Stack| {
+        st.describe()
+            .is_ok_and(|i| i.cert_key_types.iter().any(|k| k == "ML-DSA-44"))
+    };
+    let stacks: Vec<_> = crate::tls::registry::library()
+        .into_iter()
+        .filter(serve_it)
+        .collect();
+    assert!(stacks.len() >= 2, "fewer than two stacks serve ML-DSA-44");
+    for stack in stacks.iter().map(|s| s.name()) {
         let r = loopback(
             dir.path(),
             &["--stack", stack],
@@ -198,6 +208,14 @@ fn an_http_get_is_read_to_its_end_and_the_chain_recorded() {
         bad.is_err(),
         "--request-path and --request-bytes exclude each other"
     );
+}
+
+/// The names of the library's stacks.
+fn library_stacks() -> Vec<&'static str> {
+    crate::tls::registry::library()
+        .iter()
+        .map(|s| s.name())
+        .collect()
 }
 
 #[test]
@@ -277,7 +295,7 @@ fn client_args(dir: &std::path::Path, port: u16, extra: &[&str]) -> connect::Arg
 fn a_server_that_stalls_after_the_handshake_is_cut_off_in_the_response() {
     let dir = TempDir::new("stall");
     make_certs(dir.path(), "EC:P-256", "EC:P-256");
-    for stack in ["openssl", "rustls", "rustls-aws-lc-rs"] {
+    for stack in library_stacks() {
         // --response-mode none: the server reads the request and never answers it.
         let t0 = Instant::now();
         let r = loopback(
