@@ -21,7 +21,8 @@ report: setup
 
 lint:
 	cd engine && cargo fmt --check
-	cd engine && cargo clippy --release --locked --workspace --all-targets -q -- -D warnings
+	# clippy::too_many_lines: functions over engine/clippy.toml's threshold fail.
+	cd engine && cargo clippy --release --locked --workspace --all-targets -q -- -D warnings -W clippy::too_many_lines
 	$(VENV)/bin/ruff check src tests benchmarks
 	$(VENV)/bin/ruff format --check src tests benchmarks
 

@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import argparse
 import copy
+import dataclasses
 
 import pytest
 
 from conftest import run_pqlab
 from pqlab import catalog, engine
-from pqlab.errors import UserError
+from pqlab.errors import EngineError, UserError
 from pqlab.tls import runner, stacks
 
 
@@ -164,3 +165,31 @@ def test_a_client_hello_is_the_same_whatever_root_the_client_trusts(tmp_path, st
         stacks._HELLOS.clear()
         sizes.add(stacks.client_hello(st, group, sigalg, "198.18.0.2", str(root)))
     assert len(sizes) == 1
+
+
+def test_an_info_record_that_lacks_a_field_is_refused():
+    info = copy.deepcopy(engine.info())
+    assert set(stacks.parse(info)) >= {"openssl", "rustls"}
+    for path in (
+        ("heap_counting",),
+        ("fixed_random",),
+        ("message_events",),
+        ("limits", "max_cert_list_bytes"),
+        ("write_model", "records"),
+    ):
+        broken = copy.deepcopy(info)
+        entry = broken["tls_stacks"][1]
+        for key in path[:-1]:
+            entry = entry[key]
+        del entry[path[-1]]
+        with pytest.raises(EngineError, match=rf"tls_stacks\[1\]\..*{path[-1]}"):
+            stacks.parse(broken)
+
+
+def test_the_certificate_message_bound_is_the_smaller_of_a_stack_s_bounds():
+    ossl, rustls = stacks.get("openssl"), stacks.get("rustls")
+    assert ossl.limits["max_handshake_message_bytes"] is None
+    assert ossl.certificate_message_limit() == ossl.limits["max_cert_list_bytes"] >= 100 * 1024
+    assert rustls.certificate_message_limit() == 65535
+    both = dataclasses.replace(ossl, limits={**ossl.limits, "max_handshake_message_bytes": 70000})
+    assert both.certificate_message_limit() == 70000

@@ -4,7 +4,7 @@
 pqlab_engine::count_c_allocator!();
 
 fn main() {
-    pqlab_engine::run(pqlab_engine::Program {
+    pqlab_engine::cli::run(pqlab_engine::cli::Program {
         name: "pqlab-engine",
         stacks: &[],
     });

@@ -90,10 +90,17 @@ fn every_tls_command_echoes_its_options() {
         "X25519",
     ];
 
+    client_and_load_echo(&target);
+    bulk_and_hold_echo(&target);
+    memory_echoes(&chain, &key, &root);
+}
+
+/// `tls client` and `tls load` against the server at `target`.
+fn client_and_load_echo(target: &[&str]) {
     let client = first_record(
         &[
             &["tls", "client"][..],
-            &target,
+            target,
             &[
                 "-n",
                 "2",
@@ -129,7 +136,7 @@ fn every_tls_command_echoes_its_options() {
     let load = first_record(
         &[
             &["tls", "load"][..],
-            &target,
+            target,
             &["--mode", "open", "--rate", "250", "--clients", "3"],
             &["--duration-ms", "40", "-n", "5", "--warmup", "2"],
         ]
@@ -148,11 +155,14 @@ fn every_tls_command_echoes_its_options() {
             ("expect-group", json!("X25519")),
         ],
     );
+}
 
+/// `tls bulk` and `tls hold` against the server at `target`.
+fn bulk_and_hold_echo(target: &[&str]) {
     let bulk = first_record(
         &[
             &["tls", "bulk"][..],
-            &target,
+            target,
             &["--push-bytes", "1000", "--pull-bytes", "2000", "-n", "1"],
         ]
         .concat(),
@@ -166,7 +176,7 @@ fn every_tls_command_echoes_its_options() {
     let hold = first_record(
         &[
             &["tls", "hold"][..],
-            &target,
+            target,
             &["-n", "2", "--hold-ms", "5", "--gap-ms", "3"],
         ]
         .concat(),
@@ -180,16 +190,19 @@ fn every_tls_command_echoes_its_options() {
             ("gap-ms", json!(3)),
         ],
     );
+}
 
+/// `tls memory`, both roles in its own process.
+fn memory_echoes(chain: &str, key: &str, root: &str) {
     let memory = first_record(&[
         "tls",
         "memory",
         "--cert-chain",
-        &chain,
+        chain,
         "--key",
-        &key,
+        key,
         "--ca",
-        &root,
+        root,
         "-n",
         "3",
         "--warmup",

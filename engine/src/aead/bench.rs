@@ -610,6 +610,47 @@ fn speed_ctx(alg: &Algorithm, encrypt: bool) -> Result<Ctx> {
     Ok(ctx)
 }
 
+/// The one valid (ciphertext, tag) of `plaintext` for this key and IV, made and verified
+/// untimed. Speed makes it the same way (encrypt once without AAD, then decrypt it over and
+/// over).
+fn speed_reference(
+    cell: &Cell,
+    alg: &Algorithm,
+    key: &[u8],
+    iv: &[u8; 12],
+    plaintext: &[u8],
+) -> Result<(Slots, [u8; TAG_LEN])> {
+    let (name, size) = (&cell.spec.name, cell.size);
+    let ccm = cell.spec.kind == Kind::Ccm;
+    let mut reference = Slots::new(1, size);
+    let mut tag = [0u8; TAG_LEN];
+    let e = speed_ctx(alg, true)?;
+    e.set_iv_len(12)?;
+    if ccm {
+        e.set_tag_len(TAG_LEN)?;
+    }
+    e.init(Some(key), Some(iv), -1)?;
+    if ccm {
+        e.set_length(size)?;
+    }
+    reference.fill(1, |_| plaintext);
+    e.update_in_place(reference.slot(0), size)?;
+    if !e.finish(&mut reference.slot(0)[size..]) {
+        bail!(Library, "{name}: preparing the reference ciphertext failed");
+    }
+    e.get_tag(&mut tag)?;
+    let mut back = Slots::new(1, size);
+    if !decrypt_once(alg, key, iv, reference.record(0), &tag, back.slot(0), ccm)?
+        || back.record(0) != plaintext
+    {
+        bail!(
+            Check,
+            "{name}: the reference ciphertext does not decrypt to the plaintext"
+        );
+    }
+    Ok((reference, tag))
+}
+
 /// `openssl speed -evp` for GCM and CCM: `EVP_Update_loop_aead_enc/dec`. Like speed, it
 /// encrypts in place and decrypts from one buffer (the reference ciphertext) into another.
 fn speed_ae(
@@ -626,41 +667,7 @@ fn speed_ae(
     let iv = [0u8; 12]; // speed's static aead_iv: zeros
     let mut work = Slots::new(batch, size);
 
-    // The one valid (ciphertext, tag) for this key and IV, made and verified untimed. Speed
-    // makes it the same way (encrypt once without AAD, then decrypt it over and over).
-    let mut reference = Slots::new(1, size);
-    let mut tag = [0u8; TAG_LEN];
-    {
-        let e = speed_ctx(alg, true)?;
-        e.set_iv_len(12)?;
-        if ccm {
-            e.set_tag_len(TAG_LEN)?;
-        }
-        e.init(Some(key), Some(&iv), -1)?;
-        if ccm {
-            e.set_length(size)?;
-        }
-        reference.fill(1, |_| plaintext);
-        e.update_in_place(reference.slot(0), size)?;
-        if !e.finish(&mut reference.slot(0)[size..]) {
-            bail!(
-                Library,
-                "{}: preparing the reference ciphertext failed",
-                spec.name
-            );
-        }
-        e.get_tag(&mut tag)?;
-        let mut back = Slots::new(1, size);
-        if !decrypt_once(alg, key, &iv, reference.record(0), &tag, back.slot(0), ccm)?
-            || back.record(0) != plaintext
-        {
-            bail!(
-                Check,
-                "{}: the reference ciphertext does not decrypt to the plaintext",
-                spec.name
-            );
-        }
-    }
+    let (mut reference, mut tag) = speed_reference(cell, alg, key, &iv, plaintext)?;
     if !encrypt {
         match cell.fault {
             Some(Fault::Tag) => flip(&mut tag),

@@ -4,6 +4,21 @@
 
 use crate::out::Result;
 use serde_json::Value;
+use std::collections::BTreeMap;
+
+/// Backend parameters given as `--param KEY=VALUE` (catalogue field `params`).
+pub type Params = BTreeMap<String, String>;
+
+/// A C library's NUL-terminated string (NULL: empty), lossily as UTF-8.
+pub(crate) fn cstr(p: *const libc::c_char) -> String {
+    if p.is_null() {
+        return String::new();
+    }
+    // SAFETY: a non-NULL pointer from a C library to a NUL-terminated string it owns.
+    unsafe { std::ffi::CStr::from_ptr(p) }
+        .to_string_lossy()
+        .into_owned()
+}
 
 /// Sizes of one key pair, in bytes. `None`: the library has no such encoding for this
 /// algorithm (the reason is in `notes`).

@@ -8,19 +8,16 @@ pub mod backend;
 pub mod der;
 mod measure;
 pub mod oqs;
-mod ossl;
+pub mod ossl;
 mod timer;
 
 #[cfg(test)]
 mod tests;
 
 use crate::out::{emit, Error, Result};
+use backend::Params;
 use measure::Plan;
 use serde_json::{Map, Value};
-use std::collections::BTreeMap;
-
-/// Backend parameters given as `--param KEY=VALUE` (catalogue field `params`).
-pub type Params = BTreeMap<String, String>;
 
 /// Largest `--iterations`: 10 million samples per operation is about 1 GB of output lines.
 const MAX_ITERATIONS: u64 = 10_000_000;

@@ -4,8 +4,8 @@
 //! uses (AlgorithmIdentifier = OID without parameters, BIT STRING / OCTET STRING of the raw
 //! key), so their sizes are computed, not taken from a library.
 
-use super::backend::{Kem, KeySizes, SigSizes, Signature};
-use super::{der, Params};
+use super::backend::{cstr, Kem, KeySizes, Params, SigSizes, Signature};
+use super::der;
 use crate::out::{Error, Result};
 use oqs_sys::{common::OQS_STATUS, kem, sig};
 use serde_json::{json, Value};
@@ -22,6 +22,57 @@ pub fn liboqs_version() -> String {
     unsafe { std::ffi::CStr::from_ptr(oqs_sys::common::OQS_version()) }
         .to_string_lossy()
         .into_owned()
+}
+
+/// liboqs's enabled algorithms (`info.liboqs`) with the sizes and NIST level liboqs reports for each.
+pub fn algorithms() -> (Vec<serde_json::Value>, Vec<serde_json::Value>) {
+    use oqs_sys::{kem, sig};
+    let mut kems = Vec::new();
+    let mut sigs = Vec::new();
+    unsafe {
+        for i in 0..kem::OQS_KEM_alg_count() {
+            let name = kem::OQS_KEM_alg_identifier(i as usize);
+            if kem::OQS_KEM_alg_is_enabled(name) != 1 {
+                continue;
+            }
+            let k = kem::OQS_KEM_new(name);
+            if k.is_null() {
+                continue;
+            }
+            let r = &*k;
+            kems.push(json!({
+                "name": cstr(name),
+                "nist_level": r.claimed_nist_level,
+                "ind_cca": r.ind_cca,
+                "public_key": r.length_public_key,
+                "secret_key": r.length_secret_key,
+                "ciphertext": r.length_ciphertext,
+                "shared_secret": r.length_shared_secret,
+            }));
+            kem::OQS_KEM_free(k);
+        }
+        for i in 0..sig::OQS_SIG_alg_count() {
+            let name = sig::OQS_SIG_alg_identifier(i as usize);
+            if sig::OQS_SIG_alg_is_enabled(name) != 1 {
+                continue;
+            }
+            let s = sig::OQS_SIG_new(name);
+            if s.is_null() {
+                continue;
+            }
+            let r = &*s;
+            sigs.push(json!({
+                "name": cstr(name),
+                "nist_level": r.claimed_nist_level,
+                "euf_cma": r.euf_cma,
+                "public_key": r.length_public_key,
+                "secret_key": r.length_secret_key,
+                "signature": r.length_signature,
+            }));
+            sig::OQS_SIG_free(s);
+        }
+    }
+    (kems, sigs)
 }
 
 fn no_params(params: &Params, name: &str) -> Result<()> {
@@ -87,7 +138,7 @@ impl OqsKem {
         // SAFETY: NUL-terminated name; NULL means unknown or disabled.
         let ptr = unsafe { kem::OQS_KEM_new(c.as_ptr()) };
         if ptr.is_null() {
-            let (kems, _) = crate::info::liboqs_algorithms();
+            let (kems, _) = algorithms();
             let names = kems
                 .iter()
                 .filter_map(|k| k["name"].as_str().map(String::from))
@@ -287,7 +338,7 @@ impl OqsSig {
         // SAFETY: as for KEMs.
         let ptr = unsafe { sig::OQS_SIG_new(c.as_ptr()) };
         if ptr.is_null() {
-            let (_, sigs) = crate::info::liboqs_algorithms();
+            let (_, sigs) = algorithms();
             let names = sigs
                 .iter()
                 .filter_map(|k| k["name"].as_str().map(String::from))

@@ -3,11 +3,10 @@
 //! its own EVP_PKEY_CTX / EVP_MD_CTX, as a TLS stack does per handshake; `openssl speed`
 //! instead reuses one context, which makes it slightly faster for the quickest operations.
 
-use super::backend::{Kem, KeyAgreement, KeySizes, SigSizes, Signature};
-use super::Params;
+use super::backend::{cstr, Kem, KeyAgreement, KeySizes, Params, SigSizes, Signature};
 use crate::out::{Error, Result};
 use foreign_types::ForeignType;
-use libc::{c_char, c_int, c_uchar, size_t};
+use libc::{c_char, c_int, c_uchar, c_void, size_t};
 use openssl::hash::MessageDigest;
 use openssl::pkey::{PKey, Private};
 use openssl::rsa::Padding;
@@ -683,4 +682,116 @@ impl Signature for OsslSig {
         }
         n
     }
+}
+
+// ---------------------------------------------------------------------------------------
+// The algorithms of the loaded providers (`info.openssl`), so the catalogue can be checked
+// against the library itself. These OpenSSL 3 functions are not bound by openssl-sys.
+
+type MethodFn = unsafe extern "C" fn(*mut c_void, *mut c_void);
+type NameFn = unsafe extern "C" fn(*const c_char, *mut c_void);
+
+extern "C" {
+    fn EVP_KEM_do_all_provided(libctx: *mut c_void, f: MethodFn, arg: *mut c_void);
+    fn EVP_KEM_names_do_all(m: *const c_void, f: NameFn, arg: *mut c_void) -> c_int;
+    fn EVP_KEM_get0_name(m: *const c_void) -> *const c_char;
+    fn EVP_KEM_get0_provider(m: *const c_void) -> *const c_void;
+    fn EVP_SIGNATURE_do_all_provided(libctx: *mut c_void, f: MethodFn, arg: *mut c_void);
+    fn EVP_SIGNATURE_names_do_all(m: *const c_void, f: NameFn, arg: *mut c_void) -> c_int;
+    fn EVP_SIGNATURE_get0_name(m: *const c_void) -> *const c_char;
+    fn EVP_SIGNATURE_get0_provider(m: *const c_void) -> *const c_void;
+    fn EVP_KEYMGMT_do_all_provided(libctx: *mut c_void, f: MethodFn, arg: *mut c_void);
+    fn EVP_KEYMGMT_names_do_all(m: *const c_void, f: NameFn, arg: *mut c_void) -> c_int;
+    fn EVP_KEYMGMT_get0_name(m: *const c_void) -> *const c_char;
+    fn EVP_KEYMGMT_get0_provider(m: *const c_void) -> *const c_void;
+    fn OSSL_PROVIDER_get0_name(p: *const c_void) -> *const c_char;
+}
+
+/// One provided method (KEM, signature or key manager): its name, every alias, its provider.
+struct Method {
+    name: String,
+    names: Vec<String>,
+    provider: String,
+}
+
+unsafe extern "C" fn collect_name(name: *const c_char, arg: *mut c_void) {
+    let names = &mut *(arg as *mut Vec<String>);
+    names.push(cstr(name));
+}
+
+macro_rules! method_collector {
+    ($fn_name:ident, $names:ident, $get_name:ident, $provider:ident) => {
+        unsafe extern "C" fn $fn_name(m: *mut c_void, arg: *mut c_void) {
+            let out = &mut *(arg as *mut Vec<Method>);
+            let mut names: Vec<String> = Vec::new();
+            $names(
+                m,
+                collect_name,
+                &mut names as *mut Vec<String> as *mut c_void,
+            );
+            names.sort();
+            out.push(Method {
+                name: cstr($get_name(m)),
+                names,
+                provider: cstr(OSSL_PROVIDER_get0_name($provider(m))),
+            });
+        }
+    };
+}
+method_collector!(
+    collect_kem,
+    EVP_KEM_names_do_all,
+    EVP_KEM_get0_name,
+    EVP_KEM_get0_provider
+);
+method_collector!(
+    collect_signature,
+    EVP_SIGNATURE_names_do_all,
+    EVP_SIGNATURE_get0_name,
+    EVP_SIGNATURE_get0_provider
+);
+method_collector!(
+    collect_keymgmt,
+    EVP_KEYMGMT_names_do_all,
+    EVP_KEYMGMT_get0_name,
+    EVP_KEYMGMT_get0_provider
+);
+
+fn methods_json(mut methods: Vec<Method>) -> Vec<Value> {
+    methods.sort_by(|a, b| a.name.cmp(&b.name));
+    methods
+        .into_iter()
+        .map(|m| json!({"name": m.name, "names": m.names, "provider": m.provider}))
+        .collect()
+}
+
+/// The KEMs, signatures and key managers of OpenSSL's loaded providers, with every alias
+/// and the provider of each.
+pub fn provided() -> Value {
+    let mut kems: Vec<Method> = Vec::new();
+    let mut sigs: Vec<Method> = Vec::new();
+    let mut keymgmt: Vec<Method> = Vec::new();
+    unsafe {
+        let null = std::ptr::null_mut();
+        EVP_KEM_do_all_provided(
+            null,
+            collect_kem,
+            &mut kems as *mut Vec<Method> as *mut c_void,
+        );
+        EVP_SIGNATURE_do_all_provided(
+            null,
+            collect_signature,
+            &mut sigs as *mut Vec<Method> as *mut c_void,
+        );
+        EVP_KEYMGMT_do_all_provided(
+            null,
+            collect_keymgmt,
+            &mut keymgmt as *mut Vec<Method> as *mut c_void,
+        );
+    }
+    json!({
+        "kems": methods_json(kems),
+        "signatures": methods_json(sigs),
+        "keymgmt": methods_json(keymgmt),
+    })
 }

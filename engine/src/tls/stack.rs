@@ -1,11 +1,14 @@
-//! The seam between pqlab's TLS loops and a TLS library: the typed options a stack is
-//! configured with, the small traits it implements (contexts that turn a `Wire` into a
-//! session, sessions that move application data and report what was negotiated), what a
-//! stack tells `info` it can do, and the registry that lists the stacks by name.
+//! What a TLS stack implements: the seam between pqlab's TLS loops and a TLS library. The
+//! typed options a stack is configured with, the small traits it implements (contexts that
+//! turn a `Wire` into a session, sessions that move application data and report what was
+//! negotiated), and what a stack tells `info` it can do.
 //!
-//! Adding a stack is one module implementing `Stack` plus one line in `registered()`.
+//! Adding a stack: a folder under `stacks/` implementing `Stack` (or a program of its own
+//! that passes it to `cli::run`), one line in `registry::registered()`, and the contract
+//! suite (`contract_suite!`) run for it.
 
-use super::record::{Negotiated, Wire};
+use super::record::Negotiated;
+use super::transport::tcp::Wire;
 use crate::out::Result;
 use std::net::IpAddr;
 use std::path::PathBuf;
@@ -164,7 +167,8 @@ pub enum Verification {
     NotChecked,
 }
 
-/// A library that can run TLS. Implementations are unit structs listed in `registered()`.
+/// A library that can run TLS. Implementations are unit structs listed in
+/// `registry::registered()`.
 pub trait Stack: Send + Sync {
     /// The name `--stack` selects.
     fn name(&self) -> &'static str;
@@ -181,14 +185,21 @@ pub trait Stack: Send + Sync {
     /// What the stack can do, read from the library (the `info.tls_stacks` entry).
     fn describe(&self) -> Result<StackInfo>;
     /// Which heap count holds the stack's own allocations (`tls memory`, `--count-heap`).
-    fn heap_source(&self) -> crate::heap::Source;
-    /// The name records give that count (`heap_counting`).
-    fn heap_counting(&self) -> &'static str {
-        heap_counting(self.heap_source())
-    }
-    /// Whether `--fixed-random` can make all of the stack's randomness repeatable.
+    fn heap_counting(&self) -> HeapCounting;
+    /// Whether `--fixed-random` can make all of the stack's randomness repeatable
+    /// (`fix_randomness` then succeeds).
     fn fixed_random(&self) -> bool {
         false
+    }
+    /// Make everything the calling thread's sessions draw from the stack's random generator
+    /// a fixed sequence, the same in every run (`tls memory --fixed-random`: randomised
+    /// algorithms then do the same work, and allocate the same, run to run).
+    fn fix_randomness(&self) -> Result<()> {
+        crate::bail!(
+            Usage,
+            "--fixed-random: the {} stack cannot fix its randomness",
+            self.name()
+        )
     }
     /// Full handshakes between this stack's client and server as the library's own tools
     /// drive them, with none of the engine's loops (`tls reference`): over `Transport::
@@ -314,7 +325,7 @@ pub struct StackInfo {
     /// can verify in a chain (a CA's key): `cert_key_types` and those that sign certificates
     /// but have no TLS signature scheme (e.g. SLH-DSA in OpenSSL 3.5).
     pub ca_key_types: Vec<String>,
-    pub limits: serde_json::Map<String, serde_json::Value>,
+    pub limits: Limits,
     /// How the stack hands a handshake flight to the socket and frames its messages.
     pub write_model: WriteModel,
     /// Whether its server answers a client's server_name with an empty server_name
@@ -326,107 +337,120 @@ pub struct StackInfo {
     /// How the library was configured, when the engine built it itself (wolfSSL's options);
     /// empty otherwise (OpenSSL's flags are in `info.openssl`).
     pub build_options: Vec<String>,
-    /// How `tls memory` counts the stack's heap: "openssl-hooks" (OpenSSL's allocations
-    /// through its own hooks), "malloc" (every block of the C allocator the role's thread
-    /// obtains: the stack, its crypto providers and the engine's few per-connection
-    /// buffers), or a stack's own allocator callbacks ("wolfssl-allocators").
-    pub heap_counting: &'static str,
+    /// How `tls memory` counts the stack's heap.
+    pub heap_counting: HeapCounting,
     /// Whether `tls memory --fixed-random` can make all of its randomness repeatable.
     pub fixed_random: bool,
     /// The library's own programs this build has, by role (e.g. "tls_bench": its TLS
     /// benchmark), with their paths: the lab runs them beside its own measurement of the
     /// same cells. Only programs that exist are listed.
     pub tools: std::collections::BTreeMap<&'static str, String>,
-    /// Which key shares its client can send (`--key-shares`): "any" (any subset of the
-    /// offered groups), or "first" (the first offered group's, and for a hybrid first group
-    /// also its classical half's when that group is offered too).
-    pub key_shares: &'static str,
-    /// With "first": (group, group) pairs of a hybrid and its classical half, whose key
+    /// Which key shares its client can send (`--key-shares`).
+    pub key_shares: KeyShares,
+    /// With `KeyShares::First`: (group, group) pairs of a hybrid and its classical half, whose key
     /// share the client sends along with the hybrid's when that half is offered too.
     pub key_share_companions: Vec<(u16, u16)>,
 }
 
+/// What a stack bounds in what its peer sends (`info.tls_stacks[].limits`): every field
+/// is reported, null where the stack has no bound of its own.
+#[derive(serde::Serialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Limits {
+    /// The largest certificate list it accepts from a peer (OpenSSL's max_cert_list: a
+    /// larger Certificate message fails the handshake).
+    pub max_cert_list_bytes: Option<u64>,
+    /// The largest handshake message it reassembles (a Certificate message included).
+    pub max_handshake_message_bytes: Option<u64>,
+    /// The largest single certificate it parses (DER bytes).
+    pub max_certificate_bytes: Option<u64>,
+}
+
 /// How a stack writes a handshake flight: what the lab's flight model (pqlab.tls.flight)
 /// needs to predict writes, records and TCP segments.
-#[derive(serde::Serialize, Clone, Debug, PartialEq)]
+#[derive(serde::Serialize, Clone, Copy, Debug, PartialEq, Eq)]
 pub struct WriteModel {
-    /// "buffer": records collect in a buffer of `buffer_bytes`, written when it fills and
-    /// at the end of the flight; "flight": the whole flight in one write; "record": every
-    /// record written as it is made.
-    pub kind: &'static str,
+    pub kind: Writes,
+    /// With `Writes::Buffer`: the buffer's size.
     pub buffer_bytes: Option<usize>,
-    /// "message": each encrypted handshake message in records of its own; "flight": a
-    /// flight's encrypted messages joined and cut into records of up to 16 KiB.
-    pub records: &'static str,
+    pub records: Framing,
 }
 
-/// The name `info` and the memory records give a heap count.
-pub fn heap_counting(source: crate::heap::Source) -> &'static str {
-    match source {
-        crate::heap::Source::OpenSsl => "openssl-hooks",
-        crate::heap::Source::Malloc => "malloc",
-        crate::heap::Source::Library => "library-allocators",
+/// When a stack hands handshake records to the socket.
+#[derive(serde::Serialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum Writes {
+    /// Records collect in a buffer of `buffer_bytes`, written when it fills and at the end
+    /// of the flight.
+    Buffer,
+    /// The whole flight in one write.
+    Flight,
+    /// Every record written as it is made.
+    Record,
+}
+
+/// How a stack cuts its encrypted handshake messages into records.
+#[derive(serde::Serialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum Framing {
+    /// Each encrypted handshake message in records of its own.
+    Message,
+    /// A flight's encrypted messages joined and cut into records of up to 16 KiB.
+    Flight,
+}
+
+/// Which key shares a stack's client can send (`--key-shares`).
+#[derive(serde::Serialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum KeyShares {
+    /// Any subset of the offered groups.
+    Any,
+    /// The first offered group's, and for a hybrid first group also its classical half's
+    /// when that group is offered too (`key_share_companions`).
+    First,
+}
+
+/// How `tls memory` and `--count-heap` count a stack's own heap, by the name records give
+/// it (`heap_counting`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HeapCounting {
+    /// OpenSSL's allocations through its own hooks ("openssl-hooks").
+    OpensslHooks,
+    /// Every block of the C allocator the role's thread obtains: the stack, its crypto
+    /// providers and the engine's few per-connection buffers ("malloc").
+    Malloc,
+    /// The library's own allocator callbacks, named after it ("wolfssl-allocators").
+    LibraryAllocators(&'static str),
+}
+
+impl HeapCounting {
+    /// The heap count that holds these allocations.
+    pub fn source(self) -> crate::heap::Source {
+        match self {
+            HeapCounting::OpensslHooks => crate::heap::Source::OpenSsl,
+            HeapCounting::Malloc => crate::heap::Source::Malloc,
+            HeapCounting::LibraryAllocators(_) => crate::heap::Source::Library,
+        }
+    }
+
+    /// The name records give the count.
+    pub fn name(self) -> String {
+        match self {
+            HeapCounting::OpensslHooks => "openssl-hooks".into(),
+            HeapCounting::Malloc => "malloc".into(),
+            HeapCounting::LibraryAllocators(library) => format!("{library}-allocators"),
+        }
     }
 }
 
-/// Every TLS stack the engine can run: the one place a stack is added.
-pub fn registered() -> Vec<&'static dyn Stack> {
-    let mut stacks: Vec<&'static dyn Stack> = vec![
-        &super::openssl::OpenSsl,
-        &super::rustls::RUSTLS,
-        &super::rustls::RUSTLS_AWS_LC_RS,
-    ];
-    stacks.extend(ADDED.get().copied().unwrap_or_default().iter().copied());
-    #[cfg(test)]
-    stacks.extend(super::fake::STACKS);
-    stacks
-}
-
-/// Stacks a program adds to the library's (a program linking a library under another
-/// licence: `crate::run`). Set once, before any command runs.
-static ADDED: std::sync::OnceLock<&'static [&'static dyn Stack]> = std::sync::OnceLock::new();
-
-pub fn add(stacks: &'static [&'static dyn Stack]) {
-    let _ = ADDED.set(stacks);
-}
-
-/// The stack `--stack NAME` names.
-pub fn find(name: &str) -> Result<&'static dyn Stack> {
-    let stacks = registered();
-    if let Some(s) = stacks.iter().find(|s| s.name() == name) {
-        return Ok(*s);
+impl serde::Serialize for HeapCounting {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        s.serialize_str(&self.name())
     }
-    let names: Vec<&str> = stacks.iter().map(|s| s.name()).collect();
-    crate::bail!(
-        Usage,
-        "--stack {name:?} is not a TLS stack of this engine; registered: {}",
-        names.join(", ")
-    )
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn registry_finds_stacks_by_name_and_lists_them_when_it_cannot() {
-        assert_eq!(find("openssl").map(|s| s.name()).ok(), Some("openssl"));
-        let names: Vec<&str> = registered().iter().map(|s| s.name()).collect();
-        let mut unique = names.clone();
-        unique.sort();
-        unique.dedup();
-        assert_eq!(
-            unique.len(),
-            names.len(),
-            "duplicate stack names: {names:?}"
-        );
-        match find("gnutls") {
-            Err(crate::out::Error::Usage(m)) => {
-                assert!(m.contains("\"gnutls\"") && m.contains("openssl"), "{m}")
-            }
-            other => panic!("{:?}", other.map(|s| s.name())),
-        }
-    }
 
     #[test]
     fn versions_parse_both_spellings() {

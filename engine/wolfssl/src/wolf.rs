@@ -5,12 +5,13 @@
 //! headers; key logs come from wolfSSL's secret callback.
 
 use pqlab_engine::out::{Error, Result};
-use pqlab_engine::tls::record::{Negotiated, Wire};
+use pqlab_engine::tls::record::Negotiated;
 use pqlab_engine::tls::stack::{
-    ClientContext, ClientSetup, Handshake, NamedCode, Protocol, ReadOutcome, ServerContext,
-    ServerName, ServerSetup, Session, Stack, StackInfo, TlsVersion, Verification, VerifyMode,
-    WriteModel,
+    ClientContext, ClientSetup, Framing, Handshake, HeapCounting, KeyShares, Limits, NamedCode,
+    Protocol, ReadOutcome, ServerContext, ServerName, ServerSetup, Session, Stack, StackInfo,
+    TlsVersion, Verification, VerifyMode, WriteModel, Writes,
 };
+use pqlab_engine::tls::transport::tcp::Wire;
 use std::ffi::{c_char, c_int, c_long, c_ulong, c_void, CStr, CString};
 use std::io::{Read, Write};
 use std::path::Path;
@@ -551,16 +552,16 @@ impl Stack for WolfSsl {
                 .collect(),
             cert_key_types: KEY_TYPES.iter().map(|s| s.to_string()).collect(),
             ca_key_types: KEY_TYPES.iter().map(|s| s.to_string()).collect(),
-            limits: serde_json::Map::new(),
+            limits: Limits::default(),
             write_model: WriteModel {
-                kind: "record",
+                kind: Writes::Record,
                 buffer_bytes: None,
-                records: "message",
+                records: Framing::Message,
             },
             server_name_ack: false,
             change_cipher_spec: false,
             // wolfSSL_UseKeyShare, once per group.
-            key_shares: "any",
+            key_shares: KeyShares::Any,
             key_share_companions: Vec::new(),
             build_options: env!("PQLAB_WOLFSSL_OPTIONS")
                 .split("\\n")
@@ -572,12 +573,8 @@ impl Stack for WolfSsl {
         })
     }
 
-    fn heap_source(&self) -> pqlab_engine::heap::Source {
-        pqlab_engine::heap::Source::Library
-    }
-
-    fn heap_counting(&self) -> &'static str {
-        "wolfssl-allocators"
+    fn heap_counting(&self) -> HeapCounting {
+        HeapCounting::LibraryAllocators("wolfssl")
     }
 }
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from pqlab import catalog, engine
 from pqlab.catalog import Algorithm
-from pqlab.errors import UserError
+from pqlab.errors import EngineError, UserError
 from pqlab.tls import flight
 from pqlab.units import split_list
 
@@ -164,6 +164,16 @@ class Stack:
         v = self.limits.get("max_certificate_bytes")
         return int(v) if v else None
 
+    def certificate_message_limit(self) -> int | None:
+        """The largest Certificate message (bytes) the stack takes, when it has a limit: the
+        smaller of its certificate-list and handshake-message bounds."""
+        bounds = [
+            int(v)
+            for k in ("max_cert_list_bytes", "max_handshake_message_bytes")
+            if (v := self.limits.get(k))
+        ]
+        return min(bounds) if bounds else None
+
     def _certificate_too_big(self, alg, where: str) -> str | None:
         limit = self.certificate_limit()
         public = int((alg.sizes or {}).get("public_key") or 0)
@@ -190,9 +200,7 @@ class Stack:
                 f"a {server.name} certificate signed by {ca.name} is about {leaf} bytes, more "
                 f"than the {self.name} TLS stack takes in a certificate ({limit} bytes)"
             )
-        message = self.limits.get("max_handshake_message_bytes") or self.limits.get(
-            "max_cert_list_bytes"
-        )
+        message = self.certificate_message_limit()
         if message:
             total = 8 + leaf + 5 + (certificate_bytes(ca, ca) + 5 if send_root else 0)
             if total > int(message):
@@ -296,44 +304,82 @@ def _versions(kind: str, entries: list[dict]) -> dict[tuple[str, int], tuple[str
     return out
 
 
-def _write_model(entry: dict | None) -> flight.WriteModel:
-    """The stack's write model as the engine reports it; an engine that does not report one
-    is OpenSSL's (the only stack before the report existed)."""
-    if not entry:
-        return flight.OPENSSL
-    return flight.WriteModel(
-        entry["kind"], entry.get("buffer_bytes"), entry.get("records", "message")
-    )
+# Every field of an `info.tls_stacks` entry, and of its `limits` and `write_model`: an entry
+# without one is refused, never filled in with some stack's value.
+STACK_FIELDS = (
+    "name",
+    "implementation",
+    "message_events",
+    "groups",
+    "sigalgs",
+    "cipher_suites",
+    "cert_key_types",
+    "ca_key_types",
+    "limits",
+    "write_model",
+    "server_name_ack",
+    "change_cipher_spec",
+    "build_options",
+    "heap_counting",
+    "fixed_random",
+    "tools",
+    "key_shares",
+    "key_share_companions",
+)
+LIMIT_FIELDS = ("max_cert_list_bytes", "max_handshake_message_bytes", "max_certificate_bytes")
+WRITE_MODEL_FIELDS = ("kind", "buffer_bytes", "records")
+
+
+def _check_fields(entry: dict, fields: tuple[str, ...], where: str) -> None:
+    if not isinstance(entry, dict):
+        raise EngineError(f"the engine's info record: {where} is not an object")
+    missing = [f for f in fields if f not in entry]
+    if missing:
+        raise EngineError(
+            f"the engine's info record lacks {where}.{missing[0]}"
+            + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else "")
+            + "; rebuild the engine (make engine)"
+        )
+
+
+def _write_model(entry: dict) -> flight.WriteModel:
+    """The stack's write model as the engine reports it."""
+    return flight.WriteModel(entry["kind"], entry["buffer_bytes"], entry["records"])
 
 
 def parse(info: dict) -> dict[str, Stack]:
-    """The stacks of an engine `info` record."""
+    """The stacks of an engine `info` record; an entry that lacks a field is an
+    EngineError naming it."""
     out = {}
-    for s in info.get("tls_stacks") or []:
-        groups, sigalgs = s.get("groups", []), s.get("sigalgs", [])
-        cert = frozenset(str(k).upper() for k in s.get("cert_key_types", []))
+    for i, s in enumerate(info.get("tls_stacks") or []):
+        where = f"tls_stacks[{i}]"
+        _check_fields(s, STACK_FIELDS, where)
+        _check_fields(s["limits"], LIMIT_FIELDS, f"{where}.limits")
+        _check_fields(s["write_model"], WRITE_MODEL_FIELDS, f"{where}.write_model")
+        groups, sigalgs = s["groups"], s["sigalgs"]
+        cert = frozenset(str(k).upper() for k in s["cert_key_types"])
         out[s["name"]] = Stack(
             name=s["name"],
-            implementation=s.get("implementation", s["name"]),
+            implementation=str(s["implementation"]),
             groups=_first_names(groups),
             sigalgs=_first_names(sigalgs),
             cert_key_types=cert,
-            ca_key_types=cert | frozenset(str(k).upper() for k in s.get("ca_key_types", [])),
-            message_events=bool(s.get("message_events", True)),
-            limits=dict(s.get("limits") or {}),
+            ca_key_types=cert | frozenset(str(k).upper() for k in s["ca_key_types"]),
+            message_events=bool(s["message_events"]),
+            limits={k: s["limits"][k] for k in LIMIT_FIELDS},
             group_codes=_lower_map(groups),
             sigalg_codes=_lower_map(sigalgs),
             versions={**_versions("group", groups), **_versions("sigalg", sigalgs)},
-            write_model=_write_model(s.get("write_model")),
-            server_name_ack=bool(s.get("server_name_ack", False)),
-            change_cipher_spec=bool(s.get("change_cipher_spec", True)),
-            heap_counting=str(s.get("heap_counting", "openssl-hooks")),
-            fixed_random=bool(s.get("fixed_random", True)),
-            cipher_suites=tuple(str(c["name"]) for c in s.get("cipher_suites") or []),
-            tools={str(k): str(v) for k, v in (s.get("tools") or {}).items()},
-            build_options=tuple(str(o) for o in s.get("build_options") or ()),
-            key_shares=str(s.get("key_shares", "any")),
-            key_share_companions={int(a): int(b) for a, b in s.get("key_share_companions") or []},
+            write_model=_write_model(s["write_model"]),
+            server_name_ack=bool(s["server_name_ack"]),
+            change_cipher_spec=bool(s["change_cipher_spec"]),
+            heap_counting=str(s["heap_counting"]),
+            fixed_random=bool(s["fixed_random"]),
+            cipher_suites=tuple(str(c["name"]) for c in s["cipher_suites"]),
+            tools={str(k): str(v) for k, v in s["tools"].items()},
+            build_options=tuple(str(o) for o in s["build_options"]),
+            key_shares=str(s["key_shares"]),
+            key_share_companions={int(a): int(b) for a, b in s["key_share_companions"]},
             program=str(s.get("program", engine.MAIN)),
         )
     return out
@@ -438,9 +484,7 @@ def require_padded_chains(
     certificate, which holds the size less the root's when it is sent; the Certificate
     message holds it all)."""
     limit = stack.certificate_limit()
-    message = stack.limits.get("max_handshake_message_bytes") or stack.limits.get(
-        "max_cert_list_bytes"
-    )
+    message = stack.certificate_message_limit()
     for server, ca in pairs:
         root = root_certificate_bytes(ca) if send_root else 0
         own = certificate_bytes(server, ca) + root

@@ -3,14 +3,18 @@
 //! from libssl's own tables, and libssl failures sorted into the engine's error kinds.
 
 pub mod caps;
+#[cfg(test)]
+pub mod fake;
 pub mod ffi;
 
-use super::record::{Negotiated, Wire};
-use super::stack::{
-    ClientContext, ClientSetup, Handshake, Protocol, ReadOutcome, ServerContext, ServerName,
-    ServerSetup, Session, Stack, StackInfo, TlsVersion, Verification, VerifyMode,
-};
 use crate::out::{Error, Result};
+use crate::tls::record::Negotiated;
+use crate::tls::stack::{
+    ClientContext, ClientSetup, Framing, Handshake, HeapCounting, KeyShares, Limits, Protocol,
+    ReadOutcome, ServerContext, ServerName, ServerSetup, Session, Stack, StackInfo, TlsVersion,
+    Verification, VerifyMode, WriteModel, Writes,
+};
+use crate::tls::transport::tcp::Wire;
 use openssl::ssl::{
     ErrorCode, Ssl, SslConnector, SslContext, SslContextBuilder, SslFiletype, SslMethod, SslMode,
     SslOptions, SslSessionCacheMode, SslStream, SslVerifyMode, SslVersion,
@@ -59,12 +63,22 @@ impl Stack for OpenSsl {
         caps::codes().sigalg(name)
     }
 
-    fn heap_source(&self) -> crate::heap::Source {
-        crate::heap::Source::OpenSsl
+    fn heap_counting(&self) -> HeapCounting {
+        HeapCounting::OpensslHooks
     }
 
     fn fixed_random(&self) -> bool {
         true
+    }
+
+    fn fix_randomness(&self) -> Result<()> {
+        if !ffi::fixed_random_for_this_thread() {
+            crate::bail!(
+                Library,
+                "cannot install OpenSSL's TEST-RAND generator (--fixed-random)"
+            );
+        }
+        Ok(())
     }
 
     fn describe(&self) -> Result<StackInfo> {
@@ -73,7 +87,7 @@ impl Stack for OpenSsl {
         let mut cert_key_types: Vec<String> = Vec::new();
         for s in &sigalgs {
             if let Some(spec) = caps::key_spec_for_sigalg(&s.name) {
-                let makeable = crate::tls::certkey::KeySpec::parse(&spec)
+                let makeable = crate::tls::pki::certkey::KeySpec::parse(&spec)
                     .map(|k| k.by_openssl())
                     .unwrap_or(false);
                 if makeable && !cert_key_types.contains(&spec) {
@@ -88,11 +102,10 @@ impl Stack for OpenSsl {
             }
         }
         let ctx = SslContext::builder(SslMethod::tls())?.build();
-        let mut limits = serde_json::Map::new();
-        limits.insert(
-            "max_cert_list_bytes".into(),
-            serde_json::json!(ffi::max_cert_list(&ctx)),
-        );
+        let limits = Limits {
+            max_cert_list_bytes: Some(ffi::max_cert_list(&ctx) as u64),
+            ..Limits::default()
+        };
         // RFC 8446's suites, each kept when libssl takes it alone.
         let cipher_suites = [
             ("TLS_AES_128_GCM_SHA256", 0x1301),
@@ -106,7 +119,7 @@ impl Stack for OpenSsl {
             SslContext::builder(SslMethod::tls())
                 .is_ok_and(|mut b| b.set_ciphersuites(name).is_ok())
         })
-        .map(|(name, code)| super::stack::NamedCode {
+        .map(|(name, code)| crate::tls::stack::NamedCode {
             name: name.to_string(),
             code,
             versions: vec!["1.3"],
@@ -124,15 +137,15 @@ impl Stack for OpenSsl {
             limits,
             // OpenSSL's handshake write BIO (bf_buff.c default size); one record per
             // handshake message.
-            write_model: super::stack::WriteModel {
-                kind: "buffer",
+            write_model: WriteModel {
+                kind: Writes::Buffer,
                 buffer_bytes: Some(4096),
-                records: "message",
+                records: Framing::Message,
             },
             server_name_ack: false,
             change_cipher_spec: true,
             // `*` before a group in libssl's groups list asks for its key share.
-            key_shares: "any",
+            key_shares: KeyShares::Any,
             key_share_companions: Vec::new(),
             build_options: Vec::new(),
             heap_counting: self.heap_counting(),
@@ -145,7 +158,7 @@ impl Stack for OpenSsl {
 /// Signature algorithms OpenSSL can make keys for and sign X.509 certificates with that have
 /// no TLS signature scheme here (SLH-DSA in 3.5): usable as a CA, not as a TLS signer.
 fn certificate_only_signers() -> Vec<String> {
-    let provided = crate::info::openssl_algorithms();
+    let provided = crate::primitives::ossl::provided();
     let mut out = Vec::new();
     for m in provided["signatures"].as_array().into_iter().flatten() {
         let Some(name) = m["name"].as_str() else {
@@ -154,7 +167,7 @@ fn certificate_only_signers() -> Vec<String> {
         if !name.to_ascii_uppercase().starts_with("SLH-DSA-") {
             continue;
         }
-        let makeable = crate::tls::certkey::KeySpec::parse(name)
+        let makeable = crate::tls::pki::certkey::KeySpec::parse(name)
             .map(|k| k.by_openssl())
             .unwrap_or(false);
         if makeable {

@@ -18,14 +18,16 @@
 mod keys;
 pub mod oqs;
 
-use super::record::{Negotiated, Wire};
-use super::stack::{
-    ClientContext, ClientSetup, Handshake, NamedCode, Protocol, ReadOutcome, ReferenceHandshake,
-    ReferenceRun, ServerContext, ServerName, ServerSetup, Session, Stack, StackInfo, TlsVersion,
-    Transport, Verification, VerifyMode,
-};
 use crate::cputime::thread_cpu_ns;
 use crate::out::{Error, Result};
+use crate::tls::record::Negotiated;
+use crate::tls::stack::{
+    ClientContext, ClientSetup, Framing, Handshake, HeapCounting, KeyShares, Limits, NamedCode,
+    Protocol, ReadOutcome, ReferenceHandshake, ReferenceRun, ServerContext, ServerName,
+    ServerSetup, Session, Stack, StackInfo, TlsVersion, Transport, Verification, VerifyMode,
+    WriteModel, Writes,
+};
+use crate::tls::transport::tcp::Wire;
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::crypto::{CryptoProvider, SupportedKxGroup, WebPkiSupportedAlgorithms};
 use rustls::pki_types::{CertificateDer, ServerName as PkiServerName, UnixTime};
@@ -247,7 +249,9 @@ fn oqs_tables() -> Tables {
     key_types.extend(
         oqs::SIGS
             .iter()
-            .filter(|s| crate::tls::certkey::KeySpec::parse(s.liboqs).is_ok_and(|k| k.available()))
+            .filter(|s| {
+                crate::tls::pki::certkey::KeySpec::parse(s.liboqs).is_ok_and(|k| k.available())
+            })
             .filter(|s| certificate_can_fit(s.liboqs))
             .map(|s| s.liboqs.to_string()),
     );
@@ -868,22 +872,18 @@ impl Stack for Rustls {
         tables(self.0).sigalg(name).map(|e| e.code)
     }
 
-    fn heap_source(&self) -> crate::heap::Source {
-        crate::heap::Source::Malloc
+    fn heap_counting(&self) -> HeapCounting {
+        HeapCounting::Malloc
     }
 
     fn describe(&self) -> Result<StackInfo> {
         let t = tables(self.0);
         let v13 = vec!["1.3"];
-        let mut limits = serde_json::Map::new();
-        limits.insert(
-            "max_handshake_message_bytes".into(),
-            serde_json::json!(MAX_HANDSHAKE_MESSAGE),
-        );
-        limits.insert(
-            "max_certificate_bytes".into(),
-            serde_json::json!(MAX_CERTIFICATE),
-        );
+        let limits = Limits {
+            max_handshake_message_bytes: Some(MAX_HANDSHAKE_MESSAGE as u64),
+            max_certificate_bytes: Some(MAX_CERTIFICATE as u64),
+            ..Limits::default()
+        };
         let provider = match self.0 {
             Flavor::Oqs => format!(
                 "pqlab's liboqs {} provider, aws-lc-rs for X25519, P-256, P-384, \
@@ -930,14 +930,14 @@ impl Stack for Rustls {
             limits,
             // rustls joins a TLS 1.3 flight's encrypted messages (HandshakeFlight) and the
             // connection loop writes everything queued in one vectored write.
-            write_model: crate::tls::stack::WriteModel {
-                kind: "flight",
+            write_model: WriteModel {
+                kind: Writes::Flight,
                 buffer_bytes: None,
-                records: "flight",
+                records: Framing::Flight,
             },
             server_name_ack: true,
             change_cipher_spec: true,
-            key_shares: "first",
+            key_shares: KeyShares::First,
             key_share_companions: key_share_companions(t),
             build_options: Vec::new(),
             heap_counting: self.heap_counting(),

@@ -14,7 +14,7 @@ use crate::out::Result;
 use crate::primitives::backend::Signature as _;
 use crate::primitives::der;
 use crate::primitives::oqs::{shared_sig, KeyPair};
-use crate::tls::ids::{SigAlg, SIGS};
+use crate::tls::pki::ids::{SigAlg, SIGS};
 use openssl::ec::{EcGroup, EcKey};
 use openssl::hash::MessageDigest;
 use openssl::nid::Nid;

@@ -3,13 +3,14 @@
 //! `broken-wrong-group` negotiates like OpenSSL but reports a group it did not negotiate:
 //! the client loop's check must refuse it.
 
-use super::openssl::OpenSsl;
-use super::record::{Negotiated, Wire};
-use super::stack::{
-    ClientContext, ClientSetup, Handshake, ReadOutcome, ServerContext, ServerName, ServerSetup,
-    Session, Stack, StackInfo, Verification,
-};
+use super::OpenSsl;
 use crate::out::Result;
+use crate::tls::record::Negotiated;
+use crate::tls::stack::{
+    ClientContext, ClientSetup, Handshake, HeapCounting, ReadOutcome, ServerContext, ServerName,
+    ServerSetup, Session, Stack, StackInfo, Verification,
+};
+use crate::tls::transport::tcp::Wire;
 use std::sync::Arc;
 
 pub const STACKS: [&dyn Stack; 2] = [&FakeOpenssl, &WrongGroup];
@@ -41,8 +42,8 @@ impl Stack for FakeOpenssl {
             ..OpenSsl.describe()?
         })
     }
-    fn heap_source(&self) -> crate::heap::Source {
-        OpenSsl.heap_source()
+    fn heap_counting(&self) -> HeapCounting {
+        OpenSsl.heap_counting()
     }
 }
 
@@ -73,8 +74,8 @@ impl Stack for WrongGroup {
             ..OpenSsl.describe()?
         })
     }
-    fn heap_source(&self) -> crate::heap::Source {
-        OpenSsl.heap_source()
+    fn heap_counting(&self) -> HeapCounting {
+        OpenSsl.heap_counting()
     }
 }
 

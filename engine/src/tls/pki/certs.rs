@@ -6,9 +6,9 @@
 
 use crate::out::{emit, Result};
 use crate::primitives::der;
-use crate::tls::certkey::{self, CertKey, KeySpec};
-use crate::tls::ids::SIGS;
-use crate::tls::x509::{self, Profile, Purpose};
+use crate::tls::pki::certkey::{self, CertKey, KeySpec};
+use crate::tls::pki::ids::SIGS;
+use crate::tls::pki::x509::{self, Profile, Purpose};
 use serde_json::json;
 use std::path::{Path, PathBuf};
 

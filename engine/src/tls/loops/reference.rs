@@ -7,8 +7,8 @@
 //! checked.
 
 use super::options::TlsOpts;
-use super::stack::{ClientSetup, ServerName, ServerSetup, Transport};
 use crate::out::Result;
+use crate::tls::stack::{ClientSetup, ServerName, ServerSetup, Transport};
 use serde_json::json;
 use std::path::PathBuf;
 
@@ -90,9 +90,9 @@ pub fn run(a: Args) -> Result<()> {
         );
     };
     let mut handshake = made?;
-    crate::out::emit(&super::record::config(
+    crate::out::emit(&crate::tls::record::config(
         "tls inmemory",
-        super::record::options(&a),
+        crate::tls::record::options(&a),
     ));
     for i in 0..a.warmup + a.count {
         let h = handshake()?;

@@ -14,13 +14,14 @@
 //! connection measurement, with `tls server --count-heap`).
 
 use super::options::TlsOpts;
-use super::record::{Negotiated, Recorder, SharedRecorder, Stamp, Wire};
-use super::stack::{
-    ClientAuth, ClientSetup, Identity, ServerName, ServerSetup, Session, Stack, Verification,
-};
 use crate::heap;
 use crate::out::{Error, Result};
 use crate::paint;
+use crate::tls::record::{Negotiated, Recorder, SharedRecorder, Stamp};
+use crate::tls::stack::{
+    ClientAuth, ClientSetup, Identity, ServerName, ServerSetup, Session, Stack, Verification,
+};
+use crate::tls::transport::tcp::{self, Wire};
 use serde_json::{json, Value};
 use std::cell::RefCell;
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -284,7 +285,7 @@ impl Window {
         Window {
             painted,
             t0: Stamp::now(),
-            source: stack.heap_source(),
+            source: stack.heap_counting().source(),
         }
     }
 
@@ -326,14 +327,6 @@ fn wire(tcp: &Rc<TcpStream>, peer: &'static str, timeout_s: u64) -> Wire {
     }
 }
 
-fn tcp_setup(tcp: &TcpStream, timeout_s: u64) -> Result<()> {
-    let t = Some(Duration::from_secs(timeout_s.max(1)));
-    tcp.set_nodelay(true)?;
-    tcp.set_read_timeout(t)?;
-    tcp.set_write_timeout(t)?;
-    Ok(())
-}
-
 fn base_record(stack: &dyn Stack, role: &str, i: u64, warmup: u64, entry: usize) -> Value {
     json!({
         "type": "memory", "role": role, "stack": stack.name(),
@@ -356,32 +349,28 @@ struct Job {
     tx: mpsc::Sender<Value>,
 }
 
-/// --fixed-random on the calling thread (a stack whose randomness can be fixed: OpenSSL's
-/// TEST-RAND generator).
-fn thread_random(fixed: bool) -> Result<()> {
-    if fixed && !super::openssl::ffi::fixed_random_for_this_thread() {
-        crate::bail!(
-            Library,
-            "cannot install OpenSSL's TEST-RAND generator (--fixed-random)"
-        );
+/// --fixed-random on the calling thread (a stack whose randomness can be fixed).
+fn thread_random(stack: &dyn Stack, fixed: bool) -> Result<()> {
+    if fixed {
+        stack.fix_randomness()?;
     }
     Ok(())
 }
 
 fn server_loop(
     job: Job,
-    ctx: Arc<dyn super::stack::ServerContext>,
+    ctx: Arc<dyn crate::tls::stack::ServerContext>,
     listener: TcpListener,
 ) -> Result<()> {
     let entry = paint::stack_pointer();
-    thread_random(job.args.fixed_random)?;
+    thread_random(job.stack, job.args.fixed_random)?;
     let a = &job.args;
     let total = a.warmup + a.count;
     for i in 0..total {
         let (tcp, _) = listener
             .accept()
             .map_err(|e| crate::err!(Io, "accept failed: {e}"))?;
-        tcp_setup(&tcp, a.tls.io_timeout)?;
+        tcp::setup(&tcp, a.tls.io_timeout)?;
         let tcp = Rc::new(tcp);
         let mut out = base_record(job.stack, "server", i, a.warmup, entry);
         let w = Window::open(job.stack);
@@ -402,7 +391,7 @@ fn server_loop(
 
 fn client_loop(job: Job, addr: SocketAddr, identity: Option<Identity>) -> Result<()> {
     let entry = paint::stack_pointer();
-    thread_random(job.args.fixed_random)?;
+    thread_random(job.stack, job.args.fixed_random)?;
     let a = &job.args;
     let mut protocol = a.tls.protocol()?;
     // libssl signs with the schemes of the client's own --sigalgs list too: add the client
@@ -422,7 +411,7 @@ fn client_loop(job: Job, addr: SocketAddr, identity: Option<Identity>) -> Result
     for i in 0..total {
         let tcp = TcpStream::connect_timeout(&addr, Duration::from_secs(a.tls.io_timeout))
             .map_err(|e| crate::err!(Io, "TCP connect to {addr} failed: {e}"))?;
-        tcp_setup(&tcp, a.tls.io_timeout)?;
+        tcp::setup(&tcp, a.tls.io_timeout)?;
         let tcp = Rc::new(tcp);
         let mut out = base_record(job.stack, "client", i, a.warmup, entry);
         let w = Window::open(job.stack);
@@ -487,7 +476,7 @@ fn spawn(
 fn serving(
     stack: &'static dyn Stack,
     a: &Args,
-) -> Result<(Arc<dyn super::stack::ServerContext>, TcpListener)> {
+) -> Result<(Arc<dyn crate::tls::stack::ServerContext>, TcpListener)> {
     let client_auth = a.client_ca.clone().map(|ca| ClientAuth {
         ca,
         sigalgs: a.client_sigalg.clone().map(|s| vec![s]),
@@ -549,7 +538,7 @@ pub fn run(a: Args) -> Result<()> {
         "hooks": "CRYPTO_set_mem_functions", "groups": a.tls.groups, "sigalgs": a.tls.sigalgs,
         "client_sigalg": a.client_sigalg, "mutual": expect.mutual,
         "security_level": server_side.as_ref().and_then(|(ctx, _)| ctx.security_level()),
-        "fixed_random": a.fixed_random, "options": super::record::options(&a),
+        "fixed_random": a.fixed_random, "options": crate::tls::record::options(&a),
     }));
     let (tx, rx) = mpsc::channel::<Value>();
     let job = |tx: mpsc::Sender<Value>| Job {
@@ -652,9 +641,9 @@ pub fn hold(a: HoldArgs) -> Result<()> {
         client_sigalg: None,
         mutual: a.cert_chain.is_some(),
     };
-    crate::out::emit(&super::record::config(
+    crate::out::emit(&crate::tls::record::config(
         "tls hold",
-        super::record::options(&a),
+        crate::tls::record::options(&a),
     ));
     let name = ServerName::parse(&a.servername);
     let mut open: Vec<Box<dyn Session>> = Vec::new();
@@ -667,7 +656,7 @@ pub fn hold(a: HoldArgs) -> Result<()> {
                     a.connect
                 )
             })?;
-        tcp_setup(&tcp, a.tls.io_timeout)?;
+        tcp::setup(&tcp, a.tls.io_timeout)?;
         let tcp = Rc::new(tcp);
         let s = ctx
             .start(wire(&tcp, "server", a.tls.io_timeout), &name)?
@@ -681,7 +670,7 @@ pub fn hold(a: HoldArgs) -> Result<()> {
     }
     std::thread::sleep(Duration::from_millis(a.hold_ms));
     crate::out::emit(
-        &json!({"type": "held", "connections": open.len(), "t": super::record::realtime_ns()}),
+        &json!({"type": "held", "connections": open.len(), "t": crate::tls::record::realtime_ns()}),
     );
     for s in open.iter_mut() {
         s.close(false);

@@ -4,12 +4,13 @@
 
 use super::admission::{Admission, Ending, Phase, Watch, RATE_WINDOW};
 use super::options::TlsOpts;
-use super::record::{self, Events, Recorder, SharedRecorder, Sink, Stamp, Wire};
-use super::request::{Request, RequestParser};
-use super::stack::{
+use crate::out::Result;
+use crate::tls::http::request::{Request, RequestParser};
+use crate::tls::record::{self, Events, Recorder, SharedRecorder, Sink, Stamp};
+use crate::tls::stack::{
     ClientAuth, ReadOutcome, ServerContext, ServerSetup, Session, Stack, Verification,
 };
-use crate::out::Result;
+use crate::tls::transport::tcp::{self, Wire};
 use serde_json::{json, Value};
 use std::cell::RefCell;
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -127,9 +128,9 @@ impl Drop for Established {
 
 /// --count-heap: the process's counted heap (the stack's own count, and every block of the
 /// C allocator) and resident set with `open` connections up.
-fn heap_record(sink: &dyn Sink, index: u64, stack: &dyn super::stack::Stack) {
+fn heap_record(sink: &dyn Sink, index: u64, stack: &dyn crate::tls::stack::Stack) {
     use crate::heap::{process_counts, Source};
-    let c = process_counts(stack.heap_source());
+    let c = process_counts(stack.heap_counting().source());
     let m = process_counts(Source::Malloc);
     sink.record(&json!({
         "type": "heap", "index": index, "connections_open": ESTABLISHED.load(Ordering::SeqCst),
@@ -613,11 +614,8 @@ fn handshake_and_respond(
     sink: &dyn Sink,
     watch: &Watch,
 ) -> Result<()> {
-    let timeout = Some(Duration::from_secs(a.tls.io_timeout.max(1)));
-    tcp.set_nodelay(true)?;
-    tcp.set_read_timeout(timeout)?;
-    tcp.set_write_timeout(timeout)?;
-    out["congestion_control"] = json!(record::congestion_control(&tcp));
+    tcp::setup(&tcp, a.tls.io_timeout)?;
+    out["congestion_control"] = json!(tcp::congestion_control(&tcp));
     let tcp = Rc::new(tcp);
     let handshake = ctx.start(Wire {
         tcp: tcp.clone(),
@@ -632,7 +630,7 @@ fn handshake_and_respond(
     let mut session = match hs {
         Ok(s) => s,
         Err(e) => {
-            out["tcp_info"] = record::tcp_info(&tcp);
+            out["tcp_info"] = tcp::info(&tcp);
             return Err(e);
         }
     };
@@ -665,7 +663,7 @@ fn handshake_and_respond(
     };
     out["request_bytes"] = json!(request);
     out["app_bytes_sent"] = json!(sent_app);
-    out["tcp_info"] = record::tcp_info(&tcp);
+    out["tcp_info"] = tcp::info(&tcp);
     // close_notify both ways (bounded by --io-timeout and the response's deadline); the peer
     // may already have gone, which is not an error here.
     watch.phase(Phase::Close);
@@ -774,7 +772,7 @@ fn bulk(
                 let mut pulled = 0;
                 while pulled < m {
                     let k = (m - pulled).min(CHUNK as u64) as usize;
-                    super::request::fill_pattern(&mut buf[..k], pulled);
+                    crate::tls::http::request::fill_pattern(&mut buf[..k], pulled);
                     session.write_all(&buf[..k])?;
                     pulled += k as u64;
                     watch.moved(k as u64);
@@ -833,7 +831,7 @@ fn receive_pattern(
                 if got == 0 {
                     first = record::monotonic_ns();
                 }
-                if !super::request::is_pattern(&buf[..k], got) {
+                if !crate::tls::http::request::is_pattern(&buf[..k], got) {
                     crate::bail!(Check, "pushed data corrupted at offset {got}");
                 }
                 if let Some(f) = on_piece.as_mut() {

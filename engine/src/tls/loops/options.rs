@@ -1,9 +1,9 @@
 //! The command-line options `tls server` and `tls client` share, and their translation into
 //! the typed `Protocol` every stack is configured with.
 
-pub use super::record::Events;
-use super::stack::{self, Protocol, Stack, TlsVersion, VerifyMode};
 use crate::out::Result;
+pub use crate::tls::record::Events;
+use crate::tls::stack::{Protocol, Stack, TlsVersion, VerifyMode};
 use std::path::PathBuf;
 
 /// Protocol options, the same flags on client and server.
@@ -73,7 +73,7 @@ pub fn list(flag: &str, text: &Option<String>) -> Result<Option<Vec<String>>> {
 
 impl TlsOpts {
     pub fn stack(&self) -> Result<&'static dyn Stack> {
-        stack::find(&self.stack)
+        crate::tls::registry::find(&self.stack)
     }
 
     pub fn version(&self) -> Result<TlsVersion> {

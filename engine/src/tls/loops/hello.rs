@@ -5,9 +5,10 @@
 //! stack, without running a handshake.
 
 use super::options::TlsOpts;
-use super::record::{Recorder, Wire};
-use super::stack::{ClientSetup, ServerName};
 use crate::out::{emit, Result};
+use crate::tls::record::Recorder;
+use crate::tls::stack::{ClientSetup, ServerName};
+use crate::tls::transport::tcp::Wire;
 use serde_json::json;
 use std::cell::RefCell;
 use std::io::Read;
@@ -177,10 +178,10 @@ mod tests {
 
     #[test]
     fn every_stack_says_hello_with_its_key_share() {
-        let dir = crate::tls::tests::TempDir::new("hello");
-        crate::tls::tests::make_certs(dir.path(), "EC:P-256", "EC:P-256");
+        let dir = crate::tls::contract::TempDir::new("hello");
+        crate::tls::contract::make_certs(dir.path(), "EC:P-256", "EC:P-256");
         let ca = dir.path().join("root.crt.pem");
-        for stack in super::super::stack::registered() {
+        for stack in crate::tls::registry::registered() {
             let info = stack.describe().unwrap();
             let name_of = |code: u16| {
                 info.groups
@@ -205,7 +206,7 @@ mod tests {
         }
     }
 
-    fn hello_size(stack: &dyn super::super::stack::Stack, a: &TlsOpts, ca: &Path) -> usize {
+    fn hello_size(stack: &dyn crate::tls::stack::Stack, a: &TlsOpts, ca: &Path) -> usize {
         let ctx = stack
             .client(&ClientSetup {
                 protocol: a.protocol().unwrap(),

@@ -22,7 +22,7 @@
 
 use crate::out::Result;
 use crate::primitives::der::{self, sequence, tlv};
-use crate::tls::certkey::{self, CertKey};
+use crate::tls::pki::certkey::{self, CertKey};
 use std::net::IpAddr;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 

@@ -7,11 +7,12 @@
 //! `OK <n> <ns>`), then `PULL <m>` and m pattern bytes from the server, every read checked
 //! here. One `bulk` record per connection with the times of every direction.
 
-use super::client;
-use super::record::{self, Recorder, SharedRecorder, Stamp, Wire};
-use super::request::{fill_pattern, is_pattern};
-use super::stack::{ReadOutcome, ServerName, Session};
+use super::connect;
 use crate::out::Result;
+use crate::tls::http::request::{fill_pattern, is_pattern};
+use crate::tls::record::{self, Recorder, SharedRecorder, Stamp};
+use crate::tls::stack::{ReadOutcome, ServerName, Session};
+use crate::tls::transport::tcp::{self, Wire};
 use serde_json::json;
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -27,7 +28,7 @@ pub struct Args {
     /// `--warmup` unrecorded ones first, `--time-limit` for the whole run.
     #[command(flatten)]
     #[serde(flatten)]
-    pub client: client::Args,
+    pub client: connect::Args,
     /// Bytes sent to the server per connection (1 to 17179869184).
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..=(1u64 << 34)))]
     pub push_bytes: u64,
@@ -54,9 +55,9 @@ pub fn run(a: Args) -> Result<()> {
         );
     }
     let stack = a.client.tls.stack()?;
-    let (ctx, target, checks) = client::setup(stack, &a.client)?;
+    let (ctx, target, checks) = connect::setup(stack, &a.client)?;
     let mut options = record::options(&a);
-    let client = client::effective_options(&a.client, &target, &checks);
+    let client = connect::effective_options(&a.client, &target, &checks);
     for key in ["servername", "expect-group", "expect-sigalg"] {
         options[key] = client[key].clone();
     }
@@ -71,7 +72,7 @@ pub fn run(a: Args) -> Result<()> {
                 a.client.time_limit
             );
         }
-        let dialed = client::Dialed::connect(&a.client, &target, Some(deadline))
+        let dialed = connect::Dialed::connect(&a.client, &target, Some(deadline))
             .map_err(|e| e.context(format!("connection {i}")))?;
         let out = transfer(&a, stack, &*ctx, (&target, &checks), &dialed, i)
             .map_err(|e| dialed.explain(e))?;
@@ -83,14 +84,14 @@ pub fn run(a: Args) -> Result<()> {
 /// One connection's handshake and transfers on a connected socket; its `bulk` record.
 fn transfer(
     a: &Args,
-    stack: &dyn super::stack::Stack,
-    ctx: &dyn super::stack::ClientContext,
-    (target, checks): (&client::Target, &client::Checks),
-    dialed: &client::Dialed,
+    stack: &dyn crate::tls::stack::Stack,
+    ctx: &dyn crate::tls::stack::ClientContext,
+    (target, checks): (&connect::Target, &connect::Checks),
+    dialed: &connect::Dialed,
     i: u64,
 ) -> Result<serde_json::Value> {
     let tcp = &dialed.tcp;
-    client::tcp_setup(tcp, a.client.tls.io_timeout)?;
+    crate::tls::transport::tcp::setup(tcp, a.client.tls.io_timeout)?;
     let rec: SharedRecorder = Rc::new(RefCell::new(Recorder::new(false)));
     let wire = Wire {
         tcp: tcp.clone(),
@@ -104,11 +105,11 @@ fn transfer(
     let started = std::time::Instant::now();
     let mut session = handshake.run()?;
     let handshake_ns = started.elapsed().as_nanos() as u64;
-    let neg = client::Negotiation {
+    let neg = connect::Negotiation {
         negotiated: session.negotiated(),
         verification: session.verification(),
     };
-    client::check(stack, checks, &neg, i)?;
+    connect::check(stack, checks, &neg, i)?;
     // The echo first, right after the handshake, as tls_bench's loop runs: after a bulk
     // transfer the same loop measured up to a quarter slower (docs/throughput.md).
     let echo = match a.echo_bytes {
@@ -129,7 +130,7 @@ fn transfer(
         "push_bytes": a.push_bytes, "push_ns": push_ns, "server_recv_ns": server_recv_ns,
         "pull_bytes": a.pull_bytes, "pull_ns": pull_ns, "pull_first_to_last_ns": pull_first_ns,
         "push_cpu_ns": push_cpu_ns, "pull_cpu_ns": pull_cpu_ns,
-        "tcp_info": record::tcp_info(tcp), "t": record::realtime_ns(),
+        "tcp_info": tcp::info(tcp), "t": record::realtime_ns(),
     });
     if let (Some(e), Some((write_ns, read_ns))) = (a.echo_bytes, echo) {
         out["echo_bytes"] = json!(e);

@@ -10,10 +10,10 @@
 //! (`--duration-ms` for the arrivals, `--time-limit` for everything) and by `--io-timeout`
 //! per wait. One `load_result` record at the end carries every sample as columns.
 
-use super::client;
-use super::record::{self, Recorder, SharedRecorder, Stamp};
+use super::connect;
 use crate::cputime;
 use crate::out::{Error, Result};
+use crate::tls::record::{self, Recorder, SharedRecorder, Stamp};
 use serde_json::{json, Value};
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -29,7 +29,7 @@ pub struct Args {
     /// `--time-limit` bounds the whole run (arrivals not started by then are abandoned).
     #[command(flatten)]
     #[serde(flatten)]
-    pub client: client::Args,
+    pub client: connect::Args,
     /// closed (each worker back to back) or open (a fixed arrival rate).
     #[arg(long)]
     pub mode: String,
@@ -146,9 +146,9 @@ pub fn run_with(a: &Args) -> Result<Value> {
     }
     let stack = a.client.tls.stack()?;
     // Fail on bad options once, before any thread starts.
-    let (_, target, checks) = client::setup(stack, &a.client)?;
+    let (_, target, checks) = connect::setup(stack, &a.client)?;
     let mut options = record::options(&a);
-    let client = client::effective_options(&a.client, &target, &checks);
+    let client = connect::effective_options(&a.client, &target, &checks);
     for key in ["servername", "expect-group", "expect-sigalg"] {
         options[key] = client[key].clone();
     }
@@ -275,22 +275,22 @@ fn result_record(sh: &Shared, samples: &[Sample], t0: Stamp) -> Value {
 /// The warm-up of one worker: its own context (contexts are per thread), `--warmup`
 /// checked handshakes.
 fn warm_up(
-    stack: &dyn super::stack::Stack,
-    a: &client::Args,
+    stack: &dyn crate::tls::stack::Stack,
+    a: &connect::Args,
 ) -> Result<(
-    Box<dyn super::stack::ClientContext>,
-    client::Target,
-    client::Checks,
+    Box<dyn crate::tls::stack::ClientContext>,
+    connect::Target,
+    connect::Checks,
 )> {
-    let (ctx, target, checks) = client::setup(stack, a)?;
+    let (ctx, target, checks) = connect::setup(stack, a)?;
     for i in 0..a.warmup {
         let (n, _, _) = handshake(&*ctx, a, &target)?;
-        client::check(stack, &checks, &n, i)?;
+        connect::check(stack, &checks, &n, i)?;
     }
     Ok((ctx, target, checks))
 }
 
-fn worker(stack: &dyn super::stack::Stack, sh: &Shared, w: u32) -> Result<Vec<Sample>> {
+fn worker(stack: &dyn crate::tls::stack::Stack, sh: &Shared, w: u32) -> Result<Vec<Sample>> {
     let ready = warm_up(stack, &sh.a.client);
     if ready.is_err() {
         sh.stop.store(true, Ordering::SeqCst);
@@ -319,7 +319,7 @@ fn worker(stack: &dyn super::stack::Stack, sh: &Shared, w: u32) -> Result<Vec<Sa
             }
         };
         let end = record::monotonic_ns() - t0;
-        if let Err(e) = client::check(stack, &checks, &neg, out.len() as u64) {
+        if let Err(e) = connect::check(stack, &checks, &neg, out.len() as u64) {
             sh.stop.store(true, Ordering::SeqCst);
             return Err(e.context(format!("load worker {w}")));
         }
@@ -381,15 +381,15 @@ fn claim(sh: &Shared, t0: i64) -> Option<i64> {
 /// One connection: TCP connect, full handshake, close_notify; what it negotiated and when
 /// (monotonic ns) the TCP connect and the handshake completed.
 fn handshake(
-    ctx: &dyn super::stack::ClientContext,
-    a: &client::Args,
-    target: &client::Target,
-) -> Result<(client::Negotiation, i64, i64)> {
+    ctx: &dyn crate::tls::stack::ClientContext,
+    a: &connect::Args,
+    target: &connect::Target,
+) -> Result<(connect::Negotiation, i64, i64)> {
     let rec: SharedRecorder = Rc::new(RefCell::new(Recorder::new(false)));
     let mut out = json!({});
     // `one` stamps its own start right after this one; the gap is a few hundred ns.
     let start = record::monotonic_ns();
-    let n = client::one(ctx, a, target, client::Ask::of(a), &rec, &mut out)?;
+    let n = connect::one(ctx, a, target, connect::Ask::of(a), &rec, &mut out)?;
     let at = |key: &str| {
         out["durations"][key]
             .as_i64()

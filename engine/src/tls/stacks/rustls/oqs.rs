@@ -6,16 +6,16 @@
 //! Everything goes through the engine's liboqs backend (`primitives::oqs`), the same code
 //! `pqlab primitives --backend liboqs` times.
 
+use crate::primitives::backend::{Kem as _, Params, Signature as _};
 use crate::primitives::der;
 use crate::primitives::oqs::{shared_sig, KeyPair, OqsKem};
-use crate::primitives::{backend::Kem as _, backend::Signature as _, Params};
 use rustls::crypto::{ActiveKeyExchange, CompletedKeyExchange, SharedSecret, SupportedKxGroup};
 use rustls::pki_types::{AlgorithmIdentifier, InvalidSignature, SignatureVerificationAlgorithm};
 use rustls::sign::{Signer, SigningKey};
 use rustls::{Error, NamedGroup, SignatureAlgorithm, SignatureScheme};
 use std::sync::{Arc, OnceLock};
 
-pub use crate::tls::ids::{KemAlg, SigAlg, KEMS, SIGS};
+pub use crate::tls::pki::ids::{KemAlg, SigAlg, KEMS, SIGS};
 
 /// The IANA hybrids built here from liboqs's ML-KEM and aws-lc-rs's elliptic curve (the
 /// curve's share first, as draft-kwiatkowski-tls-ecdhe-mlkem specifies for the NIST

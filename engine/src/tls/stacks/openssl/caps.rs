@@ -4,19 +4,13 @@
 //! point here must pass). Also the name -> code tables `negotiated` uses.
 
 use crate::out::Result;
+use crate::primitives::backend::cstr;
 use crate::tls::stack::NamedCode;
 use libc::{c_char, c_int, c_uint, c_void};
 use serde_json::{json, Map, Value};
 use std::collections::HashMap;
 use std::ffi::CStr;
 use std::sync::OnceLock;
-
-fn cstr(p: *const c_char) -> String {
-    if p.is_null() {
-        return String::new();
-    }
-    unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
-}
 
 // ---------------------------------------------------------------------------------------
 // Provider capabilities (OSSL_PROVIDER_get_capabilities), not bound by openssl-sys.

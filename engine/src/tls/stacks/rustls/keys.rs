@@ -12,7 +12,7 @@
 use super::oqs::{self, OqsSigningKey};
 use crate::out::Result;
 use crate::primitives::der::read as element;
-use crate::tls::certkey::pkcs8_parts;
+use crate::tls::pki::certkey::pkcs8_parts;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::sign::SigningKey;

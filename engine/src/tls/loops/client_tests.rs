@@ -6,27 +6,14 @@
 //! run ends, and a whole connection bounded by `--connection-timeout` and `--time-limit`
 //! however the server paces its bytes.
 
-use super::record::testing::Memory;
-use super::tests::{loopback, make_certs, TempDir};
-use super::{client, server};
+use super::{client, connect, server};
 use crate::out::Error;
+use crate::tls::contract::{fake_server, loopback, make_certs, ClientCli, ServerCli, TempDir};
+use crate::tls::record::Memory;
 use clap::Parser;
 use serde_json::Value;
-use std::io::{Read, Write};
 use std::net::TcpListener;
 use std::time::{Duration, Instant};
-
-#[derive(Parser)]
-struct ClientCli {
-    #[command(flatten)]
-    a: client::Args,
-}
-
-#[derive(Parser)]
-struct ServerCli {
-    #[command(flatten)]
-    a: server::Args,
-}
 
 fn sent_and_received(record: &Value, msg: &str) -> (usize, usize) {
     let evs = record["events"].as_array().cloned().unwrap_or_default();
@@ -55,7 +42,7 @@ fn a_chain_that_does_not_validate_is_reported_or_refused() {
         wrong.path().join("root.crt.pem"),
     )
     .unwrap();
-    for stack in ["openssl", "rustls", "rustls-aws-lc-rs"] {
+    for stack in library_stacks() {
         // Required (the default): the handshake ends, recorded as a connection_error.
         let r = loopback(wrong.path(), &["--stack", stack], &["--stack", stack], 1);
         assert!(
@@ -166,7 +153,17 @@ fn key_shares_decide_whether_the_server_asks_again() {
 fn an_http_get_is_read_to_its_end_and_the_chain_recorded() {
     let dir = TempDir::new("http");
     make_certs(dir.path(), "EC:P-256", "ML-DSA-44");
-    for stack in ["openssl", "rustls"] {
+    // The library's stacks that serve the ML-DSA-44 leaf.
+    let serve_it = |st: &&dyn crate::tls::stack::Stack| {
+        st.describe()
+            .is_ok_and(|i| i.cert_key_types.iter().any(|k| k == "ML-DSA-44"))
+    };
+    let stacks: Vec<_> = crate::tls::registry::library()
+        .into_iter()
+        .filter(serve_it)
+        .collect();
+    assert!(stacks.len() >= 2, "fewer than two stacks serve ML-DSA-44");
+    for stack in stacks.iter().map(|s| s.name()) {
         let r = loopback(
             dir.path(),
             &["--stack", stack],
@@ -213,29 +210,12 @@ fn an_http_get_is_read_to_its_end_and_the_chain_recorded() {
     );
 }
 
-/// A TCP server on 127.0.0.1 that reads the ClientHello and answers with `reply` (then
-/// closes): all at once, or with `every` non-zero a byte at a time, until the client goes;
-/// its port.
-fn fake_server(reply: &[u8], every: Duration) -> (u16, std::thread::JoinHandle<()>) {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let reply = reply.to_vec();
-    let h = std::thread::spawn(move || {
-        let (mut s, _) = listener.accept().unwrap();
-        let mut buf = [0u8; 8192];
-        let _ = s.read(&mut buf);
-        if every.is_zero() {
-            let _ = s.write_all(&reply);
-            return;
-        }
-        for b in reply {
-            if s.write_all(&[b]).is_err() {
-                return;
-            }
-            std::thread::sleep(every);
-        }
-    });
-    (port, h)
+/// The names of the library's stacks.
+fn library_stacks() -> Vec<&'static str> {
+    crate::tls::registry::library()
+        .iter()
+        .map(|s| s.name())
+        .collect()
 }
 
 #[test]
@@ -294,16 +274,8 @@ fn a_failed_connection_is_recorded_before_the_error() {
     }
 }
 
-/// A server that answers the ClientHello with the start of a real ServerHello record, one
-/// byte every 100 ms (so no single read waits long), until the client goes.
-fn trickling_server() -> (u16, std::thread::JoinHandle<()>) {
-    let mut hello = vec![22, 3, 3, 0, 122, 2, 0, 0, 118, 3, 3];
-    hello.extend([7u8; 111]);
-    fake_server(&hello, Duration::from_millis(100))
-}
-
 /// The client's options against 127.0.0.1:`port` with the root of `dir`.
-fn client_args(dir: &std::path::Path, port: u16, extra: &[&str]) -> client::Args {
+fn client_args(dir: &std::path::Path, port: u16, extra: &[&str]) -> connect::Args {
     let connect = format!("127.0.0.1:{port}");
     let root = dir.join("root.crt.pem");
     let mut argv = vec![
@@ -320,47 +292,10 @@ fn client_args(dir: &std::path::Path, port: u16, extra: &[&str]) -> client::Args
 }
 
 #[test]
-fn a_trickling_server_cannot_hold_a_connection_past_its_deadline() {
-    let dir = TempDir::new("trickle");
-    make_certs(dir.path(), "EC:P-256", "EC:P-256");
-    for stack in ["openssl", "rustls", "rustls-aws-lc-rs"] {
-        for (bound, flag) in [
-            (&["--connection-timeout", "1"][..], "--connection-timeout 1"),
-            (&["--time-limit", "1"][..], "--time-limit 1"),
-        ] {
-            let (port, h) = trickling_server();
-            let mut extra = vec!["--stack", stack];
-            extra.extend(bound);
-            let a = client_args(dir.path(), port, &extra);
-            let sink = Memory::default();
-            let t0 = Instant::now();
-            let e = client::run_with(a.tls.stack().unwrap(), &a, &sink).unwrap_err();
-            let took = t0.elapsed();
-            h.join().unwrap();
-            // Each read got a byte within 100 ms: only the deadline ended the connection.
-            assert!(
-                took >= Duration::from_millis(900) && took < Duration::from_secs(3),
-                "{stack} {flag}: {took:?}"
-            );
-            assert_eq!(e.kind(), "io", "{stack} {flag}: {e}");
-            assert!(
-                e.message().contains("in the handshake") && e.message().contains(flag),
-                "{stack}: {e}"
-            );
-            let recs = sink.records();
-            let c = recs.iter().find(|r| r["type"] == "connection_error");
-            let c = c.unwrap_or_else(|| panic!("{stack}: {recs:?}"));
-            assert_eq!(c["failed_in"], "handshake", "{stack}");
-            assert!(c["bytes_received"].as_u64().unwrap() >= 5, "{c}");
-        }
-    }
-}
-
-#[test]
 fn a_server_that_stalls_after_the_handshake_is_cut_off_in_the_response() {
     let dir = TempDir::new("stall");
     make_certs(dir.path(), "EC:P-256", "EC:P-256");
-    for stack in ["openssl", "rustls", "rustls-aws-lc-rs"] {
+    for stack in library_stacks() {
         // --response-mode none: the server reads the request and never answers it.
         let t0 = Instant::now();
         let r = loopback(
@@ -433,11 +368,11 @@ impl Held {
     }
 }
 
-impl super::record::Sink for Held {
+impl crate::tls::record::Sink for Held {
     fn record(&self, record: &Value) {
         self.pending.lock().unwrap().push(record.clone());
     }
-    fn connection(&self, record: &Value, _events: Option<&[super::record::Event]>) {
+    fn connection(&self, record: &Value, _events: Option<&[crate::tls::record::Event]>) {
         self.record(record);
     }
     fn flush_held(&self) {
@@ -460,6 +395,41 @@ fn wait_until(what: &str, f: impl Fn() -> bool) {
         );
         std::thread::sleep(std::time::Duration::from_millis(5));
     }
+}
+
+/// The records of a `--rounds 1:1,0:3` client: each connection of its round, warm-up
+/// first, then the round's record with its size, time and memory; a round record last.
+fn rounds_written_after_their_connections(all: &[Value]) {
+    let conns: Vec<&Value> = all.iter().filter(|r| r["type"] == "connection").collect();
+    let got: Vec<_> = conns
+        .iter()
+        .map(|c| {
+            (
+                c["round"].as_u64().unwrap(),
+                c["warmup"].as_bool().unwrap(),
+                c["index"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        got,
+        [
+            (0, true, 0),
+            (0, false, 0),
+            (1, false, 1),
+            (1, false, 2),
+            (1, false, 3)
+        ]
+    );
+    let rounds: Vec<&Value> = all.iter().filter(|r| r["type"] == "round").collect();
+    assert_eq!(rounds.len(), 2);
+    assert_eq!(
+        (rounds[1]["round"].as_u64(), rounds[1]["count"].as_u64()),
+        (Some(1), Some(3))
+    );
+    assert!(rounds[1]["seconds"].as_f64().unwrap() > 0.0);
+    assert!(rounds[1]["vm_hwm_kib"].as_u64().unwrap() > 1000);
+    assert_eq!(all.last().unwrap()["type"], "round");
 }
 
 #[test]
@@ -490,7 +460,7 @@ fn rounds_run_when_signalled_and_write_each_round_after_it() {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let connect = format!("127.0.0.1:{}", listener.local_addr().unwrap().port());
     let server_sink = std::sync::Arc::new(Memory::default());
-    let sink: std::sync::Arc<dyn super::record::Sink> = server_sink.clone();
+    let sink: std::sync::Arc<dyn crate::tls::record::Sink> = server_sink.clone();
     let srv = std::thread::spawn(move || {
         server::serve(stack, ctx, listener, std::sync::Arc::new(sa), sink)
     });
@@ -541,37 +511,7 @@ fn rounds_run_when_signalled_and_write_each_round_after_it() {
     let first = caller.join().unwrap();
     srv.join().unwrap().unwrap();
     assert_eq!(first, ["config", "connection", "connection", "round"]);
-    let all = held.written();
-    let conns: Vec<&Value> = all.iter().filter(|r| r["type"] == "connection").collect();
-    let got: Vec<_> = conns
-        .iter()
-        .map(|c| {
-            (
-                c["round"].as_u64().unwrap(),
-                c["warmup"].as_bool().unwrap(),
-                c["index"].as_u64().unwrap(),
-            )
-        })
-        .collect();
-    assert_eq!(
-        got,
-        [
-            (0, true, 0),
-            (0, false, 0),
-            (1, false, 1),
-            (1, false, 2),
-            (1, false, 3)
-        ]
-    );
-    let rounds: Vec<&Value> = all.iter().filter(|r| r["type"] == "round").collect();
-    assert_eq!(rounds.len(), 2);
-    assert_eq!(
-        (rounds[1]["round"].as_u64(), rounds[1]["count"].as_u64()),
-        (Some(1), Some(3))
-    );
-    assert!(rounds[1]["seconds"].as_f64().unwrap() > 0.0);
-    assert!(rounds[1]["vm_hwm_kib"].as_u64().unwrap() > 1000);
-    assert_eq!(all.last().unwrap()["type"], "round");
+    rounds_written_after_their_connections(&held.written());
     assert!(held.pending.lock().unwrap().is_empty());
     assert_eq!(
         server_sink

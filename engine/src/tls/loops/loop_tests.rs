@@ -1,173 +1,22 @@
-//! Real loopback handshakes through the stack-neutral loops: a stack chosen by name from
-//! the registry (the test-only `fake-openssl` included), a stack that lies about the group
-//! refused by the client's check, and negotiated code points compared with what libssl puts
-//! on the wire.
+//! Real loopback handshakes through the stack-neutral loops (beside the contract suite every
+//! stack runs, `tls::contract`): a stack chosen by name from the registry (the test-only
+//! `fake-openssl` included), a stack that lies about the group refused by the client's
+//! check, negotiated code points compared with what libssl puts on the wire, key logs,
+//! mutual TLS, the load generator and the server's pools.
 
-use super::record::testing::Memory;
-use super::stack;
-use super::{certs, client, load, openssl, server};
+use super::{load, server};
 use crate::out::{Error, Result};
+use crate::tls::contract::{
+    loopback, make_certs, server_options, CertsCli, LoadCli, ServerCli, TempDir,
+};
+use crate::tls::pki::certs;
+use crate::tls::record::Memory;
+use crate::tls::stacks::openssl;
 use clap::Parser;
 use serde_json::Value;
 use std::net::TcpListener;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
-
-#[derive(Parser)]
-struct ServerCli {
-    #[command(flatten)]
-    a: server::Args,
-}
-
-#[derive(Parser)]
-struct ClientCli {
-    #[command(flatten)]
-    a: client::Args,
-}
-
-#[derive(Parser)]
-struct LoadCli {
-    #[command(flatten)]
-    a: load::Args,
-}
-
-#[derive(Parser)]
-struct CertsCli {
-    #[command(flatten)]
-    a: certs::Args,
-}
-
-/// A directory removed when dropped.
-pub struct TempDir(PathBuf);
-
-impl TempDir {
-    pub fn new(tag: &str) -> TempDir {
-        use std::sync::atomic::{AtomicU32, Ordering};
-        static N: AtomicU32 = AtomicU32::new(0);
-        let p = std::env::temp_dir().join(format!(
-            "pqlab-tls-test-{tag}-{}-{}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::SeqCst)
-        ));
-        let _ = std::fs::remove_dir_all(&p);
-        TempDir(p)
-    }
-    pub fn path(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-/// A root and a server certificate in `dir`.
-pub fn make_certs(dir: &Path, ca: &str, server_alg: &str) {
-    let d = dir.to_str().unwrap();
-    let cli = CertsCli::parse_from([
-        "t",
-        "--ca-alg",
-        ca,
-        "--server-alg",
-        server_alg,
-        "--out-dir",
-        d,
-    ]);
-    certs::run(cli.a).unwrap_or_else(|e| panic!("certs {ca}/{server_alg}: {e}"));
-}
-
-pub struct Loopback {
-    pub client: Result<()>,
-    pub client_records: Vec<Value>,
-    pub server_records: Vec<Value>,
-}
-
-/// The server's options: the chain and key in `dir`, any address, then `extra`.
-fn server_options(dir: &Path, extra: &[&str]) -> server::Args {
-    let d = dir.to_str().unwrap();
-    let chain = format!("{d}/chain.pem");
-    let key = format!("{d}/server.key.pem");
-    let mut argv = vec![
-        "t",
-        "--listen",
-        "127.0.0.1:0",
-        "--cert-chain",
-        &chain,
-        "--key",
-        &key,
-    ];
-    argv.extend(extra);
-    ServerCli::parse_from(argv).a
-}
-
-/// One server (max_connections = the client's warm-up + count) and one client run, each
-/// with its own argv (after the certificate and address options).
-pub fn loopback(
-    dir: &Path,
-    server_args: &[&str],
-    client_args: &[&str],
-    connections: u64,
-) -> Loopback {
-    let d = dir.to_str().unwrap();
-    let root = format!("{d}/root.crt.pem");
-    let max = connections.to_string();
-    let mut extra = vec!["--io-timeout", "10", "--max-connections", &max];
-    extra.extend(server_args);
-    let sa = server_options(dir, &extra);
-    let (stack, ctx) = server::prepare(&sa).expect("server setup");
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let server_sink = Arc::new(Memory::default());
-    let sink: Arc<dyn super::record::Sink> = server_sink.clone();
-    let srv = std::thread::spawn(move || server::serve(stack, ctx, listener, Arc::new(sa), sink));
-
-    let connect = format!("127.0.0.1:{port}");
-    let mut argv = vec![
-        "t",
-        "--connect",
-        &connect,
-        "--ca",
-        &root,
-        "--servername",
-        "localhost",
-        "--io-timeout",
-        "10",
-    ];
-    argv.extend(client_args);
-    let ca = ClientCli::parse_from(argv).a;
-    let client_sink = Memory::default();
-    let client = ca
-        .tls
-        .stack()
-        .and_then(|s| client::run_with(s, &ca, &client_sink));
-    if client.is_err() {
-        // Unblock a server still waiting for connections the client will not make.
-        for _ in 0..connections {
-            let _ = std::net::TcpStream::connect(("127.0.0.1", port));
-        }
-    }
-    srv.join().unwrap().unwrap();
-    // The client's first record is its options (checked in tests/options_echo.rs).
-    let mut client_records = client_sink.records();
-    if client_records
-        .first()
-        .is_some_and(|r| r["type"] == "config")
-    {
-        client_records.remove(0);
-    } else {
-        assert!(
-            client.is_err(),
-            "no config record first: {client_records:?}"
-        );
-    }
-    Loopback {
-        client,
-        client_records,
-        server_records: server_sink.records(),
-    }
-}
 
 fn handshake_messages(record: &Value) -> Vec<String> {
     record["events"]
@@ -409,87 +258,6 @@ fn negotiated_codes_are_the_code_points_libssl_sends() {
     }
 }
 
-/// The TLS 1.3 signature schemes a key of this spec signs with, from the IANA registry and
-/// the liboqs table (independent of any stack's own mapping).
-fn schemes_of_key(spec: &str) -> Vec<u16> {
-    match spec.to_ascii_uppercase().as_str() {
-        s if s == "RSA" || s.starts_with("RSA:") => vec![0x0804, 0x0805, 0x0806],
-        s if s.starts_with("RSA-PSS") => vec![0x0809, 0x080a, 0x080b],
-        "EC:P-256" => vec![0x0403],
-        "EC:P-384" => vec![0x0503],
-        "EC:P-521" => vec![0x0603],
-        "ED25519" => vec![0x0807],
-        "ED448" => vec![0x0808],
-        _ => crate::tls::ids::SIGS
-            .iter()
-            .filter(|s| s.liboqs.eq_ignore_ascii_case(spec))
-            .map(|s| s.code)
-            .collect(),
-    }
-}
-
-/// A CA every stack can verify (for tests of the leaf's key).
-const CA_FOR_ALL: &str = "EC:P-256";
-
-#[test]
-fn every_certificate_key_type_of_every_stack_serves_a_verified_handshake() {
-    for st in real_stacks() {
-        let info = st.describe().unwrap();
-        for spec in ["RSA:2048", "EC:P-256", "ED25519", "ML-DSA-44", "ML-DSA-87"] {
-            assert!(
-                info.cert_key_types
-                    .iter()
-                    .any(|k| k == spec || spec.starts_with(&format!("{k}:"))),
-                "{} lacks {spec}: {:?}",
-                st.name(),
-                info.cert_key_types
-            );
-        }
-        let codes: Vec<u16> = info.sigalgs.iter().map(|s| s.code).collect();
-        for spec in &info.cert_key_types {
-            let dir = TempDir::new("keytype");
-            make_certs(dir.path(), CA_FOR_ALL, spec);
-            let args = ["--stack", st.name(), "--events", "off"];
-            let r = loopback(dir.path(), &args, &args, 1);
-            let what = format!("{} serving {spec}", st.name());
-            r.client.unwrap_or_else(|e| panic!("{what}: {e}"));
-            assert_eq!(r.client_records[0]["verified"], true, "{what}");
-            let neg = &r.client_records[0]["negotiated"];
-            let code = neg["sigalg_code"].as_u64().unwrap() as u16;
-            assert!(codes.contains(&code), "{what}: {neg}");
-            assert!(
-                schemes_of_key(spec).contains(&code),
-                "{what} signed with {neg}"
-            );
-        }
-    }
-}
-
-#[test]
-fn every_ca_key_type_of_every_stack_signs_a_chain_its_client_verifies() {
-    for st in real_stacks() {
-        let info = st.describe().unwrap();
-        for spec in &info.cert_key_types {
-            assert!(
-                info.ca_key_types.contains(spec),
-                "{}: {spec} serves but cannot sign?",
-                st.name()
-            );
-        }
-        // Key types that serve were proven above with this CA; here every CA key type
-        // signs a leaf every stack can serve.
-        for spec in &info.ca_key_types {
-            let dir = TempDir::new("ca-keytype");
-            make_certs(dir.path(), spec, CA_FOR_ALL);
-            let args = ["--stack", st.name(), "--events", "off"];
-            let r = loopback(dir.path(), &args, &args, 1);
-            let what = format!("{} with CA {spec}", st.name());
-            r.client.unwrap_or_else(|e| panic!("{what}: {e}"));
-            assert_eq!(r.client_records[0]["verified"], true, "{what}");
-        }
-    }
-}
-
 #[test]
 fn key_logs_are_owner_only_and_never_take_over_a_file() {
     use crate::secrets::{mode, FILE_MODE};
@@ -655,7 +423,7 @@ fn load_against_pool(dir: &Path, threads: &str, load_args: &[&str]) -> Result<Va
     let (stack, ctx) = server::prepare(&sa).expect("server setup");
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
-    let sink: Arc<dyn super::record::Sink> = Arc::new(Memory::default());
+    let sink: Arc<dyn crate::tls::record::Sink> = Arc::new(Memory::default());
     std::thread::spawn(move || server::serve(stack, ctx, listener, Arc::new(sa), sink));
     let connect = format!("127.0.0.1:{port}");
     let mut argv = vec![
@@ -817,143 +585,21 @@ fn threads_and_concurrent_exclude_each_other() {
     assert!(matches!(server::prepare(&sa), Err(Error::Usage(m)) if m.contains("--threads")));
 }
 
-/// The stacks a contract test runs for: every registered stack but the test-only fakes.
-fn real_stacks() -> Vec<&'static dyn stack::Stack> {
-    let fakes: Vec<&str> = super::fake::STACKS.iter().map(|s| s.name()).collect();
-    stack::registered()
-        .into_iter()
-        .filter(|s| !fakes.contains(&s.name()))
-        .collect()
-}
-
+/// The library's stacks serve at least the classical and ML-DSA keys the lab's default
+/// matrix uses.
 #[test]
-fn every_group_of_every_stack_completes_a_verified_handshake() {
-    let dir = TempDir::new("groups");
-    make_certs(dir.path(), "EC:P-256", "EC:P-256");
-    for st in real_stacks() {
+fn the_library_s_stacks_serve_the_default_matrix_s_keys() {
+    for st in crate::tls::registry::library() {
         let info = st.describe().unwrap();
-        for g in &info.groups {
-            if !g.versions.contains(&"1.3") {
-                continue;
-            }
-            let args = [
-                "--stack",
-                st.name(),
-                "--groups",
-                g.name.as_str(),
-                "--events",
-                "off",
-            ];
-            let r = loopback(dir.path(), &args, &args, 1);
-            r.client
-                .unwrap_or_else(|e| panic!("{} group {}: {e}", st.name(), g.name));
-            let neg = &r.client_records[0]["negotiated"];
-            assert_eq!(
-                neg["group_code"].as_u64(),
-                Some(g.code as u64),
-                "{} {}",
-                st.name(),
-                g.name
-            );
-            assert_eq!(r.client_records[0]["verified"], true);
-            let srv = &r.server_records[0]["negotiated"];
-            assert_eq!(srv["group_code"], neg["group_code"], "{}", st.name());
-        }
-    }
-}
-
-/// The stacks' groups and signature schemes in common, by code point: each pair of stacks
-/// completes verified handshakes both ways with them.
-#[test]
-fn stacks_interoperate_on_every_group_they_share() {
-    let dir = TempDir::new("interop");
-    make_certs(dir.path(), "ML-DSA-44", "ML-DSA-44");
-    let stacks = real_stacks();
-    for server in &stacks {
-        for client in &stacks {
-            if server.name() == client.name() {
-                continue;
-            }
-            let si = server.describe().unwrap();
-            let ci = client.describe().unwrap();
-            for g in &si.groups {
-                let Some(cg) = ci.groups.iter().find(|c| c.code == g.code) else {
-                    continue;
-                };
-                if !g.versions.contains(&"1.3") {
-                    continue;
-                }
-                let sa = ["--stack", server.name(), "--groups", g.name.as_str()];
-                let ca = ["--stack", client.name(), "--groups", cg.name.as_str()];
-                let r = loopback(dir.path(), &sa, &ca, 1);
-                let what = format!(
-                    "{} <- {} group {:#06x}",
-                    server.name(),
-                    client.name(),
-                    g.code
-                );
-                r.client.unwrap_or_else(|e| panic!("{what}: {e}"));
-                let neg = &r.client_records[0]["negotiated"];
-                assert_eq!(neg["group_code"].as_u64(), Some(g.code as u64), "{what}");
-                assert_eq!(neg["sigalg_code"].as_u64(), Some(0x0904), "{what}");
-            }
-        }
-    }
-}
-
-/// Every signature scheme two stacks share, by code point: a certificate of that key (made
-/// by the one builder) serves a verified handshake from each stack's server to the other's
-/// client.
-#[test]
-fn stacks_interoperate_on_every_signature_they_share() {
-    let stacks = real_stacks();
-    let infos: Vec<_> = stacks.iter().map(|s| s.describe().unwrap()).collect();
-    let mut tried = 0;
-    for (si, server) in stacks.iter().enumerate() {
-        for (ci, client) in stacks.iter().enumerate() {
-            if si == ci {
-                continue;
-            }
-            let (sinfo, cinfo) = (&infos[si], &infos[ci]);
-            for spec in &sinfo.cert_key_types {
-                let codes = schemes_of_key(spec);
-                let Some(scheme) = sinfo
-                    .sigalgs
+        for spec in ["RSA:2048", "EC:P-256", "ED25519", "ML-DSA-44", "ML-DSA-87"] {
+            assert!(
+                info.cert_key_types
                     .iter()
-                    .find(|s| codes.contains(&s.code) && s.versions.contains(&"1.3"))
-                else {
-                    continue;
-                };
-                let Some(cscheme) = cinfo.sigalgs.iter().find(|c| c.code == scheme.code) else {
-                    continue;
-                };
-                if !cinfo.ca_key_types.iter().any(|k| k == CA_FOR_ALL) {
-                    continue;
-                }
-                let dir = TempDir::new("interop-sig");
-                make_certs(dir.path(), CA_FOR_ALL, spec);
-                let sa = ["--stack", server.name(), "--sigalgs", scheme.name.as_str()];
-                let ca = ["--stack", client.name(), "--sigalgs", cscheme.name.as_str()];
-                let r = loopback(dir.path(), &sa, &ca, 1);
-                let what = format!(
-                    "{} <- {} signature {spec} ({:#06x})",
-                    server.name(),
-                    client.name(),
-                    scheme.code
-                );
-                r.client.unwrap_or_else(|e| panic!("{what}: {e}"));
-                let neg = &r.client_records[0]["negotiated"];
-                assert_eq!(
-                    neg["sigalg_code"].as_u64(),
-                    Some(scheme.code as u64),
-                    "{what}"
-                );
-                assert_eq!(r.client_records[0]["verified"], true, "{what}");
-                tried += 1;
-            }
+                    .any(|k| k == spec || spec.starts_with(&format!("{k}:"))),
+                "{} lacks {spec}: {:?}",
+                st.name(),
+                info.cert_key_types
+            );
         }
     }
-    // openssl, rustls and rustls-aws-lc-rs share at least RSA-PSS, ECDSA, Ed25519 and
-    // ML-DSA, each pair both ways.
-    assert!(tried >= 6 * 6, "only {tried} pairs");
 }
