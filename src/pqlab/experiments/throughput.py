@@ -447,7 +447,7 @@ class Throughput(Experiment):
         CompareSpec(
             "throughput rx",
             "throughput_raw",
-            ("group", "cipher_suite", "server_sig", "client_sig"),
+            ("group", "cipher_suite", "server_sig", "client_sig", "stack"),
             "pull_bytes / pull_ns * 1e3",
             "MB/s",
             better="higher",
@@ -455,7 +455,7 @@ class Throughput(Experiment):
         CompareSpec(
             "throughput tx",
             "throughput_raw",
-            ("group", "cipher_suite", "server_sig", "client_sig"),
+            ("group", "cipher_suite", "server_sig", "client_sig", "stack"),
             "push_bytes / push_ns * 1e3",
             "MB/s",
             better="higher",
