@@ -20,6 +20,7 @@ from pqlab import __version__, files
 from pqlab.errors import EngineError, EngineIOError, Interrupted, UserError
 from pqlab.experiment import Experiment, registry
 from pqlab.files import check_out
+from pqlab.net import uml
 from pqlab.session import Step, run_steps
 from pqlab.store import RunStore, default_out
 
@@ -102,8 +103,6 @@ def _run_in_guest(exp: Experiment, args: argparse.Namespace, plan) -> int:
     """`--shaper uml`: the command, validated here (the guest boots: `check_shaper`), runs
     again inside a User-Mode Linux guest with --shaper netem, into a run directory made
     here; what it prints is printed, its exit status returned."""
-    from pqlab.net import uml
-
     out = Path(args.out) if args.out else default_out(exp.name)
     existed = os.path.lexists(out)
     run = files.Dir.open(out, "run directory", create=True, own=True)

@@ -39,6 +39,7 @@ from dataclasses import dataclass
 
 from pqlab.errors import EngineError, UserError
 from pqlab.experiment import Option
+from pqlab.net import uml
 from pqlab.net.profiles import Direction, LinkProfile
 from pqlab.net.remote import RemoteHosts
 from pqlab.net.topology import SIDES, Link, TopologyError, TwoHosts, delete_namespace
@@ -576,8 +577,6 @@ def check_shaper(shaper: str) -> None:
         if not ok:
             raise UserError(f"--shaper netem: {why}; use --shaper userspace (or auto)")
     if shaper == "uml":
-        from pqlab.net import uml
-
         ok, why = uml.available()
         if not ok:
             raise UserError(f"--shaper uml: {why}; use --shaper userspace (or auto)")
