@@ -286,11 +286,13 @@ def verdicts(out: Path) -> dict[str, str]:
 
 def tshark_messages(pcap: Path, keylog: Path, server_port: int) -> dict:
     """client port -> sender -> [(handshake type, length incl. the 4-byte header)], as
-    tshark decrypts the capture with the key log."""
+    tshark decrypts the capture with the key log (the server's port decoded as TLS: tshark
+    reads a client port it knows for another protocol, 57000 for IRC, as that one)."""
     rows = tshark_fields(
         pcap,
         ["tcp.srcport", "tcp.dstport", "tls.handshake.type", "tls.handshake.length"],
         keylog=keylog,
+        port=server_port,
         display_filter="tls.handshake",
     )
     out: dict = defaultdict(lambda: defaultdict(list))

@@ -271,7 +271,7 @@ def test_server_keeps_serving_while_nobody_reads_its_records(tmp_path):
         ({"mode": "open"}, ["percentages", "closed"]),
         ({"clients": "0"}, ["--clients", "0"]),
         ({"clients": "1,2000"}, ["--clients", "2000"]),
-        ({"server_threads": "300"}, ["--server-threads", "300"]),
+        ({"server_cpus": "300"}, ["--server-cpus", "300"]),
         ({"duration": "0"}, ["--duration", "0"]),
         ({"duration": "5 parsecs"}, ["--duration"]),
         ({"groups": "X25519,Nope"}, ["Nope"]),

@@ -280,13 +280,15 @@ def test_connect_to_a_misbehaving_peer_exits_7(chain, stack):
 # --- the chain as it crossed the wire ---------------------------------------------------------
 
 
-def tshark_certificate_lengths(pcap: Path, keylog: Path) -> list[list[int]]:
+def tshark_certificate_lengths(pcap: Path, keylog: Path, port: int) -> list[list[int]]:
     """Per server Certificate message tshark decrypts, its certificates' DER sizes (with a
-    dissection tree deep enough for 100 certificates: tshark stops at 256 levels)."""
+    dissection tree deep enough for 100 certificates: tshark stops at 256 levels; the
+    server's `port` decoded as TLS, whatever protocol tshark gives the client's)."""
     rows_ = tshark_fields(
         pcap,
         ["tls.handshake.certificate_length"],
         keylog=keylog,
+        port=port,
         options=("gui.max_tree_depth:4096",),
         display_filter="tls.handshake.type == 11",
     )
@@ -327,7 +329,7 @@ def test_the_probe_reports_the_chain_on_the_wire_on_every_stack(tmp_path, hundre
         assert r["certificate_bytes"] == 4 + 1 + 3 + sum(n + 5 for n in sizes), stack
         # tshark, reading the same capture with the same key log, sees the same sizes.
         pcap = next((out / "captures").glob(f"{stack}_*.pcap"))
-        assert tshark_certificate_lengths(pcap, pcap.with_suffix(".keys.log")) == [sizes]
+        assert tshark_certificate_lengths(pcap, pcap.with_suffix(".keys.log"), port) == [sizes]
         assert f"chain 100 certs {sum(sizes):,} B" in verdicts_by_stack(out)[stack]
     assert (raw["wolfssl"]["stack_chain_certs"], raw["wolfssl"]["stack_chain_truncated"]) == (
         9,

@@ -5,8 +5,12 @@ tshark's decryption of the probe's own capture with its own key log."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import socket
+import ssl
 import stat
+import subprocess
 
 import pytest
 
@@ -20,6 +24,7 @@ from probe_helpers import (
     probe,
     rows,
     s_server,
+    tshark_messages,
     verdicts,
 )
 
@@ -185,3 +190,82 @@ def test_pqlab_serve_on_every_stack(tmp_path, stack):
     raw = rows(out, "SELECT * FROM probe_raw WHERE outcome = 'accepted'")
     assert all(r["response_bytes"] == 5000 and r["verified"] for r in raw)
     assert assert_messages_equal_tshark(out, port) == 2 * 2
+
+
+# Client ports Wireshark gives another protocol (`tshark -G decodes`), in the range the kernel
+# picks client ports from: IRC, EtherNet/IP, CBSP. A connection from one of them reads as that
+# protocol unless the server's port is decoded as TLS, whatever the load on the machine.
+REGISTERED_CLIENT_PORTS = (57000, 44818, 48049)
+
+
+def _wireshark_port_protocols() -> dict[int, str]:
+    out = subprocess.run(["tshark", "-G", "decodes"], capture_output=True, text=True,
+                         timeout=120, check=True).stdout  # fmt: skip
+    rows_ = (line.split("\t") for line in out.splitlines())
+    return {int(r[1]): r[2] for r in rows_ if len(r) == 3 and r[0] == "tcp.port"}
+
+
+def test_tshark_reads_tls_from_a_client_port_wireshark_gives_another_protocol(
+    tmp_path, ecdsa_chain
+):
+    """The helper every probe test compares against (tshark's decryption of the probe's
+    capture) finds a handshake whatever client port the kernel picked: one from port 57000
+    was once missed ("tshark found no handshake"), tshark having read it as IRC."""
+    from pqlab.tls import runner
+
+    protocols = _wireshark_port_protocols()
+    with s_server(ecdsa_chain.chain, ecdsa_chain.key) as port:
+        pcap, keys = tmp_path / "c.pcap", tmp_path / "c.keys.log"
+        capture = runner.start_capture(None, "client", port, pcap, 262144, 60, interface="lo")
+        try:
+            sock = socket.socket()
+            # (a port an earlier run of this test left in TIME_WAIT is bound again)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            for cport in REGISTERED_CLIENT_PORTS:
+                with contextlib.suppress(OSError):
+                    sock.bind(("127.0.0.1", cport))
+                    break
+            else:
+                pytest.skip(f"every port of {REGISTERED_CLIENT_PORTS} is in use")
+            assert protocols.get(cport) not in (None, "tls"), (cport, protocols.get(cport))
+            ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+            ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE
+            ctx.minimum_version = ssl.TLSVersion.TLSv1_3
+            ctx.keylog_filename = str(keys)
+            sock.settimeout(30)
+            sock.connect(("127.0.0.1", port))
+            with ctx.wrap_socket(sock) as tls:
+                tls.sendall(b"GET / HTTP/1.0\r\n\r\n")
+                for _ in range(100):  # bounded: s_server -www answers and closes
+                    if not tls.recv(65536):
+                        break
+        finally:
+            runner.stop_capture(capture)
+    found = tshark_messages(pcap, keys, port)
+    assert cport in found, f"tshark found no handshake from client port {cport}"
+    assert found[cport]["client"][0][0] == 1  # ClientHello
+    assert [t for t, _ in found[cport]["server"]][:2] == [2, 8]  # ServerHello, EE
+
+
+def test_a_connection_the_capture_does_not_hold_is_said_so(tmp_path, ecdsa_chain):
+    """A capture that missed a connection (here: one watching an interface the connection
+    never crossed) does not pass the client's view for a capture: each row says it is not in
+    the capture, with what the kernel dropped, and the run warns."""
+    other = sorted(
+        n for n in os.listdir("/sys/class/net") if n != "lo" and not n.startswith("pqlab")
+    )
+    if not other:
+        pytest.skip("no interface besides lo to watch")
+    with s_server(ecdsa_chain.chain, ecdsa_chain.key) as port:
+        out = tmp_path / "run"
+        proc = probe(out, f"127.0.0.1:{port}", "--servername", "localhost",
+                     "--ca", ecdsa_chain.root, "-n", "2", "--groups", "X25519",
+                     "--interface", other[0])  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    raw = rows(out, "SELECT outcome, messages_from, capture_note FROM probe_raw")
+    assert len(raw) == 2 and {r["outcome"] for r in raw} == {"accepted"}, raw
+    for r in raw:
+        assert r["messages_from"] == "client", r
+        assert r["capture_note"].startswith("not in the capture"), r
+    warned = rows(out, "SELECT code, message FROM warnings WHERE code = 'capture-drops'")
+    assert len(warned) == 2 and all("not in the capture" in w["message"] for w in warned)

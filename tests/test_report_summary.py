@@ -87,6 +87,11 @@ def test_describe_names_what_changes_and_what_stays():
     assert hs_summary.describe(a, b) == (
         "X25519 + RSA-2048 &rarr; X25519MLKEM768 + ML-DSA-44 (CA RSA-2048)"
     )
+    # Every axis changes: nothing shared, and no empty parentheses after the change.
+    c = hs_summary.Cell("X25519MLKEM768", "ML-DSA-44", "ML-DSA-44")
+    assert hs_summary.describe(a, c) == (
+        "X25519 + RSA-2048 + RSA-2048 &rarr; X25519MLKEM768 + ML-DSA-44 + ML-DSA-44"
+    )
 
 
 def test_warnings_are_one_group_per_cause_and_ml_dsa_signing_is_inherent(store):

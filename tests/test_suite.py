@@ -45,3 +45,22 @@ def test_every_built_in_suite_is_valid_and_names_every_step():
         planned = [ln.split(":")[0] for ln in proc.stdout.splitlines() if ":" in ln]
         for step in steps:
             assert step["experiment"] in planned, (name, step["experiment"], proc.stdout)
+
+
+def test_docs_name_every_step_of_every_built_in_suite():
+    """docs/suites.md lists the experiments each built-in suite runs, in order, as the
+    suite files do (memory, capacity and throughput among them)."""
+    import re
+    import tomllib
+    from pathlib import Path
+
+    import pqlab
+
+    suites = Path(pqlab.__file__).parent / "suites"
+    docs = (Path(__file__).resolve().parents[1] / "docs" / "suites.md").read_text()
+    for name in ("default", "quick", "full"):
+        steps = tomllib.loads((suites / f"{name}.toml").read_text())["step"]
+        ran = list(dict.fromkeys(step["experiment"] for step in steps))
+        m = re.search(rf"^\| `{name}` \| ([a-z0-9, ]+) \|$", docs, re.M)
+        assert m, f"docs/suites.md has no steps row for {name}"
+        assert m.group(1).split(", ") == ran, (name, ran)

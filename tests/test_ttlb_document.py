@@ -12,7 +12,7 @@ import statistics
 import numpy as np
 import pytest
 
-from pqlab.experiments.ttlb import across, analyse, document, schema, sweep
+from pqlab.experiments.ttlb import across, analyse, document, report, schema, sweep
 from pqlab.net.profiles import load_profiles
 from pqlab.store import RunStore
 
@@ -327,3 +327,68 @@ def test_the_documents_lossy_link_with_loss_one_way_or_both():
     )
     got = [document.is_loss_condition(d) for d in descs.values()]
     assert got == [True, True, False, False, False]
+
+
+def _full_suite_cdf_profiles(group: str) -> set[str]:
+    """The profiles the full suite measures at figure 6's 200 KiB for `group`."""
+    import tomllib
+    from pathlib import Path
+
+    import pqlab
+    from pqlab import units
+    from pqlab.experiments.ttlb.plan import DEFAULT_SIZES
+
+    suite = Path(pqlab.__file__).parent / "suites" / "full.toml"
+    out: set[str] = set()
+    for step in tomllib.loads(suite.read_text())["step"]:
+        groups = step.get("groups")
+        if step["experiment"] != "ttlb" or group not in (
+            [groups] if isinstance(groups, str) else groups
+        ):
+            continue
+        sizes = units.parse_list(step.get("sizes", ",".join(DEFAULT_SIZES)), "sizes")
+        if document.FIGURE6_RESPONSE_BYTES in {units.parse_size(s) for s in sizes}:
+            profile = step["profile"]
+            out |= {profile} if isinstance(profile, str) else set(profile)
+    return out
+
+
+def test_the_full_suites_figure6_draws_the_documents_paths():
+    """Document 003's figure 6: the post-quantum connections' TTLB at 200 KiB over five
+    paths of RTT 35 ms (1 Gbit/s with 0 and 5 % loss, 1 Mbit/s with 0 and 10 %, paretonormal
+    jitter). The full suite's CDF at 35 ms holds each path once and nothing else; its 200 ms
+    links are a figure of their own."""
+    profiles = _full_suite_cdf_profiles("X25519MLKEM768")
+    descs = _descs(sorted(profiles))
+    groups = dict(report.cdf_groups(descs))
+    at35 = [descs[n] for n in groups[document.FIGURE6_RTT_MS]]
+    got = sorted((document.figure6_path(d) for d in at35), key=str)
+    assert got == sorted(document.FIGURE6_PATHS, key=str)
+    assert all(abs(d["rtt_ms"] - 35) > 1 for r, names in groups.items() if r != 35 for d in
+               (descs[n] for n in names))  # fmt: skip
+
+
+def test_the_documents_figure6_paths_and_a_figure_that_lacks_one(store):
+    """The transcription against the document's words (five lines; the 1 Gbit/s and the
+    jitter ones start near the origin, the 1 Mbit/s ones near 2,000 ms: 200 KiB at 1 Mbit/s
+    is 1.6 s of serialisation), and the report's caption names figure 6 only for a figure
+    that draws all five paths."""
+    assert len(document.FIGURE6_PATHS) == 5
+    assert {p[0] for p in document.FIGURE6_PATHS} == {1e9, 1e6}
+    assert document.FIGURE6_RESPONSE_BYTES * 8 / 1e6 > 1.6
+    pq = ("X25519MLKEM768", "ML-DSA-44", 16000)
+    fig6 = ["1gbps-35ms", "lossy-5pct-1gbps", "pareto-35ms", "1mbps-35ms",
+            "rtt=35ms,rate=1mbit,loss=10%,initcwnd=20"]  # fmt: skip
+    cells = {(spec, pq, s): 4 for spec in [*fig6, "1mbps-200ms"] for s in (0, 200 * 1024)}
+    cells |= {(spec, BASE, s): 4 for spec in fig6[:3] for s in (0, 200 * 1024)}
+    _fill(store, cells)
+    with store.cell("ttlb", "first", {"group": BASE[0], "chain": BASE[1], "chain_bytes": BASE[2]}):
+        pass
+    from pqlab.experiments.ttlb import report as ttlb_report
+
+    section = ttlb_report.export(store)
+    cdfs = [b[2] for b in section.blocks if b[0] == "figure" and b[2].startswith("CDF")]
+    named = [c for c in cdfs if "(its five paths)" in c]
+    assert len(named) == 1 and "RTT 35 ms" in named[0] and "X25519MLKEM768" in named[0], cdfs
+    assert any("RTT 200 ms" in c for c in cdfs)
+    assert len(cdfs) == 3  # the post-quantum 35 ms and 200 ms figures, the classical 35 ms

@@ -11,16 +11,18 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import signal
 import sys
 from pathlib import Path
 
-from pqlab import __version__
-from pqlab.errors import EngineError, Interrupted, UserError
+from pqlab import __version__, files
+from pqlab.errors import EngineError, EngineIOError, Interrupted, UserError
 from pqlab.experiment import Experiment, registry
 from pqlab.files import check_out
+from pqlab.net import uml
 from pqlab.session import Step, run_steps
-from pqlab.store import RunStore
+from pqlab.store import RunStore, default_out
 
 # `pqlab --help` order: the suite, the experiments (registry order), then the tools.
 TOOLS_FIRST = ["suite"]
@@ -81,6 +83,8 @@ def run_experiment(exp: Experiment, args: argparse.Namespace) -> int:
     if args.out:
         check_out(Path(args.out), resume=args.resume)
     plan = exp.plan(args)
+    if getattr(args, "shaper", None) == "uml":
+        return _run_in_guest(exp, args, plan)
     outcome = run_steps(
         [Step(exp, plan)], out=args.out, resume=args.resume, report=not args.no_report
     )
@@ -93,6 +97,31 @@ def run_experiment(exp: Experiment, args: argparse.Namespace) -> int:
     finally:
         store.close()
     return 0
+
+
+def _run_in_guest(exp: Experiment, args: argparse.Namespace, plan) -> int:
+    """`--shaper uml`: the command, validated here (the guest boots: `check_shaper`), runs
+    again inside a User-Mode Linux guest with --shaper netem, into a run directory made
+    here; what it prints is printed, its exit status returned."""
+    out = Path(args.out) if args.out else default_out(exp.name)
+    existed = os.path.lexists(out)
+    run = files.Dir.open(out, "run directory", create=True, own=True)
+    try:
+        path = run.path.resolve()
+        print(f"--shaper uml: running in a User-Mode Linux guest with netem; results: {path}",
+              file=sys.stderr)  # fmt: skip
+        work = exp.work(plan)  # None: the experiment prices none; an hour is its estimate
+        res = uml.rerun(args.argv, path, work.seconds if work is not None else 3600.0)
+    except BaseException:
+        files.discard(run, not existed)
+        raise
+    finally:
+        run.close()
+    sys.stdout.write(res.stdout)
+    sys.stderr.write(res.stderr)
+    if res.returncode is None:
+        raise EngineIOError(res.explain())
+    return res.returncode
 
 
 def _tool(sub, name: str) -> None:
@@ -122,6 +151,7 @@ def _raise_interrupted(signum, frame):
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)  # as given (`--shaper uml`)
     if not getattr(args, "func", None):
         parser.print_help()
         return 2

@@ -134,7 +134,8 @@ class Option:
 class CompareSpec:
     """One comparable measurement for `pqlab compare`: raw samples of `value_sql` from `table`,
     grouped by `keys`; `label` names it in the output ("handshake", "ttfb", ...). Key columns
-    an older run lacks read as `missing` (e.g. the TLS stack of runs made before stacks)."""
+    an older run lacks read as `missing`. Every measurement made on a TLS stack has "stack"
+    among its keys (an older run's rows without one ran on the default stack)."""
 
     label: str
     table: str
@@ -340,8 +341,11 @@ class Experiment:
         """Option values from a suite step (keys are the option names), defaults elsewhere."""
         values = self.defaults()
         known = {o.name: o for o in self.options}
+        # An option's other names (an earlier one kept as an alias) are keys too.
+        aliases = {a.removeprefix("--"): o for o in self.options for a in o.aliases}
         for key, value in table.items():
-            opt = known.get(key) or known.get(key.replace("_", "-"))
+            name = key.replace("_", "-")
+            opt = known.get(key) or known.get(name) or aliases.get(key) or aliases.get(name)
             if opt is None:
                 raise UserError(
                     f"{where}: unknown key {key!r} for {self.name}; accepted: "

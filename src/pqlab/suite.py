@@ -101,6 +101,11 @@ def plan_steps(suite: Suite, only: list[str] | None = None) -> list[Step]:
             continue
         exp = experiments.get(name)
         values = exp.values_from_suite(table, where)
+        if getattr(values, "shaper", None) == "uml":
+            raise UserError(
+                f'{where}: shaper = "uml" runs one command in a guest, not a suite\'s step; '
+                f"run that step as its own command (pqlab {name} --shaper uml ...)"
+            )
         same = (name, repr(sorted(vars(values).items())))
         if same in first:
             raise UserError(

@@ -24,16 +24,15 @@ from pqlab import files, stats
 from pqlab.errors import UserError
 from pqlab.experiment import CompareSpec, registry
 from pqlab.store import RunStore
+from pqlab.tls.stacks import DEFAULT_STACK, STACK_SQL
 
 
-def _samples(store: RunStore, spec: CompareSpec) -> dict:
-    """key -> (samples, the round of each sample or None)."""
+def _samples(store: RunStore, spec: CompareSpec, keys: tuple[str, ...]) -> dict:
+    """key -> (samples, the round of each sample or None), grouped by `keys`."""
     if not store.has_table(spec.table):
         return {}
     have = store.columns(spec.table)
-    cols = ", ".join(
-        f'"{k}"' if k in have else f'{_literal(spec.missing.get(k))} AS "{k}"' for k in spec.keys
-    )
+    cols = ", ".join(_key_sql(spec, k, have) for k in keys)
     rounds = f'"{spec.round_column}"' if spec.round_column in have else "NULL"
     rows = store.con.execute(
         f"SELECT {cols}, {rounds} AS r, {spec.value_sql} AS v FROM {spec.table} WHERE {spec.where}"
@@ -45,6 +44,19 @@ def _samples(store: RunStore, spec: CompareSpec) -> dict:
             values.append(float(row[-1]))
             rnds.append(row[-2])
     return {k: (np.asarray(v), r) for k, (v, r) in out.items()}
+
+
+def _key_sql(spec: CompareSpec, key: str, have: set) -> str:
+    if key == "stack":  # rows stored before stacks ran on the default one
+        return f'{STACK_SQL if key in have else _literal(DEFAULT_STACK)} AS "stack"'
+    return f'"{key}"' if key in have else f'{_literal(spec.missing.get(key))} AS "{key}"'
+
+
+def compare_keys(spec: CompareSpec, one_stack_each: bool) -> tuple[str, ...]:
+    """The keys samples are grouped by: the spec's, the TLS stack among them (the same cell
+    on two stacks is two measurements, never pooled), except when each run holds one stack
+    and they differ: then the same cells are compared across the two stacks."""
+    return tuple(k for k in spec.keys if k != "stack") if one_stack_each else spec.keys
 
 
 def _literal(value) -> str:
@@ -126,6 +138,13 @@ def _cell_ids(store: RunStore) -> list[tuple[str, object]]:
     return out
 
 
+def one_stack_each(a: RunStore, b: RunStore) -> bool:
+    """One stack each, different: the same cells measured on two TLS stacks (the stack is
+    named among the metadata differences, not as cells only in one run)."""
+    stacks_a, stacks_b = run_stacks(a), run_stacks(b)
+    return len(stacks_a) == 1 and len(stacks_b) == 1 and stacks_a != stacks_b
+
+
 def run_stacks(store: RunStore) -> list[str]:
     """The TLS stacks the run's cells ran on, sorted."""
     return sorted({c.stack for _, c in _cell_ids(store) if getattr(c, "stack", None)})
@@ -163,10 +182,7 @@ def structure_changes(a: RunStore, b: RunStore) -> list[str]:
             )
         if na != nb:
             out.append(f"table {name}: {na} rows in A, {nb} in B")
-    stacks_a, stacks_b = run_stacks(a), run_stacks(b)
-    # One stack each, different: the same cells measured on two TLS stacks (the stack is
-    # named among the metadata differences, not as cells only in one run).
-    one_each = len(stacks_a) == 1 and len(stacks_b) == 1 and stacks_a != stacks_b
+    one_each = one_stack_each(a, b)
     sa, sb = _cells(a, one_each), _cells(b, one_each)
     for label, only in (("A", sa - sb), ("B", sb - sa)):
         if only:
@@ -201,8 +217,10 @@ def _compare(a: RunStore, b: RunStore, level: float, threshold: float):
     """The comparison of two opened runs (see `compare`)."""
     rows = []
     specs = [spec for exp in registry() for spec in exp.compare]
+    one_each = one_stack_each(a, b)
     for spec in specs:
-        sa, sb = (_samples(s, spec) for s in (a, b))
+        keys = compare_keys(spec, one_each)
+        sa, sb = (_samples(s, spec, keys) for s in (a, b))
         for key in sorted(set(sa) & set(sb), key=str):
             (xa, ra), (xb, rb) = sa[key], sb[key]
             if spec.exact:

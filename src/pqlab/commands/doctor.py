@@ -1,4 +1,5 @@
-"""`pqlab doctor`: what this machine can run (engine, privileges, netem, tools)."""
+"""`pqlab doctor`: what this machine can run (engine, privileges, netem, the User-Mode Linux
+guest of `--shaper uml`, tools)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import json
 
 from pqlab import engine, metadata
 from pqlab.errors import UserError
-from pqlab.net import privileges, shaping
+from pqlab.net import privileges, shaping, uml
 
 
 def checks() -> list[tuple[str, bool, str]]:
@@ -33,6 +34,9 @@ def checks() -> list[tuple[str, bool, str]]:
         out.append(("kernel netem", ok, why))
     except (ImportError, AttributeError):
         pass
+    # The same test `--shaper uml` makes before it runs anything (a guest booted once).
+    ok, why = uml.available()
+    out.append(("User-Mode Linux guest with netem (--shaper uml)", ok, why))
     cpu = metadata.cpu_info()
     out.append(
         (

@@ -38,13 +38,29 @@ import threading
 from dataclasses import dataclass
 
 from pqlab.errors import EngineError, UserError
+from pqlab.experiment import Option
+from pqlab.net import uml
 from pqlab.net.profiles import Direction, LinkProfile
 from pqlab.net.remote import RemoteHosts
 from pqlab.net.topology import SIDES, Link, TopologyError, TwoHosts, delete_namespace
 from pqlab.process import EngineProcess
 from pqlab.specs import Arg, Spec
 
-SHAPERS = ("auto", "netem", "userspace")
+SHAPERS = ("auto", "netem", "userspace", "uml")
+# What every --shaper option says of its choices.
+SHAPER_CHOICES_HELP = (
+    "netem (the kernel's qdisc), userspace (pqlab's TUN emulator), auto (netem when the "
+    "kernel has it), or uml (the whole command inside a User-Mode Linux guest whose kernel "
+    "has netem, where this host can boot one: `pqlab doctor` says)"
+)
+
+
+def shaper_option(what: str = "") -> Option:
+    """The `--shaper` option every experiment over an emulated link shares (`what`: what it
+    shapes, before the choices)."""
+    return Option("shaper", what + SHAPER_CHOICES_HELP, default="auto", choices=SHAPERS)
+
+
 # A veth frame carries a 14-byte Ethernet header that netem's rate counts; a TUN device
 # carries bare IP packets, so the emulator adds the same 14 bytes per packet to match.
 ETHERNET_HEADER = 14
@@ -560,12 +576,20 @@ def check_shaper(shaper: str) -> None:
         ok, why = netem_available()
         if not ok:
             raise UserError(f"--shaper netem: {why}; use --shaper userspace (or auto)")
+    if shaper == "uml":
+        ok, why = uml.available()
+        if not ok:
+            raise UserError(f"--shaper uml: {why}; use --shaper userspace (or auto)")
 
 
 def make_link(profile: LinkProfile, shaper: str = "auto", seed: int = 1) -> Link:
     """The link for `profile` with the chosen backend. `link.choice` says which one and why
     (print it: users must know which emulator their numbers came from)."""
     check_shaper(shaper)
+    if shaper == "uml":
+        # The command re-runs itself in the guest with --shaper netem (`pqlab.net.guest`);
+        # a link is never built for "uml" on the host.
+        raise UserError("--shaper uml runs the whole command in the guest, not one link")
     if shaper == "netem":
         link: Link = NetemLink(profile)
         link.choice = "netem (asked for)"

@@ -235,7 +235,19 @@ def _boots() -> str | None:
     if not host:
         return None
     panic = [ln for ln in lines if "Kernel panic" in ln]
-    return "; ".join(host[:1] + panic[:1])
+    why = "; ".join(host[:1] + panic[:1])
+    if any("set fp regs" in ln for ln in host) and _cpu_has_amx():
+        why += " (this CPU has AMX, whose register state this guest kernel cannot restore)"
+    return why
+
+
+def _cpu_has_amx() -> bool:
+    try:
+        text = Path("/proc/cpuinfo").read_text(errors="replace")[: 1 << 20]
+    except OSError:
+        return False
+    flags = next((ln for ln in text.splitlines() if ln.startswith("flags")), "")
+    return any(f.startswith("amx") for f in flags.split(":", 1)[-1].split())
 
 
 def _safe(path: Path, what: str) -> str:
@@ -451,6 +463,39 @@ def run(
         if proc is not None:  # Ctrl-C or an error while the guest ran
             _kill_group(proc)
         shutil.rmtree(ctl, ignore_errors=True)
+
+
+def as_netem(argv: list[str]) -> list[str]:
+    """A pqlab command line with `--shaper uml` made `--shaper netem` (what it runs inside
+    the guest, whose kernel has netem)."""
+    out, it = [], iter(argv)
+    for a in it:
+        if a == "--shaper":
+            value = next(it, None)
+            out += [a] + (["netem" if value == "uml" else value] if value is not None else [])
+        elif a == "--shaper=uml":
+            out.append("--shaper=netem")
+        else:
+            out.append(a)
+    return out
+
+
+# The guest run of `--shaper uml` is bounded by the step's estimate times this, plus the
+# boot and the export (`GUEST_MARGIN_S`): a run that takes longer is stopped, its finished
+# cells kept (`--resume` finishes it).
+GUEST_ESTIMATE_FACTOR = 4.0
+GUEST_MARGIN_S = 600.0
+
+
+def rerun(argv: list[str], run_dir: Path, estimate_s: float) -> GuestResult:
+    """`pqlab ARGV` with --shaper uml, run inside a guest with --shaper netem: the run
+    directory `run_dir` (made on the host, empty) shared with the guest, which writes the
+    results there; the command's output and exit status are the guest's."""
+    inner = [sys.executable, "-m", "pqlab", *as_netem(argv)]
+    if not any(a == "--out" or a.startswith("--out=") for a in argv):
+        inner += ["--out", str(run_dir)]
+    timeout = GUEST_MARGIN_S + GUEST_ESTIMATE_FACTOR * max(estimate_s, 0.0)
+    return run(inner, shares=[run_dir], env=default_env(), timeout=timeout)
 
 
 def main(args: list[str] | None = None) -> int:

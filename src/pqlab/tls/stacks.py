@@ -28,6 +28,9 @@ CERTIFICATE_OVERHEAD = 440
 # 100 bytes less (measured: 82-128 for RSA, ECDSA, EdDSA, ML-DSA and SLH-DSA).
 ROOT_CERTIFICATE_OVERHEAD = CERTIFICATE_OVERHEAD - 100
 ROLES = ("group", "server", "client", "ca")
+# SQL for a stored cell's stack, part of every key that groups cells (the same cell on two
+# stacks is two cells, never pooled): cells stored before stacks existed ran on the default.
+STACK_SQL = f"coalesce(stack, '{DEFAULT_STACK}')"
 
 
 @dataclass(frozen=True)

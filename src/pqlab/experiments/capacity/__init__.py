@@ -59,6 +59,7 @@ class Capacity(Experiment):
                 "server_threads",
                 "mode",
                 "clients_or_rate",
+                "stack",
             ),
             "(done_ns - scheduled_ns) / 1e6",
             "ms",

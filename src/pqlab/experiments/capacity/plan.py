@@ -64,7 +64,7 @@ OPTIONS = (
     Option(
         "rates",
         "open loop: arrival rates, handshakes/s (e.g. 200) or a percentage of the cell's "
-        "highest closed-loop rate (e.g. 80%%, needs closed in --mode)",
+        "highest closed-loop rate (e.g. 80%, needs closed in --mode)",
         default="25%,50%,75%,90%,110%",
         metavar="LIST",
     ),
@@ -75,11 +75,13 @@ OPTIONS = (
         metavar="N",
     ),
     Option(
-        "server-threads",
+        "server-cpus",
         "CPUs the server runs on (at most half the machine's; every connection in flight "
-        f"gets a thread of its own), 1-{MAX_THREADS}",
+        f"gets a thread of its own), 1-{MAX_THREADS}; --server-threads is the same option, "
+        "its earlier name",
         default="1",
         metavar="LIST",
+        aliases=("--server-threads",),
     ),
     Option(
         "duration",
@@ -174,7 +176,7 @@ class ServerHost:
         if len(self.cpus) < threads:
             note = (
                 f"{self.name} has {len(self.cpus)} CPU(s) ({cpu_list(self.cpus)}), fewer than "
-                f"--server-threads {threads}: the server runs unpinned on all of them"
+                f"--server-cpus {threads}: the server runs unpinned on all of them"
             )
             return Pinning(None, None, self.cpus, None, note)
         cpus = self.cpus[-threads:]
@@ -323,7 +325,7 @@ def from_values(values) -> Plan:
         open_workers=units.parse_positive_int(
             values.open_workers, "--open-workers", maximum=MAX_CLIENTS
         ),
-        server_threads=_ints(values.server_threads, "--server-threads", MAX_THREADS),
+        server_threads=_ints(values.server_cpus, "--server-cpus", MAX_THREADS),
         duration_s=duration,
         max_handshakes=units.parse_positive_int(
             values.max_handshakes, "--max-handshakes", maximum=MAX_HANDSHAKES

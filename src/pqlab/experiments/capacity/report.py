@@ -11,6 +11,7 @@ import sys
 from pqlab import figures, stats
 from pqlab.experiments.capacity import analyse
 from pqlab.report.section import Section, template
+from pqlab.tls.stacks import DEFAULT_STACK, STACK_SQL
 
 COLUMNS = [
     "stack_impl",
@@ -49,16 +50,19 @@ COLUMNS = [
 
 
 def _handshake_medians(store) -> dict:
-    """Median `pqlab handshake` time (ns) per (group, server_sig, ca_sig) when the same run
-    holds that experiment (for the one-client check)."""
+    """Median `pqlab handshake` time (ns) per (stack, group, server_sig, ca_sig, client_sig)
+    when the same run holds that experiment (for the one-client check)."""
     if not store.has_table("handshake_raw"):
         return {}
     client = "client_sig" if "client_sig" in store.columns("handshake_raw") else "'none'"
     rows = store.query(
-        f"SELECT \"group\" AS g, server_sig, ca_sig, coalesce({client}, 'none') AS cl, "
-        "median(handshake_ns) AS m, median(total_ns) AS t FROM handshake_raw GROUP BY ALL"
+        f'SELECT {STACK_SQL} AS st, "group" AS g, server_sig, ca_sig, '
+        f"coalesce({client}, 'none') AS cl, median(handshake_ns) AS m, median(total_ns) AS t "
+        "FROM handshake_raw GROUP BY ALL"
     )
-    return {(r["g"], r["server_sig"], r["ca_sig"], r["cl"]): (r["m"], r["t"]) for r in rows}
+    return {
+        (r["st"], r["g"], r["server_sig"], r["ca_sig"], r["cl"]): (r["m"], r["t"]) for r in rows
+    }
 
 
 def _cpus(text) -> list[int] | None:
@@ -173,7 +177,8 @@ def rows(store, cell_id: str | None = None) -> list[dict]:
             [p["cell_id"], p["point"]],
         )
         row = point_row(p, raw)
-        med = medians.get((p["group"], p["server_sig"], p["ca_sig"], row["client_sig"]))
+        cell = (p["stack"] or DEFAULT_STACK, p["group"], p["server_sig"], p["ca_sig"])
+        med = medians.get((*cell, row["client_sig"]))
         rate = row["handshakes_per_s"]
         if med and p["mode"] == "closed" and p["clients"] == 1 and rate:
             row["rate_x_handshake_median"] = round(rate * med[0] / 1e9, 3)
@@ -296,10 +301,12 @@ def _figure(store, section: Section, table: list[dict]) -> None:
             r["ca_sig"] + (f" / client {r['client_sig']}" if r["client_sig"] != "none" else ""),
             r["server_threads"],
             r["host_pair"],
+            r["stack_impl"],
         )
         series.setdefault(key, []).append(r)
+    several = len({key[-1] for key in series}) > 1
     fig, (ax50, ax99) = plt.subplots(1, 2, figsize=(10, 4))
-    for (g, s, c, t, pair), rs in series.items():
+    for (g, s, c, t, pair, impl), rs in series.items():
         pts = sorted(
             (
                 (
@@ -315,6 +322,7 @@ def _figure(store, section: Section, table: list[dict]) -> None:
             continue
         label = f"{g} / {s}" + (f" / CA {c}" if c != s else "") + (f" / {t} thr" if t > 1 else "")
         label += f" ({pair})" if pair else ""
+        label += f" [{impl}]" if several else ""
         x = [p[0] for p in pts]
         ax50.plot(x, [p[1] for p in pts], marker="o", label=label)
         ax99.plot(x, [p[2] for p in pts], marker="o", label=label)

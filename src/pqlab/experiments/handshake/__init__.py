@@ -62,7 +62,7 @@ class Handshake(Experiment):
         CompareSpec(
             "handshake",
             "handshake_raw",
-            ("group", "server_sig", "ca_sig", "chain_bytes_requested"),
+            ("group", "server_sig", "ca_sig", "chain_bytes_requested", "stack"),
             "handshake_ns / 1e6",
             "ms",
             round_column="round",

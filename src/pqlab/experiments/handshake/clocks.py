@@ -20,6 +20,7 @@ from pathlib import Path
 from pqlab import metadata
 from pqlab.net import clock
 from pqlab.tls import phases as hp
+from pqlab.tls.stacks import STACK_SQL as STACK
 
 CLOCK_DDL = """
 CREATE TABLE IF NOT EXISTS handshake_clock (
@@ -185,12 +186,12 @@ def extend_section(store, section) -> None:
     )
     phases = store.export_table(
         "handshake_cross_host_phases",
-        'SELECT "group", server_sig, ca_sig, host_pair, view, phase, count(*) AS n, '
-        "round(avg(ns) / 1e6, 4) AS mean_ms, round(median(ns) / 1e6, 4) AS median_ms, "
-        "round(max(clock_uncertainty_ns) / 1e6, 4) AS clock_uncertainty_ms, "
+        f'SELECT "group", server_sig, ca_sig, {STACK} AS stack, host_pair, view, phase, '
+        "count(*) AS n, round(avg(ns) / 1e6, 4) AS mean_ms, round(median(ns) / 1e6, 4) AS "
+        "median_ms, round(max(clock_uncertainty_ns) / 1e6, 4) AS clock_uncertainty_ms, "
         "bool_or(below_clock_uncertainty) AS shorter_than_uncertainty "
         "FROM handshake_phase WHERE cross_host GROUP BY ALL "
-        'ORDER BY host_pair, "group", server_sig, ca_sig, view, min(phase_order)',
+        'ORDER BY host_pair, "group", server_sig, ca_sig, stack, view, min(phase_order)',
     )
     section.table(
         phases,
@@ -203,11 +204,12 @@ def extend_section(store, section) -> None:
     if len(pairs) > 1:
         per_pair = store.export_table(
             "handshake_pairs",
-            'SELECT host_pair, "group", server_sig, ca_sig, count(*) AS n, '
+            f'SELECT host_pair, "group", server_sig, ca_sig, {STACK} AS stack, count(*) AS n, '
             "round(median(handshake_ns) / 1e6, 4) AS median_handshake_ms, "
             "round(avg(handshake_ns) / 1e6, 4) AS mean_handshake_ms, "
             "median(server_flight_segments) AS server_flight_segments "
-            'FROM handshake_raw GROUP BY ALL ORDER BY host_pair, "group", server_sig, ca_sig',
+            "FROM handshake_raw GROUP BY ALL "
+            'ORDER BY host_pair, "group", server_sig, ca_sig, stack',
         )
         section.table(
             per_pair,

@@ -10,7 +10,7 @@ from pqlab import catalog, cpuquota, units
 from pqlab.errors import UserError
 from pqlab.experiment import CellId, Cells, Option
 from pqlab.net.profiles import load_profiles
-from pqlab.net.shaping import check_shaper
+from pqlab.net.shaping import check_shaper, shaper_option
 from pqlab.options import hosts
 from pqlab.options.tls import (
     SAME_AS_SERVER,
@@ -125,12 +125,7 @@ OPTIONS = (
         ".toml file naming one profile (default: the bare link)",
         metavar="PROFILE",
     ),
-    Option(
-        "shaper",
-        "link emulator for --profile: netem, userspace or auto (netem when the kernel has it)",
-        default="auto",
-        choices=("auto", "netem", "userspace"),
-    ),
+    shaper_option("link emulator for --profile: "),
     *hosts.OPTIONS,
 )
 

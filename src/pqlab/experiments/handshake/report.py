@@ -189,6 +189,7 @@ def export(store):
 
 
 MS = "/ 1e6"
+STACK = stacks.STACK_SQL
 
 
 def _q(text: str) -> str:
@@ -242,7 +243,7 @@ def _hello_table(store) -> tuple[Path, str]:
 
     path = store.export_table(
         "handshake_hello_segments",
-        """
+        f"""
         SELECT t."group", count(*) AS n,
           median(client_hello_bytes) AS client_hello_bytes,
           median(client_hello_segments) AS client_hello_segments,
@@ -250,9 +251,9 @@ def _hello_table(store) -> tuple[Path, str]:
           median(server_hello_bytes) AS server_hello_bytes,
           median(server_hello_segments) AS server_hello_segments,
           max(server_hello_segments) AS server_hello_segments_max,
-          median(server_snd_mss) AS mss
+          median(server_snd_mss) AS mss, {STACK} AS stack
         FROM handshake_raw t JOIN hs_order og ON og.name = t."group"
-        GROUP BY t."group", og.pos ORDER BY og.pos""",
+        GROUP BY t."group", stack, og.pos ORDER BY og.pos, stack""",
     )
     worst = store.query(
         'SELECT "group", max(client_hello_segments) AS ch, max(server_hello_segments) AS sh '
@@ -458,7 +459,9 @@ def stacked_figure(title: str, labels: list[str], rows: dict, views):
 
 
 class _PhaseMeans:
-    """Mean phase times of every cell, and the cells' axes in report order."""
+    """Mean phase times of every cell, kept apart per stack, and the cells' axes in report
+    order. A run whose cells ran on several stacks names the stack on every bar: the same
+    (group, server, CA) on two stacks is two bars, never their average."""
 
     def __init__(self, store):
         # The document's figures show the algorithms' own chains, server authentication
@@ -472,36 +475,45 @@ class _PhaseMeans:
             else "TRUE"
         )
         data = store.query(
-            'SELECT "group", server_sig, ca_sig, view, phase, avg(ns) / 1e6 AS ms '
-            f"FROM handshake_phase WHERE {own} GROUP BY ALL"
+            f'SELECT {STACK} AS stack, "group", server_sig, ca_sig, view, phase, '
+            f"avg(ns) / 1e6 AS ms FROM handshake_phase t WHERE {own} GROUP BY ALL"
         )
         cells = store.query(
-            'SELECT DISTINCT t."group", t.server_sig, t.ca_sig, og.pos AS gp, os.pos AS sp, '
-            f"oc.pos AS cp FROM handshake_raw t {ORDER_JOIN} WHERE t.{own} ORDER BY gp, sp, cp"
+            f'SELECT DISTINCT {STACK} AS stack, t."group", t.server_sig, t.ca_sig, og.pos AS gp, '
+            f"os.pos AS sp, oc.pos AS cp FROM handshake_raw t {ORDER_JOIN} WHERE t.{own} "
+            "ORDER BY gp, sp, cp, stack"
         )
         self.axes = {
             axis: list(dict.fromkeys(c[axis] for c in cells))
             for axis in ("group", "server_sig", "ca_sig")
         }
-        self.present = {(c["group"], c["server_sig"], c["ca_sig"]) for c in cells}
+        self.stacks = sorted({c["stack"] for c in cells})
+        self.present = {(c["stack"], c["group"], c["server_sig"], c["ca_sig"]) for c in cells}
         self.means: dict[tuple, dict] = {}
         for d in data:
-            cell = (d["group"], d["server_sig"], d["ca_sig"])
+            cell = (d["stack"], d["group"], d["server_sig"], d["ca_sig"])
             self.means.setdefault(cell, {})[(d["view"], d["phase"])] = d["ms"]
 
     def family(self, vary: str, fixed: dict) -> tuple[list[str], dict]:
-        """One bar per value of `vary` with the other two axes fixed: labels and
-        {(label, view, phase): mean ms}."""
+        """One bar per value of `vary` and stack with the other two axes fixed: labels
+        (the stack named when the run has several) and {(label, view, phase): mean ms}."""
         labels, rows = [], {}
         for v in self.axes[vary]:
-            key = {**fixed, vary: v}
-            cell = (key["group"], key["server_sig"], key["ca_sig"])
-            if cell not in self.present:
-                continue
-            labels.append(v)
-            for (view, phase), ms in self.means.get(cell, {}).items():
-                rows[(v, view, phase)] = ms
+            for stack in self.stacks:
+                key = {**fixed, vary: v}
+                cell = (stack, key["group"], key["server_sig"], key["ca_sig"])
+                if cell not in self.present:
+                    continue
+                label = stack_label(v, stack, self.stacks)
+                labels.append(label)
+                for (view, phase), ms in self.means.get(cell, {}).items():
+                    rows[(label, view, phase)] = ms
         return labels, rows
+
+
+def stack_label(text: str, stack: str, run_stacks: list[str]) -> str:
+    """A bar's or point's label: the stack named whenever the run holds more than one."""
+    return f"{text} ({stack})" if len(run_stacks) > 1 else text
 
 
 # The document's families of stacked-bar figures: (axis varied, the two fixed axes, file name
@@ -570,24 +582,27 @@ def _mutual_figures(store) -> list[tuple[Path, str]]:
     if "client_sig" not in store.columns("handshake_phase"):
         return []
     data = store.query(
-        "SELECT \"group\", server_sig, ca_sig, coalesce(client_sig, 'none') AS client_sig, "
-        "view, phase, avg(ns) / 1e6 AS ms FROM handshake_phase "
-        'WHERE ("group", server_sig, ca_sig) IN (SELECT ("group", server_sig, ca_sig) '
-        "FROM handshake_phase WHERE coalesce(client_sig, 'none') <> 'none') GROUP BY ALL "
-        "ORDER BY client_sig"
+        f'SELECT {STACK} AS stack, "group", server_sig, ca_sig, '
+        "coalesce(client_sig, 'none') AS client_sig, view, phase, avg(ns) / 1e6 AS ms "
+        f'FROM handshake_phase t WHERE ({STACK}, "group", server_sig, ca_sig) IN '
+        f'(SELECT ({STACK}, "group", server_sig, ca_sig) FROM handshake_phase t '
+        "WHERE coalesce(client_sig, 'none') <> 'none') GROUP BY ALL ORDER BY client_sig"
     )
     by_cell: dict[tuple, dict] = {}
     for d in data:
-        cell = (d["group"], d["server_sig"], d["ca_sig"])
+        cell = (d["stack"], d["group"], d["server_sig"], d["ca_sig"])
         by_cell.setdefault(cell, {})[(d["client_sig"], d["view"], d["phase"])] = d["ms"]
+    several = len({cell[0] for cell in by_cell}) > 1
     out = []
-    for (g, s, c), rows in by_cell.items():
+    for (st, g, s, c), rows in by_cell.items():
         labels = sorted({k[0] for k in rows}, key=lambda x: (x != "none", x))
-        text = f"group {g}, server {s}, CA {c}: by client certificate (mutual TLS)"
+        on = f" on {st}" if several else ""
+        text = f"group {g}, server {s}, CA {c}{on}: by client certificate (mutual TLS)"
+        suffix = f"_stack-{st}" if several else ""
         png = _stacked(
             store,
             text,
-            figures.safe_name(f"handshake_phases_mutual_group-{g}_server-{s}_ca-{c}"),
+            figures.safe_name(f"handshake_phases_mutual_group-{g}_server-{s}_ca-{c}{suffix}"),
             labels,
             rows,
             MUTUAL_FIGURE_VIEWS,
@@ -632,10 +647,12 @@ def _write_models_text(store) -> str:
 
 def _size_time_figures(store) -> list[tuple[Path, str]]:
     rows = store.query(
-        'SELECT "group", server_sig, ca_sig, median(server_flight_bytes) AS flight, '
-        "median(bytes_through_certificate) AS through_cert, avg(sh_to_fin_ns) / 1e6 AS "
-        "sh_fin, avg(sh_to_cert_ns) / 1e6 AS sh_cert FROM handshake_raw GROUP BY ALL"
+        f'SELECT {STACK} AS stack, "group", server_sig, ca_sig, '
+        "median(server_flight_bytes) AS flight, median(bytes_through_certificate) AS "
+        "through_cert, avg(sh_to_fin_ns) / 1e6 AS sh_fin, avg(sh_to_cert_ns) / 1e6 AS sh_cert "
+        "FROM handshake_raw t GROUP BY ALL ORDER BY ALL"
     )
+    run_stacks = sorted({r["stack"] for r in rows})
     marks = sorted({m for st in _run_stacks(store) for m in thresholds(st.write_model)})
     out = []
     for key_x, key_y, name, xlabel, ylabel, zoom, caption in (
@@ -661,7 +678,14 @@ def _size_time_figures(store) -> list[tuple[Path, str]]:
         ),
     ):
         points = [
-            (r[key_x], r[key_y], f"{r['group']}/{r['server_sig']}/{r['ca_sig']}") for r in rows
+            (
+                r[key_x],
+                r[key_y],
+                stack_label(
+                    f"{r['group']}/{r['server_sig']}/{r['ca_sig']}", r["stack"], run_stacks
+                ),
+            )
+            for r in rows
         ]
         axis = (xlabel, ylabel, zoom)
         out.append((figures.draw(store, name, size_time_figure, points, marks, axis), caption))

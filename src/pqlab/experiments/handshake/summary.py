@@ -19,6 +19,7 @@ from pqlab.errors import UserError
 from pqlab.report.section import template
 from pqlab.report.summary import Summary, fmt, row, signed
 from pqlab.store import RunStore
+from pqlab.tls.stacks import DEFAULT_STACK, STACK_SQL
 
 PREFERRED_PQ_GROUPS = ("X25519MLKEM768", "SecP256r1MLKEM768", "ML-KEM-768")
 PREFERRED_CLASSICAL_GROUPS = ("X25519", "ECDH-P256")
@@ -38,6 +39,7 @@ class Cell:
     group: str
     server_sig: str
     ca_sig: str
+    stack: str = DEFAULT_STACK
 
     def label(self) -> str:
         return f"{self.group} + {self.server_sig} (CA {self.ca_sig})"
@@ -67,66 +69,70 @@ class HandshakeData:
         have = store.columns("handshake_raw")
         self.cols = [c for c in self.COLUMNS if c in have]
         rows = store.query(
-            'SELECT DISTINCT "group", server_sig, ca_sig FROM handshake_raw ORDER BY 1, 2, 3'
+            f'SELECT DISTINCT "group", server_sig, ca_sig, {STACK_SQL} AS stack '
+            "FROM handshake_raw ORDER BY 1, 2, 3, 4"
         )
-        self.cells = {Cell(r["group"], r["server_sig"], r["ca_sig"]) for r in rows}
+        self.cells = {Cell(r["group"], r["server_sig"], r["ca_sig"], r["stack"]) for r in rows}
+        self.stacks = sorted({c.stack for c in self.cells})
         self.load = {}
         if store.has_table("handshake_load"):
             for r in store.query(
-                'SELECT "group", server_sig, ca_sig, (cpu_user_s + cpu_sys_s) * 1e3 / '
-                "handshakes AS ms FROM handshake_load WHERE side = 'server'"
+                f'SELECT "group", server_sig, ca_sig, {STACK_SQL} AS stack, '
+                "(cpu_user_s + cpu_sys_s) * 1e3 / handshakes AS ms FROM handshake_load "
+                "WHERE side = 'server'"
             ):
-                self.load[Cell(r["group"], r["server_sig"], r["ca_sig"])] = r["ms"]
+                self.load[Cell(r["group"], r["server_sig"], r["ca_sig"], r["stack"])] = r["ms"]
 
     def values(self, cell: Cell) -> dict[str, np.ndarray]:
         cols = ", ".join(f'"{c}"' for c in self.cols)
         data = self.store.numpy(
-            f'SELECT {cols} FROM handshake_raw WHERE "group" = ? AND server_sig = ? AND ca_sig = ?',
-            [cell.group, cell.server_sig, cell.ca_sig],
+            f'SELECT {cols} FROM handshake_raw WHERE "group" = ? AND server_sig = ? '
+            f"AND ca_sig = ? AND {STACK_SQL} = ?",
+            [cell.group, cell.server_sig, cell.ca_sig, cell.stack],
         )
         return {k: np.asarray(v, dtype=float) for k, v in data.items()}
 
-    def names(self, axis: str) -> list[str]:
-        return sorted({getattr(c, axis) for c in self.cells})
+    def names(self, axis: str, stack: str) -> list[str]:
+        return sorted({getattr(c, axis) for c in self.cells if c.stack == stack})
 
 
-def _pairs(h: HandshakeData) -> list[tuple[str, Cell, Cell]]:
-    """(comparison, baseline cell, candidate cell): the group swap, the chain swap and both
-    together, each with the most common classical choices the run has."""
-    groups, sigs, cas = h.names("group"), h.names("server_sig"), h.names("ca_sig")
+def _pairs(h: HandshakeData, st: str) -> list[tuple[str, Cell, Cell]]:
+    """(comparison, baseline cell, candidate cell) on one stack: the group swap, the chain
+    swap and both together, each with the most common classical choices the run has."""
+    groups, sigs, cas = (h.names(axis, st) for axis in ("group", "server_sig", "ca_sig"))
     cl_groups = _pick(groups, PREFERRED_CLASSICAL_GROUPS, False, "kem")
     pq_groups = _pick(groups, PREFERRED_PQ_GROUPS, True, "kem")
     cl_sigs = _pick(sigs, PREFERRED_CLASSICAL_SIGS, False, "sig")
     pq_sigs = _pick(sigs, PREFERRED_PQ_SIGS, True, "sig")
     out = []
     group_pair = _first(
-        (Cell(g, s, c), Cell(p, s, c))
+        (Cell(g, s, c, st), Cell(p, s, c, st))
         for g in cl_groups
         for p in pq_groups
         for s in cl_sigs + pq_sigs
         for c in _ca_order(cas, s)
-        if {Cell(g, s, c), Cell(p, s, c)} <= h.cells
+        if {Cell(g, s, c, st), Cell(p, s, c, st)} <= h.cells
     )
     if group_pair:
         out.append(("key exchange", *group_pair))
     chain_pair = _first(
-        (Cell(g, s, ca_cl), Cell(g, p, ca_pq))
+        (Cell(g, s, ca_cl, st), Cell(g, p, ca_pq, st))
         for g in cl_groups + pq_groups
         for s in cl_sigs
         for p in pq_sigs
         for ca_cl, ca_pq in ((s, p), *((c, c) for c in cas))
-        if {Cell(g, s, ca_cl), Cell(g, p, ca_pq)} <= h.cells
+        if {Cell(g, s, ca_cl, st), Cell(g, p, ca_pq, st)} <= h.cells
     )
     if chain_pair:
         out.append(("certificate chain", *chain_pair))
     both = _first(
-        (Cell(g, s, ca_cl), Cell(p, q, ca_pq))
+        (Cell(g, s, ca_cl, st), Cell(p, q, ca_pq, st))
         for g in cl_groups
         for p in pq_groups
         for s in cl_sigs
         for q in pq_sigs
         for ca_cl, ca_pq in ((s, q), *((c, c) for c in cas))
-        if {Cell(g, s, ca_cl), Cell(p, q, ca_pq)} <= h.cells
+        if {Cell(g, s, ca_cl, st), Cell(p, q, ca_pq, st)} <= h.cells
     )
     if both:
         out.append(("both", *both))
@@ -187,7 +193,8 @@ def describe(base: Cell, cand: Cell) -> str:
             changed.append((a, b))
     left = " + ".join(a for a, _ in changed)
     right = " + ".join(b for _, b in changed)
-    return f"{left} &rarr; {right} ({html.escape(', '.join(same))})"
+    shared = f" ({html.escape(', '.join(same))})" if same else ""
+    return f"{left} &rarr; {right}{shared}"
 
 
 def _round_trips(r: dict | None) -> str:
@@ -259,8 +266,11 @@ def summarize(store: RunStore) -> Summary | None:
         return None
     h = HandshakeData(store)
     out = Summary(note=template("summary_note_handshake"))
-    for what, base, cand in _pairs(h):
-        r = _handshake_rows(h, what, base, cand)
-        out.rows += r
-        out.items.append(_sentence(r, base, cand))
+    for st in h.stacks:
+        for what, base, cand in _pairs(h, st):
+            # Each stack's comparisons from its own cells; named when the run has several.
+            topic = f"{what} on {st}" if len(h.stacks) > 1 else what
+            r = _handshake_rows(h, topic, base, cand)
+            out.rows += r
+            out.items.append(_sentence(r, base, cand))
     return out

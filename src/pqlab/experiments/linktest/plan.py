@@ -12,7 +12,7 @@ from pqlab.errors import UserError
 from pqlab.experiment import Cells, Option
 from pqlab.net import profiles
 from pqlab.net.profiles import Direction, LinkProfile, load_profiles
-from pqlab.net.shaping import check_shaper
+from pqlab.net.shaping import check_shaper, shaper_option
 
 NAME = "linktest"
 
@@ -103,12 +103,7 @@ def from_values(values) -> Plan:
 
 OPTIONS = (
     Option("profile", _profile_help(), metavar="PROFILE", repeat=True),
-    Option(
-        "shaper",
-        "netem, userspace or auto (netem when available)",
-        default="auto",
-        choices=("auto", "netem", "userspace"),
-    ),
+    shaper_option(),
     Option(
         "probes",
         "UDP probes per direction for loss and delay (20-1000000)",

@@ -63,7 +63,7 @@ class Memory(Experiment):
         CompareSpec(
             f"memory {metric}",
             "memory_raw",
-            ("role", "group", "server_sig", "ca_sig", "client_sig"),
+            ("role", "group", "server_sig", "ca_sig", "client_sig", "stack"),
             metric,
             "bytes" if metric.endswith("bytes") else "count",
             where="NOT warmup",

@@ -111,7 +111,8 @@ def _durations(rec: dict) -> dict:
     }
 
 
-def _port(rec: dict) -> int | None:
+def client_port(rec: dict) -> int | None:
+    """The client's TCP port of a connection record (None: it never had one)."""
     local = rec.get("local")
     return int(local.rsplit(":", 1)[1]) if local else None
 
@@ -182,7 +183,7 @@ def raw_row(
         "key_shares": ",".join(g.name for g in cell.config.shares),
         "sig": cell.sig_name,
         "idx": idx,
-        "client_port": _port(rec),
+        "client_port": client_port(rec),
         "outcome": out,
         "error_kind": rec.get("kind"),
         "error": rec.get("message"),
@@ -316,7 +317,7 @@ def wires_of(records: list[dict], pcap_path: Path | None, keylog_path: Path, por
     for rec in records:
         events = wires.from_events(rec)
         captured = None
-        cport = _port(rec)
+        cport = client_port(rec)
         if keys is not None and cport is not None and conns.get(cport):
             info = rec.get("tcp_info") or {}
             mss = int(info.get("rcv_mss") or 0) or 1448

@@ -107,9 +107,29 @@ def measure_cell(plan: Plan, cell: Cell, directory: files.Dir) -> dict:
 
 def rows_of(plan, cell, records, pcap_path, keylog_path, capture_summary) -> dict:
     raw, messages, chain, warnings = [], [], [], []
+    drops = (capture_summary or {}).get("kernel_drops") or 0
     for idx, (rec, captured, events) in enumerate(
         analyse.wires_of(records, pcap_path, keylog_path, plan.target.port)
     ):
+        if (
+            pcap_path is not None
+            and captured is None
+            and not events.note  # (a note: the capture could not be read at all)
+            and analyse.client_port(rec) is not None
+        ):
+            # The capture was read but holds none of this connection's packets: its row
+            # says so (and what the kernel dropped) instead of passing the client's view
+            # for a captured one.
+            missing = missing_from_capture(drops)
+            events.note = missing
+            warnings.append(
+                Warning_(
+                    Cause.CAPTURE_DROPS,
+                    f"{plan.name} {cell.config.name} ({cell.stack}), connection {idx} "
+                    f"(client port {analyse.client_port(rec)})",
+                    missing,
+                )
+            )
         w, agree = analyse.pick(captured, events)
         server_chain = analyse.server_chain(rec, captured)
         raw.append(analyse.raw_row(plan, cell, idx, rec, w, agree, server_chain))
@@ -158,6 +178,18 @@ def rows_of(plan, cell, records, pcap_path, keylog_path, capture_summary) -> dic
         "outcome": outcome,
         "verdict": line,
     }
+
+
+def missing_from_capture(kernel_drops: int) -> str:
+    """Why a connection the client made is not in its capture."""
+    if kernel_drops:
+        return (
+            f"not in the capture: the kernel dropped {kernel_drops} packets of it; the "
+            "messages are the client stack's own"
+        )
+    return (
+        "not in the capture (the kernel reported no drop); the messages are the client stack's own"
+    )
 
 
 def _store(store, plan: Plan, cell: Cell, result: dict) -> None:

@@ -62,7 +62,7 @@ class Throughput(Experiment):
         CompareSpec(
             "throughput rx",
             "throughput_raw",
-            ("group", "cipher_suite", "server_sig", "client_sig"),
+            ("group", "cipher_suite", "server_sig", "client_sig", "stack"),
             "pull_bytes / pull_ns * 1e3",
             "MB/s",
             better="higher",
@@ -70,7 +70,7 @@ class Throughput(Experiment):
         CompareSpec(
             "throughput tx",
             "throughput_raw",
-            ("group", "cipher_suite", "server_sig", "client_sig"),
+            ("group", "cipher_suite", "server_sig", "client_sig", "stack"),
             "push_bytes / push_ns * 1e3",
             "MB/s",
             better="higher",

@@ -11,7 +11,7 @@ from pqlab.cpuquota import parse_fraction
 from pqlab.errors import UserError
 from pqlab.experiment import CellId, Cells, Option
 from pqlab.net import profiles
-from pqlab.net.shaping import check_shaper
+from pqlab.net.shaping import check_shaper, shaper_option
 from pqlab.options import hosts as remote_hosts
 from pqlab.tls import stacks
 
@@ -217,12 +217,7 @@ OPTIONS = (
         "'pqlab linktest'); default: an unshaped veth link",
         metavar="PROFILE",
     ),
-    Option(
-        "shaper",
-        "link emulator for --profile: auto, netem or userspace",
-        default="auto",
-        choices=("auto", "netem", "userspace"),
-    ),
+    shaper_option("link emulator for --profile: "),
     *remote_hosts.OPTIONS,
 )
 

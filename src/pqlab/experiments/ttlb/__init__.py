@@ -22,7 +22,7 @@ from pqlab.experiments.ttlb import run as _run
 from pqlab.experiments.ttlb import schema as _schema
 from pqlab.experiments.ttlb import sweep as _sweep
 
-KEYS = ("profile", "grp", "chain", "chain_bytes_requested", "data_bytes")
+KEYS = ("profile", "grp", "chain", "chain_bytes_requested", "data_bytes", "stack")
 
 
 # This experiment's units of work and their costs (`pqlab.estimate`: the model, its shared

@@ -48,3 +48,42 @@ def is_loss_condition(profile: dict) -> bool:
         and s2c["loss_pct"] == LOSS_PCT
         and c2s["loss_pct"] in (0.0, LOSS_PCT)
     )
+
+
+# Figure 6: the CDF of the post-quantum connections' TTLB with 200 KiB from the server, RTT
+# 35 ms, initcwnd 20, one line per path: 1 Gbit/s without and with loss, 1 Mbit/s without and
+# with loss, and paretonormal jitter (35/4 ms) on the 1 Gbit/s link. The losses are its
+# text's ("1 Gbps with 5 % loss, 1 Mbps with 10 % loss"; the figure's description says 0 and
+# 5 % in each tier). Each path as (rate bit/s, loss %, jitter ms, jitter distribution or
+# None), the same each way.
+FIGURE6_RESPONSE_BYTES = 200 * 1024
+FIGURE6_RTT_MS = 35.0
+FIGURE6_INITCWND = 20
+FIGURE6_PATHS = (
+    (1e9, 0.0, 0.0, None),
+    (1e9, 5.0, 0.0, None),
+    (1e6, 0.0, 0.0, None),
+    (1e6, 10.0, 0.0, None),
+    (1e9, 0.0, FIGURE6_RTT_MS / 4, "paretonormal"),
+)
+
+
+def figure6_path(profile: dict) -> tuple | None:
+    """The figure 6 path a profile (`LinkProfile.describe()`) is, or None: RTT 35 ms,
+    initcwnd 20, and one of the paths, the same each way."""
+    c2s, s2c = profile["c2s"], profile["s2c"]
+    if abs(profile["rtt_ms"] - FIGURE6_RTT_MS) > 1e-6:
+        return None
+    if profile.get("initcwnd") != FIGURE6_INITCWND:
+        return None
+    if any(c2s[k] != s2c[k] for k in ("rate_bps", "loss_pct", "jitter_ms", "dist")):
+        return None
+    jitter = s2c["jitter_ms"]
+    path = (s2c["rate_bps"], s2c["loss_pct"], jitter, s2c["dist"] if jitter else None)
+    return path if path in FIGURE6_PATHS else None
+
+
+def is_figure6(profiles: list[dict]) -> bool:
+    """Whether a figure's lines (their profiles) are figure 6's: each path once, no other."""
+    paths = [figure6_path(p) for p in profiles]
+    return None not in paths and sorted(paths, key=str) == sorted(FIGURE6_PATHS, key=str)

@@ -12,7 +12,7 @@ from pqlab.experiment import CellId, Cells, Option
 from pqlab.net import profiles
 from pqlab.net.profiles import load_profiles
 from pqlab.net.remote import network_profile
-from pqlab.net.shaping import check_shaper
+from pqlab.net.shaping import check_shaper, shaper_option
 from pqlab.options import hosts
 from pqlab.options.tls import (
     SAME_AS_SERVER,
@@ -98,13 +98,7 @@ OPTIONS = (
     ),
     *client_auth_options(same=True),
     stack_option(),
-    Option(
-        "shaper",
-        "netem (kernel qdisc), userspace (pqlab's TUN emulator) or auto (netem when the "
-        "kernel has it)",
-        default="auto",
-        choices=("auto", "netem", "userspace"),
-    ),
+    shaper_option(),
     *hosts.OPTIONS,
 )
 
