@@ -428,6 +428,26 @@ class Dir:
             os.close(fd)
             yield self.path / tmp
 
+    @contextlib.contextmanager
+    def growing(self, name: str, head: bytes, mode: int = 0o644) -> Iterator[BinaryIO]:
+        """A new file `name` that holds `head` at once and grows by each write of the block,
+        unbuffered (a file read while a long job runs): made like `replacing`, renamed over
+        `name` before the block starts, then written through the same descriptor only.
+        A process killed meanwhile leaves `name` with what it had written."""
+        fd, tmp = self._new_file(name, mode)
+        with os.fdopen(fd, "ab", buffering=0) as f:
+            try:
+                f.write(head)
+                os.rename(tmp, name, src_dir_fd=self.fd, dst_dir_fd=self.fd)
+            except OSError as e:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp, dir_fd=self.fd)
+                raise storage_error(e, str(self.path_of(name))) from None
+            try:
+                yield f
+            except OSError as e:
+                raise storage_error(e, str(self.path_of(name))) from None
+
     def write(self, name: str, data: bytes | str, mode: int = 0o644) -> Path:
         """Write `data` as the file `name` (see `replacing`); its path."""
         with self.replacing(name, mode) as f:
