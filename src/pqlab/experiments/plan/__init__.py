@@ -13,6 +13,7 @@ from __future__ import annotations
 import sys
 
 from pqlab import estimate
+from pqlab.estimate import Cost
 from pqlab.experiment import CompareSpec, Experiment
 from pqlab.experiments.plan import plan as _plan
 from pqlab.experiments.plan import report as _report
@@ -25,12 +26,26 @@ KEYS = (
 )  # fmt: skip
 
 
+# This experiment's units of work and their costs (`pqlab.estimate`: the model, its shared
+# units and the runs the costs were measured from).
+COSTS: dict[str, Cost] = {
+    "plan.configuration": Cost(
+        0.043,
+        "pqlab plan (4 configurations, 12 cells) and a 2-configuration 24-path grid: 0.34 "
+        "and 0.42 s",
+    ),
+    "plan.cell": Cost(0.014, "the same two runs, with plan.configuration"),
+    "plan.export": Cost(0.5, "plan: 0.50 s, a 24-cell run (`pqlab plan` with a grid of paths)"),
+}
+
+
 class PlanExperiment(Experiment):
     name = "plan"
     help = "predict handshake bytes, segments, round trips and times on a grid of paths"
     description = __doc__.split("\n\n")[0]
     needs_net = False
     options = _plan.OPTIONS
+    costs = COSTS
     cells = _plan.CELLS
     plan_module, run_module, report_module = _plan, _run, _report
     compare = tuple(
@@ -43,7 +58,7 @@ class PlanExperiment(Experiment):
     )
 
     def resume_key(self, plan: _plan.Plan) -> dict:
-        return {"stack": plan.stack, "send_root": plan.send_root, "mss": plan.mss}
+        return {"stack": plan.stack.name, "send_root": plan.send_root, "mss": plan.mss}
 
     def metadata(self, plan: _plan.Plan) -> dict:
         return {
@@ -54,7 +69,7 @@ class PlanExperiment(Experiment):
                 "mss": plan.mss,
                 "sizes": plan.sizes,
                 "send_root": plan.send_root,
-                "stack": plan.stack,
+                "stack": plan.stack.name,
                 "migration": [c.label() for c in plan.migration] if plan.migration else None,
             }
         }
@@ -67,7 +82,9 @@ class PlanExperiment(Experiment):
             (len(plan.chain_points()), "chain"),
             (len(plan.paths), "path"),
         )
-        work = estimate.Work(" x ".join(estimate.count(*p) for p in parts), cells=plan.cells)
+        work = estimate.Work(
+            costs=COSTS, size=" x ".join(estimate.count(*p) for p in parts), cells=plan.cells
+        )
         work.add("plan.configuration", len(plan.configs))
         work.add("plan.cell", plan.cells)
         return work

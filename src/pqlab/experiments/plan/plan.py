@@ -5,21 +5,14 @@ initcwnd, one MSS) and the response sizes, all validated before anything is comp
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from pqlab import catalog, units
 from pqlab.catalog import Algorithm
 from pqlab.errors import UserError
-from pqlab.experiment import (
-    CellId,
-    Cells,
-    Option,
-    client_auth_options,
-    parse_client_auth,
-    parse_stack,
-    stack_option,
-)
+from pqlab.experiment import CellId, Cells, Option
 from pqlab.net import profiles
+from pqlab.options.tls import client_auth_options, parse_client_auth, parse_stack, stack_option
 from pqlab.tls import stacks, wire
 
 DEFAULT_GROUPS = ["X25519", "X25519MLKEM768"]
@@ -157,7 +150,7 @@ class Plan:
     mss: int
     sizes: list[int]
     send_root: bool = False
-    stack: str = stacks.DEFAULT_STACK
+    stack: stacks.Stack = field(default_factory=stacks.get)
     migration: tuple[Config, Config] | None = None
 
     def chain_points(self) -> list[int | None]:
@@ -178,7 +171,7 @@ class Plan:
             config.ca_sig,
             self.chain_label(config, point),
             path.name,
-            stack=self.stack,
+            stack=self.stack.name,
             options=("root",) if self.send_root else (),
         )
 
@@ -318,7 +311,7 @@ def from_values(values) -> Plan:
         mss=mss,
         sizes=sorted(set(sizes)),
         send_root=bool(values.send_root),
-        stack=stack.name,
+        stack=stack,
         migration=migration,
     )
     for c in configs:

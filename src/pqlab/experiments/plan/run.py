@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pqlab.experiments.plan import schema
 from pqlab.experiments.plan.plan import CELLS, MIGRATION_RESPONSE, Config, Plan
 from pqlab.progress import CellProgress
-from pqlab.tls import predict, stacks, wire
+from pqlab.tls import predict, wire
 from pqlab.tls.chains import make_chain
 
 EXPERIMENT = "plan"
@@ -30,12 +30,12 @@ class Built:
 def build(plan: Plan, config: Config, store) -> Built:
     """The configuration's certificates (made by the one builder, reused in the run's
     certs/) and its ClientHello (the stack's own, `tls hello`)."""
-    stack = stacks.get(plan.stack)
+    stack = plan.stack
     chain = make_chain(
         store.path / "certs",
         config.ca_sig,
         config.server_sig,
-        plan.stack,
+        plan.stack.name,
         send_root=plan.send_root,
         intermediates=config.intermediate_algs,
     )
@@ -45,7 +45,7 @@ def build(plan: Plan, config: Config, store) -> Built:
             store.path / "certs",
             config.client_ca_sig,
             config.client_sig,
-            plan.stack,
+            plan.stack.name,
             purpose="client",
         )
         auth = predict.ClientAuth(
@@ -153,7 +153,7 @@ def _measure_cell(store, plan: Plan, config: Config, built: Built, point, path, 
     cid = str(plan.cell_id(config, point, path))
     labels = {
         "cell_id": cid,
-        "stack": plan.stack,
+        "stack": plan.stack.name,
         "group": config.group.name,
         "server_sig": config.server_sig.name,
         "ca_sig": config.ca_sig.name,
@@ -242,7 +242,7 @@ def migration_row(plan: Plan, path, before: tuple[dict, float], after: tuple[dic
 
     return {
         **_path_row(path, plan.mss),
-        "stack": plan.stack,
+        "stack": plan.stack.name,
         "from": today.label(),
         "to": planned.label(),
         "response_bytes": MIGRATION_RESPONSE,
@@ -295,6 +295,6 @@ def _migration(plan: Plan, store) -> None:
             rows.append(migration_row(plan, path, before, after))
     store.con.execute(
         'DELETE FROM plan_migration WHERE "from" = ? AND "to" = ? AND stack = ?',
-        [today.label(), planned.label(), plan.stack],
+        [today.label(), planned.label(), plan.stack.name],
     )
     store.insert_rows("plan_migration", rows)

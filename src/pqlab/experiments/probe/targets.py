@@ -6,18 +6,18 @@ one is one error naming its line. Names are resolved later, target by target, by
 
 from __future__ import annotations
 
-import os
 import re
-import stat
 import sys
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+from pqlab import files
 from pqlab.errors import UserError
+from pqlab.net import inventory
 
 # A scan's file is read whole before anything is sent; these bound what it may hold.
 MAX_TARGETS = 100_000
-MAX_FILE_BYTES = 16 * 1024 * 1024
+KIND = "targets file"  # its bound: files.READ_LIMITS
 MAX_NAME = 100
 # The inventory variables a target's port is read from, first found wins (default 443).
 PORT_VARS = ("pqlab_probe_port", "https_port")
@@ -91,30 +91,21 @@ def parse_lines(text: str, source: str) -> list[TargetLine]:
     return out
 
 
-def read_text(path: str) -> str:
-    """A targets file (or standard input for `-`) read whole, at most MAX_FILE_BYTES: a
-    regular file or a pipe, never a device that does not end."""
-    if path == "-":
-        data = sys.stdin.buffer.read(MAX_FILE_BYTES + 1)
-        source = "standard input"
-    else:
-        try:
-            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
-        except OSError as e:
-            raise UserError(f"--targets {path!r}: {e.strerror}") from None
-        with os.fdopen(fd, "rb") as f:
-            mode = os.fstat(fd).st_mode
-            if not (stat.S_ISREG(mode) or stat.S_ISFIFO(mode)):
-                raise UserError(f"--targets {path!r} is not a regular file or a pipe")
-            os.set_blocking(fd, True)
-            data = f.read(MAX_FILE_BYTES + 1)
-        source = repr(path)
-    if len(data) > MAX_FILE_BYTES:
-        raise UserError(f"--targets {source}: larger than {MAX_FILE_BYTES // 2**20} MiB")
+def read_text(path: str, what: str = "--targets") -> str:
+    """A targets file (or inventory) read whole by the bounded reader of every file pqlab
+    is given, or standard input for `-` (at most as many bytes)."""
+    if path != "-":
+        return files.read_input_text(path, f"{what} {path!r}", KIND)
+    data = sys.stdin.buffer.read(files.READ_LIMITS[KIND] + 1)
+    if len(data) > files.READ_LIMITS[KIND]:
+        raise UserError(
+            f"{what} -: standard input holds more than {files.READ_LIMITS[KIND] // 2**20} MiB"
+        )
     try:
         return data.decode()
     except UnicodeDecodeError as e:
-        raise UserError(f"--targets {source}: not UTF-8 text (byte {e.start})") from None
+        line = data[: e.start].count(b"\n") + 1
+        raise UserError(f"{what} -: not UTF-8 text (byte {e.start}, line {line})") from None
 
 
 def from_file(path: str) -> list[TargetLine]:
@@ -125,8 +116,6 @@ def from_inventory(path: str, group: str) -> list[TargetLine]:
     """The hosts of `group` in the Ansible inventory `path`: each host's `ansible_host` (else
     its name) on the port of its `pqlab_probe_port` or `https_port` variable (else 443),
     named by its inventory name."""
-    from pqlab.net import inventory
-
     inv = inventory.parse(read_text(path), path)
     out = []
     for number, host in enumerate(inv.resolve(group), 1):
