@@ -207,6 +207,21 @@ def say_nothing(conn, stop: threading.Event, at_most: float = 30) -> None:
             continue
 
 
+# Hostile servers' handlers for `tcp_server`.
+def close_after_hello(conn, stop):
+    conn.recv(65536)
+
+
+def garbage(conn, stop):
+    conn.recv(65536)
+    conn.sendall(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
+
+
+def stall(conn, stop):
+    conn.recv(65536)
+    say_nothing(conn, stop)
+
+
 @contextlib.contextmanager
 def s_server(chain: Path, key: Path, *args: str):
     """`openssl s_server -www` of the engine's OpenSSL source; yields its port."""

@@ -149,7 +149,7 @@ def test_an_experiment_is_its_package_and_one_registry_line(fake_experiment, tmp
     # resume adds cells; a second run compares equal in structure
     assert cli.main(["fakecount", "--sizes", "1,2,3", "--out", str(a), "--resume"]) == 0
     assert cli.main(["fakecount", "--sizes", "1,2,3", "--out", str(b)]) == 0
-    rows, _, structure = compare.compare(a, b)
+    rows, _, structure, _ = compare.compare(a, b)
     assert structure == [] and {r["key"] for r in rows} == {"1", "2", "3"}
     # the suite takes it like any other
     suite = tmp_path / "s.toml"

@@ -11,22 +11,17 @@ import pytest
 
 from conftest import is_root
 from pqlab.tls.chains import make_chain
-from probe_helpers import probe, rows, s_server, say_nothing, tcp_server, verdicts
+from probe_helpers import (
+    close_after_hello,
+    garbage,
+    probe,
+    rows,
+    s_server,
+    stall,
+    tcp_server,
+    verdicts,
+)
 from tls_helpers import free_port
-
-
-def close_after_hello(conn, stop):
-    conn.recv(65536)
-
-
-def garbage(conn, stop):
-    conn.recv(65536)
-    conn.sendall(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
-
-
-def stall(conn, stop):
-    conn.recv(65536)
-    say_nothing(conn, stop)
 
 
 def _one_line(tmp_path, port: int, *args) -> tuple[str, str]:

@@ -77,8 +77,10 @@ class Option:
 
     def add_to(self, parser: argparse.ArgumentParser) -> None:
         if self.positional:
+            # Optional on the command line: an experiment may take its subject from a flag
+            # instead (`pqlab probe --targets FILE`); its plan says when neither is given.
             parser.add_argument(
-                self.dest, metavar=self.metavar or self.name.upper(), help=self.help
+                self.dest, metavar=self.metavar or self.name.upper(), help=self.help, nargs="?"
             )
             return
         flags = [f"--{self.name}", *self.aliases]
@@ -292,6 +294,12 @@ class Experiment:
         or None when it offers none or the run holds nothing to summarise."""
         fn = getattr(self._module("report_module"), "summarize", None)
         return fn(store) if fn is not None else None
+
+    def changes(self, store_a, store_b) -> list[str]:
+        """For `pqlab compare`: what changed between two runs that is not a measurement
+        with samples (a scan's targets whose verdict changed), one line each."""
+        fn = getattr(self._module("report_module"), "changes", None)
+        return fn(store_a, store_b) if fn is not None else []
 
     def metadata(self, plan: Any) -> dict:
         """Extra metadata stored with the invocation (what the plan was)."""

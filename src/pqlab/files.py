@@ -77,6 +77,7 @@ KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
 READ_LIMITS = {
     "suite file": 1 * MiB,  # the full suite is 12 KiB
     "inventory": 4 * MiB,  # some ten thousand hosts with their variables
+    "targets file": 16 * MiB,  # a scan's targets: 100,000 lines of a URL and a name
     "profile file": 1 * MiB,  # a profile file is a few lines
     "key log": 256 * MiB,  # about 200 bytes a connection: a million connections
     "capture": 4 * GiB,  # a kept capture of a large transfer; read in one piece
@@ -561,6 +562,26 @@ class Dir:
         with self._renamed_over(name, mode) as (fd, tmp):
             os.close(fd)
             yield self.path / tmp
+
+    @contextlib.contextmanager
+    def growing(self, name: str, head: bytes, mode: int = 0o644) -> Iterator[BinaryIO]:
+        """A new file `name` that holds `head` at once and grows by each write of the block,
+        unbuffered (a file read while a long job runs): made like `replacing`, renamed over
+        `name` before the block starts, then written through the same descriptor only.
+        A process killed meanwhile leaves `name` with what it had written."""
+        fd, tmp = self._new_file(name, mode)
+        with os.fdopen(fd, "ab", buffering=0) as f:
+            try:
+                f.write(head)
+                os.rename(tmp, name, src_dir_fd=self.fd, dst_dir_fd=self.fd)
+            except OSError as e:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp, dir_fd=self.fd)
+                raise storage_error(e, str(self.path_of(name))) from None
+            try:
+                yield f
+            except OSError as e:
+                raise storage_error(e, str(self.path_of(name))) from None
 
     def write(self, name: str, data: bytes | str, mode: int = 0o644) -> Path:
         """Write `data` as the file `name` (see `replacing`); its path."""

@@ -195,9 +195,15 @@ def structure_changes(a: RunStore, b: RunStore) -> list[str]:
     return out
 
 
+def changes(a: RunStore, b: RunStore) -> list[str]:
+    """What changed that has no samples to compare (a scan's targets), experiment by
+    experiment."""
+    return [line for exp in registry() for line in exp.changes(a, b)]
+
+
 def compare(
     run_a: Path, run_b: Path, level: float = 0.95, threshold: float = 0.02
-) -> tuple[list[dict], list, list[str]]:
+) -> tuple[list[dict], list, list[str], list[str]]:
 
     a = RunStore.open(run_a, any_version=True)
     try:
@@ -252,7 +258,7 @@ def _compare(a: RunStore, b: RunStore, level: float, threshold: float):
                 }
             )
     meta = stack_changes(a, b) + metadata_changes(a.metadata(), b.metadata())
-    return rows, meta, structure_changes(a, b)
+    return rows, meta, structure_changes(a, b), changes(a, b)
 
 
 def _exact_row(spec: CompareSpec, key: tuple, xa, xb) -> dict:
@@ -304,17 +310,42 @@ def register(sub) -> None:
     p.set_defaults(func=run)
 
 
+def _print_rows(rows: list[dict]) -> None:
+    if not rows:
+        return
+    width = max(len(r["key"]) for r in rows)
+    print(
+        f"{'experiment':<11} {'measurement':<{width}} {'A':>10} {'B':>10} "
+        f"{'change':>8} {'95% CI':>18}  verdict"
+    )
+    for r in rows:
+        ci = (
+            f"[{r['ci_low_pct']:+.1f}, {r['ci_high_pct']:+.1f}]%"
+            if r["ci_low_pct"] is not None
+            else "computed"
+        )
+        print(
+            f"{r['experiment']:<11} {r['key']:<{width}} {r['median_a']:>10.4g} "
+            f"{r['median_b']:>10.4g} {r['change_pct']:>+7.1f}% {ci:>18}  {r['verdict']}"
+        )
+
+
 def run(args) -> int:
     if not 0 <= args.threshold < 100:
         raise UserError(f"--threshold {args.threshold!r} must be a percentage from 0 to 100")
     csv_path = files.check_output_file(args.csv, "--csv") if args.csv else None
-    rows, changes, structure = compare(
+    rows, changes, structure, targets = compare(
         Path(args.run_a), Path(args.run_b), threshold=args.threshold / 100
     )
     if args.json:
         print(
             json.dumps(
-                {"rows": rows, "metadata_changes": changes, "structure_changes": structure},
+                {
+                    "rows": rows,
+                    "metadata_changes": changes,
+                    "structure_changes": structure,
+                    "target_changes": targets,
+                },
                 indent=2,
             )
         )
@@ -329,23 +360,13 @@ def run(args) -> int:
                 print(f"  {line}")
         else:
             print("Structure: the same tables, columns, row counts and cells in both runs.")
-        if not rows:
+        if targets:
+            print(f"Targets whose verdict, groups or chain changed ({len(targets)}):")
+            for line in targets:
+                print(f"  {line}")
+        if not rows and not targets:
             raise UserError("the two runs have no measurement in common to compare")
-        width = max(len(r["key"]) for r in rows)
-        print(
-            f"{'experiment':<11} {'measurement':<{width}} {'A':>10} {'B':>10} "
-            f"{'change':>8} {'95% CI':>18}  verdict"
-        )
-        for r in rows:
-            ci = (
-                f"[{r['ci_low_pct']:+.1f}, {r['ci_high_pct']:+.1f}]%"
-                if r["ci_low_pct"] is not None
-                else "computed"
-            )
-            print(
-                f"{r['experiment']:<11} {r['key']:<{width}} {r['median_a']:>10.4g} "
-                f"{r['median_b']:>10.4g} {r['change_pct']:>+7.1f}% {ci:>18}  {r['verdict']}"
-            )
+        _print_rows(rows)
     if csv_path is not None:
         text = io.StringIO(newline="")
         w = csv.DictWriter(text, fieldnames=list(rows[0]) if rows else ["experiment"])

@@ -325,13 +325,18 @@ def parse_yaml(text: str, path: str = "inventory") -> Inventory:
     return inv
 
 
+def parse(text: str, path: str) -> Inventory:
+    """An inventory's text: YAML (a .yml/.yaml file, or text starting `---` or `all:`),
+    else INI."""
+    if path.endswith((".yml", ".yaml")) or text.lstrip().startswith(("---", "all:")):
+        return parse_yaml(text, path)
+    return parse_ini(text, path)
+
+
 def load(path: str | Path) -> Inventory:
     p = Path(path)
     text = files.read_input_text(p, f"--inventory {str(path)!r}", "inventory")
-    if p.suffix in (".yml", ".yaml") or text.lstrip().startswith(("---", "all:")):
-        inv = parse_yaml(text, str(path))
-    else:
-        inv = parse_ini(text, str(path))
+    inv = parse(text, str(path))
     if not inv.hosts:
         raise UserError(f"--inventory {str(path)!r} names no hosts")
     return inv

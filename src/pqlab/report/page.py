@@ -87,6 +87,28 @@ def _table_html(csv_path: Path, max_rows: int) -> str:
     return "".join(out)
 
 
+# Every data table sorts by a column when its name is clicked (numbers as numbers; a second
+# click reverses). The page stays one self-contained file.
+SORT_SCRIPT = """
+document.querySelectorAll('table.data th').forEach((th, _, all) => {
+  th.style.cursor = 'pointer';
+  th.addEventListener('click', () => {
+    const col = [...th.parentNode.children].indexOf(th);
+    const body = th.closest('table').tBodies[0];
+    const down = th.dataset.sorted !== 'up';
+    th.parentNode.querySelectorAll('th').forEach(h => delete h.dataset.sorted);
+    th.dataset.sorted = down ? 'up' : 'down';
+    const key = r => r.children[col] ? r.children[col].textContent : '';
+    const rows = [...body.rows].sort((a, b) => {
+      const x = key(a), y = key(b), nx = parseFloat(x), ny = parseFloat(y);
+      const c = !isNaN(nx) && !isNaN(ny) ? nx - ny : x.localeCompare(y);
+      return down ? c : -c;
+    });
+    rows.forEach(r => body.appendChild(r));
+  });
+});
+"""
+
 CSS = """
 body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;
 color:#222;line-height:1.45}
@@ -252,6 +274,6 @@ def write_html(store: RunStore, sections: list[Section], top: Section | None = N
     parts += [
         _machine_html(store.metadata(), _python_harness(store)),
         _invocations_html(store),
-        "</body></html>",
+        f"<script>{SORT_SCRIPT}</script></body></html>",
     ]
     return store.write_output("report.html", "".join(parts))

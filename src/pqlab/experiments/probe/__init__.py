@@ -18,6 +18,7 @@ from pqlab.experiment import CompareSpec, Experiment
 from pqlab.experiments.probe import plan as _plan
 from pqlab.experiments.probe import report as _report
 from pqlab.experiments.probe import run as _run
+from pqlab.experiments.probe import scan as _scan
 from pqlab.experiments.probe import schema as _schema
 
 KEYS = ("probe", "config", "sig", "stack")
@@ -41,7 +42,7 @@ class Probe(Experiment):
     help = "any TLS server's post-quantum handshake, taken apart from the client's side"
     description = __doc__.split("\n\n")[0]
     needs_net = False  # a capture needs CAP_NET_RAW; without it the probe still runs
-    options = _plan.OPTIONS
+    options = _plan.OPTIONS + _scan.OPTIONS
     costs = COSTS
     cells = _plan.CELLS
     migrations = _schema.MIGRATIONS
@@ -59,7 +60,16 @@ class Probe(Experiment):
         ),
     )
 
+    def plan(self, values):
+        """One server's plan, or with --targets a scan's (`scan.ScanPlan`)."""
+        return _scan.from_values(values) if _scan.scanning(values) else _plan.from_values(values)
+
+    def measure(self, plan, store) -> None:
+        (_scan if isinstance(plan, _scan.ScanPlan) else _run).measure(plan, store)
+
     def resume_key(self, plan: _plan.Plan) -> dict:
+        if isinstance(plan, _scan.ScanPlan):
+            return {"n": plan.n, "path": plan.path, "timeout": plan.timeout, "scan": True}
         return {
             "n": plan.n,
             "path": plan.path,
@@ -71,6 +81,8 @@ class Probe(Experiment):
         """Per configuration a capture and a client run of -n connections, each waiting
         up to a second for the server's close; the network to the target is the user's."""
         cells = len(plan.cells)
+        if isinstance(plan, _scan.ScanPlan):  # every target may need each configuration
+            cells *= len(plan.targets)
         size = f"{estimate.count(cells, 'configuration')} x {estimate.count(plan.n, 'connection')}"
         work = estimate.Work(costs=COSTS, size=size, cells=cells)
         work.add("probe.cell", cells)
@@ -79,6 +91,22 @@ class Probe(Experiment):
         return work
 
     def metadata(self, plan: _plan.Plan) -> dict:
+        if isinstance(plan, _scan.ScanPlan):
+            return {
+                "probe_scan": {
+                    "targets": plan.source,
+                    "count": len(plan.targets),
+                    "parallel": plan.parallel,
+                    "rate": plan.rate,
+                    "n": plan.n,
+                    "timeout": plan.timeout,
+                    "capture": plan.capture,
+                    "configurations": sorted({c.config.name for c in plan.cells}),
+                    "stacks": sorted({c.stack for c in plan.cells}),
+                    "plan_sig": [s.name for s in plan.plan_sigs],
+                    "plan_path": [p.spec or p.name for p in plan.plan_paths],
+                }
+            }
         return {
             "probe": {
                 "name": plan.name,
@@ -98,6 +126,8 @@ class Probe(Experiment):
         }
 
     def summary(self, plan) -> str:
+        if isinstance(plan, _scan.ScanPlan):
+            return "tables/probe_targets.csv and .jsonl, tables/probe_target_plans.csv"
         return "tables/probe.csv, captures/*.pcap with their key logs"
 
 

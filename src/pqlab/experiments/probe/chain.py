@@ -102,6 +102,7 @@ def describe(chain_der: list[bytes]) -> list[dict]:
             key_algorithm=key_algorithm(cert, names),
             signature_algorithm=signature_algorithm(cert, names),
             self_signed=cert.subject == cert.issuer,
+            not_after=cert.not_valid_after_utc.strftime("%Y-%m-%dT%H:%M:%SZ"),
         )
         rows.append(row)
     return rows

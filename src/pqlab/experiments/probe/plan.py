@@ -6,17 +6,16 @@ from __future__ import annotations
 
 import ipaddress
 import os
-import re
 import socket
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
-from urllib.parse import urlsplit
 
 from pqlab import catalog, units
 from pqlab.catalog import Algorithm
 from pqlab.errors import UserError
 from pqlab.experiment import CellId, Cells, Option
+from pqlab.experiments.probe.targets import split_target
 from pqlab.net import privileges
 from pqlab.options.tls import parse_stacks, stack_option
 from pqlab.tls import runner, stacks
@@ -33,6 +32,7 @@ DEFAULT_CONFIGS = (
 )
 DEFAULT_SIG = "default"  # --sig: the stack's own list of signature schemes
 DEFAULT_N = 5
+SCAN_N = 1  # -n when scanning many targets
 MAX_N = 10_000
 DEFAULT_TIMEOUT = 10
 MAX_TIMEOUT = 600
@@ -69,8 +69,7 @@ OPTIONS = (
     stack_option(several=True),
     Option(
         "n",
-        f"connections per configuration (1-{MAX_N})",
-        default=str(DEFAULT_N),
+        f"connections per configuration (1-{MAX_N}; default {DEFAULT_N}, {SCAN_N} with --targets)",
         metavar="N",
         short="-n",
     ),
@@ -189,29 +188,15 @@ class Target:
 
 def parse_target(text: str | None) -> Target:
     if not text:
-        raise UserError("give the server to probe: pqlab probe HOST:PORT (or https://HOST/PATH)")
-    path = None
-    if "://" in text:
-        url = urlsplit(text)
-        if url.scheme != "https" or not url.hostname:
-            raise UserError(f"{text!r}: a URL target is https://HOST[:PORT][/PATH]")
-        try:
-            port = url.port or 443
-        except ValueError:
-            raise UserError(f"{text!r}: the port is not a number from 1 to 65535") from None
-        host = url.hostname
-        path = (url.path or "/") + (f"?{url.query}" if url.query else "")
-    else:
-        m = re.fullmatch(r"\[([^\[\]]+)\]:(\d{1,5})|([^:\[\]]+):(\d{1,5})", text)
-        if not m or not 0 < int(m.group(2) or m.group(4)) < 65536:
-            raise UserError(
-                f"{text!r} is not HOST:PORT (e.g. 127.0.0.1:4433, example.com:443, [::1]:443)"
-            )
-        host, port = m.group(1) or m.group(3), int(m.group(2) or m.group(4))
-    return Target(text, host, port, _resolve(host, text), path)
+        raise UserError(
+            "give the server to probe: pqlab probe HOST:PORT (or https://HOST/PATH), or a "
+            "file of them with --targets FILE"
+        )
+    host, port, path = split_target(text)
+    return Target(text, host, port, resolve(host, text), path)
 
 
-def _resolve(host: str, text: str) -> str:
+def resolve(host: str, text: str) -> str:
     try:
         return str(ipaddress.ip_address(host))
     except ValueError:
@@ -316,7 +301,7 @@ def _sigs(values, chosen: list[stacks.Stack]) -> list[Algorithm | None]:
     return out
 
 
-def _ca(text: str | None) -> Path:
+def parse_ca(text: str | None) -> Path:
     if text:
         if not os.path.isfile(text):
             raise UserError(f"--ca {text!r} is not a file")
@@ -345,12 +330,11 @@ def _capture(values, target: Target) -> tuple[str | None, str | None]:
     return route_interface(target.address), None
 
 
-def _path(values, target: Target) -> str | None:
-    path = values.path or target.path
-    if values.path and target.path and values.path != target.path:
-        raise UserError(
-            f"--path {values.path!r} and the URL's path {target.path!r} differ; give one"
-        )
+def parse_path(values, url_path: str | None) -> str | None:
+    """--path, or the path of a URL target (not both, unless they agree)."""
+    path = values.path or url_path
+    if values.path and url_path and values.path != url_path:
+        raise UserError(f"--path {values.path!r} and the URL's path {url_path!r} differ; give one")
     if path is not None and (
         not path.startswith("/") or any(not c.isprintable() or c == " " for c in path)
     ):
@@ -360,8 +344,9 @@ def _path(values, target: Target) -> str | None:
     return path
 
 
-def from_values(values) -> Plan:
-    target = parse_target(values.target)
+def matrix(values) -> tuple[list[Cell], list[str]]:
+    """The cells of --groups, --sig and --stack, and the default configurations a chosen
+    stack cannot send (left out, noted)."""
     chosen = parse_stacks(values)
     configs, skipped = _configs(values, chosen)
     sigs = _sigs(values, chosen)
@@ -374,12 +359,18 @@ def from_values(values) -> Plan:
     ]
     if not cells:
         raise UserError("no configuration can run on the chosen stacks: " + "; ".join(skipped))
+    return cells, skipped
+
+
+def from_values(values) -> Plan:
+    target = parse_target(values.target)
+    cells, skipped = matrix(values)
     name = values.name or target.text
     if len(name) > MAX_NAME or "|" in name or name.startswith("+"):
         raise UserError(
             f"--name {name!r}: at most {MAX_NAME} characters, no '|', not starting with '+'"
         )
-    n = units.parse_positive_int(values.n, "-n", maximum=MAX_N)
+    n = units.parse_positive_int(values.n or DEFAULT_N, "-n", maximum=MAX_N)
     timeout = units.parse_positive_int(values.timeout, "--timeout", maximum=MAX_TIMEOUT)
     interface, why = _capture(values, target)
     return Plan(
@@ -388,8 +379,8 @@ def from_values(values) -> Plan:
         cells=cells,
         n=n,
         servername=values.servername or target.host,
-        ca=_ca(values.ca),
-        path=_path(values, target),
+        ca=parse_ca(values.ca),
+        path=parse_path(values, target.path),
         timeout=timeout,
         capture=interface,
         no_capture_reason=why,

@@ -5,7 +5,7 @@ report section and summary lines, from the database alone."""
 from __future__ import annotations
 
 from pqlab import figures
-from pqlab.experiments.probe import verdict
+from pqlab.experiments.probe import scan_report, verdict
 from pqlab.report.section import Section, template
 from pqlab.report.summary import Summary
 
@@ -51,10 +51,17 @@ def export(store):
         FROM probe_configs c LEFT JOIN probe_raw r USING (cell_id)
         GROUP BY ALL ORDER BY c.probe, c.stack, c.config, c.sig""",
     )
-    section.table(csv, "One row per probe and client configuration: what the server did")
-    for line in _server_lines(store):
+    scan = scan_report.is_scan(store)
+    if scan:  # a scan's targets first; a line and a figure row per target would drown them
+        scan_report.add(store, section)
+    section.table(
+        csv,
+        "One row per probe and client configuration: what the server did",
+        max_rows=100 if scan else 60,
+    )
+    for line in [] if scan else _server_lines(store):
         section.text(f"<p><b>{_html(line)}</b></p>")
-    png = _figure(store)
+    png = None if scan else _figure(store)
     if png is not None:
         section.figure(
             png,
@@ -73,7 +80,7 @@ def export(store):
     csv = store.export_table(
         "probe_chain",
         """SELECT DISTINCT probe, stack, config, sig, position, der_bytes, key_algorithm,
-                  signature_algorithm, self_signed, subject, issuer, sha256
+                  signature_algorithm, self_signed, not_after, subject, issuer, sha256
            FROM probe_chain ORDER BY probe, stack, config, sig, position""",
     )
     section.table(csv, "The certificates each server sent, leaf first")
@@ -84,6 +91,9 @@ def export(store):
     )
     section.table(csv, "Every connection (first rows)", max_rows=30)
     return section
+
+
+changes = scan_report.changes  # `pqlab compare`: the targets of two scans that changed
 
 
 def _html(text: str) -> str:
@@ -193,7 +203,9 @@ def _bytes_row(bx, y: int, row: dict) -> None:
 def summarize(store) -> Summary | None:
     if not store.has_table("probe_raw"):
         return None
-    lines = _server_lines(store)
+    lines = (
+        [scan_report.summary_line(store)] if scan_report.is_scan(store) else _server_lines(store)
+    )
     if not lines:
         return None
     return Summary(

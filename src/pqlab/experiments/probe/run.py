@@ -77,8 +77,12 @@ def capture_stem(stack: str, config: str, sig: str) -> str:
     return "".join(c if c.isalnum() or c in "-_.+" else "_" for c in text)
 
 
-def measure_cell(plan: Plan, cell: Cell, directory: files.Dir) -> dict:
-    """One configuration: its rows and its verdict (not yet stored)."""
+def measure_cell(plan: Plan, cell: Cell, directory: files.Dir | None) -> dict:
+    """One configuration: its rows and its verdict (not yet stored). `directory`: where
+    its capture and the client's key log go (unused without a capture)."""
+    if plan.capture is None:
+        records, _ = run_client(client_spec(plan, cell, None))
+        return rows_of(plan, cell, records, None, None, None)
     slug = capture_stem(cell.stack.name, cell.config.name, cell.sig_name)
     for stale in (f"{slug}.pcap", f"{slug}.keys.log"):  # a cell measured again starts afresh
         directory.remove(stale)
@@ -86,23 +90,21 @@ def measure_cell(plan: Plan, cell: Cell, directory: files.Dir) -> dict:
     # The key log (made 0600 by the engine at the first secret) only serves to read the
     # capture: no capture, no secrets written.
     keylog_path = directory.path_of(f"{slug}.keys.log")
-    spec = client_spec(plan, cell, keylog_path if plan.capture is not None else None)
-    capture = None
-    if plan.capture is not None:
-        capture = runner.start_capture(
-            None,
-            "client",
-            plan.target.port,
-            pcap_path,
-            SNAPLEN,
-            spec.time_limit + 60,
-            interface=plan.capture,
-        )
+    spec = client_spec(plan, cell, keylog_path)
+    capture = runner.start_capture(
+        None,
+        "client",
+        plan.target.port,
+        pcap_path,
+        SNAPLEN,
+        spec.time_limit + 60,
+        interface=plan.capture,
+    )
     try:
         records, _ = run_client(spec)
     finally:
-        summary = runner.stop_capture(capture) if capture is not None else None
-    return rows_of(plan, cell, records, pcap_path if capture else None, keylog_path, summary)
+        summary = runner.stop_capture(capture)
+    return rows_of(plan, cell, records, pcap_path, keylog_path, summary)
 
 
 def rows_of(plan, cell, records, pcap_path, keylog_path, capture_summary) -> dict:
@@ -193,29 +195,36 @@ def missing_from_capture(kernel_drops: int) -> str:
 
 
 def _store(store, plan: Plan, cell: Cell, result: dict) -> None:
+    with store.cells(NAME) as mark:
+        store_cell(store, plan, cell, result, mark)
+
+
+def store_cell(store, plan: Plan, cell: Cell, result: dict, mark) -> None:
+    """A configuration's rows and verdict, inside the caller's transaction (`store.cells`),
+    its cell marked done with them."""
     cid = plan.cell_id(cell)
     label = {"cell_id": str(cid)}
-    with store.cell(NAME, cid, {"config": cell.config.name, "sig": cell.sig_name}):
-        store.insert_rows("probe_raw", [{**label, **r} for r in result["raw"]])
-        store.insert_rows("probe_messages", [{**label, **r} for r in result["messages"]])
-        store.insert_rows("probe_chain", [{**label, **r} for r in result["chain"]])
-        store.insert_rows(
-            "probe_configs",
-            [
-                {
-                    **label,
-                    "probe": plan.name,
-                    "target": plan.target.text,
-                    "stack": cell.stack.name,
-                    "config": cell.config.name,
-                    "sig": cell.sig_name,
-                    "connections": len(result["raw"]),
-                    "outcome": result["outcome"],
-                    "verdict": result["verdict"],
-                }
-            ],
-        )
-        store.add_warnings(NAME, cid, result["warnings"])
+    store.insert_rows("probe_raw", [{**label, **r} for r in result["raw"]])
+    store.insert_rows("probe_messages", [{**label, **r} for r in result["messages"]])
+    store.insert_rows("probe_chain", [{**label, **r} for r in result["chain"]])
+    store.insert_rows(
+        "probe_configs",
+        [
+            {
+                **label,
+                "probe": plan.name,
+                "target": plan.target.text,
+                "stack": cell.stack.name,
+                "config": cell.config.name,
+                "sig": cell.sig_name,
+                "connections": len(result["raw"]),
+                "outcome": result["outcome"],
+                "verdict": result["verdict"],
+            }
+        ],
+    )
+    store.add_warnings(NAME, cid, result["warnings"])
+    mark(cid, {"config": cell.config.name, "sig": cell.sig_name})
 
 
 def _say(text: str) -> None:

@@ -34,7 +34,7 @@ CHAIN_DDL = """
 CREATE TABLE IF NOT EXISTS probe_chain (
     cell_id TEXT, probe TEXT, stack TEXT, config TEXT, sig TEXT, idx INTEGER,
     position INTEGER, der_bytes INTEGER, subject TEXT, issuer TEXT, key_algorithm TEXT,
-    signature_algorithm TEXT, self_signed BOOLEAN, sha256 TEXT, source TEXT)
+    signature_algorithm TEXT, self_signed BOOLEAN, sha256 TEXT, source TEXT, not_after TEXT)
 """
 
 # One row per configuration as the probe judged it (the verdict line it printed).
@@ -53,6 +53,7 @@ MIGRATIONS: tuple[str, ...] = (
     "ALTER TABLE IF EXISTS probe_raw ADD COLUMN IF NOT EXISTS stack_chain_truncated BOOLEAN",
     "ALTER TABLE IF EXISTS probe_raw ADD COLUMN IF NOT EXISTS failed_in TEXT",
     "ALTER TABLE IF EXISTS probe_chain ADD COLUMN IF NOT EXISTS source TEXT",
+    "ALTER TABLE IF EXISTS probe_chain ADD COLUMN IF NOT EXISTS not_after TEXT",
 )
 
 
