@@ -10,6 +10,7 @@ import pytest
 
 from conftest import run_pqlab
 from pqlab import catalog
+from pqlab.experiments.plan import calibrate
 from pqlab.tls import predict, stacks, wire
 
 # Document 000, table 9: TCP segments from ServerHello to Finished, root CA sent; columns
@@ -139,6 +140,8 @@ def test_cliffs_are_where_a_byte_by_byte_search_finds_them():
         (["--groups", "NotAGroup"], "NotAGroup"),
         (["--mss", "100"], "--mss"),
         (["--bandwidth", "1 potato"], "is not a rate"),
+        (["--calibrate", "--client-sig", "ECDSA-P256"], "leave out --client-sig"),
+        (["--calibrate", "--shaper", "carrier-pigeon"], "--shaper"),
     ],
 )
 def test_bad_input_one_line_nothing_created(args, fragment, tmp_path):
@@ -350,3 +353,35 @@ def test_client_sig_list_from_the_command_line(tmp_path):
     assert rows[""]["certificate_request_bytes_max"] == "0"
     assert int(rows["ML-DSA-44"]["certificate_request_bytes_min"]) == 15
     assert int(rows["ML-DSA-44"]["client_flight_bytes_min"]) > 3000  # an ML-DSA-44 chain
+
+
+def test_a_calibration_is_the_machine_beyond_the_model():
+    """Connections over the calibration link (no delay, no rate): half the median TCP
+    connect is each packet's forwarding; the median TTFB beyond the model on that link
+    (those crossings included) is the handshake's CPU; the calibrated prediction of the
+    same connection is then the measured median."""
+    hs = predict.Handshake.of(
+        catalog.resolve("X25519", "kem"),
+        catalog.resolve("ECDSA-P256", "sig"),
+        [700, 500],
+        179,
+        stacks.get("openssl"),
+    )
+    cols = {
+        "idx": [0, 1, 2],
+        "tcp_connect_ns": [410_000, 400_000, 390_000],
+        "ttfb_ns": [2_000_000, 2_100_000, 1_900_000],
+    }
+    cal = calibrate.from_connections(hs, cols, "userspace")
+    assert cal.per_packet_s == pytest.approx(200e-6)
+    # SYN, SYN-ACK, ClientHello, flight: four crossings of 0.2 ms, then 1.2 ms of CPU
+    assert cal.cpu_s == pytest.approx(2e-3 - 4 * 200e-6)
+    zero = wire.Link.symmetric(0.0)
+    out = predict.predict(hs, cal.link(zero), timing=cal.timing()).wire
+    assert out.ttfb_s == pytest.approx(2e-3)
+    # on a 10 ms link the same machine adds the same CPU and the same crossings
+    ten = wire.Link.symmetric(0.01)
+    plain = predict.predict(hs, ten).wire.ttfb_s
+    assert predict.predict(hs, cal.link(ten), timing=cal.timing()).wire.ttfb_s == pytest.approx(
+        plain + 2e-3
+    )

@@ -26,7 +26,7 @@ from pqlab.errors import CheckError, EngineError, UserError
 from pqlab.experiment import CellId, Cells, Experiment, Option
 from pqlab.net import probes, profiles
 from pqlab.net.profiles import Direction, LinkProfile, load_profiles
-from pqlab.net.shaping import build_hosts, check_shaper
+from pqlab.net.shaping import build_hosts, check_shaper, shaper_option
 from pqlab.process import Process
 from pqlab.progress import CellProgress
 from pqlab.report.section import Section
@@ -613,12 +613,7 @@ class Linktest(Experiment):
     cells = CELLS
     options = (
         Option("profile", _profile_help(), metavar="PROFILE", repeat=True),
-        Option(
-            "shaper",
-            "netem, userspace or auto (netem when available)",
-            default="auto",
-            choices=("auto", "netem", "userspace"),
-        ),
+        shaper_option("link emulator"),
         Option(
             "probes",
             "UDP probes per direction for loss and delay (20-1000000)",

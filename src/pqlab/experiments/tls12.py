@@ -23,7 +23,7 @@ from pqlab.experiment import CellId, Cells, CompareSpec, Experiment, Option
 from pqlab.experiments import hosts as remote_hosts
 from pqlab.experiments import tls12_dhe
 from pqlab.net import profiles
-from pqlab.net.shaping import build_hosts, check_shaper
+from pqlab.net.shaping import build_hosts, check_shaper, shaper_option
 from pqlab.progress import CellProgress
 from pqlab.report.section import Section, template
 from pqlab.tls import negotiation, runner, stacks
@@ -718,12 +718,7 @@ OPTIONS = (
         "'pqlab linktest'); default: an unshaped veth link",
         metavar="PROFILE",
     ),
-    Option(
-        "shaper",
-        "link emulator for --profile: auto, netem or userspace",
-        default="auto",
-        choices=("auto", "netem", "userspace"),
-    ),
+    shaper_option(),
     *remote_hosts.OPTIONS,
 )
 

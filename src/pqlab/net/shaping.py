@@ -37,6 +37,7 @@ import subprocess
 import threading
 
 from pqlab.errors import EngineError, UserError
+from pqlab.experiment import Option
 from pqlab.net.profiles import Direction, LinkProfile
 from pqlab.net.remote import RemoteHosts
 from pqlab.net.topology import SIDES, Link, TopologyError, TwoHosts, delete_namespace
@@ -531,6 +532,17 @@ class UserspaceLink(Link):
                 for k, s in self.direction_stats().items()
             }
         return d
+
+
+def shaper_option(what: str = "link emulator for --profile") -> Option:
+    """The `--shaper` option every command with an emulated link shares."""
+    return Option(
+        "shaper",
+        f"{what}: netem (the kernel's qdisc), userspace (pqlab's TUN emulator) or auto (netem "
+        "when the kernel has it)",
+        default="auto",
+        choices=SHAPERS,
+    )
 
 
 def check_shaper(shaper: str) -> None:

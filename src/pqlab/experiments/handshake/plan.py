@@ -23,7 +23,7 @@ from pqlab.experiment import (
 )
 from pqlab.experiments import hosts
 from pqlab.net.profiles import load_profiles
-from pqlab.net.shaping import check_shaper
+from pqlab.net.shaping import check_shaper, shaper_option
 from pqlab.tls import stacks
 
 DEFAULT_GROUPS = ["X25519", "ML-KEM-512", "ML-KEM-768", "ML-KEM-1024", "X25519MLKEM768"]
@@ -129,12 +129,7 @@ OPTIONS = (
         ".toml file naming one profile (default: the bare link)",
         metavar="PROFILE",
     ),
-    Option(
-        "shaper",
-        "link emulator for --profile: netem, userspace or auto (netem when the kernel has it)",
-        default="auto",
-        choices=("auto", "netem", "userspace"),
-    ),
+    shaper_option(),
     *hosts.OPTIONS,
 )
 

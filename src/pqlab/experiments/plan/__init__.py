@@ -14,9 +14,11 @@ import sys
 
 from pqlab import estimate
 from pqlab.experiment import CompareSpec, Experiment
+from pqlab.experiments.plan import calibrate as _calibrate
 from pqlab.experiments.plan import plan as _plan
 from pqlab.experiments.plan import report as _report
 from pqlab.experiments.plan import run as _run
+from pqlab.experiments.plan import schema as _schema
 
 # A prediction's key: the configuration, the chain, the path and the signature size.
 KEYS = (
@@ -29,8 +31,9 @@ class PlanExperiment(Experiment):
     name = "plan"
     help = "predict handshake bytes, segments, round trips and times on a grid of paths"
     description = __doc__.split("\n\n")[0]
-    needs_net = False
+    needs_net = False  # but --calibrate does, and says so before anything is created
     options = _plan.OPTIONS
+    migrations = _schema.MIGRATIONS
     cells = _plan.CELLS
     plan_module, run_module, report_module = _plan, _run, _report
     compare = tuple(
@@ -43,7 +46,12 @@ class PlanExperiment(Experiment):
     )
 
     def resume_key(self, plan: _plan.Plan) -> dict:
-        return {"stack": plan.stack, "send_root": plan.send_root, "mss": plan.mss}
+        return {
+            "stack": plan.stack,
+            "send_root": plan.send_root,
+            "mss": plan.mss,
+            "calibrate": plan.calibrate,
+        }
 
     def metadata(self, plan: _plan.Plan) -> dict:
         return {
@@ -56,6 +64,7 @@ class PlanExperiment(Experiment):
                 "send_root": plan.send_root,
                 "stack": plan.stack,
                 "migration": [c.label() for c in plan.migration] if plan.migration else None,
+                "calibrate": plan.shaper if plan.calibrate else None,
             }
         }
 
@@ -70,6 +79,12 @@ class PlanExperiment(Experiment):
         work = estimate.Work(" x ".join(estimate.count(*p) for p in parts), cells=plan.cells)
         work.add("plan.configuration", len(plan.configs))
         work.add("plan.cell", plan.cells)
+        if plan.calibrate:  # one topology, then per configuration a ttlb cell of size 0
+            connections = len(plan.configs) * (_calibrate.CONNECTIONS + _calibrate.WARMUP)
+            work.add("ttlb.profile", 1)
+            work.add("ttlb.cell", len(plan.configs))
+            work.add("ttlb.connection", connections)
+            work.exact_s += connections * _calibrate.GAP_MS / 1e3
         return work
 
     def summary(self, plan: _plan.Plan) -> str:

@@ -19,7 +19,8 @@ from pqlab.experiment import (
     parse_stack,
     stack_option,
 )
-from pqlab.net import profiles
+from pqlab.net import privileges, profiles
+from pqlab.net.shaping import check_shaper, shaper_option
 from pqlab.tls import stacks, wire
 
 DEFAULT_GROUPS = ["X25519", "X25519MLKEM768"]
@@ -117,6 +118,14 @@ OPTIONS = (
         default=DEFAULT_SIZES,
         metavar="LIST",
     ),
+    Option(
+        "calibrate",
+        "add what a measurement on this machine holds beyond the network: each "
+        "configuration's handshake CPU and the link emulator's time per packet, measured "
+        "first through --shaper (needs root)",
+        flag=True,
+    ),
+    shaper_option("with --calibrate, the link emulator to calibrate"),
 )
 
 
@@ -159,6 +168,8 @@ class Plan:
     send_root: bool = False
     stack: str = stacks.DEFAULT_STACK
     migration: tuple[Config, Config] | None = None
+    calibrate: bool = False
+    shaper: str = "auto"
 
     def chain_points(self) -> list[int | None]:
         return list(self.chain_bytes) if self.chain_bytes else [None]
@@ -320,7 +331,16 @@ def from_values(values) -> Plan:
         send_root=bool(values.send_root),
         stack=stack.name,
         migration=migration,
+        calibrate=bool(values.calibrate),
+        shaper=values.shaper or "auto",
     )
+    if plan.calibrate:
+        if any(c.client_sig for c in configs):
+            raise UserError(
+                "--calibrate measures server-authenticated handshakes; leave out --client-sig"
+            )
+        privileges.require_net_admin()
+        check_shaper(plan.shaper)
     for c in configs:
         stacks.require_chains([c.server_sig], [c.ca_sig], stack, plan.send_root)
     if plan.cells > MAX_CELLS:

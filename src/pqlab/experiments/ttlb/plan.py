@@ -23,7 +23,7 @@ from pqlab.experiments import hosts
 from pqlab.net import profiles
 from pqlab.net.profiles import load_profiles
 from pqlab.net.remote import network_profile
-from pqlab.net.shaping import check_shaper
+from pqlab.net.shaping import check_shaper, shaper_option
 from pqlab.tls import stacks
 
 DEFAULT_PROFILE = "1mbps-200ms"
@@ -100,13 +100,7 @@ OPTIONS = (
     ),
     *client_auth_options(same=True),
     stack_option(),
-    Option(
-        "shaper",
-        "netem (kernel qdisc), userspace (pqlab's TUN emulator) or auto (netem when the "
-        "kernel has it)",
-        default="auto",
-        choices=("auto", "netem", "userspace"),
-    ),
+    shaper_option("link emulator"),
     *hosts.OPTIONS,
 )
 

@@ -1,0 +1,111 @@
+"""`pqlab plan --calibrate`: what a measurement on this machine holds beyond the network,
+measured once per configuration and added to the wire model.
+
+A measured connection over an emulated link contains, besides the profile's delays and
+rate, the time the machine spends forwarding each packet (a userspace emulator reads it
+from one TUN device, waits for its timer and writes it to the other: tenths of a
+millisecond per packet here; a kernel netem much less) and the CPU time of the handshake
+itself (key shares, signing, verifying, hashing, on both sides). Both are measured the way
+`pqlab ttlb` measures, through the same shaper, on a link with no delay and no rate
+(`rtt=0ms`), where what remains is the machine: per configuration, fresh connections of the
+configuration's own stack, group and chain, each checked as ttlb checks it.
+
+- **per packet**: half the median TCP connect (SYN to SYN-ACK: one packet each way; the
+  server's kernel answers a SYN in microseconds);
+- **handshake CPU**: the median TTFB (connect start to the handshake complete at the
+  client, as ttlb measures it) less the wire model's on the same link (per-packet time
+  included, no CPU). The model places it before the server's flight: both sides' work is
+  serial on a handshake's path, and ttlb's TTFB ends after the client's own processing of
+  the flight, which the model's (the arrival of the server's Finished) does not hold.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, replace
+
+from pqlab.errors import EngineError
+from pqlab.experiments.ttlb import analyse
+from pqlab.net.profiles import parse_profile
+from pqlab.net.shaping import build_hosts
+from pqlab.tls import predict, runner, wire
+from pqlab.tls.chains import Chain
+from pqlab.tls.negotiation import Expected
+
+# The calibration link: no delay and no rate, so what a connection takes is the machine's.
+PROFILE = "rtt=0ms"
+CONNECTIONS = 20
+WARMUP = 2
+GAP_MS = 10  # the client's pause between connections (nothing to wait for on this link)
+PORT = 44390
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """A configuration's calibration: the shaper it was measured through, the time each
+    packet takes to be forwarded (each direction) and the handshake's CPU time (seconds)."""
+
+    shaper: str
+    per_packet_s: float
+    cpu_s: float
+    connections: int
+
+    def link(self, link: wire.Link) -> wire.Link:
+        return replace(link, per_packet_s=self.per_packet_s)
+
+    def timing(self) -> predict.Timing:
+        return predict.Timing(server_writes=(self.cpu_s,))
+
+
+def _median_s(values) -> float:
+    return statistics.median(v for v in values if v is not None) / 1e9
+
+
+def from_connections(hs: predict.Handshake, cols: dict, shaper: str) -> Calibration:
+    """A calibration from the ttlb columns (`pqlab.experiments.ttlb.analyse.rows`) of
+    connections over the calibration link."""
+    if not cols["idx"]:
+        raise EngineError("the calibration made no connection")
+    per_packet = _median_s(cols["tcp_connect_ns"]) / 2
+    link = replace(wire.Link.symmetric(0.0), per_packet_s=per_packet)
+    network = predict.predict(hs, link).wire.ttfb_s
+    cpu = max(0.0, _median_s(cols["ttfb_ns"]) - network)
+    return Calibration(shaper, per_packet, cpu, len(cols["idx"]))
+
+
+def measure(stack: str, shaper: str, handshakes: list[tuple[predict.Handshake, Chain]]):
+    """One calibration per handshake (its sizes and its chain as built), through `shaper`
+    on the calibration link: fresh connections of `stack` fetching nothing."""
+    profile = parse_profile(PROFILE)
+    out = []
+    with build_hosts(profile, shaper) as hosts:
+        link = hosts.link
+        for i, (hs, chain) in enumerate(handshakes):
+            tls = runner.Tls(stack=stack, groups=(hs.group,), sigalgs=(hs.signer,))
+            server = runner.ServerSpec(
+                tls=runner.Tls(stack=stack, groups=(hs.group,), sigalgs=(hs.signer,), events=False),
+                chain=chain,
+                listen=f"{hosts.server_ip}:{PORT + i}",
+            )
+            expected = Expected(group=hs.group, sigalg=hs.signer)
+            with runner.start_server(server, hosts) as srv:
+                client = runner.ClientSpec(
+                    tls=tls,
+                    connect=f"{hosts.server_ip}:{PORT + i}",
+                    ca=chain.root,
+                    servername=hosts.server_ip,
+                    n=CONNECTIONS,
+                    warmup=WARMUP,
+                    request_bytes=0,
+                    gap_ms=GAP_MS,
+                    expected=expected,
+                )
+                clients = runner.run_client(client, hosts, timeout=600)
+                servers = srv.wait_count(
+                    ("connection", "connection_error"), CONNECTIONS + WARMUP, 30
+                )
+            cols = analyse.rows(
+                profile, link.kind, hs.group.name, hs.signer.name, 0, clients, servers, expected
+            )
+            out.append(from_connections(hs, cols, link.kind))
+    return out
