@@ -356,10 +356,10 @@ def test_client_sig_list_from_the_command_line(tmp_path):
 
 
 def test_a_calibration_is_the_machine_beyond_the_model():
-    """Connections over the calibration link (no delay, no rate): half the median TCP
-    connect is each packet's forwarding; the median TTFB beyond the model on that link
-    (those crossings included) is the handshake's CPU; the calibrated prediction of the
-    same connection is then the measured median."""
+    """Connections over the calibration link (5 ms, no rate): half the median TCP connect
+    beyond the RTT is each packet's forwarding; the median TTFB beyond the model on that
+    link (those crossings included) is the handshake's CPU; the calibrated prediction of
+    the same connection is then the measured median."""
     hs = predict.Handshake.of(
         catalog.resolve("X25519", "kem"),
         catalog.resolve("ECDSA-P256", "sig"),
@@ -369,16 +369,17 @@ def test_a_calibration_is_the_machine_beyond_the_model():
     )
     cols = {
         "idx": [0, 1, 2],
-        "tcp_connect_ns": [410_000, 400_000, 390_000],
-        "ttfb_ns": [2_000_000, 2_100_000, 1_900_000],
+        "tcp_connect_ns": [5_410_000, 5_400_000, 5_390_000],
+        "ttfb_ns": [12_000_000, 12_100_000, 11_900_000],
     }
-    cal = calibrate.from_connections(hs, cols, "userspace")
+    cal = calibrate.from_connections(hs, cols, "userspace", 0.005)
     assert cal.per_packet_s == pytest.approx(200e-6)
-    # SYN, SYN-ACK, ClientHello, flight: four crossings of 0.2 ms, then 1.2 ms of CPU
-    assert cal.cpu_s == pytest.approx(2e-3 - 4 * 200e-6)
-    zero = wire.Link.symmetric(0.0)
-    out = predict.predict(hs, cal.link(zero), timing=cal.timing()).wire
-    assert out.ttfb_s == pytest.approx(2e-3)
+    # two round trips, SYN, SYN-ACK, ClientHello, flight: four crossings of 0.2 ms, then
+    # 1.2 ms of CPU
+    assert cal.cpu_s == pytest.approx(12e-3 - 10e-3 - 4 * 200e-6)
+    five = wire.Link.symmetric(0.005)
+    out = predict.predict(hs, cal.link(five), timing=cal.timing()).wire
+    assert out.ttfb_s == pytest.approx(12e-3)
     # on a 10 ms link the same machine adds the same CPU and the same crossings
     ten = wire.Link.symmetric(0.01)
     plain = predict.predict(hs, ten).wire.ttfb_s

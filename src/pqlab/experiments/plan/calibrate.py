@@ -6,12 +6,15 @@ rate, the time the machine spends forwarding each packet (a userspace emulator r
 from one TUN device, waits for its timer and writes it to the other: tenths of a
 millisecond per packet here; a kernel netem much less) and the CPU time of the handshake
 itself (key shares, signing, verifying, hashing, on both sides). Both are measured the way
-`pqlab ttlb` measures, through the same shaper, on a link with no delay and no rate
-(`rtt=0ms`), where what remains is the machine: per configuration, fresh connections of the
-configuration's own stack, group and chain, each checked as ttlb checks it.
+`pqlab ttlb` measures, through the same shaper, on a short link with no rate (`rtt=5ms`:
+a delay, so that an emulator's timers and wake-ups are part of what each packet costs, as
+on the links predicted; with no delay at all a userspace emulator forwards at once and
+costs half as much), where what the profile does not explain is the machine: per
+configuration, fresh connections of the configuration's own stack, group and chain, each
+checked as ttlb checks it.
 
-- **per packet**: half the median TCP connect (SYN to SYN-ACK: one packet each way; the
-  server's kernel answers a SYN in microseconds);
+- **per packet**: half of what the median TCP connect (SYN to SYN-ACK: one packet each
+  way; the server's kernel answers a SYN in microseconds) takes beyond the link's RTT;
 - **handshake CPU**: the median TTFB (connect start to the handshake complete at the
   client, as ttlb measures it) less the wire model's on the same link (per-packet time
   included, no CPU). The model places it before the server's flight: both sides' work is
@@ -32,8 +35,9 @@ from pqlab.tls import predict, runner, wire
 from pqlab.tls.chains import Chain
 from pqlab.tls.negotiation import Expected
 
-# The calibration link: no delay and no rate, so what a connection takes is the machine's.
-PROFILE = "rtt=0ms"
+# The calibration link: a short delay and no rate; what a connection takes beyond the
+# profile is the machine's.
+PROFILE = "rtt=5ms"
 CONNECTIONS = 20
 WARMUP = 2
 GAP_MS = 10  # the client's pause between connections (nothing to wait for on this link)
@@ -61,13 +65,15 @@ def _median_s(values) -> float:
     return statistics.median(v for v in values if v is not None) / 1e9
 
 
-def from_connections(hs: predict.Handshake, cols: dict, shaper: str) -> Calibration:
+def from_connections(
+    hs: predict.Handshake, cols: dict, shaper: str, rtt_s: float = 0.0
+) -> Calibration:
     """A calibration from the ttlb columns (`pqlab.experiments.ttlb.analyse.rows`) of
-    connections over the calibration link."""
+    connections over a calibration link of `rtt_s`, no rate."""
     if not cols["idx"]:
         raise EngineError("the calibration made no connection")
-    per_packet = _median_s(cols["tcp_connect_ns"]) / 2
-    link = replace(wire.Link.symmetric(0.0), per_packet_s=per_packet)
+    per_packet = max(0.0, _median_s(cols["tcp_connect_ns"]) - rtt_s) / 2
+    link = replace(wire.Link.symmetric(rtt_s), per_packet_s=per_packet)
     network = predict.predict(hs, link).wire.ttfb_s
     cpu = max(0.0, _median_s(cols["ttfb_ns"]) - network)
     return Calibration(shaper, per_packet, cpu, len(cols["idx"]))
@@ -107,5 +113,5 @@ def measure(stack: str, shaper: str, handshakes: list[tuple[predict.Handshake, C
             cols = analyse.rows(
                 profile, link.kind, hs.group.name, hs.signer.name, 0, clients, servers, expected
             )
-            out.append(from_connections(hs, cols, link.kind))
+            out.append(from_connections(hs, cols, link.kind, profile.rtt_s))
     return out
