@@ -83,7 +83,7 @@ def client_records(ch: int = 295) -> list[hp.TlsRecord]:
     ]
 
 
-def opening(w: Wire, certificate: int) -> list[hp.TlsRecord]:
+def opening(w: Wire, certificate: int, certificate_verify: int = 264) -> list[hp.TlsRecord]:
     """Both sides' records with a Certificate of `certificate` bytes, and the connection up
     to the ClientHello (SYN at 0, SYN/ACK at 80 us, ACK at 140 us, ClientHello at 200 us)."""
     recs = client_records() + server_records(
@@ -91,7 +91,7 @@ def opening(w: Wire, certificate: int) -> list[hp.TlsRecord]:
             "ServerHello": 90,
             "EncryptedExtensions": 10,
             "Certificate": certificate,
-            "CertificateVerify": 264,
+            "CertificateVerify": certificate_verify,
             "Finished": 36,
         }
     )
@@ -193,22 +193,10 @@ def test_segments_to_certificate_verify_leave_finished_out(tmp_path):
     w = Wire(3 * 10**18, 40002)
     # ServerHello + Certificate under 4096 bytes: the flight is one write; CertificateVerify's
     # record ends the second segment.
-    recs = client_records() + server_records(
-        {
-            "ServerHello": 90,
-            "EncryptedExtensions": 10,
-            "Certificate": 1297,
-            "CertificateVerify": 1422,
-            "Finished": 36,
-        }
-    )
+    recs = opening(w, 1297, certificate_verify=1422)
     cv_end = hp.message_end(recs, "server", "CertificateVerify")
     fin_end = hp.message_end(recs, "server", "Finished")
     assert cv_end == 2 * 1448 and fin_end > cv_end
-    w.send(0, True, SYN, 0)
-    w.send(80_000, False, SYN, 0, ack=0)
-    w.send(140_000, True, 0, 0, ack=0)
-    w.send(200_000, True, PSH, 0, 300, ack=0)
     w.send(400_000, False, 0, 0, 1448, ack=300)
     w.send(401_000, False, 0, 1448, 1448, ack=300)
     w.send(402_000, False, PSH, 2896, fin_end - 2896, ack=300)
