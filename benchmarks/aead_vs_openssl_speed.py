@@ -52,7 +52,7 @@ import tempfile
 from pathlib import Path
 
 from pqlab import engine
-from pqlab.experiments.aead import MASKS
+from pqlab.experiments.aead.plan import MASKS
 
 TOLERANCE = 0.05
 # The ciphers `openssl speed -evp` drives per record (its AE loop); it streams the others.

@@ -26,7 +26,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "src"))
 
-from pqlab.experiments import linktest  # noqa: E402
+from pqlab.experiments.linktest import run as linktest  # noqa: E402
 from pqlab.net import probes  # noqa: E402
 from pqlab.net.profiles import parse_profile  # noqa: E402
 from pqlab.net.shaping import UserspaceLink  # noqa: E402

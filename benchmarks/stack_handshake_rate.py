@@ -29,7 +29,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 
-from pqlab import catalog, engine, procstat, stats  # noqa: E402
+from pqlab import catalog, cpuquota, engine, procstat, stats  # noqa: E402
 from pqlab.tls import runner, stacks  # noqa: E402
 from pqlab.tls.chains import make_chain  # noqa: E402
 from pqlab.tls.negotiation import Expected  # noqa: E402
@@ -41,17 +41,12 @@ TARGET = 0.90  # engine loops' rate / the example client and server's
 BATCH_S = 0.5
 
 
-def cpus() -> tuple[int | None, int | None]:
-    mine = sorted(os.sched_getaffinity(0))
-    return (mine[-1], mine[0]) if len(mine) >= 2 else (None, None)
-
-
 def socket_loop(stack: str, chain, n: int, warmup: int) -> dict:
     """The engine's server and client loops over TCP on 127.0.0.1: handshakes/s of one
     client (wall time of the client process) and each side's CPU per handshake."""
     group, sig = catalog.resolve(GROUP, "kem"), catalog.resolve(SIG, "sig")
-    tls = runner.Tls(stack=stack, groups=(group,), sigalgs=(sig,))
-    server_cpu, client_cpu = cpus()
+    tls = runner.Tls(stack=stacks.get(stack), groups=(group,), sigalgs=(sig,))
+    server_cpu, client_cpu = cpuquota.pick_cpu_pair() or (None, None)
     server = runner.start_server(
         runner.ServerSpec(
             tls=tls,
@@ -119,8 +114,8 @@ def reference(stack: str, chain, n: int, warmup: int, transport: str) -> dict | 
         "--groups", st.group_name(catalog.resolve(GROUP, "kem")),
         "--sigalgs", st.sigalg_name(sig), "-n", str(n), "--warmup", str(warmup),
     ]  # fmt: skip
-    argv = [str(engine.path_for(args)), *args]
-    server_cpu, _ = cpus()
+    argv = [str(engine.binary(st.program)), *args]
+    server_cpu, _ = cpuquota.pick_cpu_pair() or (None, None)
     if transport == "memory" and server_cpu is not None:
         argv = ["taskset", "-c", str(server_cpu), *argv]
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=900)

@@ -60,9 +60,9 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 
 from pqlab import engine, units  # noqa: E402
+from pqlab.cpuquota import pick_cpu_pair  # noqa: E402
 from pqlab.errors import UserError  # noqa: E402
-from pqlab.experiments import throughput  # noqa: E402
-from pqlab.experiments.handshake.plan import pick_cpus  # noqa: E402
+from pqlab.experiments.throughput import plan as throughput  # noqa: E402
 from pqlab.net.shaping import build_hosts  # noqa: E402
 from pqlab.tls import stacks, wolfssl_tools  # noqa: E402
 
@@ -143,7 +143,7 @@ def tls_bench_shimmed(shim: Path, groups: list[str], seconds: int, way: str) -> 
     names = wolfssl_tools_names()
     env = {"LD_PRELOAD": str(shim)}
     prefix = WAYS[way]
-    server_cpu, client_cpu = pick_cpus() or (None, None)
+    server_cpu, client_cpu = pick_cpu_pair() or (None, None)
     if way == "pinned" and server_cpu is not None:  # one CPU: nothing to pin apart
         env |= {"PIN_SERVER_CPU": str(server_cpu), "PIN_CLIENT_CPU": str(client_cpu)}
     wolfssl, suite = stacks.get("wolfssl"), wolfssl_tools.DOCUMENT_SUITE

@@ -45,7 +45,22 @@ def is_root() -> bool:
     return os.geteuid() == 0
 
 
-needs_root = pytest.mark.skipif(not is_root(), reason="needs root (CAP_NET_ADMIN) for namespaces")
+def pytest_collection_modifyitems(config, items):
+    """The one gate on root: a test marked `net` (it makes network namespaces; a test that
+    checks for leaked namespaces, `no_leaks`, is marked so here) or `root` (it needs root
+    otherwise: raw captures, chown) is skipped, saying which, when the tests run without
+    root. `make quick` leaves both out (`-m "not net and not root and not slow"`)."""
+    for item in items:
+        if "no_leaks" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.net)
+    if is_root():
+        return
+    for item in items:
+        for mark in ("net", "root"):
+            if item.get_closest_marker(mark) is not None:
+                why = "network namespaces" if mark == "net" else "root"
+                item.add_marker(pytest.mark.skip(reason=f"needs {why}: run as root"))
+                break
 
 
 def netns_list() -> set[str]:

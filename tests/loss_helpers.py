@@ -23,7 +23,7 @@ from pathlib import Path
 
 from conftest import query
 from pqlab import pcap
-from pqlab.experiments.handshake import phases as hp
+from pqlab.tls import phases as hp
 from tls_helpers import tshark_fields
 
 # Wireshark's flags for a segment that carries sequence space sent before, as seen in the

@@ -13,8 +13,10 @@ import pytest
 
 from pqlab import cli, engine
 from pqlab.errors import EngineError
-from pqlab.experiments import aead as experiment
-from pqlab.experiments import aead_document
+from pqlab.experiments.aead import document as aead_document
+from pqlab.experiments.aead import plan as aead_plan
+from pqlab.experiments.aead import report as aead_report
+from pqlab.experiments.aead import run as aead_run
 
 
 def _rows(path):
@@ -212,11 +214,11 @@ def test_fair_encryption_is_checked_against_the_verified_reference_records(ciphe
 
 @pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="x86_64 masks")
 def test_masks_change_the_features_openssl_uses():
-    full = experiment.probe_cpu(None)
+    full = aead_run.probe_cpu(None)
     if not full["features"]["aesni"]:
         pytest.skip("this CPU has no AES-NI")
-    docs = experiment.probe_cpu(experiment.MASKS["documents"])
-    precise = experiment.probe_cpu(experiment.MASKS["precise"])
+    docs = aead_run.probe_cpu(aead_plan.MASKS["documents"])
+    precise = aead_run.probe_cpu(aead_plan.MASKS["precise"])
     assert docs["openssl_ia32cap"] != full["openssl_ia32cap"]
     for rec in (docs, precise):
         assert rec["features"]["aesni"] is False
@@ -281,7 +283,7 @@ def test_benchmark_holds_fair_mode_to_openssl_speed_for_every_cipher():
     got = {w: cpu for w, cpu, _ in bench.checks(chacha)}
     assert got == {"fair / speed": 0.93, "fair / C record loop": 0.99}
     assert [w for w, cpu in got.items() if not bench.within(cpu)] == ["fair / speed"]
-    assert bench.SPEED_PER_RECORD == {c for c in experiment.AEADS if "chacha" not in c}
+    assert bench.SPEED_PER_RECORD == {c for c in aead_report.AEADS if "chacha" not in c}
 
 
 def test_benchmark_reads_speed_and_compares_code_paths():

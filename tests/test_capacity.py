@@ -16,7 +16,8 @@ import duckdb
 import numpy as np
 import pytest
 
-from conftest import is_root, netns_list, pqlab_env, run_pqlab
+from conftest import netns_list, pqlab_env, run_pqlab
+from pqlab import cpuquota
 from pqlab.errors import UserError
 from pqlab.experiments.capacity import analyse, report
 from pqlab.experiments.capacity import plan as cap_plan
@@ -58,10 +59,23 @@ def test_point_stats_of_nothing_and_mismatched_columns():
 
 
 def test_cpus_are_split_between_server_and_clients():
-    server, clients = cap_plan.pick_cpus(1)
+    server, clients = cpuquota.pick_cpus(1)
     assert server and clients
     if len(set(server) | set(clients)) > 1:
         assert not set(server) & set(clients)
+
+
+def test_a_server_and_its_client_get_a_cpu_each_the_same_way_capacity_splits(monkeypatch):
+    monkeypatch.setattr(cpuquota.os, "sched_getaffinity", lambda pid: {2, 0, 3, 1})
+    monkeypatch.setattr(cpuquota.shutil, "which", lambda name: "/usr/bin/taskset")
+    assert cpuquota.pick_cpus(1) == ([3], [0, 1, 2])
+    assert cpuquota.pick_cpus(8) == ([2, 3], [0, 1])
+    assert cpuquota.pick_cpu_pair() == (3, 0)
+    monkeypatch.setattr(cpuquota.os, "sched_getaffinity", lambda pid: {5})
+    assert cpuquota.pick_cpus(1) == ([5], [5]) and cpuquota.pick_cpu_pair() is None
+    monkeypatch.setattr(cpuquota.os, "sched_getaffinity", lambda pid: {0, 1})
+    monkeypatch.setattr(cpuquota.shutil, "which", lambda name: None)
+    assert cpuquota.pick_cpu_pair() is None
 
 
 def test_limits_are_named_by_who_was_busy():
@@ -295,15 +309,12 @@ def test_cli_refusal_is_one_line_and_creates_nothing(tmp_path):
 # --- real runs (root) ---------------------------------------------------------------------
 
 
-needs_root = pytest.mark.skipif(not is_root(), reason="needs root (network namespaces)")
-
-
 def read_csv(path) -> list[dict]:
     with open(path) as f:
         return list(csv.DictReader(f))
 
 
-@needs_root
+@pytest.mark.net
 def test_one_client_rate_matches_the_handshake_time(tmp_path, no_leaks):
     """With one client the closed-loop rate is within 20 % of 1 / the median handshake time
     `pqlab handshake` measures for the cell (at a shorter duration). The two steps run a
@@ -372,7 +383,7 @@ def _one_client_run(tmp_path):
     return one, rows, out
 
 
-@needs_root
+@pytest.mark.net
 def test_capacity_says_what_limited_every_point(tmp_path, no_leaks):
     """The X25519 cell with an ECDSA-P256 and an ML-DSA-44 server: every point names what
     limited it with both sides' CPU utilisation; at each closed-loop maximum the server's
@@ -457,7 +468,7 @@ def test_capacity_says_what_limited_every_point(tmp_path, no_leaks):
             assert float(ml["handshakes_per_s"]) < float(ec["handshakes_per_s"]), (ml, ec)
 
 
-@needs_root
+@pytest.mark.net
 def test_ctrl_c_leaves_nothing(tmp_path):
     before = set(netns_list())
     out = tmp_path / "C"
@@ -507,7 +518,7 @@ def test_ctrl_c_leaves_nothing(tmp_path):
     assert not left.strip()
 
 
-@pytest.mark.skipif(not is_root(), reason="needs root (network namespaces)")
+@pytest.mark.net
 def test_mutual_tls_cells_carry_the_client_certificate(tmp_path, no_leaks):
     """`--client-sig none,ML-DSA-44`: each cell with and without a client certificate; every
     handshake of the client cells checked on both ends for the client's scheme (the run

@@ -15,10 +15,10 @@ import time
 
 import pytest
 
-from conftest import is_root, pqlab_env
+from conftest import pqlab_env
 from pqlab import engine
 
-pytestmark = pytest.mark.skipif(not is_root(), reason="needs root (packet sockets, namespaces)")
+pytestmark = pytest.mark.net
 
 ALL = "0003"  # ETH_P_ALL: offered every packet
 PARKED = "88b5"  # what an unhooked capture is bound to

@@ -46,7 +46,7 @@ def test_work_prices_its_units_and_refuses_unknown_ones():
 
 
 def test_every_cost_says_what_it_was_measured_from():
-    for name, cost in estimate.COSTS.items():
+    for name, cost in {**estimate.COSTS, **experiment.costs()}.items():
         assert cost.seconds > 0, name
         assert len(cost.measured) > 20, name
 
@@ -157,7 +157,7 @@ def test_units_the_model_no_longer_knows_are_not_used():
 
 def test_every_experiment_prices_its_export():
     for exp in experiment.registry():
-        assert f"{exp.name}.export" in estimate.COSTS, exp.name
+        assert f"{exp.name}.export" in exp.costs, exp.name
 
 
 @pytest.mark.parametrize("name", suite.BUILT_IN)
@@ -166,7 +166,8 @@ def test_every_built_in_step_has_finite_work(name):
         work = step.experiment.work(step.plan)
         assert isinstance(work, estimate.Work), step.experiment.name
         assert work.size and work.cells > 0, step.experiment.name
-        assert all(n in estimate.COSTS for n in work.units), work.units
+        known = {**estimate.COSTS, **step.experiment.costs}
+        assert all(n in known for n in work.units), work.units
         assert 0 < work.seconds < 86_400 and math.isfinite(work.seconds), work.record()
 
 
@@ -184,14 +185,14 @@ def test_experiments_outside_the_built_in_suites_declare_their_work(name, values
         setattr(v, key, value)
     work = exp.work(exp.plan(v))
     assert work.cells > 0 and 0 < work.seconds < 3600, work.record()
-    assert all(n in estimate.COSTS for n in work.units)
+    assert all(n in {**estimate.COSTS, **exp.costs} for n in work.units)
 
 
 def test_linktest_is_timed_by_its_checks():
     """A link's checks take the times the link and the options fix (a second of the UDP
     probes' pacing, 20 connects a round trip and a pause apart, the rate check's bytes at
     the rate): what the plan fixes, not priced."""
-    from pqlab.experiments import linktest
+    from pqlab.experiments.linktest import plan as linktest
 
     exp = experiment.get("linktest")
     v = exp.defaults()
@@ -333,7 +334,7 @@ def test_an_earlier_runs_measured_seconds_calibrate_the_estimate(tmp_path):
 
     # an earlier step measured at 3 times the built-in model's seconds gives this step's
     # estimate, and other sizes of the same experiment are scaled by the ratio
-    model_small = estimate.modelled(recorded["units"])
+    model_small = estimate.modelled(recorded["units"], experiment.get("sizes").costs)
     _set_measured(run, recorded["exact_s"] + 3 * model_small)
     shown = ESTIMATE.fullmatch(_check(small, cwd=tmp_path)[1])[5]
     assert shown == estimate.about(recorded["exact_s"] + 3 * model_small)

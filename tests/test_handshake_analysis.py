@@ -12,9 +12,9 @@ import pytest
 from pqlab import catalog, figures, pcap
 from pqlab.errors import EngineError
 from pqlab.experiments.handshake import analyse as hs
-from pqlab.experiments.handshake import phases as hp
 from pqlab.experiments.handshake import report, schema, worker
 from pqlab.store import RunStore
+from pqlab.tls import phases as hp
 from pqlab.tls import records, stacks
 from pqlab.tls.negotiation import Expected
 from test_phases import PORT, Wire, small_handshake

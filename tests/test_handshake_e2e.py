@@ -27,7 +27,7 @@ from tls_helpers import tshark_content_types, tshark_segments_to_certificate_ver
 # TLS record content types (RFC 8446 5.1).
 ALERT, APPLICATION_DATA = 21, 23
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (network namespaces)")
+pytestmark = pytest.mark.net
 
 TCPDUMP_LINE = re.compile(r"IP (\S+)\.(\d+) > (\S+)\.(\d+): Flags \[([^\]]*)\].* length (\d+)")
 

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import needs_root, run_pqlab
+from conftest import run_pqlab
 from loss_helpers import check_completed, check_message_positions, check_retransmissions
 
-pytestmark = needs_root
+pytestmark = pytest.mark.net
 
 # The command (with its captures kept for the checks).
 COMMAND = [

@@ -6,7 +6,6 @@ sums on the kept captures, each way, connection by connection."""
 from __future__ import annotations
 
 import csv
-import os
 import shutil
 import statistics
 
@@ -20,7 +19,6 @@ from pqlab.experiments.handshake import plan as hs_plan
 from pqlab.experiments.handshake import wire_bytes
 from tls_helpers import tshark_content_types, tshark_fields
 
-needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (network namespaces)")
 CLIENT_PHASES = (
     "Finished rcv -> Client Certificate send",
     "Client Certificate send -> Client Certificate Verify send",
@@ -56,7 +54,7 @@ def mutual_run(tmp_path_factory):
     return out
 
 
-@needs_root
+@pytest.mark.net
 def test_the_clients_certificate_is_a_phase_of_both_views(mutual_run):
     con = duckdb.connect(str(mutual_run / "results.duckdb"), read_only=True)
     try:
@@ -89,7 +87,7 @@ def test_the_clients_certificate_is_a_phase_of_both_views(mutual_run):
         assert cert > 500 and cv > 60 and cr > 0 and segments >= 1
 
 
-@needs_root
+@pytest.mark.net
 @pytest.mark.skipif(shutil.which("tshark") is None, reason="needs tshark")
 def test_wire_bytes_equal_tsharks_tcp_len_each_way(mutual_run):
     """wire_bytes.csv's TCP payload sums are tshark's sums of tcp.len on the kept client
@@ -130,7 +128,7 @@ def test_wire_bytes_equal_tsharks_tcp_len_each_way(mutual_run):
     assert all(r["note"] for r in unmatched)
 
 
-@needs_root
+@pytest.mark.net
 def test_same_client_signer_reproduces_document_004_rows(tmp_path):
     """`--client-sig same` with RSA-2048 everywhere: the cells match document 004's RSA
     rows (Kyber512 measured as its standard, ML-KEM-512)."""

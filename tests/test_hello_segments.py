@@ -3,8 +3,8 @@ two each, even with ML-KEM-1024), on synthetic captures whose every segment is k
 
 from __future__ import annotations
 
-from pqlab.experiments.handshake import phases as hp
 from pqlab.pcap import PSH, SYN
+from pqlab.tls import phases as hp
 from test_phases import Wire, client_records, roundtrip, server_records
 
 MSS = 1448

@@ -20,9 +20,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, is_root, pqlab_env, run_pqlab
+from conftest import REPO, pqlab_env, run_pqlab
 
-pytestmark = pytest.mark.skipif(not is_root(), reason="root: as pqlab runs (chown, mounts)")
+pytestmark = pytest.mark.root  # as pqlab runs (chown, mounts)
 
 NOBODY = 65534
 PASSWD = b"root:x:0:0:root:/root:/bin/bash\n"

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import os
 from pathlib import Path
 
 import pytest
@@ -800,7 +799,6 @@ def test_reused_client_port_is_refused_but_kept_apart_by_connection(tmp_path):
 
 # --- real handshakes: OpenSSL's callback against the capture ---------------------------------------
 
-needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (network namespaces)")
 HANDSHAKES_PER_CELL = 3
 MATRIX_GROUPS = ["X25519", "X25519MLKEM768", "ML-KEM-1024"]
 MATRIX_SIGS = [("RSA-2048", "RSA:2048"), ("ECDSA-P256", "EC:P-256"), ("ML-DSA-44", "ML-DSA-44")]
@@ -920,7 +918,6 @@ def compare_cell(cell: dict, suite: str) -> int:
     return len(cell["pairs"])
 
 
-@needs_root
 @pytest.mark.net
 @pytest.mark.usefixtures("nothing_left")
 def test_keylog_equals_openssl_callback_on_real_handshakes(tmp_path, capsys):
@@ -976,7 +973,6 @@ def test_keylog_equals_openssl_callback_on_real_handshakes(tmp_path, capsys):
             print(f"  {cell_name}: {n}")
 
 
-@needs_root
 @pytest.mark.net
 @pytest.mark.usefixtures("nothing_left")
 def test_keylog_follows_a_real_hello_retry_request(tmp_path):
@@ -1006,7 +1002,6 @@ def test_keylog_follows_a_real_hello_retry_request(tmp_path):
         assert server_names.count("ServerHello") == 2
 
 
-@needs_root
 @pytest.mark.net
 @pytest.mark.usefixtures("nothing_left")
 def test_real_capture_with_another_runs_keylog_or_a_flipped_byte_is_an_error(tmp_path):

@@ -7,10 +7,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import needs_root
 from netleaks import my_tuns, nothing_left  # noqa: F401
 from pqlab import engine
-from pqlab.experiments import linktest
+from pqlab.experiments.linktest import run as linktest
 from pqlab.net.profiles import parse_profile
 
 TC_LIB = [Path("/usr/lib/x86_64-linux-gnu/tc"), Path("/usr/lib/tc"), Path("/usr/lib64/tc")]
@@ -78,7 +77,7 @@ def _failures(results):
             if r["check_name"] not in TAIL_CHECKS]  # fmt: skip
 
 
-@needs_root
+@pytest.mark.net
 @pytest.mark.usefixtures("nothing_left")
 def test_rtt_rate_and_delay_physics():
     results, raw, link = _run("rtt=40ms,rate=8mbit", connects=10, udp_count=400, rate_seconds=1.0)
@@ -89,7 +88,7 @@ def test_rtt_rate_and_delay_physics():
     assert stats["s2c"]["lost"] == 0 and stats["s2c"]["queue_drops"] == 0
 
 
-@needs_root
+@pytest.mark.net
 @pytest.mark.usefixtures("nothing_left")
 def test_loss_and_jitter_physics():
     results, raw, link = _run(
@@ -103,7 +102,7 @@ def test_loss_and_jitter_physics():
     assert stats["c2s"]["lost"] > 0 and stats["c2s"]["queue_drops"] == 0
 
 
-@needs_root
+@pytest.mark.net
 def test_checks_can_fail():
     """A link that is not what the profile says must fail the checks (here: the profile
     claims 10 ms more RTT and twice the rate the emulator applies)."""
@@ -118,7 +117,7 @@ def test_checks_can_fail():
     assert {"rtt", "rate", "delay_p50"} <= failed
 
 
-@needs_root
+@pytest.mark.net
 @pytest.mark.usefixtures("nothing_left")
 def test_linktest_command_writes_table(tmp_path):
     from conftest import run_pqlab

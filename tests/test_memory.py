@@ -13,7 +13,7 @@ import pytest
 
 from conftest import pqlab_env, run_pqlab
 from pqlab import engine
-from pqlab.experiments import memory
+from pqlab.experiments.memory import run as memory
 
 COLUMNS = {
     "stack_impl",

@@ -9,7 +9,7 @@ import json
 import duckdb
 import pytest
 
-from conftest import needs_root, run_pqlab
+from conftest import run_pqlab
 from pqlab import catalog
 from pqlab.tls import messages
 
@@ -27,7 +27,6 @@ def test_known_sizes():
 
 
 @pytest.mark.net
-@needs_root
 def test_predicted_flights_equal_measured_ones(tmp_path):
     out = tmp_path / "hs"
     r = run_pqlab(

@@ -33,18 +33,16 @@ from pathlib import Path
 
 import pytest
 
-from conftest import SRC, is_root, query, run_pqlab
+from conftest import SRC, query, run_pqlab
 from loss_helpers import check_completed, check_message_positions, check_retransmissions
-from pqlab.experiments import linktest
+from pqlab.experiments.linktest import run as linktest
 from pqlab.net import uml
 from pqlab.net.profiles import parse_profile
 
 UML_OK, UML_WHY = uml.available()
 pytestmark = [
     pytest.mark.skipif(not UML_OK, reason=f"no User-Mode Linux guest with netem: {UML_WHY}"),
-    pytest.mark.skipif(
-        not is_root(), reason="needs root (namespaces on the host for the userspace half)"
-    ),
+    pytest.mark.net,  # namespaces on the host for the userspace half
 ]
 
 # One profile per kind of impairment: delay, rate (two), loss, jitter with a distribution.

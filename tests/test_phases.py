@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 
 from pqlab import pcap
-from pqlab.experiments.handshake import phases as hp
 from pqlab.pcap import ACK, PSH, SYN
 from pqlab.tls import flight
+from pqlab.tls import phases as hp
 
 CLIENT, SERVER, PORT = "198.18.0.1", "198.18.0.2", 4433
 ONE_WAY = 50_000  # ns between the two capture points

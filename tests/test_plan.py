@@ -182,27 +182,27 @@ def test_mutual_tls_sizes_against_real_handshakes(stack_name, tmp_path):
     auth = predict.ClientAuth(client_sig, tuple(client.sent_der), client.root_name_der_bytes)
     hs = predict.of_chain(st, group, signer, server, "127.0.0.1", client_auth=auth)
     low, high = (predict.predict(h, wire.Link.symmetric(0.01), 100) for h in hs.extremes())
-    tls = runner.Tls(stack=stack_name, groups=(group,), sigalgs=(signer,))
+    tls = runner.Tls(stack=st, groups=(group,), sigalgs=(signer,))
     spec = runner.ServerSpec(
         tls=tls,
         chain=server,
         listen="127.0.0.1:0",
         max_connections=2,
-        client_auth=runner.ClientAuth(stack_name, ca=client.root, sigalgs=(client_sig,)),
+        client_auth=runner.ClientAuth(st, ca=client.root, sigalgs=(client_sig,)),
     )
     with runner.start_server(spec) as srv:
         port = srv.listening["address"].rsplit(":", 1)[1]
         recs = runner.run_client(
             runner.ClientSpec(
                 # The client offers its own scheme too, to sign with it (as `memory` does).
-                tls=runner.Tls(stack=stack_name, groups=(group,), sigalgs=(signer, client_sig)),
+                tls=runner.Tls(stack=st, groups=(group,), sigalgs=(signer, client_sig)),
                 connect=f"127.0.0.1:{port}",
                 ca=server.root,
                 servername="127.0.0.1",
                 n=2,
                 request_bytes=100,
                 expected=Expected(group=group, sigalg=signer),
-                identity=runner.Identity(stack_name, client.chain, client.key, client_sig),
+                identity=runner.Identity(st, client.chain, client.key, client_sig),
             ),
             timeout=120,
         )
@@ -309,7 +309,7 @@ def test_intermediates_against_real_handshakes(stack_name, tmp_path):
     assert chain.sent_certs == 3 and chain.sent_der_bytes > 10_000
     hs = predict.of_chain(st, group, signer, chain, "127.0.0.1")
     low, high = (predict.predict(h, wire.Link.symmetric(0.01)) for h in hs.extremes())
-    tls = runner.Tls(stack=stack_name, groups=(group,), sigalgs=(signer,))
+    tls = runner.Tls(stack=st, groups=(group,), sigalgs=(signer,))
     spec = runner.ServerSpec(tls=tls, chain=chain, listen="127.0.0.1:0", max_connections=2)
     with runner.start_server(spec) as srv:
         port = srv.listening["address"].rsplit(":", 1)[1]

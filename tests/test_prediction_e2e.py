@@ -10,10 +10,10 @@ import csv
 
 import pytest
 
-from conftest import needs_root, query, run_pqlab
+from conftest import query, run_pqlab
 from test_plan import TABLE_9, TABLE_9_COLUMNS
 
-pytestmark = [pytest.mark.net, needs_root]
+pytestmark = pytest.mark.net
 
 
 def _rows(path) -> list[dict]:

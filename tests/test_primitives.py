@@ -12,7 +12,7 @@ import pytest
 
 from conftest import pqlab_env, run_pqlab
 from pqlab import catalog
-from pqlab.experiments import selection
+from pqlab.algorithms import selection
 
 OPS = {"kem": ("keygen", "encaps", "decaps")}
 COLUMNS = [

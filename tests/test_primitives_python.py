@@ -14,9 +14,10 @@ import pytest
 
 from conftest import run_pqlab
 from pqlab import catalog, engine, stats
+from pqlab.algorithms import python as pp
+from pqlab.algorithms import selection
 from pqlab.errors import CheckError
-from pqlab.experiments import primitives_python as pp
-from pqlab.experiments import primitives_report, selection
+from pqlab.experiments.primitives import findings as primitives_report
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,7 @@ import pytest
 from conftest import pqlab_env, run_pqlab
 from pqlab import catalog, engine
 from pqlab.errors import CheckError
-from pqlab.experiments import primitives_wolfcrypt as wolfcrypt
+from pqlab.experiments.primitives import wolfcrypt
 
 # Lines as wolfSSL 5.9.4's benchmark prints them (the widths vary with the numbers).
 OUTPUT = """\

@@ -322,7 +322,7 @@ def test_default_configurations_a_stack_lacks_are_skipped_and_said(monkeypatch):
     p = plan.from_values(values)
     names = {c.config.name for c in p.cells}
     assert "X25519MLKEM768+X25519" in names
-    assert all(c.stack == "rustls-aws-lc-rs" for c in p.cells)
+    assert all(c.stack.name == "rustls-aws-lc-rs" for c in p.cells)
     assert {c.config.name for c in p.cells} | {s.split(" on ")[0] for s in p.skipped} == set(
         plan.DEFAULT_CONFIGS
     )

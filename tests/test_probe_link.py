@@ -9,7 +9,9 @@ from __future__ import annotations
 import statistics
 import sys
 
-from conftest import needs_root, pqlab_env, run_pqlab
+import pytest
+
+from conftest import pqlab_env, run_pqlab
 from pqlab.net.profiles import load_profiles
 from pqlab.net.shaping import build_hosts
 from probe_helpers import assert_messages_equal_tshark, pqlab_serve, rows
@@ -18,7 +20,7 @@ PROFILE = "rtt=20ms"
 CELL = ["--group", "X25519MLKEM768", "--sig", "ML-DSA-87", "--ca", "ML-DSA-87", "--send-root"]
 
 
-@needs_root
+@pytest.mark.net
 def test_the_flight_waits_one_round_trip_for_an_ack_as_handshake_shows(tmp_path, no_leaks):
     profile = load_profiles([PROFILE])[0]
     with build_hosts(profile, "auto") as topo:

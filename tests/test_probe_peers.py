@@ -10,7 +10,6 @@ import stat
 
 import pytest
 
-from conftest import needs_root
 from pqlab.tls.chains import make_chain
 from probe_helpers import (
     assert_messages_equal_tshark,
@@ -24,7 +23,7 @@ from probe_helpers import (
     verdicts,
 )
 
-pytestmark = needs_root  # the probe's capture needs CAP_NET_RAW
+pytestmark = pytest.mark.root  # the probe's capture needs CAP_NET_RAW
 
 
 @pytest.fixture(scope="module")

@@ -38,7 +38,6 @@ from conftest import pqlab_env
 SSHD = "/usr/sbin/sshd"
 pytestmark = [
     pytest.mark.net,
-    pytest.mark.skipif(os.geteuid() != 0, reason="needs root (namespaces, sshd, captures)"),
     pytest.mark.skipif(
         not os.path.exists(SSHD), reason=f"needs {SSHD} (apt-get install openssh-server)"
     ),

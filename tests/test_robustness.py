@@ -27,7 +27,6 @@ from conftest import netns_list, pqlab_env, run_pqlab
 from tls_helpers import free_port
 
 ROOT = os.geteuid() == 0
-needs_root = pytest.mark.skipif(not ROOT, reason="needs root (network namespaces)")
 
 
 def one_error_line(proc, code: int = 2) -> str:

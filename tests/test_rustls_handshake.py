@@ -6,7 +6,6 @@ Refusals of what the stack cannot carry come in one line, before anything exists
 from __future__ import annotations
 
 import collections
-import os
 import shutil
 import subprocess
 
@@ -16,7 +15,7 @@ import pytest
 from conftest import handshake_cells, netns_list, run_pqlab
 from test_handshake_e2e import minimal_flight_counts
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (network namespaces)")
+pytestmark = pytest.mark.net
 
 PORT = 4466
 SERVER_SIGS = ["MAYO-2", "CROSS-RSDP-128-balanced", "Falcon-512", "ML-DSA-44"]

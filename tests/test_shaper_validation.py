@@ -2,11 +2,11 @@
 
 import pytest
 
-from conftest import needs_root, run_pqlab
+from conftest import run_pqlab
 from pqlab.net.shaping import netem_available
 
 
-@needs_root
+@pytest.mark.net
 @pytest.mark.skipif(netem_available()[0], reason="this kernel has netem: no error to check")
 @pytest.mark.parametrize(
     "args",

@@ -3,12 +3,12 @@ userspace emulator's TUN link inside real namespaces."""
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 from types import SimpleNamespace
 
 import pytest
 
-from conftest import needs_root
 from netleaks import my_tuns, nothing_left  # noqa: F401
 from pqlab.errors import UserError
 from pqlab.net import shaping
@@ -99,7 +99,7 @@ def test_unknown_shaper():
         shaping.make_link(parse_profile("lan"), "kernel")
 
 
-@needs_root
+@pytest.mark.net
 def test_auto_picks_and_says_which(monkeypatch):
     p = parse_profile("rtt=10ms")
     ok, why = shaping.netem_available()
@@ -120,7 +120,7 @@ def test_auto_picks_and_says_which(monkeypatch):
     assert "no netem" in shaping.make_link(p, "auto").choice
 
 
-@needs_root
+@pytest.mark.net
 @pytest.mark.usefixtures("nothing_left")
 def test_userspace_link_up_and_gone():
     from pqlab.net.topology import TwoHosts
@@ -144,14 +144,15 @@ def test_userspace_link_up_and_gone():
     assert subprocess.run(["kill", "-0", str(pid)], capture_output=True).returncode != 0
 
 
-@needs_root
+@pytest.mark.net
 @pytest.mark.usefixtures("nothing_left")
 def test_emulator_failure_is_an_error_and_leaves_nothing():
     from pqlab.errors import EngineError
     from pqlab.net.topology import TwoHosts
 
     link = shaping.UserspaceLink(parse_profile("lan"))
-    link.engine_args = lambda a, b: ["linkem", "--tun-a", "x" * 20, "--tun-b", b]
+    spec = link.spec
+    link.spec = lambda a, b: dataclasses.replace(spec(a, b), tun_a="x" * 20)
     with pytest.raises(EngineError, match="did not start: .*1-15 characters"):
         with TwoHosts(link=link):
             pass

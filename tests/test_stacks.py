@@ -82,11 +82,11 @@ def test_a_fake_second_stack_needs_no_change_in_the_lab(fake_stack):
         shaper="auto",
     )
     plan = hs_plan.from_values(values)
-    assert plan.stack == "fake-openssl"
+    assert plan.stack.name == "fake-openssl"
     assert plan.messages == "keylog"  # no message callback on this stack: the key log
     cell = plan.cell_id(plan.groups[0], plan.server_sigs[0], plan.ca_sigs[0])
     assert cell.stack == "fake-openssl" and str(cell).endswith("|fake-openssl")
-    tls = runner.Tls(stack="fake-openssl", groups=plan.groups, sigalgs=plan.server_sigs)
+    tls = runner.Tls(stack=fake_stack, groups=plan.groups, sigalgs=plan.server_sigs)
     args = tls.args()
     assert args[:2] == ["--stack", "fake-openssl"]
     assert args[args.index("--sigalgs") + 1] == "mayo1"
@@ -131,15 +131,19 @@ def test_each_stack_runs_on_the_program_that_carries_it():
     """pqlab-engine carries OpenSSL and rustls; wolfSSL (GPL) is in pqlab-engine-wolfssl.
     The lab finds that from the programs' own info, and every program's build id is in the
     engine metadata (a resume must find the same programs)."""
-    assert engine.program_for_stack("openssl") == "pqlab-engine"
-    assert engine.program_for_stack("rustls") == "pqlab-engine"
-    assert engine.program_for_stack("wolfssl") == "pqlab-engine-wolfssl"
-    assert engine.program_for_stack("gnutls") is None
-    argv = engine.command(["tls", "server", "--stack", "wolfssl"])
-    assert argv[0].endswith("/pqlab-engine-wolfssl")
+    assert stacks.get("openssl").program == "pqlab-engine"
+    assert stacks.get("rustls").program == "pqlab-engine"
+    wolfssl = stacks.get("wolfssl")
+    assert wolfssl.program == "pqlab-engine-wolfssl"
+    # A spec runs on its stack's program; a command without a stack on the main one.
+    spec = runner.Tls(stack=wolfssl)
+    assert spec.program == "pqlab-engine-wolfssl"
+    assert engine.command(spec.args(), program=spec.program)[0].endswith("/pqlab-engine-wolfssl")
     assert engine.command(["tls", "certs"])[0].endswith("/pqlab-engine")
+    # The programs are the engine workspace's (found in its manifests, listed nowhere).
+    assert engine.programs() == ("pqlab-engine", "pqlab-engine-wolfssl")
     info = engine.info()
-    assert set(info["programs"]) == {"pqlab-engine", "pqlab-engine-wolfssl"}
+    assert set(info["programs"]) == set(engine.programs())
     assert all(info["programs"].values())
     wolf = next(s for s in info["tls_stacks"] if s["name"] == "wolfssl")
     assert wolf["program"] == "pqlab-engine-wolfssl" and wolf["build_options"]
@@ -158,5 +162,5 @@ def test_a_client_hello_is_the_same_whatever_root_the_client_trusts(tmp_path, st
     for ca in ("RSA-3072", "ECDSA-P256"):
         root = make_chain(tmp_path / ca, ca, "ECDSA-P256", stack).root
         stacks._HELLOS.clear()
-        sizes.add(stacks.client_hello(stack, group, sigalg, "198.18.0.2", str(root)))
+        sizes.add(stacks.client_hello(st, group, sigalg, "198.18.0.2", str(root)))
     assert len(sizes) == 1

@@ -177,3 +177,119 @@ def test_the_unreachable_check_can_fail():
 def test_the_circle_check_can_fail():
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     assert _cycles({"a": {"b"}, "b": set()}) == []
+
+
+# --- the experiments: one shape, side by side, above what they share ------------------------
+
+EXPERIMENTS = SRC / "pqlab" / "experiments"
+# Every experiment's package: its declaration (__init__), options and validation (plan), the
+# measuring (run) and the tables, figures and report section (report); `schema` when it
+# owns tables (sizes writes the table primitives shares, pqlab.algorithms.sizes).
+SHAPE = ("__init__.py", "plan.py", "run.py", "report.py")
+
+
+def experiment_names() -> list[str]:
+    from pqlab.experiment import EXPERIMENT_MODULES
+
+    return list(EXPERIMENT_MODULES)
+
+
+def shape_faults(root: Path, names: list[str]) -> list[str]:
+    """What breaks the one shape under `root` (the experiments' folder): a module that is
+    not a package, a package missing one of SHAPE's files, a registered name without one."""
+    faults = [f"{p.name}: a module, not a package" for p in sorted(root.glob("*.py"))]
+    faults = [f for f in faults if not f.startswith("__init__.py")]
+    for name in names:
+        missing = [f for f in SHAPE if not (root / name / f).is_file()]
+        if missing:
+            faults.append(f"{name}: no {', '.join(missing)}")
+    for pkg in sorted(p for p in root.iterdir() if p.is_dir() and p.name != "__pycache__"):
+        if pkg.name not in names:
+            faults.append(f"{pkg.name}: a package that is not a registered experiment")
+    return faults
+
+
+def experiment_of(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[2] if len(parts) > 2 and parts[:2] == ["pqlab", "experiments"] else None
+
+
+def misplaced_edges(rows) -> list[str]:
+    """Imports across experiments (what two share moves below them), and imports of an
+    experiment from below (only the registry finds them, by name)."""
+    out = []
+    for a, b, loc, _, _ in rows:
+        here, there = experiment_of(a), experiment_of(b)
+        if there is None:
+            continue
+        if here is None:
+            out.append(f"{a} imports the experiment {b} ({loc})")
+        elif here != there:
+            out.append(f"{a} imports another experiment, {b} ({loc})")
+    return out
+
+
+def experiment_names_in(text: str, names: list[str]) -> list[str]:
+    """String constants naming an experiment's unit (`handshake.cell`) or module."""
+    found = []
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            for name in names:
+                if node.value.startswith((f"{name}.", f"pqlab.experiments.{name}")):
+                    found.append(f"line {node.lineno}: {node.value!r}")
+    return sorted(found)
+
+
+def test_every_experiment_is_a_package_of_the_same_files():
+    assert not shape_faults(EXPERIMENTS, experiment_names())
+
+
+def test_experiments_import_neither_each_other_nor_are_imported_from_below():
+    assert not misplaced_edges(imports())
+
+
+def test_the_estimate_keeps_the_model_and_names_no_experiment():
+    text = (SRC / "pqlab" / "estimate.py").read_text()
+    assert not experiment_names_in(text, experiment_names())
+    from pqlab import experiment
+
+    for exp in experiment.registry():
+        assert exp.costs, f"{exp.name} declares no costs"
+        assert all(unit.startswith(f"{exp.name}.") for unit in exp.costs), exp.name
+    assert experiment.costs()  # every name checked once more, none twice
+
+
+def test_the_experiment_rules_can_fail(tmp_path):
+    (tmp_path / "single.py").write_text("")
+    (tmp_path / "half").mkdir()
+    for f in ("__init__.py", "plan.py"):
+        (tmp_path / "half" / f).write_text("")
+    (tmp_path / "stray").mkdir()
+    assert shape_faults(tmp_path, ["half", "gone"]) == [
+        "single.py: a module, not a package",
+        "half: no run.py, report.py",
+        "gone: no __init__.py, plan.py, run.py, report.py",
+        "stray: a package that is not a registered experiment",
+    ]
+    rows = [
+        (
+            "pqlab.experiments.throughput.run",
+            "pqlab.experiments.handshake.plan",
+            "x:1",
+            True,
+            False,
+        ),
+        ("pqlab.estimate", "pqlab.experiments.tls12", "y:2", True, False),
+        ("pqlab.experiments.ttlb.run", "pqlab.experiments.ttlb.plan", "z:3", True, False),
+        ("pqlab.experiments.ttlb.run", "pqlab.tls.phases", "z:4", True, False),
+    ]
+    assert misplaced_edges(rows) == [
+        "pqlab.experiments.throughput.run imports another experiment, "
+        "pqlab.experiments.handshake.plan (x:1)",
+        "pqlab.estimate imports the experiment pqlab.experiments.tls12 (y:2)",
+    ]
+    code = 'COSTS = {"chain": 1, "ttlb.cell": 2}\nX = "pqlab.experiments.aead.run"\n'
+    assert experiment_names_in(code, ["ttlb", "aead"]) == [
+        "line 1: 'ttlb.cell'",
+        "line 2: 'pqlab.experiments.aead.run'",
+    ]

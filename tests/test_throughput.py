@@ -7,9 +7,12 @@ import csv
 
 import pytest
 
-from conftest import is_root, run_pqlab
+from conftest import run_pqlab
+from pqlab import cpuquota
 from pqlab.errors import UserError
 from pqlab.experiments import throughput
+from pqlab.experiments.throughput import plan as throughput_plan
+from pqlab.experiments.throughput import report as throughput_report
 
 
 def values(**kw):
@@ -20,12 +23,12 @@ def values(**kw):
 
 
 def test_megabytes_per_second():
-    assert throughput.mbps(10**6, 10**9) == pytest.approx(1.0)
-    assert throughput.mbps(64 * 2**20, 50_000_000) == pytest.approx(1342.17728)
+    assert throughput_report.mbps(10**6, 10**9) == pytest.approx(1.0)
+    assert throughput_report.mbps(64 * 2**20, 50_000_000) == pytest.approx(1342.17728)
 
 
 def test_ccm_is_a_suite_of_openssl_only():
-    plan = throughput.from_values(values(ciphersuites="TLS_AES_128_CCM_SHA256"))
+    plan = throughput_plan.from_values(values(ciphersuites="TLS_AES_128_CCM_SHA256"))
     assert plan.suites == ["TLS_AES_128_CCM_SHA256"]
 
 
@@ -52,16 +55,16 @@ def test_ccm_is_a_suite_of_openssl_only():
 )
 def test_bad_values_are_refused_by_name(kw, words):
     with pytest.raises(UserError) as e:
-        throughput.from_values(values(**kw))
+        throughput_plan.from_values(values(**kw))
     for w in words:
         assert w in str(e.value), str(e.value)
 
 
 def test_echo_size_reaches_the_plan_and_the_resume_key():
-    plan = throughput.from_values(values(echo_bytes="1MiB"))
+    plan = throughput_plan.from_values(values(echo_bytes="1MiB"))
     assert plan.echo_bytes == 1 << 20
     assert throughput.EXPERIMENT.resume_key(plan)["echo_bytes"] == 1 << 20
-    assert throughput.from_values(values()).echo_bytes == throughput.ECHO_BYTES == 131072
+    assert throughput_plan.from_values(values()).echo_bytes == throughput_plan.ECHO_BYTES == 131072
 
 
 def test_suite_key_echo_bytes_is_the_flag(tmp_path):
@@ -81,7 +84,7 @@ def test_cli_refusal_creates_nothing(tmp_path):
     assert not out.exists()
 
 
-@pytest.mark.skipif(not is_root(), reason="needs root (network namespaces)")
+@pytest.mark.net
 def test_both_directions_for_each_group_and_suite(tmp_path, no_leaks):
     out = tmp_path / "run"
     run_pqlab(
@@ -184,7 +187,7 @@ def _wolfssl():
     return stacks.all_stacks().get("wolfssl")
 
 
-@pytest.mark.skipif(not is_root(), reason="needs root (network namespaces)")
+@pytest.mark.net
 @pytest.mark.skipif(_wolfssl() is None, reason="pqlab-engine-wolfssl is not built")
 def test_tls_bench_runs_beside_every_stack_and_its_binary_shrinks_without_pq(tmp_path, no_leaks):
     """`--stack wolfssl,openssl`: one table with both stacks, each connection's client
@@ -225,7 +228,7 @@ def test_tls_bench_runs_beside_every_stack_and_its_binary_shrinks_without_pq(tmp
     assert int(size["pq_bytes"]) == int(size["with_pq_bytes"]) - int(size["without_pq_bytes"])
 
 
-@pytest.mark.skipif(not is_root(), reason="needs root (network namespaces)")
+@pytest.mark.net
 def test_mutual_tls_cells_transfer_with_the_client_certificate(tmp_path, no_leaks):
     """`--client-sig none,ECDSA-P256`: a row per client certificate; the client cell's every
     connection is checked on both ends for the client's scheme (the run fails otherwise)."""
@@ -240,19 +243,20 @@ def test_mutual_tls_cells_transfer_with_the_client_certificate(tmp_path, no_leak
     assert all(float(r["tx_MBps"]) > 0 for r in rows)
 
 
-@pytest.mark.skipif(not is_root(), reason="needs root (network namespaces)")
+@pytest.mark.net
 @pytest.mark.skipif(_wolfssl() is None, reason="pqlab-engine-wolfssl is not built")
 def test_tls_bench_sides_run_across_the_lab_link(no_leaks):
     """tls_bench's server side (-s) in the lab's server namespace, its client side (-c) in the
     client's: every group's two rows count the same connections, and the bytes the client
     side says it sent crossed the lab's link (the server interface's own counter)."""
-    from pqlab.experiments.handshake.plan import pick_cpus
     from pqlab.net.shaping import build_hosts
     from pqlab.tls import wolfssl_tools
 
     with build_hosts(None, mtu=65535) as hosts:
         before = _link_bytes(hosts)
-        rows = wolfssl_tools.tls_bench(_wolfssl(), 1, hosts=hosts, cpus=pick_cpus() or (None, None))
+        rows = wolfssl_tools.tls_bench(
+            _wolfssl(), 1, hosts=hosts, cpus=cpuquota.pick_cpu_pair() or (None, None)
+        )
         received = _link_bytes(hosts) - before
     client = [r for r in rows if r["side"] == "client"]
     server = [r for r in rows if r["side"] == "server"]

@@ -12,8 +12,9 @@ import pytest
 
 from pqlab import cli, engine
 from pqlab.errors import CheckError
-from pqlab.experiments import tls12 as experiment
-from pqlab.experiments import tls12_dhe
+from pqlab.experiments.tls12 import dhe as tls12_dhe
+from pqlab.experiments.tls12 import plan as tls12_plan
+from pqlab.experiments.tls12 import run as tls12_run
 from pqlab.net import privileges
 
 needs_net = pytest.mark.skipif(
@@ -32,10 +33,10 @@ def _namespaces() -> set[str]:
 
 
 def test_matrix_covers_every_kex_and_cert():
-    plan = experiment.Plan(
+    plan = tls12_plan.Plan(
         versions=["1.2", "1.3"],
-        kexes=list(experiment.KEX_NAMES),
-        certs=list(experiment.CERTS),
+        kexes=list(tls12_plan.KEX_NAMES),
+        certs=list(tls12_plan.CERTS),
         n=1,
         warmup=0,
         server_cpu=None,
@@ -52,12 +53,12 @@ def test_matrix_covers_every_kex_and_cert():
     assert cells[("1.2", "ECDHE-X448", "ECDSA-P-256")].suite == "ECDHE-ECDSA-AES128-GCM-SHA256"
     assert cells[("1.3", "FFDHE-4096", "ECDSA-P-256")].suite == "TLS_AES_128_GCM_SHA256"
     # ECDSA in TLS 1.2 needs P-256 offered for the certificate, measured group first.
-    server, client, expect, _ = experiment.tls_config(cells[("1.2", "ECDHE-X25519", "ECDSA-P-256")])
+    server, client, expect, _ = tls12_run.tls_config(cells[("1.2", "ECDHE-X25519", "ECDSA-P-256")])
     args = client.args()
     assert args[args.index("--groups") + 1] == "x25519:secp256r1"
     assert expect.group.name == "X25519" and expect.cipher == "ECDHE-ECDSA-AES128-GCM-SHA256"
     # DHE-1024 needs the client's security level lowered; the server gets the DH size.
-    server, client, expect, dh_bits = experiment.tls_config(cells[("1.2", "DHE-1024", "RSA-2048")])
+    server, client, expect, dh_bits = tls12_run.tls_config(cells[("1.2", "DHE-1024", "RSA-2048")])
     assert client.security_level == 1 and server.security_level is None and dh_bits == 1024
 
 
@@ -72,11 +73,11 @@ def test_tls12_small_run_has_every_row_and_verified_negotiation(tmp_path):
     for col in ("kex", "cert", "n", "mean_ms", "median_ms", "p90_ms", "ratio_vs_rsa", "version"):
         assert col in rows[0]
     got = {(r["version"], r["kex"], r["cert"]): r for r in rows}
-    for version, kexes in (("1.2", experiment.KEX12), ("1.3", experiment.KEX13)):
+    for version, kexes in (("1.2", tls12_plan.KEX12), ("1.3", tls12_plan.KEX13)):
         for k in kexes:
-            for cert in experiment.CERTS:
+            for cert in tls12_plan.CERTS:
                 r = got[(version, k.label, cert)]
-                spec = experiment.cell_spec(version, k, cert)
+                spec = tls12_plan.cell_spec(version, k, cert)
                 if spec.suite is None:
                     assert r["n"] == "0" and r["note"]
                     continue
@@ -96,7 +97,7 @@ def test_tls12_small_run_has_every_row_and_verified_negotiation(tmp_path):
 
 
 def test_dh_sources_make_a_cell_each():
-    plan = experiment.Plan(
+    plan = tls12_plan.Plan(
         versions=["1.2"],
         kexes=["dhe-2048"],
         certs=["RSA-2048"],
@@ -109,8 +110,8 @@ def test_dh_sources_make_a_cell_each():
     )
     cells = {c.kex.label: c for c in plan.cells()}
     assert set(cells) == {"DHE-2048", "DHE-2048-generated"}
-    _, _, _, rfc_bits = experiment.tls_config(cells["DHE-2048"])
-    _, _, _, gen_bits = experiment.tls_config(cells["DHE-2048-generated"])
+    _, _, _, rfc_bits = tls12_run.tls_config(cells["DHE-2048"])
+    _, _, _, gen_bits = tls12_run.tls_config(cells["DHE-2048-generated"])
     assert rfc_bits == 2048 and gen_bits is None  # generated parameters come from a file
 
 
@@ -134,7 +135,7 @@ def test_shipped_generated_dh_parameters_are_safe_primes_of_no_named_group(bits)
     """The generated DHE parameters pqlab ships: a safe prime of the size with generator 2
     (checked by another OpenSSL's DH_check), which the engine's OpenSSL matches to no named
     group (full-length private exponents, no q)."""
-    path = experiment.generated_dh_file(bits)
+    path = tls12_run.generated_dh_file(bits)
     assert _dh_check(path) == "DH parameters appear to be ok."
     rec = next(r for r in engine.run(["dhparams", "--in", str(path)]) if r["type"] == "dhparams")
     assert (rec["prime_bits"], rec["generator"], rec["has_q"]) == (bits, "2", False)
@@ -156,7 +157,7 @@ def test_the_engine_generates_a_safe_prime(tmp_path):
     )
     assert (rec["source"], rec["prime_bits"], rec["private_bits"]) == ("generated", 1024, 1022)
     assert _dh_check(out) == "DH parameters appear to be ok."
-    assert out.read_bytes() != experiment.generated_dh_file(1024).read_bytes()
+    assert out.read_bytes() != tls12_run.generated_dh_file(1024).read_bytes()
 
 
 @needs_net
@@ -238,13 +239,13 @@ def test_dhe_table_calls_a_difference_only_beyond_its_margin():
 
 
 def test_a_server_exponent_longer_than_its_parameters_allow_is_refused():
-    spec = experiment.cell_spec("1.2", experiment.KEX12[2].with_source("rfc"), "RSA-2048")
+    spec = tls12_plan.cell_spec("1.2", tls12_plan.KEX12[2].with_source("rfc"), "RSA-2048")
     described = {"private_bits": 225}
-    experiment._check_server_exponent(spec, {"dh_private_bits": 224}, described, "c")
+    tls12_run._check_server_exponent(spec, {"dh_private_bits": 224}, described, "c")
     with pytest.raises(CheckError, match="226-bit DH exponent"):
-        experiment._check_server_exponent(spec, {"dh_private_bits": 226}, described, "c")
+        tls12_run._check_server_exponent(spec, {"dh_private_bits": 226}, described, "c")
     with pytest.raises(CheckError, match="no DH private exponent"):
-        experiment._check_server_exponent(spec, {}, described, "c")
+        tls12_run._check_server_exponent(spec, {}, described, "c")
 
 
 @needs_net

@@ -3,12 +3,14 @@ and across a topology; typed specs become the engine's arguments."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
-from conftest import needs_root
-from pqlab import catalog, process
+from pqlab import catalog, process, specs
 from pqlab.errors import CheckError, EngineError
-from pqlab.tls import runner
+from pqlab.net import shaping
+from pqlab.tls import runner, stacks
 from pqlab.tls.chains import make_chain
 from pqlab.tls.negotiation import Expected
 
@@ -58,22 +60,40 @@ def test_many_connections_do_not_stall_the_server(chain):
     assert srv.cpu_seconds() is not None and srv.cpu_seconds() > 0
 
 
-# Every field of every spec, set to a value other than its default; (spec class, fields that
-# only name things for other fields: the stack a nested spec's algorithms are named by).
+# Every field of every spec, set to a value other than its default (in one instance of its
+# class at least: a memory measurement's role decides which of its files it is given);
+# (spec class, fields that only name things for other fields: the stack a nested spec's
+# algorithms are named by).
 NAMING_ONLY = {runner.ClientAuth: {"stack"}, runner.Identity: {"stack"}}
 # Fields whose rows are properties derived from them.
 DERIVED = {
     runner.ServerSpec: {"chain": ("cert_chain", "key")},
     runner.ClientSpec: {"expected": ("expect_group", "expect_sigalg")},
     runner.Identity: {"sigalg": ("expect_sigalg",)},
+    runner.MemorySpec: {
+        "chain": ("cert_chain", "key", "ca"),
+        "client_chain": ("client_cert_chain", "client_key", "client_ca"),
+        "client_sig": ("client_sigalg",),
+    },
+    runner.HoldSpec: {"identity": ("cert_chain", "key")},
 }
+
+
+def spec_classes() -> set[type]:
+    """Every spec class there is (subclasses of `pqlab.specs.Spec`, wherever defined)."""
+    out, todo = set(), [specs.Spec]
+    while todo:
+        for sub in todo.pop().__subclasses__():
+            out.add(sub)
+            todo.append(sub)
+    return out
 
 
 def every_field_set(chain, tmp_path):
     """One instance of each spec with every field set (nested specs included)."""
     import dataclasses
 
-    stack = "openssl"
+    stack = stacks.get("openssl")
     tls = runner.Tls(
         stack=stack,
         groups=(alg("X25519", "kem"), alg("X25519MLKEM768", "kem")),
@@ -108,6 +128,7 @@ def every_field_set(chain, tmp_path):
         client_auth=auth,
         hold_records=True,
         connection_records=tmp_path / "server.jsonl",
+        count_heap=True,
     )
     client = runner.ClientSpec(
         tls=tls,
@@ -131,17 +152,63 @@ def every_field_set(chain, tmp_path):
     )
     load = runner.LoadSpec(client, mode="open", clients=6, duration_ms=1500, rate=321.5)
     bulk = runner.BulkSpec(client, push_bytes=1 << 20, pull_bytes=1 << 21, echo_bytes=1 << 17)
-    return [tls, auth, ident, server, client, load, bulk]
+    # `tls memory`: the server role with its files and the client chain's root, the client
+    # role with the root and its own certificate (TLS 1.3: what the command runs).
+    tls13 = dataclasses.replace(tls, version="1.3", ciphers=None, security_level=None)
+    memory = {
+        # one group and one scheme: what `tls memory` measures at a time
+        "tls": dataclasses.replace(
+            tls13, groups=tls.groups[:1], key_shares=(), verify=None, keylog=None
+        ),
+        "chain": chain,
+        "n": 3,
+        "warmup": 1,
+        "fixed_random": True,
+        "client_chain": chain,
+        "client_sig": alg("ECDSA-P256"),
+    }
+    memory_server = runner.MemorySpec(role="server", listen="127.0.0.1:0", **memory)
+    memory_client = runner.MemorySpec(role="client", connect="127.0.0.1:4433", **memory)
+    hold = runner.HoldSpec(
+        tls=memory["tls"],
+        connect="127.0.0.1:4433",
+        ca=chain.root,
+        n=4,
+        servername="localhost",
+        identity=ident,
+        hold_ms=300,
+        gap_ms=6,
+    )
+    linkem = shaping.LinkemSpec(
+        tun_a="pqtest-a",
+        tun_b="pqtest-b",
+        config='{"seed": 7}',
+        lateness_samples=123,
+        rt_priority=1,
+        spin_us=40,
+    )
+    return [
+        tls,
+        auth,
+        ident,
+        server,
+        client,
+        load,
+        bulk,
+        memory_server,
+        memory_client,
+        hold,
+        linkem,
+    ]
 
 
 def test_every_field_of_every_spec_reaches_the_engines_argv(chain, tmp_path):
     import dataclasses
 
-    specs = every_field_set(chain, tmp_path)
-    assert {type(s) for s in specs} >= {
-        c for c in vars(runner).values() if isinstance(c, type) and issubclass(c, runner.Spec)
-    } - {runner.Spec}, "a spec class is missing from this test"
-    for spec in specs:
+    every = every_field_set(chain, tmp_path)
+    assert {type(s) for s in every} >= spec_classes(), "a spec class is missing from this test"
+    reached: dict[type, set[str]] = {}
+    for spec in every:
         cls = type(spec)
         rows = {a.field: a for a in cls.ARGS}
         for f in dataclasses.fields(spec):
@@ -151,6 +218,9 @@ def test_every_field_of_every_spec_reaches_the_engines_argv(chain, tmp_path):
             for name in names:
                 assert name in rows, f"{cls.__name__}.{f.name} has no row in ARGS"
                 row = rows[name]
+                if specs._render(spec, row) == [] and row.kind != "spec":
+                    continue  # not given in this instance (another of its class gives it)
+                reached.setdefault(cls, set()).add(name)
                 argv = spec.args()
                 if row.kind == "spec":
                     nested = getattr(spec, name)
@@ -167,6 +237,9 @@ def test_every_field_of_every_spec_reaches_the_engines_argv(chain, tmp_path):
                     want = getattr(spec, name)
                     want = f"{want:.6g}" if isinstance(want, float) else str(want)
                     assert got == want, f"{cls.__name__}.{name}: {got} != {want}"
+    for cls in {type(s) for s in every}:
+        rows = {a.field for a in cls.ARGS}
+        assert rows <= reached[cls], f"{cls.__name__}: {rows - reached[cls]} never given"
 
 
 def _flags(args: list[str]) -> dict[str, str | bool]:
@@ -191,7 +264,7 @@ def _first_record(spec, timeout: float = 30) -> dict:
     import subprocess
 
     with subprocess.Popen(
-        process.local([process.ENGINE, *spec.argv()]),
+        process.local([process.Program(spec.program), *spec.argv()]),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -221,9 +294,9 @@ def test_every_flag_of_every_spec_is_what_the_engine_ran_with(chain, tmp_path):
     `options` hold each flag of the argv with the value the lab gave, so nothing is dropped
     between the lab and the engine's loops (a dropped flag would come back as the engine's
     default)."""
-    specs = every_field_set(chain, tmp_path)
+    every = every_field_set(chain, tmp_path)
     tls13 = runner.Tls(
-        stack="openssl",
+        stack=stacks.get("openssl"),
         groups=(alg("X25519", "kem"), alg("X25519MLKEM768", "kem")),
         sigalgs=(alg("ECDSA-P256"),),
         ciphersuites="TLS_AES_256_GCM_SHA384",
@@ -236,7 +309,8 @@ def test_every_flag_of_every_spec_is_what_the_engine_ran_with(chain, tmp_path):
 
     from tls_helpers import openssl_bin
 
-    by_type = {type(s): s for s in specs}
+    by_type = {type(s): s for s in every}
+    memory_server, memory_client = (s for s in every if isinstance(s, runner.MemorySpec))
     server = by_type[runner.ServerSpec]
     # A real PEM for --dh-params: RFC 7919's ffdhe2048.
     subprocess.run(
@@ -298,6 +372,15 @@ def test_every_flag_of_every_spec_is_what_the_engine_ran_with(chain, tmp_path):
                 None,
             ),
         ]
+        runs += [
+            (memory_server, "memory_setup"),
+            (replace(memory_client, connect=f"127.0.0.1:{port}"), "memory_setup"),
+            (replace(by_type[runner.HoldSpec], connect=f"127.0.0.1:{port}"), "config"),
+        ]
+        if os.geteuid() == 0:  # the link emulator makes TUN devices: root only
+            tag = os.getpid() % 100000  # devices of this test's own
+            linkem = replace(by_type[shaping.LinkemSpec], tun_a=f"pqr{tag}a", tun_b=f"pqr{tag}b")
+            runs.append((linkem, "linkem_ready"))
         for spec, kind in runs:
             rec = _first_record(spec)
             assert rec.get("type") != "error", f"{type(spec).__name__}: {rec}"
@@ -362,7 +445,6 @@ def test_negotiation_check_uses_code_points():
 
 
 @pytest.mark.net
-@needs_root
 def test_across_topology(chain):
     from pqlab.net.shaping import build_hosts
 

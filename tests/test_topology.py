@@ -12,10 +12,10 @@ import time
 
 import pytest
 
-from conftest import needs_root, netns_list, pqlab_env
+from conftest import netns_list, pqlab_env
 from tls_helpers import engine_bin, make_chain
 
-pytestmark = [pytest.mark.net, needs_root]
+pytestmark = pytest.mark.net
 
 
 def root_links() -> set[str]:

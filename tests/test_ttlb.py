@@ -12,7 +12,7 @@ import time
 import duckdb
 import pytest
 
-from conftest import needs_root, pqlab_env, query, run_pqlab
+from conftest import pqlab_env, query, run_pqlab
 from netleaks import nothing_left  # noqa: F401
 
 
@@ -42,7 +42,7 @@ def test_bad_input_one_line(args, fragment, tmp_path):
     assert not (tmp_path / "run").exists()  # validated before anything was created
 
 
-@needs_root
+@pytest.mark.net
 def test_netem_where_missing_is_a_clear_error(tmp_path):
     from pqlab.net.shaping import netem_available
 
@@ -70,7 +70,7 @@ def test_netem_where_missing_is_a_clear_error(tmp_path):
     assert len(proc.stderr.strip().splitlines()) == 1
 
 
-@needs_root
+@pytest.mark.net
 @pytest.mark.usefixtures("nothing_left")
 @pytest.mark.parametrize("stack", ["openssl", "rustls"])
 def test_issue_check_serialisation(tmp_path, stack):
@@ -114,7 +114,7 @@ def test_issue_check_serialisation(tmp_path, stack):
     assert (out / "report.html").exists()
 
 
-@needs_root
+@pytest.mark.net
 @pytest.mark.slow
 @pytest.mark.usefixtures("nothing_left")
 def test_pq_increase_falls_with_data(tmp_path):
@@ -157,7 +157,7 @@ def test_pq_increase_falls_with_data(tmp_path):
     assert any(f.startswith("ttlb_ttfb_increase_") for f in figs)
 
 
-@needs_root
+@pytest.mark.net
 def test_ctrl_c_leaves_nothing(tmp_path):
     """SIGINT mid-run: exit 130, no namespace, TUN device or engine process left."""
     out = tmp_path / "run"
@@ -205,7 +205,7 @@ def test_ctrl_c_leaves_nothing(tmp_path):
     assert str(out) not in ps and tun_prefix not in ps
 
 
-@needs_root
+@pytest.mark.net
 @pytest.mark.usefixtures("nothing_left")
 def test_chain_bytes_sweep_steps_a_round_trip_at_the_predicted_cliff(tmp_path):
     """1 Gbit/s, 35 ms, initcwnd 20: the flight stops fitting the first window between
@@ -233,7 +233,7 @@ def test_chain_bytes_sweep_steps_a_round_trip_at_the_predicted_cliff(tmp_path):
     assert "ttlb_chain_sweep_1gbps-35ms_X25519_RSA-2048.png" in figs
 
 
-@needs_root
+@pytest.mark.net
 @pytest.mark.usefixtures("nothing_left")
 def test_pooled_handshake_time_and_degradation_from_the_raw_samples(tmp_path):
     """Two 1 Mbit/s profiles that differ in loss: figure 1's pooled percentiles and the
@@ -279,7 +279,7 @@ def test_a_mutual_tls_chain_is_named_with_the_clients_certificate():
     assert ttlb_schema.chain_label("ML-DSA-44", "ECDSA-P256") == "ML-DSA-44 + client ECDSA-P256"
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="needs root (network namespaces)")
+@pytest.mark.net
 def test_mutual_tls_cells_are_measured_apart(tmp_path):
     """`--client-sig none,ECDSA-P256`: each cell with and without a client certificate, the
     client's scheme checked on both ends of every connection (the run fails otherwise), the
@@ -344,7 +344,7 @@ def test_time_prediction_on_the_measured_round_trip():
     assert len(missed) == 2 and "TTFB" in missed[0].message
 
 
-@needs_root
+@pytest.mark.net
 @pytest.mark.usefixtures("nothing_left")
 def test_warm_ups_without_the_transfer(tmp_path):
     """--warmup-bytes 0: each cell's warm-up makes its handshake and fetches nothing (the

@@ -78,10 +78,6 @@ class Algorithm:
         return self.tls_sigscheme if self.kind == "sig" else self.tls_group
 
     @property
-    def is_hybrid(self) -> bool:
-        return self.family.startswith("Hybrid")
-
-    @property
     def names(self) -> tuple[str, ...]:
         """The canonical name and aliases: spellings that must name this entry alone."""
         return (self.name, *self.aliases)

@@ -1,4 +1,9 @@
-"""Limit a process to a fraction of one CPU core, as a stand-in for a weaker machine.
+"""Which CPUs a process runs on, and how much of one it gets.
+
+`pick_cpus` splits this process's CPUs between a server and its clients (the TLS
+experiments pin each side with taskset, as on two machines).
+
+The rest limits a process to a fraction of one CPU core, as a stand-in for a weaker machine.
 
 A pqlab-created cgroup gets a CFS quota of `fraction x period` per period, with the
 shortest period the kernel allows for that quota (the quota must be at least 1 ms): a
@@ -18,12 +23,35 @@ import contextlib
 import math
 import os
 import re
+import shutil
 import time
 from fractions import Fraction
 from pathlib import Path
 
 from pqlab.errors import UserError
 from pqlab.units import show
+
+
+def pick_cpus(threads: int) -> tuple[list[int], list[int]]:
+    """(server CPUs, client CPUs): disjoint halves of this process's CPUs, the server
+    getting the higher ones (at least one, at most `threads`). With one CPU both share it."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        return cpus, cpus
+    n = max(1, min(threads, len(cpus) // 2))
+    return cpus[-n:], cpus[:-n]
+
+
+def pick_cpu_pair() -> tuple[int, int] | None:
+    """One CPU each for a single-threaded server and its client (server, client), or None
+    without taskset or with fewer than two CPUs: the two run on different cores, as on two
+    machines, so the client waking up on data cannot preempt the server in the middle of
+    its flight."""
+    server, client = pick_cpus(1)
+    if not shutil.which("taskset") or server == client:
+        return None
+    return server[0], client[0]
+
 
 MIN_QUOTA_US = 1000  # kernel minimum for cfs quota (and period)
 V2_ROOT = Path("/sys/fs/cgroup")
@@ -130,30 +158,6 @@ class CpuQuota:
             os.write(fd, b"0")  # "0" means the writing process
         finally:
             os.close(fd)
-
-    def usage_us(self) -> int | None:
-        """CPU time used by the cgroup's processes so far (microseconds), if readable."""
-        if self.path is None:
-            return None
-        with contextlib.suppress(OSError, ValueError):
-            for line in (self.path / "cpu.stat").read_text().splitlines():
-                k, _, v = line.partition(" ")
-                if k == "usage_usec":
-                    return int(v)
-        with contextlib.suppress(OSError, ValueError):
-            acct = Path(str(self.path).replace("/cpu/", "/cpuacct/")) / "cpuacct.usage"
-            return int(acct.read_text()) // 1000
-        return None
-
-    def throttled(self) -> dict:
-        out = {}
-        if self.path is not None:
-            with contextlib.suppress(OSError):
-                for line in (self.path / "cpu.stat").read_text().splitlines():
-                    k, _, v = line.partition(" ")
-                    if k in ("nr_periods", "nr_throttled", "throttled_usec", "throttled_time"):
-                        out[k] = int(v)
-        return out
 
     def describe(self) -> dict:
         return {

@@ -1,10 +1,12 @@
 """Finding and running the engine's programs, and reading their JSON-lines output.
 
-The engine is one library and several programs (engine/): `pqlab-engine`, and programs that
-link a library under another licence and carry its TLS stack (`pqlab-engine-wolfssl`, GPL).
-Every program speaks the same protocol and lists its TLS stacks in `info`; a command with
-`--stack NAME` runs on the first program that lists NAME (`program_for_stack`), anything else
-on `pqlab-engine`. A program that is not built simply contributes no stacks.
+The engine is one library and several programs (engine/, found in its workspace's manifests:
+`programs`): `pqlab-engine`, and programs that link a library under another licence and
+carry its TLS stack (`pqlab-engine-wolfssl`, GPL). Every program speaks the same protocol
+and lists its TLS stacks in `info`; each stack knows the program that has it
+(`pqlab.tls.stacks.Stack.program`, the first that lists it), and a command runs on the
+program it is given (a spec's `program`), else on `pqlab-engine`. A program that is not
+built simply contributes no stacks.
 
 The engine prints one JSON record per line; a record `{"type": "error", "kind": ...,
 "message": ...}` ends a failed run and becomes the matching `pqlab.errors` exception (see
@@ -20,6 +22,7 @@ import json
 import os
 import shutil
 import subprocess
+import tomllib
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -33,9 +36,44 @@ EXIT_KINDS = {2: "usage", 3: "library", 5: "check", 6: "io", 7: "peer"}
 
 
 MAIN = "pqlab-engine"
-# The engine's programs, the main one first: it runs everything that names no stack, and a
-# stack two programs list runs on the first.
-PROGRAMS = (MAIN, "pqlab-engine-wolfssl")
+# The engine's cargo workspace: its programs are the [[bin]] targets of its packages.
+MANIFEST = REPO_ROOT / "engine" / "Cargo.toml"
+MAX_MANIFEST_BYTES = 1 << 16
+
+
+def _manifest(path: Path) -> dict:
+    try:
+        with path.open("rb") as f:
+            return tomllib.loads(f.read(MAX_MANIFEST_BYTES).decode())
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+        return {}
+
+
+def _bins(manifest: dict) -> list[str]:
+    named = [
+        str(b["name"]) for b in manifest.get("bin") or [] if isinstance(b, dict) and "name" in b
+    ]
+    return named or ([str(manifest["package"]["name"])] if "package" in manifest else [])
+
+
+@functools.lru_cache(maxsize=1)
+def programs() -> tuple[str, ...]:
+    """The engine's programs, the main one first (it runs everything that names no stack;
+    a stack two programs list runs on the first): every program the engine's workspace
+    builds (engine/Cargo.toml and its members, which `make engine` builds), so a program
+    added there is found with no list to edit; and any other a `$PQLAB_ENGINE_...`
+    variable names or that is on PATH as `pqlab-engine-...` (an engine installed apart)."""
+    root = _manifest(MANIFEST)
+    found = _bins(root)
+    for member in (root.get("workspace") or {}).get("members") or []:
+        found += _bins(_manifest(MANIFEST.parent / str(member) / "Cargo.toml"))
+    found += sorted(
+        v.lower().replace("_", "-") for v in os.environ if v.startswith(_env_var(MAIN) + "_")
+    )
+    for d in os.environ.get("PATH", "").split(os.pathsep):
+        with contextlib.suppress(OSError):
+            found += sorted(p.name for p in Path(d or ".").glob(MAIN + "-*") if p.is_file())
+    return (MAIN, *(p for p in dict.fromkeys(found) if p != MAIN))
 
 
 def _env_var(program: str) -> str:
@@ -70,29 +108,16 @@ def engine_path() -> Path:
     return path
 
 
-def stack_of(args: Sequence) -> str | None:
-    """The stack a command line names with --stack (one name), if any."""
-    items = [str(a) for a in args]
-    for i, a in enumerate(items[:-1]):
-        if a == "--stack":
-            return items[i + 1]
-    return None
+def binary(program: str = MAIN) -> Path:
+    """The binary of `program` (one of `programs()`: the one a stack names, `Stack.program`),
+    else the main engine's, which then says what it lacks."""
+    return program_path(program) or engine_path()
 
 
-def path_for(args: Sequence) -> Path:
-    """The program that runs these arguments: the one carrying their --stack, else the
-    main engine."""
-    stack = stack_of(args)
-    if stack is not None:
-        program = program_for_stack(stack)
-        if program is not None:
-            return program_path(program) or engine_path()
-    return engine_path()
-
-
-def command(args: Sequence, netns: str | None = None) -> list[str]:
-    """The argv that runs the engine with `args`, inside network namespace `netns` if given."""
-    argv = [str(path_for(args)), *map(str, args)]
+def command(args: Sequence, netns: str | None = None, program: str = MAIN) -> list[str]:
+    """The argv that runs the engine's `program` with `args`, inside network namespace
+    `netns` if given."""
+    argv = [str(binary(program)), *map(str, args)]
     if netns:
         argv = ["ip", "netns", "exec", netns, *argv]
     return argv
@@ -115,10 +140,11 @@ def run(
     netns: str | None = None,
     timeout: float | None = None,
     env: dict | None = None,
+    program: str = MAIN,
 ) -> list[dict]:
     """Run the engine to completion and return its records; the engine's own error record
     (or, without one, its exit code and last stderr line) becomes the matching exception."""
-    argv = command(args, netns)
+    argv = command(args, netns, program)
     full_env = {**os.environ, **(env or {})}
     try:
         proc = subprocess.run(argv, capture_output=True, text=True, env=full_env, timeout=timeout)
@@ -202,16 +228,7 @@ def _keep_info(path: Path, rec: dict) -> None:
 def built_programs() -> list[str]:
     """The engine's programs that are built here, the main one first."""
     engine_path()  # the main one must be
-    return [p for p in PROGRAMS if program_path(p) is not None]
-
-
-def program_for_stack(stack: str) -> str | None:
-    """The first program whose `info` lists `stack` (None: no built program has it)."""
-    for program in built_programs():
-        rec = program_info(program) or {}
-        if any(s.get("name") == stack for s in rec.get("tls_stacks") or []):
-            return program
-    return None
+    return [p for p in programs() if program_path(p) is not None]
 
 
 @functools.lru_cache(maxsize=1)

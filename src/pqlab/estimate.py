@@ -1,13 +1,16 @@
 """How long a step will take, before it runs: the model `pqlab suite --check` prints.
 
 Every experiment declares the units of work of its plan (`Experiment.work(plan)` returns a
-`Work`): how many of each unit it will do (`units`, counted in the costs of `COSTS`) and the
+`Work`): how many of each unit it will do (`units`, counted in the costs the experiment
+declares, `Experiment.costs`, named `<experiment>.<unit>`, and the shared ones of `COSTS`
+here) and the
 seconds its plan fixes whatever the machine (`exact_s`: `--duration`, `--seconds`,
 tls_bench's seconds, the pauses a client makes between connections). A unit's cost is
 seconds measured on a 2-core machine, each documented with what it was measured from; the
 operations of a primitive, a certificate or a handshake are priced from one table of
 per-operation times (`OPERATIONS`), a connection over an emulated link by the wire model
-(`pqlab.tls.predict`).
+(`pqlab.tls.predict`). This module keeps the model; each experiment's own units and
+their costs live with the experiment.
 
 Where the user has measured the same experiment before on this machine, the estimate is
 calibrated (`calibrate`): every run records each step's units of work in its metadata
@@ -52,7 +55,9 @@ COSTS: dict[str, Cost] = {
     "operation_seconds": Cost(
         1.0, "seconds of cryptographic operations, each priced from OPERATIONS"
     ),
-    "handshake_seconds": Cost(1.0, "seconds of TLS handshakes, priced from TLS12_HANDSHAKES"),
+    "handshake_seconds": Cost(
+        1.0, "seconds of TLS handshakes, priced by the experiment from handshakes it measured"
+    ),
     "link_seconds": Cost(
         1.0,
         "seconds the wire model (pqlab.tls.predict) gives connections over an emulated link; "
@@ -60,153 +65,6 @@ COSTS: dict[str, Cost] = {
         "against 340.4 s predicted",
     ),
     "chain": Cost(0.020, "DEFAULT's certs step: (2.273 s - 1.006 s of key generation) / 64 chains"),
-    "primitives.cell": Cost(
-        0.074,
-        "DEFAULT's primitives step: (295.7 s - 22.0 s of wolfCrypt's benchmark - 271.1 s of "
-        "modelled phases) / 34 cells",
-    ),
-    "primitives.wolfcrypt_benchmark": Cost(
-        22.0, "DEFAULT's primitives step: the benchmark program's wall_s"
-    ),
-    "sizes.cell": Cost(
-        0.054, "DEFAULT's sizes step: (15.71 s - 14.26 s of modelled phases) / 27 cells"
-    ),
-    "handshake.batch": Cost(
-        1.1,
-        "DEFAULT's handshake steps of 3 to 6 cells (one batch each): 1.45-2.42 s, less "
-        "their cells and handshakes (worker processes, namespaces, the batch's start)",
-    ),
-    "handshake.cell": Cost(
-        0.08,
-        "DEFAULT's 80-cell handshake step: 12.4 s outside the handshakes stage, less two "
-        "batches and 8000 measured handshakes",
-    ),
-    "handshake.handshake": Cost(
-        0.0011,
-        "the handshakes stage of DEFAULT's 80-cell step (19.1 s for 11040) and of MATRIX "
-        "(160.4 s for 83040), less their operations: 1.04 and 1.23 ms per handshake",
-    ),
-    "handshake.measured": Cost(
-        0.00048,
-        "stages after the handshakes (reading captures, matching, analysis, database "
-        "writes) of MATRIX (47.1 s) and DEFAULT's 80-cell step (12.4 s): 34.7 s more for "
-        "72000 more measured handshakes",
-    ),
-    "ttlb.profile": Cost(
-        1.2,
-        "least squares over DEFAULT's ttlb steps and nine small runs (lan, rtt=200ms and "
-        "1mbps-200ms; 1-8 cells, 1-201 connections) of each step's seconds beyond its "
-        "connections and pauses, with ttlb.cell and TTLB_CELL_ROUND_TRIPS",
-    ),
-    "ttlb.cell": Cost(
-        0.08, "ttlb --profile lan, 8 cells against 1: 0.65 s more beyond their connections"
-    ),
-    "ttlb.connection": Cost(
-        0.0007,
-        "ttlb --profile lan -n 200 against -n 10: 0.13 s more beyond the connections' time",
-    ),
-    # What a lost packet costs a connection (its mean TTLB beyond the wire model's, over
-    # the packets it is expected to lose), from DEFAULT's lossy-10pct cells (RTT 200 ms)
-    # and ttlb --profile lossy-5pct-1gbps --sizes 0,200KiB -n 10 (RTT 35 ms):
-    "ttlb.lost_handshake_packet": Cost(
-        0.24,
-        "a handshake packet (retransmitted after a timeout): the three cells of size 0, "
-        "0.58 s beyond the wire model over the 2.45 packets the model expects them to lose",
-    ),
-    "ttlb.lost_response_round_trip": Cost(
-        1.5,
-        "a response segment, in round trips of the link (fast retransmit, a smaller "
-        "window): the two 200 KiB cells, 1.72 round trips at 200 ms, 1.35 at 35 ms",
-    ),
-    # aead: beyond each cell's timed seconds, the checks (per timed second: fair mode compares
-    # each batch with its verified reference records, speed-compatible streams run the
-    # inverse operation over every record) and each cell's own start and rows.
-    "aead.checks_fair_reference": Cost(
-        0.14,
-        "pqlab-engine aead --mode fair --seconds 0.25, six sizes, both directions (12 cells "
-        "each, 2-core Xeon, load 9): aes-128-gcm 0.88 s and chacha20 0.45 s beyond 3.07 and "
-        "3.06 timed seconds, less aead.cell: 0.21 and 0.07 a timed second (filling every "
-        "slot before its batch and comparing every record after it, in proportion to the "
-        "bytes; the faster cipher moves more of them)",
-    ),
-    "aead.checks_speed-compatible": Cost(
-        1.01,
-        "DEFAULT's speed-compatible aead step at 0.5 s: 12.6 s beyond 24 cells' 0.5 s, less "
-        "aead.cell",
-    ),
-    "aead.cell": Cost(
-        0.02,
-        "DEFAULT's first aead step at --seconds 0.25 (240 cells, load 4-5 on 2 cores): "
-        "65.9 s measured, 60.2 s timed, less aead.checks_fair_reference",
-    ),
-    "tls12.cell": Cost(
-        0.089,
-        "DEFAULT's tls12 step: (25.31 s - 22.20 s of handshakes at TLS12_HANDSHAKES) / 35 cells",
-    ),
-    "memory.cell": Cost(
-        0.08,
-        "memory --stack openssl (X25519, ECDSA-P256) -n 5 --idle 0: 0.09 s for one cell; "
-        "4 cells: 0.32 s",
-    ),
-    "memory.handshake": Cost(
-        0.0027,
-        "the same cell with -n 200: 0.59 s more for 195 handshakes, less their operations",
-    ),
-    "memory.idle": Cost(
-        0.25, "the same cell with --idle 8, 32 and 128: 0.50, 0.99 and 3.06 s (a line)"
-    ),
-    "memory.idle_connection": Cost(
-        0.0084,
-        "the same three runs, with memory.idle: 0.0204 s with the client's 20 ms pause after "
-        "each connection then; the pause is 8 ms now",
-    ),
-    "memory.tracker_cell": Cost(
-        0.08, "the same cell on the wolfssl stack (its memory tracker's programs): 0.17 s"
-    ),
-    "capacity.cell": Cost(
-        0.10,
-        "capacity (X25519, ECDSA-P256) --mode closed --duration 1s with --clients 1 and "
-        "--clients 1,2,4,8: 1.22 and 4.58 s",
-    ),
-    "capacity.point": Cost(0.12, "the same two runs, with capacity.cell"),
-    "capacity.open_point": Cost(
-        0.26,
-        "DEFAULT's capacity step: 9.4 s beyond its 96 s of windows, less its cells and "
-        "points, over its 20 open-loop points (their backlog drains after the window)",
-    ),
-    "throughput.topology": Cost(
-        0.09,
-        "throughput --stack openssl --bytes 1KiB -n 1, one cell and six: 0.13 and 0.31 s",
-    ),
-    "throughput.cell": Cost(0.036, "the same two runs, with throughput.topology"),
-    "throughput.connection": Cost(
-        0.001, "DEFAULT's throughput step: the client's handshake_ns, 1 ms per connection"
-    ),
-    "throughput.byte": Cost(
-        1.64e-9,
-        "DEFAULT's throughput step: push_ns + pull_ns of its 36 measured transfers, 3.88 s "
-        "for 2.42 GB",
-    ),
-    "throughput.tls_bench_group": Cost(
-        1.18,
-        "DEFAULT's throughput step: three tls_bench runs of 11 groups x 1 s took 24 s each",
-    ),
-    "linktest.profile": Cost(
-        1.2,
-        "linktest --profile lan and --profile lan --profile 1mbps-35ms: 4.14 and 14.86 s, "
-        "of which the checks' own times are 2.71 and 12.47 s",
-    ),
-    "probe.cell": Cost(
-        0.059,
-        "probe of a local `pqlab serve` (5 configurations) with -n 2 and -n 20: 0.31 and 0.46 s",
-    ),
-    "probe.connection": Cost(0.0017, "the same two runs, with probe.cell"),
-    "plan.configuration": Cost(
-        0.043,
-        "pqlab plan (4 configurations, 12 cells) and a 2-configuration 24-path grid: 0.34 "
-        "and 0.42 s",
-    ),
-    "plan.cell": Cost(0.014, "the same two runs, with plan.configuration"),
     # The export (tables, figures, report.html) once per run, timed experiment by
     # experiment on copies of DEFAULT's run (two exports, 66.4 and 67.3 s; in the run itself
     # 65.3 s) and of QUICK's (23.3 s; 21.8 s in the run), per experiment a fixed part and,
@@ -214,38 +72,19 @@ COSTS: dict[str, Cost] = {
     # figure-heavy two (primitives, handshake) re-timed with the figures drawn by worker
     # processes (`figures.rendering`): the whole DEFAULT export 50.1 s, QUICK's 25.7 s.
     "export.report": Cost(0.3, "the summary and report.html: 0.35 s (DEFAULT), 0.26 s (QUICK)"),
-    "primitives.export": Cost(
-        14.3, "primitives, figures drawn by workers: 14.1 s (DEFAULT), 14.5 s (QUICK)"
-    ),
-    "sizes.export": Cost(0.53, "sizes: 0.53 s (DEFAULT and QUICK, 27 cells)"),
-    "certs.export": Cost(0.01, "certs: 0.01 s (64 and 16 cells)"),
-    "plan.export": Cost(0.5, "plan: 0.50 s, a 24-cell run (`pqlab plan` with a grid of paths)"),
-    "handshake.export": Cost(
-        2.39, "handshake, figures drawn by workers: 26.5 s for 99 cells, 3.4 s for 4"
-    ),
-    "handshake.export_cell": Cost(0.243, "the same two, with handshake.export"),
-    "ttlb.export": Cost(1.39, "ttlb: 3.6 s for 51 cells, 1.9 s for 12"),
-    "ttlb.export_cell": Cost(0.0428, "the same two, with ttlb.export"),
-    "linktest.export": Cost(0.26, "linktest: 0.26 s for two profiles"),
-    "aead.export": Cost(1.41, "aead: 2.60 s for 264 cells, 1.95 s for 120"),
-    "aead.export_cell": Cost(0.0045, "the same two, with aead.export"),
-    "tls12.export": Cost(0.7, "tls12: 0.86 s (44 cells) and 0.50 s (36 cells)"),
-    "memory.export": Cost(0.05, "memory: 0.04-0.07 s (48 cells), 0.02 s (4)"),
-    "capacity.export": Cost(0.53, "capacity: 0.54 s (4 cells), 0.51 s (2)"),
-    "throughput.export": Cost(0.11, "throughput: 0.29 s for 12 cells, 0.14 s for 2"),
-    "throughput.export_cell": Cost(0.015, "the same two, with throughput.export"),
-    "probe.export": Cost(0.4, "probe: 0.40 s, 5 configurations against a local server"),
 }
-# The groups wolfSSL's tls_bench runs through (`-g`) in this build: DEFAULT's runs printed
-# rows for 11 (of the 13 tls_bench names, `wolfssl_tools.TLS_BENCH_GROUPS`).
-TLS_BENCH_GROUPS = 11
 # A pqlab client's ClientHello without its key share: DEFAULT's ClientHellos were 179 bytes
 # with X25519's 32-byte share (ttlb), 134-155 bytes plus the share in handshake's cells.
 CLIENT_HELLO_BYTES = 145
 
 
-def cost(name: str) -> float:
-    return COSTS[name].seconds
+def cost(name: str, costs: dict[str, Cost] | None = None) -> float:
+    """Seconds of one unit `name`, from `costs` (an experiment's own) or the shared `COSTS`."""
+    return _table(costs)[name].seconds
+
+
+def _table(costs: dict[str, Cost] | None) -> dict[str, Cost]:
+    return {**COSTS, **(costs or {})}
 
 
 # --- work -------------------------------------------------------------------------------
@@ -260,17 +99,18 @@ class Work:
     exact_s: float = 0.0  # seconds the plan fixes whatever the machine's speed
     cells: int = 0  # cells the step measures (the export's work grows with them)
     notes: list[str] = field(default_factory=list)  # e.g. a remote network not priced
+    costs: dict[str, Cost] = field(default_factory=dict)  # the experiment's own units
 
     def add(self, name: str, count: float) -> None:
-        if name not in COSTS:
-            raise KeyError(f"no cost {name!r} in pqlab.estimate.COSTS")
+        if name not in _table(self.costs):
+            raise KeyError(f"no cost {name!r} in the experiment's costs or pqlab.estimate.COSTS")
         if count:
             self.units[name] = self.units.get(name, 0.0) + count
 
     @property
     def variable_s(self) -> float:
         """The seconds of the units, at the built-in costs."""
-        return modelled(self.units)
+        return modelled(self.units, self.costs)
 
     @property
     def seconds(self) -> float:
@@ -293,13 +133,15 @@ def count(n: int, thing: str) -> str:
     return f"{n} {thing}" + ("" if n == 1 else "s")
 
 
-def modelled(units: dict[str, float]) -> float:
-    """Seconds of `units` at the built-in costs (units the model no longer knows: nan)."""
+def modelled(units: dict[str, float], costs: dict[str, Cost] | None = None) -> float:
+    """Seconds of `units` at the built-in costs, `costs` (an experiment's own, or every
+    experiment's) beside the shared ones (units the model no longer knows: nan)."""
+    table = _table(costs)
     total = 0.0
     for name, count in units.items():
-        if name not in COSTS:
+        if name not in table:
             return math.nan
-        total += COSTS[name].seconds * count
+        total += table[name].seconds * count
     return total
 
 
@@ -468,7 +310,7 @@ def calibrate(experiment: str, work: Work, earlier: Earlier) -> tuple[float, str
     if mine:
         newest = [m for m in mine if m.run == mine[0].run]
         measured = sum(max(0.0, m.seconds - m.exact_s) for m in newest)
-        r = ratio(measured, sum(modelled(m.units) for m in newest))
+        r = ratio(measured, sum(modelled(m.units, work.costs) for m in newest))
         if r is not None:
             where = f"{mine[0].run} ({_when(mine[0].started)})"
             return (
@@ -596,11 +438,6 @@ def engine_phases_s(
 # --- connections over a link ------------------------------------------------------------
 
 
-# Beyond its connections, a ttlb cell took about this many of its link's round trips: least
-# squares over the same runs as ttlb.profile (its client's start and last connection's end).
-TTLB_CELL_ROUND_TRIPS = 2.5
-
-
 def chain_der(server: Algorithm, ca: Algorithm, send_root: bool, chain_bytes=None) -> tuple:
     """The DER sizes of the certificates a server sends, from the catalogue's sizes
     (`stacks.certificate_bytes`), or the padded total `chain_bytes`."""
@@ -612,7 +449,7 @@ def chain_der(server: Algorithm, ca: Algorithm, send_root: bool, chain_bytes=Non
 
 
 def connection(
-    stack: str,
+    stack: stacks.Stack,
     group: Algorithm,
     server: Algorithm,
     certificates: tuple,
@@ -623,7 +460,7 @@ def connection(
     no loss, no jitter) with a response of `response_bytes` (None: the handshake alone), the
     ClientHello's size from the catalogue (`CLIENT_HELLO_BYTES` and the key share)."""
     hello = CLIENT_HELLO_BYTES + messages.client_share_bytes(group)
-    hs = predict.Handshake.of(group, server, certificates, hello, stacks.get(stack))
+    hs = predict.Handshake.of(group, server, certificates, hello, stack)
     return predict.predict(hs, wire.Link.from_profile(profile), response_bytes).wire
 
 
@@ -677,7 +514,7 @@ def keygen_s(alg: Algorithm) -> float:
 def add_engine_runs(
     work: Work, cells, iterations, warmup, max_seconds, seconds=None, shared=()
 ) -> None:
-    """One engine `kem`/`sig` run per (algorithm, backend) cell (`pqlab.experiments.selection.
+    """One engine `kem`/`sig` run per (algorithm, backend) cell (`pqlab.algorithms.selection.
     Cell`) into `work`: its phases' fixed and modelled seconds (`engine_phases_s`), and a
     note naming the algorithms priced from their family's operations. `shared`: the ids of
     cells whose key generation another cell times (`selection.shared_keygen`)."""
@@ -696,87 +533,32 @@ def add_engine_runs(
         work.notes.append(f"{names}: no measured operations, priced as their family's")
 
 
-# --- TLS 1.2 handshakes ----------------------------------------------------------------
-
-# Measured from DEFAULT's tls12 step (-n 100 --warmup 3, DHE's RFC and generated
-# parameters): per (version, key exchange, certificate) the mean of the client's time from
-# the start of its TCP connect to the handshake's end (`connect_to_handshake_ns`), seconds.
-TLS12_HANDSHAKES: dict[tuple[str, str, str], float] = {
-    ("1.2", "RSA", "RSA-2048"): 835e-6,
-    ("1.2", "DHE-1024", "RSA-2048"): 1283e-6,
-    ("1.2", "DHE-1024-generated", "RSA-2048"): 2015e-6,
-    ("1.2", "DHE-2048", "RSA-2048"): 2196e-6,
-    ("1.2", "DHE-2048-generated", "RSA-2048"): 9256e-6,
-    ("1.2", "DHE-3072", "RSA-2048"): 3842e-6,
-    ("1.2", "DHE-3072-generated", "RSA-2048"): 27811e-6,
-    ("1.2", "DHE-4096", "RSA-2048"): 7201e-6,
-    ("1.2", "DHE-4096-generated", "RSA-2048"): 65910e-6,
-    ("1.2", "ECDHE-P-256", "RSA-2048"): 1292e-6,
-    ("1.2", "ECDHE-P-256", "ECDSA-P-256"): 992e-6,
-    ("1.2", "ECDHE-P-384", "RSA-2048"): 4692e-6,
-    ("1.2", "ECDHE-P-384", "ECDSA-P-256"): 4883e-6,
-    ("1.2", "ECDHE-P-521", "RSA-2048"): 9943e-6,
-    ("1.2", "ECDHE-P-521", "ECDSA-P-256"): 9500e-6,
-    ("1.2", "ECDHE-X25519", "RSA-2048"): 954e-6,
-    ("1.2", "ECDHE-X25519", "ECDSA-P-256"): 827e-6,
-    ("1.2", "ECDHE-X448", "RSA-2048"): 1649e-6,
-    ("1.2", "ECDHE-X448", "ECDSA-P-256"): 1555e-6,
-    ("1.3", "FFDHE-2048", "RSA-2048"): 2174e-6,
-    ("1.3", "FFDHE-2048", "ECDSA-P-256"): 2174e-6,
-    ("1.3", "FFDHE-3072", "RSA-2048"): 4376e-6,
-    ("1.3", "FFDHE-3072", "ECDSA-P-256"): 3913e-6,
-    ("1.3", "FFDHE-4096", "RSA-2048"): 7200e-6,
-    ("1.3", "FFDHE-4096", "ECDSA-P-256"): 7293e-6,
-    ("1.3", "ECDHE-P-256", "RSA-2048"): 914e-6,
-    ("1.3", "ECDHE-P-256", "ECDSA-P-256"): 812e-6,
-    ("1.3", "ECDHE-P-384", "RSA-2048"): 4303e-6,
-    ("1.3", "ECDHE-P-384", "ECDSA-P-256"): 4113e-6,
-    ("1.3", "ECDHE-P-521", "RSA-2048"): 8142e-6,
-    ("1.3", "ECDHE-P-521", "ECDSA-P-256"): 8740e-6,
-    ("1.3", "ECDHE-X25519", "RSA-2048"): 977e-6,
-    ("1.3", "ECDHE-X25519", "ECDSA-P-256"): 774e-6,
-    ("1.3", "ECDHE-X448", "RSA-2048"): 1485e-6,
-    ("1.3", "ECDHE-X448", "ECDSA-P-256"): 1480e-6,
-}
-
-
-def tls12_handshake_s(version: str, kex, cert: str) -> float:
-    """One handshake of the tls12 experiment's cell (`pqlab.experiments.tls12.Kex`), as
-    measured (`TLS12_HANDSHAKES`), else the mean of its key exchange family's."""
-    key = (version, kex.label, cert)
-    if key in TLS12_HANDSHAKES:
-        return TLS12_HANDSHAKES[key]
-    same = [
-        v
-        for (ver, label, _), v in TLS12_HANDSHAKES.items()
-        if ver == version and label.split("-")[0] == kex.label.split("-")[0]
-    ]
-    pool = same or list(TLS12_HANDSHAKES.values()) or [0.002]
-    return sum(pool) / len(pool)
-
-
 # --- the export -------------------------------------------------------------------------
 
 
-def export_units(cells: dict[str, int]) -> dict[str, float]:
+def export_units(cells: dict[str, int], costs: dict[str, Cost]) -> dict[str, float]:
     """The export's units for a run holding `cells` (experiment -> cells): every
     experiment's own export (`<experiment>.export`) and, where its tables and figures grow
-    with the cells, `<experiment>.export_cell` per cell; the report page once."""
+    with the cells, `<experiment>.export_cell` per cell; the report page once. `costs`:
+    every experiment's own."""
     units = {"export.report": 1.0}
     for name, count in cells.items():
-        if f"{name}.export" in COSTS:  # (every built-in experiment has one: tests say so)
+        if f"{name}.export" in costs:  # (every built-in experiment has one: tests say so)
             units[f"{name}.export"] = 1.0
-        if f"{name}.export_cell" in COSTS:
+        if f"{name}.export_cell" in costs:
             units[f"{name}.export_cell"] = float(count)
     return units
 
 
-def calibrate_export(cells: dict[str, int], earlier: Earlier) -> tuple[float, str]:
+def calibrate_export(
+    cells: dict[str, int], earlier: Earlier, costs: dict[str, Cost]
+) -> tuple[float, str]:
     """(estimated seconds, basis) of exporting a run holding `cells`: the built-in model,
-    scaled by the newest earlier export's measured / modelled seconds (`ratio`)."""
-    model = modelled(export_units(cells))
+    scaled by the newest earlier export's measured / modelled seconds (`ratio`). `costs`:
+    every experiment's own."""
+    model = modelled(export_units(cells, costs), costs)
     for m in earlier.exports:
-        r = ratio(m.seconds, modelled(export_units(m.cells)))
+        r = ratio(m.seconds, modelled(export_units(m.cells, costs), costs))
         if r is not None:
             where = f"{m.run} ({_when(m.started)})"
             return model * r, f"measured in {where}: built-in model x{r:.2f}"
@@ -814,9 +596,12 @@ def about(seconds: float) -> str:
     return f"~{m // 60} h {m % 60:02d} min"
 
 
-def step_lines(steps, earlier: Earlier, skipped: dict[int, str]) -> list[Line]:
+def step_lines(
+    steps, earlier: Earlier, skipped: dict[int, str], costs: dict[str, Cost]
+) -> list[Line]:
     """An estimate per step (`pqlab.session.Step`s, in order) and one for the export of
-    what they measure; `skipped`: index -> why, for steps that would not run."""
+    what they measure; `skipped`: index -> why, for steps that would not run; `costs`:
+    every experiment's own (`pqlab.experiment.costs`)."""
     lines, cells = [], {}
     for i, step in enumerate(steps, 1):
         exp = step.experiment
@@ -831,7 +616,7 @@ def step_lines(steps, earlier: Earlier, skipped: dict[int, str]) -> list[Line]:
         lines.append(Line(i, exp.name, work.size, seconds, basis, list(work.notes)))
         cells[exp.name] = cells.get(exp.name, 0) + work.cells
     if cells:
-        seconds, basis = calibrate_export(cells, earlier)
+        seconds, basis = calibrate_export(cells, earlier, costs)
         what = f"tables, figures and report of {count(len(cells), 'experiment')}"
         lines.append(Line(None, "export", what, seconds, basis))
     return lines

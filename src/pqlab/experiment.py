@@ -5,7 +5,8 @@ An experiment is a module or a package under `pqlab.experiments` that defines an
 CLI flags and, with the same names, the keys of a suite file), its cells (`cell_axes`, and
 whether they run on a TLS stack), what `pqlab compare` compares (`compare`), the schema
 migrations of its tables (`migrations`), the plan parameters a resumed run must match
-(`resume_key`) and the plan's units of work (`work`, priced by `pqlab.estimate`). The work
+(`resume_key`) and the plan's units of work (`work`, priced by `pqlab.estimate` at the
+costs it declares, `costs`). The work
 is done by four module-level functions of one shape:
 
     from_values(values) -> plan     every check happens here, before anything is created
@@ -25,12 +26,12 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
 
-from pqlab import catalog, units
+from pqlab import estimate
 from pqlab.errors import UserError
 from pqlab.tls import stacks
 
@@ -148,98 +149,6 @@ class CompareSpec:
     exact: bool = False
 
 
-def stack_option(several: bool = False) -> Option:
-    """The `--stack` option every TLS experiment shares (one stack, or a list with
-    `several`)."""
-    what = "TLS stacks, comma separated" if several else "TLS stack"
-    return Option(
-        "stack",
-        f"{what} (the names `pqlab algorithms --tls` lists)",
-        default=stacks.DEFAULT_STACK,
-        metavar="LIST" if several else "NAME",
-    )
-
-
-def parse_stack(values: argparse.Namespace) -> stacks.Stack:
-    """The one stack of `--stack` (checked against this engine build)."""
-    chosen = stacks.parse_stacks(getattr(values, "stack", None))
-    if len(chosen) != 1:
-        raise UserError(
-            f"--stack {values.stack!r}: this experiment runs one stack at a time; give one name"
-        )
-    return chosen[0]
-
-
-def parse_stacks(values: argparse.Namespace) -> list[stacks.Stack]:
-    """The stacks of `--stack A,B` (each checked against this engine build)."""
-    return stacks.parse_stacks(getattr(values, "stack", None))
-
-
-NO_CLIENT = "none"  # --client-sig value: no client certificate
-
-
-def client_auth_options(same: bool = False) -> tuple[Option, Option]:
-    """`--client-sig` and `--client-ca-sig`: mutual TLS on a TLS experiment (with `same`, a
-    client certificate of each cell's server algorithm can be asked for)."""
-    also = "; 'same' for a client certificate of each cell's server algorithm" if same else ""
-    return (
-        Option(
-            "client-sig",
-            "mutual TLS: client certificate / CertificateVerify algorithms, comma separated; "
-            f"'{NO_CLIENT}' for no client certificate (default: {NO_CLIENT}){also}",
-            metavar="LIST",
-        ),
-        Option(
-            "client-ca-sig",
-            "mutual TLS: algorithm of the CA that signs the client certificates (default: "
-            "the server chain's CA algorithm)",
-            metavar="ALG",
-        ),
-    )
-
-
-SAME_AS_SERVER = "same"  # --client-sig value: a client certificate of the cell's server's algorithm
-
-
-def parse_client_auth(values: argparse.Namespace, stack, server_sigs=None) -> tuple[list, object]:
-    """(client signers, client CA or None) of `--client-sig` / `--client-ca-sig`, each checked
-    against the stack; a signer is None for "no client certificate". With `server_sigs`,
-    `same` is accepted too (a client certificate of each cell's server algorithm, checked
-    for every one of them) and stays `SAME_AS_SERVER` in the list."""
-    text = getattr(values, "client_sig", None) or NO_CLIENT
-    sigs: list = []
-    for name in units.parse_list(text, "--client-sig", example=f"{NO_CLIENT},ML-DSA-44"):
-        if name.lower() == NO_CLIENT:
-            sigs.append(None)
-            continue
-        if name.lower() == SAME_AS_SERVER and server_sigs is not None:
-            stacks.require(server_sigs, stack, "client", "--client-sig same")
-            sigs.append(SAME_AS_SERVER)
-            continue
-        alg = catalog.resolve(name, "sig")
-        stacks.require([alg], stack, "client", "--client-sig")
-        sigs.append(alg)
-    ca = None
-    if getattr(values, "client_ca_sig", None):
-        if all(s is None for s in sigs):
-            raise UserError("--client-ca-sig signs client certificates: give --client-sig too")
-        ca = catalog.resolve(values.client_ca_sig, "sig")
-        stacks.require([ca], stack, "ca", "--client-ca-sig")
-    unique: dict = {}  # by name, first of each in order (algorithms do not hash)
-    for s in sigs:
-        unique.setdefault(getattr(s, "name", s), s)
-    return list(unique.values()), ca
-
-
-def client_cell_option(client_sig, client_ca=None) -> tuple[str, ...]:
-    """The cell-id option of a mutually authenticated cell (`+client-ML-DSA-44`, with
-    `-ca-ALG` when the client certificates have a CA of their own); () without a client
-    certificate, so the ids of cells without one are what they always were."""
-    if client_sig is None:
-        return ()
-    return (f"client-{client_sig.name}" + (f"-ca-{client_ca.name}" if client_ca else ""),)
-
-
 @dataclass(frozen=True)
 class CellId:
     """One measured cell: the experiment's own axes (group, signers, size...), the TLS stack
@@ -349,6 +258,9 @@ class Experiment:
     # Idempotent SQL the store runs on open, before anything is written: how tables of runs
     # made by an earlier pqlab gain what this one writes (e.g. ADD COLUMN IF NOT EXISTS).
     migrations: Sequence[str] = ()
+    # Its units of work and their costs, each named `<name>.<unit>` (`pqlab.estimate`; the
+    # model's shared units, such as operation_seconds, are priced there).
+    costs: Mapping[str, estimate.Cost] = {}
     plan_module: ModuleType | None = None
     run_module: ModuleType | None = None
     report_module: ModuleType | None = None
@@ -438,6 +350,18 @@ def registry() -> list[Experiment]:
         if exp.name != name:
             raise RuntimeError(f"pqlab.experiments.{name} declares experiment {exp.name!r}")
         out.append(exp)
+    return out
+
+
+def costs() -> dict[str, estimate.Cost]:
+    """Every experiment's own units of work and their costs, for estimates that span
+    experiments (a suite's export, earlier runs' steps)."""
+    out: dict[str, estimate.Cost] = {}
+    for exp in registry():
+        for unit, cost in exp.costs.items():
+            if not unit.startswith(f"{exp.name}.") or unit in estimate.COSTS or unit in out:
+                raise RuntimeError(f"{exp.name}: cost {unit!r} is not named {exp.name}.<unit>")
+            out[unit] = cost
     return out
 
 

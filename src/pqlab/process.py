@@ -14,7 +14,7 @@ optionally pinned to a CPU or placed in a cgroup (locally). The child is a `Loca
 chatty process never blocks on a full pipe; callers wait for a record type with a bound,
 collect records, stop it (TERM, then KILL, the whole process group) and read its CPU time.
 
-Arguments that name things living on this machine are marked (`ENGINE`, `InFile`,
+Arguments that name things living on this machine are marked (`Program`, `InFile`,
 `OutFile`): locally each is just its path; a remote host runs its own installed engine,
 gets the inputs uploaded and sends the outputs back when the process has finished. Every
 wait is bounded; every process is stopped on error, Ctrl-C and SIGTERM; a remote one also
@@ -47,15 +47,15 @@ from pqlab.errors import EngineError, EngineIOError, UserError
 F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)
 
 
-class _EngineBinary:
-    """The engine program of whichever host runs the process: the one that carries the
-    argv's `--stack` (`pqlab.engine.path_for`), else pqlab-engine."""
+@dataclass(frozen=True)
+class Program:
+    """An engine program (`pqlab.engine.programs`; a stack names the one that has it,
+    `Stack.program`), run as whichever host runs the process has it."""
 
-    def __repr__(self) -> str:
-        return "ENGINE"
+    name: str = engine.MAIN
 
-
-ENGINE = _EngineBinary()
+    def __str__(self) -> str:
+        return self.name
 
 
 @dataclass(frozen=True)
@@ -83,8 +83,7 @@ class OutFile:
 
 def local(argv) -> list[str]:
     """The argv as it runs on this machine."""
-    args = [a for a in argv if a is not ENGINE]
-    return [str(engine.path_for(args)) if a is ENGINE else str(a) for a in argv]
+    return [str(engine.binary(a.name)) if isinstance(a, Program) else str(a) for a in argv]
 
 
 # --- children and their supervision ----------------------------------------------------------
@@ -194,7 +193,7 @@ def _spawn(argv: list, what: str, topo, side, env, preexec_fn, lifetime, cwd=Non
 class Process:
     """A program that speaks JSON lines (the engine, the lab's network probes), supervised
     as the module docstring says. `argv` is the whole command line; its elements may be
-    markers (`ENGINE`, `InFile`, `OutFile`), which the host running
+    markers (`Program`, `InFile`, `OutFile`), which the host running
     it resolves. `lifetime` bounds a remote process's life (it ends by itself after that
     many seconds even if the lab is gone)."""
 
@@ -463,16 +462,23 @@ class Process:
 
 
 class EngineProcess(Process):
-    """`pqlab-engine ARGS` under supervision (on whichever host runs `side` of `topo`)."""
+    """The engine's `program` with ARGS under supervision (on whichever host runs `side` of
+    `topo`)."""
 
-    def __init__(self, args: Sequence, what: str, **kw):
-        super().__init__([ENGINE, *args], what, **kw)
+    def __init__(self, args: Sequence, what: str, program: str = engine.MAIN, **kw):
+        super().__init__([Program(program), *args], what, **kw)
 
 
-def stream(args: Sequence, timeout: float | None = None, env: dict | None = None):
+def stream(
+    args: Sequence,
+    timeout: float | None = None,
+    env: dict | None = None,
+    program: str = engine.MAIN,
+):
     """Run the engine and yield its records as they arrive (for commands that print as they
     go, such as `connect`); the engine's error becomes the matching exception."""
-    proc = EngineProcess(args, f"engine {' '.join(map(str, args[:2]))}", env=env)
+    what = f"engine {' '.join(map(str, args[:2]))}"
+    proc = EngineProcess(args, what, program=program, env=env)
     try:
         yield from proc.iter_records(timeout)
         proc.finish(10)

@@ -12,8 +12,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-SUMMARY_FIELDS = ("n", "mean", "sd", "q1", "median", "q3", "robust_cv", "min", "max", "p90", "p99")
-
 
 def summarize(values) -> dict:
     """n, mean, sd (sample, ddof=1), Q1, median, Q3, robust CV = IQR/median, min, max, p90, p99."""
@@ -243,9 +241,6 @@ class Warning_:
     @property
     def code(self) -> str:
         return self.cause.code
-
-    def as_text(self) -> str:
-        return f"{self.subject}: {self.message} - {self.advice}"
 
 
 # Operations whose running time varies by design: the algorithm repeats a step a random

@@ -706,9 +706,6 @@ class RunStore:
         """figures/ of the exports."""
         return self._outputs("figures")
 
-    def figure_path(self, name: str) -> Path:
-        return self.figures().path_of(name)
-
     def write_output(self, name: str, data: str | bytes) -> Path:
         """A file of the exports (report.html), written whole or not at all."""
         return self._outputs().write(name, data)

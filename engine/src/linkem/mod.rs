@@ -18,7 +18,8 @@ use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-#[derive(clap::Args)]
+#[derive(clap::Args, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
 pub struct Args {
     /// Name of the TUN device of side A (the client side in pqlab).
     #[arg(long, required_unless_present = "dump_table")]
@@ -88,6 +89,8 @@ pub fn run(a: Args) -> Result<()> {
     // and collected by wait_signal, so the devices go away with the emulator.
     block_signals();
 
+    // What it runs with, echoed in linkem_ready as every TLS command's first record does.
+    let options = serde_json::to_value(&a).unwrap_or(serde_json::Value::Null);
     let (name_a, name_b) = (a.tun_a.unwrap_or_default(), a.tun_b.unwrap_or_default());
     let fd_a = tun::open_tun(&name_a).map_err(crate::out::Error::Io)?;
     let fd_b = tun::open_tun(&name_b).map_err(crate::out::Error::Io)?;
@@ -104,7 +107,8 @@ pub fn run(a: Args) -> Result<()> {
     emit(
         &json!({"type": "linkem_ready", "tun_a": name_a, "tun_b": name_b,
                  "pid": std::process::id(), "clock": "CLOCK_MONOTONIC",
-                 "spin_us": a.spin_us, "rt_priority": rt, "rt_error": rt_error}),
+                 "spin_us": a.spin_us, "rt_priority": rt, "rt_error": rt_error,
+                 "options": options}),
     );
 
     let stop = Arc::new(AtomicBool::new(false));

@@ -96,7 +96,7 @@ def _spec(args) -> runner.ClientSpec:
     keylog = files.check_keylog(args.keylog) if args.keylog is not None else None
     identity, client_sig = _identity(args, stack)
     tls = runner.Tls(
-        stack=stack.name,
+        stack=stack,
         groups=(group,) if group else (),
         sigalgs=tuple(a for a in (sig, client_sig) if a) if sig else (),
         version=args.tls_version,
@@ -136,9 +136,7 @@ def _identity(args, stack) -> tuple[runner.Identity | None, catalog.Algorithm | 
     for flag, path in (("--client-cert", args.client_cert), ("--client-key", args.client_key)):
         if not os.path.isfile(path):
             raise UserError(f"{flag} {path!r} is not a file")
-    ident = runner.Identity(
-        stack.name, Path(args.client_cert), Path(args.client_key), sigalg=client_sig
-    )
+    ident = runner.Identity(stack, Path(args.client_cert), Path(args.client_key), sigalg=client_sig)
     return ident, client_sig
 
 

@@ -29,7 +29,7 @@ from pathlib import Path
 
 from pqlab import catalog, files, units
 from pqlab.errors import UserError
-from pqlab.experiment import parse_client_auth
+from pqlab.options.tls import parse_client_auth
 from pqlab.tls import runner, stacks
 from pqlab.tls.chains import make_chain
 
@@ -236,12 +236,10 @@ def run(args) -> int:
         auth = None
         if client_chains:
             # One client CA root for all of them (roots are made once per CA algorithm).
-            auth = runner.ClientAuth(
-                stack.name, ca=client_chains[0].root, sigalgs=tuple(client_sigs)
-            )
+            auth = runner.ClientAuth(stack, ca=client_chains[0].root, sigalgs=tuple(client_sigs))
         spec = runner.ServerSpec(
             tls=runner.Tls(
-                stack=stack.name,
+                stack=stack,
                 groups=(group,),
                 sigalgs=(sig,),
                 version=args.tls_version,

@@ -16,7 +16,7 @@ from pathlib import Path
 from pqlab import estimate
 from pqlab import suite as suites
 from pqlab.errors import EngineError, UserError
-from pqlab.experiment import names
+from pqlab.experiment import costs, names
 from pqlab.files import check_out
 from pqlab.net import privileges
 from pqlab.session import run_steps
@@ -92,7 +92,7 @@ def _print_check(steps, places: list[Path]) -> None:
         for i, step in enumerate(steps, 1)
         if step.experiment.needs_net and not can_net
     }
-    lines = estimate.step_lines(steps, estimate.earlier_runs(places), skipped)
+    lines = estimate.step_lines(steps, estimate.earlier_runs(places), skipped, costs())
     for step, line in zip(steps, lines, strict=False):
         print(f"{step.experiment.name}: {step.experiment.resume_key(step.plan)}")
         print(estimate.render(line, len(steps)))

@@ -21,7 +21,6 @@ with one line naming the key, the value and the accepted range.
 
 from __future__ import annotations
 
-import dataclasses
 import difflib
 import itertools
 import math
@@ -732,7 +731,3 @@ def load_profiles(specs: list[str] | None) -> list[LinkProfile]:
     if dupes:
         raise UserError(f"link profile names must be unique; repeated: {', '.join(dupes)}")
     return out
-
-
-def with_overrides(profile: LinkProfile, **changes) -> LinkProfile:
-    return dataclasses.replace(profile, **changes)

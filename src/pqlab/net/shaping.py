@@ -35,13 +35,14 @@ import socket
 import struct
 import subprocess
 import threading
+from dataclasses import dataclass
 
 from pqlab.errors import EngineError, UserError
-from pqlab.experiment import Option
 from pqlab.net.profiles import Direction, LinkProfile
 from pqlab.net.remote import RemoteHosts
 from pqlab.net.topology import SIDES, Link, TopologyError, TwoHosts, delete_namespace
 from pqlab.process import EngineProcess
+from pqlab.specs import Arg, Spec
 
 SHAPERS = ("auto", "netem", "userspace")
 # A veth frame carries a 14-byte Ethernet header that netem's rate counts; a TUN device
@@ -429,6 +430,31 @@ class NetemLink(Link):
         return d
 
 
+@dataclass(frozen=True)
+class LinkemSpec(Spec):
+    """`linkem`: the emulator between two TUN devices it creates (`tun_a` the client side,
+    `tun_b` the server side), with the link's parameters per direction and its seed
+    (`config`, JSON), how many release-lateness samples it keeps, its real-time priority
+    (None: normal scheduling) and its busy-poll before each deadline (None: the engine's)."""
+
+    tun_a: str
+    tun_b: str
+    config: str
+    lateness_samples: int | None = None
+    rt_priority: int | None = None
+    spin_us: int | None = None
+
+    COMMAND = ("linkem",)
+    ARGS = (
+        Arg("tun_a", "--tun-a"),
+        Arg("tun_b", "--tun-b"),
+        Arg("config", "--config"),
+        Arg("lateness_samples", "--lateness-samples"),
+        Arg("rt_priority", "--rt-priority"),
+        Arg("spin_us", "--spin-us"),
+    )
+
+
 class UserspaceLink(Link):
     """Two TUN devices joined by `pqlab-engine linkem` (one thread per direction).
 
@@ -455,23 +481,15 @@ class UserspaceLink(Link):
         self.stats: list[dict] = []
         self.ready: dict = {}
 
-    def engine_args(self, tun_a: str, tun_b: str) -> list[str]:
-        args = [
-            "linkem",
-            "--tun-a",
-            tun_a,
-            "--tun-b",
-            tun_b,
-            "--config",
-            json.dumps(self.profile.linkem_config(self.seed, ETHERNET_HEADER)),
-            "--lateness-samples",
-            str(self.lateness_samples),
-        ]
-        if self.rt_priority:
-            args += ["--rt-priority", str(self.rt_priority)]
-        if self.spin_us is not None:
-            args += ["--spin-us", str(self.spin_us)]
-        return args
+    def spec(self, tun_a: str, tun_b: str) -> LinkemSpec:
+        return LinkemSpec(
+            tun_a=tun_a,
+            tun_b=tun_b,
+            config=json.dumps(self.profile.linkem_config(self.seed, ETHERNET_HEADER)),
+            lateness_samples=self.lateness_samples,
+            rt_priority=self.rt_priority or None,
+            spin_us=self.spin_us,
+        )
 
     def setup(self, topo) -> None:
 
@@ -480,9 +498,8 @@ class UserspaceLink(Link):
             "client": f"pqt{os.getpid() % 100000}-{n}a",
             "server": f"pqt{os.getpid() % 100000}-{n}b",
         }
-        self.proc = EngineProcess(
-            self.engine_args(tmp["client"], tmp["server"]), "the link emulator"
-        )
+        spec = self.spec(tmp["client"], tmp["server"])
+        self.proc = EngineProcess(spec.argv(), "the link emulator", spec.program)
         try:
             self.ready = self.proc.wait_for("linkem_ready", 10)
         except EngineError as e:
@@ -532,17 +549,6 @@ class UserspaceLink(Link):
                 for k, s in self.direction_stats().items()
             }
         return d
-
-
-def shaper_option(what: str = "link emulator for --profile") -> Option:
-    """The `--shaper` option every command with an emulated link shares."""
-    return Option(
-        "shaper",
-        f"{what}: netem (the kernel's qdisc), userspace (pqlab's TUN emulator) or auto (netem "
-        "when the kernel has it)",
-        default="auto",
-        choices=SHAPERS,
-    )
 
 
 def check_shaper(shaper: str) -> None:

@@ -42,7 +42,7 @@ from pathlib import Path
 from pqlab import engine, files, metadata
 from pqlab.errors import EngineIOError, UserError
 from pqlab.net.clock import rewrite_pcap
-from pqlab.process import ENGINE, InFile, OutFile
+from pqlab.process import InFile, OutFile, Program
 
 CONNECT_TIMEOUT = 20.0
 COMMAND_TIMEOUT = 60.0
@@ -701,10 +701,9 @@ class RemoteHost:
         if self.run_dir is None:
             raise RemoteError(f"{self.label}: no run directory (the topology is not started)")
         out, outputs = [], []
-        program = engine.path_for([a for a in argv if a is not ENGINE]).name
         for a in argv:
-            if a is ENGINE:
-                out.append(self.programs.get(program, self.engine))
+            if isinstance(a, Program):
+                out.append(self.programs.get(a.name, self.engine))
             elif isinstance(a, InFile):
                 out.append(self.upload(Path(a.path)))
             elif isinstance(a, OutFile):

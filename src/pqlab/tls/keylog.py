@@ -21,7 +21,7 @@ The result is what `pqlab.tls.records.from_events` builds from the engine's
 callback events: per side, a list of `TlsRecord(sender, end, content_type, messages)`
 with `end` the stream offset after the record, `content_type` the OUTER record type (23
 for everything encrypted) and `messages` the (name, length incl. the 4-byte header) of
-the handshake messages completed in that record. `pqlab.experiments.handshake.phases.analyse` takes either.
+the handshake messages completed in that record. `pqlab.tls.phases.analyse` takes either.
 
 Limits: TLS 1.3 only (a TLS 1.2 connection is refused with a clear error); the AEADs
 TLS_AES_128_GCM_SHA256, TLS_AES_256_GCM_SHA384 and TLS_CHACHA20_POLY1305_SHA256; no 0-RTT

@@ -158,7 +158,7 @@ def of_chain(
     auth = kw.get("client_auth")
     offered = [signer] + ([auth.signer] if auth is not None else [])
     hello = stacks.client_hello(
-        stack.name,
+        stack,
         stack.group_name(group),
         ",".join(dict.fromkeys(stack.sigalg_name(a) for a in offered)),
         server_name,

@@ -47,9 +47,3 @@ def from_events(conn_record: dict, sender: str, direction: str = "sent") -> list
             name = MESSAGE_NAMES.get(ev["msg"], ev["msg"])
             messages.setdefault(int(ev["offset_end"]), []).append((name, int(ev["length"])))
     return [TlsRecord(sender, end, ct, tuple(messages.get(end, ()))) for end, ct in ends]
-
-
-def has_events(conn_record: dict) -> bool:
-    """Whether the stack reported message events for this connection (OpenSSL does; a stack
-    without a message callback does not, and the key log must be used)."""
-    return any(ev.get("ev") == "record" for ev in conn_record.get("events", []))

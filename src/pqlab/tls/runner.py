@@ -1,5 +1,6 @@
-"""The TLS runner: typed specs of what a TLS server, client or load generator runs with,
-turned into engine arguments, and the calls that start them.
+"""The TLS runner: typed specs of what a TLS server, client, load generator, bulk transfer
+or memory measurement runs with (turned into engine arguments by `pqlab.specs`), and the
+calls that start them.
 
     server = start_server(ServerSpec(tls, chain, listen=f"{hosts.server_ip}:4433"), hosts)
     records = run_client(ClientSpec(tls, connect=..., ca=chain.root, n=100), hosts)
@@ -19,7 +20,8 @@ from pathlib import Path
 
 from pqlab.catalog import Algorithm
 from pqlab.errors import EngineError
-from pqlab.process import EngineProcess, InFile, OutFile
+from pqlab.process import EngineProcess, OutFile
+from pqlab.specs import Arg, Spec
 from pqlab.tls import stacks
 from pqlab.tls.chains import Chain, make_chain
 from pqlab.tls.negotiation import Expected
@@ -37,79 +39,11 @@ def system_ca_bundle() -> Path | None:
     return next((Path(c) for c in SYSTEM_CAS if Path(c).is_file()), None)
 
 
-# --- typed specs ---------------------------------------------------------------------------------
-#
-# Each spec turns into engine arguments through one table (`ARGS`): a row per field, saying
-# which flag carries it and how. `argv()` walks the table, so a field cannot be forgotten on
-# the way to the engine; tests/test_tls_runner.py sets every field of every spec and finds
-# each flag in the argv and in the engine's own record of what it ran with.
-
-
-@dataclass(frozen=True)
-class Arg:
-    """One row of a spec's argument table: the spec field, the engine flag and how the value
-    is written (`kind`): "value" (the value; None leaves the flag out), "switch" (the flag
-    alone when true), "in" / "out" / "secret-out" (a file the engine reads / writes /
-    writes 0600, marked for the host that runs it), "groups" / "sigalgs" (catalogue algorithms by the
-    stack's own names, joined with ':'), "rounds" ((warm-up, measured) pairs as
-    W:N,W:N), "spec" (a nested spec's own arguments)."""
-
-    field: str
-    flag: str = ""
-    kind: str = "value"
-
-
-def _render(spec, arg: Arg) -> list:
-    value = getattr(spec, arg.field)
-    if arg.kind == "spec":
-        return value.options() if value is not None else []
-    if value is None or value == () or (arg.kind == "switch" and not value):
-        return []
-    if arg.kind == "switch":
-        return [arg.flag]
-    if arg.kind == "in":
-        return [arg.flag, InFile(Path(value))]
-    if arg.kind == "secret-out":
-        return [arg.flag, OutFile(Path(value), "secret")]
-    if arg.kind == "out":
-        return [arg.flag, OutFile(Path(value))]
-    if arg.kind in ("groups", "sigalgs"):
-        st = stacks.get(spec.stack)
-        name = st.group_name if arg.kind == "groups" else st.sigalg_name
-        return [arg.flag, ":".join(name(a) for a in value)]
-    if arg.kind == "rounds":
-        return [arg.flag, ",".join(f"{w}:{n}" for w, n in value)]
-    if isinstance(value, bool):
-        return [arg.flag, "on" if value else "off"]
-    if isinstance(value, float):
-        return [arg.flag, f"{value:.6g}"]
-    return [arg.flag, str(value)]
-
-
-class Spec:
-    """What every spec shares: `options()` (the table's arguments), `argv()` (the engine
-    command and its options, files marked), `args()` (the same as plain strings)."""
-
-    COMMAND: tuple[str, ...] = ()
-    ARGS: tuple[Arg, ...] = ()
-
-    def options(self) -> list:
-        return [a for row in self.ARGS for a in _render(self, row)]
-
-    def argv(self) -> list:
-        """The engine arguments, files marked for the host that runs them
-        (`pqlab.process`)."""
-        return [*self.COMMAND, *self.options()]
-
-    def args(self) -> list[str]:
-        return [str(a) for a in self.argv()]
-
-
 @dataclass(frozen=True)
 class Tls(Spec):
     """What both ends are configured with."""
 
-    stack: str = stacks.DEFAULT_STACK
+    stack: stacks.Stack = field(default_factory=stacks.get)  # (default: the default stack)
     groups: tuple[Algorithm, ...] = ()  # offered (client) / accepted (server), in order
     sigalgs: tuple[Algorithm, ...] = ()
     version: str = "1.3"
@@ -128,7 +62,7 @@ class Tls(Spec):
     verify: str | None = None
 
     ARGS = (
-        Arg("stack", "--stack"),
+        Arg("stack", "--stack", "stack"),
         Arg("groups", "--groups", "groups"),
         Arg("sigalgs", "--sigalgs", "sigalgs"),
         Arg("version", "--tls-version"),
@@ -148,7 +82,7 @@ class ClientAuth(Spec):
     """Mutual TLS on the server: the roots a client chain must validate against and the
     schemes accepted for its CertificateVerify."""
 
-    stack: str
+    stack: stacks.Stack
     ca: Path
     sigalgs: tuple[Algorithm, ...] = ()
 
@@ -160,7 +94,7 @@ class Identity(Spec):
     """Mutual TLS on the client: its certificate chain and key, and the scheme its
     CertificateVerify must use."""
 
-    stack: str
+    stack: stacks.Stack
     cert_chain: Path
     key: Path
     sigalg: Algorithm | None = None
@@ -176,12 +110,13 @@ class Identity(Spec):
         return (self.sigalg,) if self.sigalg is not None else ()
 
 
-def mutual(client_chain: Chain, client_sig: Algorithm) -> tuple[ClientAuth, Identity]:
-    """Mutual TLS with a client certificate of `client_chain` (made with purpose "client"):
-    what the server asks for (its roots, the scheme) and what the client presents. The
-    client must also offer `client_sig` in its own `Tls.sigalgs`: stacks sign only with
-    schemes of their own list."""
-    stack = client_chain.stack
+def mutual(
+    client_chain: Chain, client_sig: Algorithm, stack: stacks.Stack
+) -> tuple[ClientAuth, Identity]:
+    """Mutual TLS on `stack` with a client certificate of `client_chain` (made with purpose
+    "client"): what the server asks for (its roots, the scheme) and what the client
+    presents. The client must also offer `client_sig` in its own `Tls.sigalgs`: stacks sign
+    only with schemes of their own list."""
     return (
         ClientAuth(stack, ca=client_chain.root, sigalgs=(client_sig,)),
         Identity(stack, client_chain.chain, client_chain.key, sigalg=client_sig),
@@ -193,15 +128,15 @@ def client_certificate(
     server_ca: Algorithm,
     client_sig: Algorithm | None,
     client_ca,
-    stack: str,
+    stack: stacks.Stack,
 ) -> tuple[ClientAuth | None, Identity | None]:
     """A cell's mutual TLS: a client certificate of `client_sig` under `client_ca` (default:
     the server chain's CA algorithm), made once under `directory`; (None, None) without a
     client certificate."""
     if client_sig is None:
         return None, None
-    chain = make_chain(directory, client_ca or server_ca, client_sig, stack, purpose="client")
-    return mutual(chain, client_sig)
+    chain = make_chain(directory, client_ca or server_ca, client_sig, stack.name, purpose="client")
+    return mutual(chain, client_sig, stack)
 
 
 @dataclass(frozen=True)
@@ -224,6 +159,7 @@ class ServerSpec(Spec):
     client_auth: ClientAuth | None = None  # mutual TLS
     hold_records: bool = False  # records written when the server ends, none while it serves
     connection_records: Path | None = None  # its connection records to this file instead
+    count_heap: bool = False  # a heap record (the process's memory) after each handshake
 
     COMMAND = ("tls", "server")
     ARGS = (
@@ -244,7 +180,12 @@ class ServerSpec(Spec):
         Arg("client_auth", kind="spec"),
         Arg("hold_records", "--hold-records", "switch"),
         Arg("connection_records", "--connection-records", "out"),
+        Arg("count_heap", "--count-heap", "switch"),
     )
+
+    @property
+    def stack(self) -> stacks.Stack:
+        return self.tls.stack
 
     @property
     def cert_chain(self) -> Path:
@@ -316,7 +257,7 @@ class ClientSpec(Spec):
             raise ValueError("with rounds, n and warmup are the rounds' totals")
 
     @property
-    def stack(self) -> str:
+    def stack(self) -> stacks.Stack:
         return self.tls.stack
 
     @property
@@ -348,6 +289,10 @@ class LoadSpec(Spec):
         Arg("rate", "--rate"),
     )
 
+    @property
+    def stack(self) -> stacks.Stack:
+        return self.client.stack
+
 
 @dataclass(frozen=True)
 class BulkSpec(Spec):
@@ -368,10 +313,142 @@ class BulkSpec(Spec):
         Arg("echo_bytes", "--echo-bytes"),
     )
 
+    @property
+    def stack(self) -> stacks.Stack:
+        return self.client.stack
+
+
+@dataclass(frozen=True)
+class MemorySpec(Spec):
+    """`tls memory`: `n` measured handshakes (after `warmup`) whose memory each role counts,
+    both roles in one process (`role` "both"), or one role against the other's process:
+    "server" listening on `listen`, "client" connecting to `connect`. Each role is given
+    only its own files (the server its chain and key, the client the root), and in mutual
+    TLS (`client_chain`) the client its certificate and key, the server the client chain's
+    root; the client signs with `client_sig`."""
+
+    tls: Tls
+    chain: Chain
+    role: str = "both"
+    listen: str | None = None
+    connect: str | None = None
+    n: int = 10
+    warmup: int = 2
+    fixed_random: bool = False  # fixed-seed randomness, so allocations repeat exactly
+    client_chain: Chain | None = None
+    client_sig: Algorithm | None = None
+
+    COMMAND = ("tls", "memory")
+    ARGS = (
+        Arg("role", "--role"),
+        Arg("cert_chain", "--cert-chain", "in"),
+        Arg("key", "--key", "in"),
+        Arg("ca", "--ca", "in"),
+        Arg("listen", "--listen"),
+        Arg("connect", "--connect"),
+        Arg("tls", kind="spec"),
+        Arg("n", "-n"),
+        Arg("warmup", "--warmup"),
+        Arg("fixed_random", "--fixed-random", "switch"),
+        Arg("client_cert_chain", "--client-cert-chain", "in"),
+        Arg("client_key", "--client-key", "in"),
+        Arg("client_ca", "--client-ca", "in"),
+        Arg("client_sigalg", "--client-sigalg", "sigalgs"),
+    )
+
+    def __post_init__(self) -> None:
+        if self.role not in ("both", "server", "client"):
+            raise ValueError(f"role {self.role!r}: both, server or client")
+        if (self.client_chain is None) != (self.client_sig is None):
+            raise ValueError("mutual TLS takes a client chain and its signature scheme")
+
+    @property
+    def stack(self) -> stacks.Stack:
+        return self.tls.stack
+
+    @property
+    def _serves(self) -> bool:
+        return self.role in ("both", "server")
+
+    @property
+    def _connects(self) -> bool:
+        return self.role in ("both", "client")
+
+    @property
+    def cert_chain(self) -> Path | None:
+        return self.chain.chain if self._serves else None
+
+    @property
+    def key(self) -> Path | None:
+        return self.chain.key if self._serves else None
+
+    @property
+    def ca(self) -> Path | None:
+        return self.chain.root if self._connects else None
+
+    @property
+    def client_cert_chain(self) -> Path | None:
+        return self.client_chain.chain if self.client_chain and self._connects else None
+
+    @property
+    def client_key(self) -> Path | None:
+        return self.client_chain.key if self.client_chain and self._connects else None
+
+    @property
+    def client_ca(self) -> Path | None:
+        return self.client_chain.root if self.client_chain and self._serves else None
+
+    @property
+    def client_sigalg(self) -> tuple[Algorithm, ...]:
+        return (self.client_sig,) if self.client_sig is not None else ()
+
+
+@dataclass(frozen=True)
+class HoldSpec(Spec):
+    """`tls hold`: `n` verified connections to `connect`, opened one after the other
+    (`gap_ms` apart) and all kept open `hold_ms` after the last is up; in mutual TLS the
+    client presents `identity`."""
+
+    tls: Tls
+    connect: str
+    ca: Path
+    n: int
+    servername: str | None = None
+    identity: Identity | None = None
+    hold_ms: int | None = None
+    gap_ms: int | None = None
+
+    COMMAND = ("tls", "hold")
+    ARGS = (
+        Arg("connect", "--connect"),
+        Arg("ca", "--ca", "in"),
+        Arg("servername", "--servername"),
+        Arg("tls", kind="spec"),
+        Arg("cert_chain", "--cert-chain", "in"),
+        Arg("key", "--key", "in"),
+        Arg("n", "-n"),
+        Arg("hold_ms", "--hold-ms"),
+        Arg("gap_ms", "--gap-ms"),
+    )
+
+    @property
+    def stack(self) -> stacks.Stack:
+        return self.tls.stack
+
+    @property
+    def cert_chain(self) -> Path | None:
+        return self.identity.cert_chain if self.identity is not None else None
+
+    @property
+    def key(self) -> Path | None:
+        return self.identity.key if self.identity is not None else None
+
 
 def run_load(spec: LoadSpec, topo=None, cpu=None, timeout: float = 3600) -> dict:
     """Run the load generator to completion; its `load_result` record."""
-    proc = EngineProcess(spec.argv(), "TLS load generator", topo=topo, side="client", cpu=cpu)
+    proc = EngineProcess(
+        spec.argv(), "TLS load generator", spec.program, topo=topo, side="client", cpu=cpu
+    )
     try:
         records = proc.finish(timeout)
     finally:
@@ -399,6 +476,7 @@ def start_server(
     proc = EngineProcess(
         spec.argv(),
         what,
+        spec.program,
         topo=topo,
         side="server",
         cpu=cpu,
@@ -427,6 +505,7 @@ def start_client(
     proc = EngineProcess(
         spec.argv(),
         "TLS client",
+        spec.program,
         topo=topo,
         side="client",
         cpu=cpu,

@@ -63,6 +63,11 @@ class Stack:
     # sent along when that half is offered too)
     key_shares: str = "any"
     key_share_companions: dict[int, int] = field(default_factory=dict)
+    # The engine program that has this stack (`pqlab.engine.programs`): what runs it.
+    program: str = engine.MAIN
+
+    def __hash__(self) -> int:  # a stack is its name (its other fields are what it reports)
+        return hash(self.name)
 
     def group_name(self, alg) -> str:
         return self.groups[alg.tls_group]
@@ -329,6 +334,7 @@ def parse(info: dict) -> dict[str, Stack]:
             build_options=tuple(str(o) for o in s.get("build_options") or ()),
             key_shares=str(s.get("key_shares", "any")),
             key_share_companions={int(a): int(b) for a, b in s.get("key_share_companions") or []},
+            program=str(s.get("program", engine.MAIN)),
         )
     return out
 
@@ -396,21 +402,21 @@ _HELLOS: dict[tuple, ClientHello] = {}
 
 
 def client_hello(
-    stack: str, group: str, sigalgs: str | None, servername: str, ca: str
+    stack: Stack, group: str, sigalgs: str | None, servername: str, ca: str
 ) -> ClientHello:
     """The ClientHello `stack`'s client sends offering `group` (stack names) and `sigalgs`
     (comma separated; None: the stack's default list), to `servername` (an IP address sends
     no SNI): measured by the engine (`tls hello`: the client's hello to a listener of its
     own that closes, no server, no handshake), once per process. `ca`: any root
     certificate (PEM) the client can load."""
-    key = (stack, group, sigalgs, servername)
+    key = (stack.name, group, sigalgs, servername)
     if key not in _HELLOS:
-        argv = ["tls", "hello", "--stack", stack, "--groups", group, "--ca", ca]
+        argv = ["tls", "hello", "--stack", stack.name, "--groups", group, "--ca", ca]
         argv += ["--servername", servername] + (["--sigalgs", sigalgs] if sigalgs else [])
-        records = engine.run(argv, timeout=60)
+        records = engine.run(argv, timeout=60, program=stack.program)
         hello = next((r for r in records if r.get("type") == "client_hello"), None)
         if hello is None:
-            raise UserError(f"the engine reported no ClientHello for the {stack} stack")
+            raise UserError(f"the engine reported no ClientHello for the {stack.name} stack")
         _HELLOS[key] = ClientHello(
             int(hello["record_bytes"]), int(hello.get("session_id_bytes", 32))
         )

@@ -12,11 +12,29 @@ host's CPU accounting), `analyse` (pure statistics), `schema`, `report`.
 from __future__ import annotations
 
 from pqlab import estimate
+from pqlab.estimate import Cost
 from pqlab.experiment import CompareSpec, Experiment
 from pqlab.experiments.capacity import plan as _plan
 from pqlab.experiments.capacity import report as _report
 from pqlab.experiments.capacity import run as _run
 from pqlab.experiments.capacity import schema as _schema
+
+# This experiment's units of work and their costs (`pqlab.estimate`: the model, its shared
+# units and the runs the costs were measured from).
+COSTS: dict[str, Cost] = {
+    "capacity.cell": Cost(
+        0.10,
+        "capacity (X25519, ECDSA-P256) --mode closed --duration 1s with --clients 1 and "
+        "--clients 1,2,4,8: 1.22 and 4.58 s",
+    ),
+    "capacity.point": Cost(0.12, "the same two runs, with capacity.cell"),
+    "capacity.open_point": Cost(
+        0.26,
+        "DEFAULT's capacity step: 9.4 s beyond its 96 s of windows, less its cells and "
+        "points, over its 20 open-loop points (their backlog drains after the window)",
+    ),
+    "capacity.export": Cost(0.53, "capacity: 0.54 s (4 cells), 0.51 s (2)"),
+}
 
 
 class Capacity(Experiment):
@@ -25,6 +43,7 @@ class Capacity(Experiment):
     description = __doc__.split("\n\n")[0]
     needs_net = True
     options = _plan.OPTIONS
+    costs = COSTS
     cells = _plan.CELLS
     migrations = _schema.MIGRATIONS
     plan_module, run_module, report_module = _plan, _run, _report
@@ -55,7 +74,7 @@ class Capacity(Experiment):
             "clients": plan.clients,
             "rates": [r.label for r in plan.rates],
             "open_workers": plan.open_workers,
-            "stack": plan.stack,
+            "stack": plan.stack.name,
             "host_pairs": plan.remote.labels() if plan.remote is not None else None,
         }
 
@@ -68,7 +87,8 @@ class Capacity(Experiment):
         opened = len(plan.rates) * ("open" in plan.modes)
         points = closed + opened
         work = estimate.Work(
-            f"{estimate.count(cells, 'cell')} x {points} points x {plan.duration_s:g} s",
+            costs=COSTS,
+            size=f"{estimate.count(cells, 'cell')} x {points} points x {plan.duration_s:g} s",
             cells=cells,
         )
         work.exact_s = cells * points * plan.duration_s
@@ -89,7 +109,7 @@ class Capacity(Experiment):
                 "duration_s": plan.duration_s,
                 "max_handshakes": plan.max_handshakes,
                 "warmup_per_worker": plan.warmup,
-                "stack": plan.stack,
+                "stack": plan.stack.name,
                 "cpus": plan.describe_cpus(),
                 "client_sigs": [c.name if c else "none" for c in plan.client_sigs],
                 "client_ca_sig": plan.client_ca.name if plan.client_ca else None,

@@ -5,24 +5,21 @@ to; all validated before anything runs."""
 
 from __future__ import annotations
 
-import os
 import shutil
 import sys
 from dataclasses import dataclass, field
 
-from pqlab import catalog, units
+from pqlab import catalog, cpuquota, units
 from pqlab.errors import UserError
-from pqlab.experiment import (
-    CellId,
-    Cells,
-    Option,
+from pqlab.experiment import CellId, Cells, Option
+from pqlab.options import hosts
+from pqlab.options.tls import (
     client_auth_options,
     client_cell_option,
     parse_client_auth,
     parse_stack,
     stack_option,
 )
-from pqlab.experiments import hosts
 from pqlab.tls import stacks
 
 DEFAULT_GROUPS = "X25519,X25519MLKEM768"
@@ -132,16 +129,6 @@ class Rate:
         return f"{self.value * 100:g}%" if self.relative else f"{self.value:g}/s"
 
 
-def pick_cpus(threads: int) -> tuple[list[int], list[int]]:
-    """(server CPUs, load-generator CPUs): disjoint halves of this process's CPUs, the server
-    getting the higher ones (at least one, at most `threads`). With one CPU both share it."""
-    cpus = sorted(os.sched_getaffinity(0))
-    if len(cpus) < 2:
-        return cpus, cpus
-    n = max(1, min(threads, len(cpus) // 2))
-    return cpus[-n:], cpus[:-n]
-
-
 def cpu_list(cpus: list[int]) -> str:
     return ",".join(str(c) for c in cpus)
 
@@ -171,7 +158,7 @@ class Pinning:
 @dataclass(frozen=True)
 class ServerHost:
     """The server's host of a pair: its name, the CPUs a process there may use and whether
-    it has taskset (`pqlab.experiments.hosts.host_cpus`)."""
+    it has taskset (`pqlab.options.hosts.host_cpus`)."""
 
     name: str
     cpus: list[int]
@@ -207,7 +194,7 @@ class Plan:
     duration_s: float
     max_handshakes: int
     warmup: int
-    stack: str
+    stack: stacks.Stack
     port: int
     pinning: bool = True  # taskset available (on this machine)
     remote: object | None = None  # pqlab.net.remote.RemotePlan: the host pairs
@@ -236,19 +223,19 @@ class Plan:
             server_sig,
             ca_sig,
             f"t{threads}",
-            stack=self.stack,
+            stack=self.stack.name,
             options=client_cell_option(client, self.client_ca),
             pair=pair.label if several else None,
         )
 
     def cpus(self, threads: int, pair=None) -> Pinning:
         """Where a cell's server and load generator run. One machine: disjoint halves of
-        its CPUs (`pick_cpus`), with taskset. Across hosts: the server's host's own CPUs."""
+        its CPUs (`cpuquota.pick_cpus`), with taskset. Across hosts: the server's host's own CPUs."""
         if pair is not None:
             return self.server_hosts[pair.label].pinning(threads)
         if not self.pinning:
             return Pinning(None, None, None, None, "no taskset on this machine: nothing pinned")
-        server, client = pick_cpus(threads)
+        server, client = cpuquota.pick_cpus(threads)
         return Pinning(server, client, server, client)
 
     def describe_cpus(self) -> dict:
@@ -342,7 +329,7 @@ def from_values(values) -> Plan:
             values.max_handshakes, "--max-handshakes", maximum=MAX_HANDSHAKES
         ),
         warmup=units.parse_positive_int(values.warmup, "--warmup", minimum=0, maximum=10_000),
-        stack=stack.name,
+        stack=stack,
         port=port,
         pinning=shutil.which("taskset") is not None,
         client_sigs=client_sigs,

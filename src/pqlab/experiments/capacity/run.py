@@ -12,13 +12,13 @@ import json
 import time
 
 from pqlab.errors import CheckError, EngineError
-from pqlab.experiment import NO_CLIENT
 from pqlab.experiments.capacity import analyse, report, schema
 from pqlab.experiments.capacity.plan import CELLS, Pinning, Plan, cpu_list
 from pqlab.net.remote import RemoteHosts
 from pqlab.net.shaping import build_hosts
+from pqlab.options.tls import NO_CLIENT
 from pqlab.progress import CellProgress
-from pqlab.tls import negotiation, runner, stacks
+from pqlab.tls import negotiation, runner
 from pqlab.tls.chains import make_chain
 
 EXPERIMENT = "capacity"
@@ -81,7 +81,7 @@ def run_point(plan: Plan, hosts, server, cell: dict, point: Point, cpus: Pinning
     """Run one load point; (point row, raw sample columns)."""
     expected = cell["expected"]
     spec = _load_spec(plan, hosts, server, cell, point)
-    stack = stacks.get(plan.stack)
+    stack = plan.stack
     before = len(server.take("connection", "connection_error"))
     stat0 = _server_host_stat(hosts)
     result = runner.run_load(
@@ -160,7 +160,7 @@ def run_cell(store, hosts, plan: Plan, algs, threads: int, chains, pair=None) ->
     group, ssig, csig, client = algs
     chain, (client_auth, identity) = chains
     cid = str(plan.cell_id(group, ssig, csig, threads, client, pair))
-    stack = stacks.get(plan.stack)
+    stack = plan.stack
     cpus = plan.cpus(threads, pair)
     # A client with a certificate offers its own scheme too (stacks sign only with their own
     # list's schemes).
@@ -199,7 +199,7 @@ def run_cell(store, hosts, plan: Plan, algs, threads: int, chains, pair=None) ->
             raws.append(raw)
     labels = {
         "cell_id": cid,
-        "stack": plan.stack,
+        "stack": plan.stack.name,
         "stack_impl": stack.implementation,
         "group": group.name,
         "server_sig": ssig.name,
@@ -248,7 +248,7 @@ def _measure_pair(store, plan: Plan, pair, cells, progress) -> None:
             # Across hosts the certificate names the address the load generator connects to.
             address = hosts.server_ip if pair is not None else None
             certs = store.path / "certs"
-            chain = make_chain(certs, csig, ssig, plan.stack, server_address=address)
+            chain = make_chain(certs, csig, ssig, plan.stack.name, server_address=address)
             mutual = runner.client_certificate(certs, csig, client, plan.client_ca, plan.stack)
             run_cell(
                 store, hosts, plan, (group, ssig, csig, client), threads, (chain, mutual), pair

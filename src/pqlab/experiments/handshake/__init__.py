@@ -10,11 +10,42 @@ taken apart), `schema` (database tables), `report` (tables, figures, report sect
 from __future__ import annotations
 
 from pqlab import estimate
+from pqlab.estimate import Cost
 from pqlab.experiment import CompareSpec, Experiment
 from pqlab.experiments.handshake import plan as _plan
 from pqlab.experiments.handshake import report as _report
 from pqlab.experiments.handshake import run as _run
 from pqlab.experiments.handshake import schema as _schema
+
+# This experiment's units of work and their costs (`pqlab.estimate`: the model, its shared
+# units and the runs the costs were measured from).
+COSTS: dict[str, Cost] = {
+    "handshake.batch": Cost(
+        1.1,
+        "DEFAULT's handshake steps of 3 to 6 cells (one batch each): 1.45-2.42 s, less "
+        "their cells and handshakes (worker processes, namespaces, the batch's start)",
+    ),
+    "handshake.cell": Cost(
+        0.08,
+        "DEFAULT's 80-cell handshake step: 12.4 s outside the handshakes stage, less two "
+        "batches and 8000 measured handshakes",
+    ),
+    "handshake.handshake": Cost(
+        0.0011,
+        "the handshakes stage of DEFAULT's 80-cell step (19.1 s for 11040) and of MATRIX "
+        "(160.4 s for 83040), less their operations: 1.04 and 1.23 ms per handshake",
+    ),
+    "handshake.measured": Cost(
+        0.00048,
+        "stages after the handshakes (reading captures, matching, analysis, database "
+        "writes) of MATRIX (47.1 s) and DEFAULT's 80-cell step (12.4 s): 34.7 s more for "
+        "72000 more measured handshakes",
+    ),
+    "handshake.export": Cost(
+        2.39, "handshake, figures drawn by workers: 26.5 s for 99 cells, 3.4 s for 4"
+    ),
+    "handshake.export_cell": Cost(0.243, "the same two, with handshake.export"),
+}
 
 
 class Handshake(Experiment):
@@ -23,6 +54,7 @@ class Handshake(Experiment):
     description = __doc__.split("\n\n")[0]
     needs_net = True
     options = _plan.OPTIONS
+    costs = COSTS
     cells = _plan.CELLS
     migrations = _schema.MIGRATIONS
     plan_module, run_module, report_module = _plan, _run, _report
@@ -42,7 +74,7 @@ class Handshake(Experiment):
             "n": plan.n,
             "warmup": plan.warmup,
             "send_root": plan.send_root,
-            "stack": plan.stack,
+            "stack": plan.stack.name,
             "profile": getattr(plan.profile, "spec", None) or plan.profile_name,
             "host_pairs": plan.remote.labels() if plan.remote is not None else None,
         }
@@ -53,7 +85,7 @@ class Handshake(Experiment):
         batch its processes."""
         cells = list(plan.cells())
         pairs = len(plan.pairs)
-        work = estimate.Work("", cells=len(cells) * pairs)
+        work = estimate.Work(costs=COSTS, size="", cells=len(cells) * pairs)
         made = set()
         for batch in plan.batches(cells):
             rounds = plan.rounds_for(len(batch))
@@ -95,7 +127,7 @@ class Handshake(Experiment):
                 "congestion_control": plan.congestion_control,
                 "profile": plan.profile_name,
                 "shaper": plan.shaper if plan.profile else None,
-                "stack": plan.stack,
+                "stack": plan.stack.name,
                 "keep_pcap": plan.keep_pcap,
                 "send_root": plan.send_root,
                 "chain_bytes": plan.chain_bytes,

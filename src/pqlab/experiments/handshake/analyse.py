@@ -15,11 +15,11 @@ from pathlib import Path
 
 from pqlab import pcap, procstat
 from pqlab.errors import CheckError, EngineError
-from pqlab.experiments.handshake import phases as hp
 from pqlab.experiments.handshake import predicted, schema
 from pqlab.net import clock
 from pqlab.tls import flight, negotiation, records
 from pqlab.tls import keylog as kl
+from pqlab.tls import phases as hp
 from pqlab.tls.records import TlsRecord
 
 # Sizes reported per handshake (handshake message bytes, 4-byte header included).

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pqlab import metadata
-from pqlab.experiments.handshake import phases as hp
 from pqlab.net import clock
+from pqlab.tls import phases as hp
 
 CLOCK_DDL = """
 CREATE TABLE IF NOT EXISTS handshake_clock (

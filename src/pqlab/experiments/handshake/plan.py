@@ -3,27 +3,24 @@ matrix on one TLS stack, the per-cell sizes, the link, all validated before anyt
 
 from __future__ import annotations
 
-import os
 import random
-import shutil
 from dataclasses import dataclass, field
 
-from pqlab import catalog, units
+from pqlab import catalog, cpuquota, units
 from pqlab.errors import UserError
-from pqlab.experiment import (
+from pqlab.experiment import CellId, Cells, Option
+from pqlab.net.profiles import load_profiles
+from pqlab.net.shaping import check_shaper
+from pqlab.options import hosts
+from pqlab.options.shaper import shaper_option
+from pqlab.options.tls import (
     SAME_AS_SERVER,
-    CellId,
-    Cells,
-    Option,
     client_auth_options,
     client_cell_option,
     parse_client_auth,
     parse_stack,
     stack_option,
 )
-from pqlab.experiments import hosts
-from pqlab.net.profiles import load_profiles
-from pqlab.net.shaping import check_shaper, shaper_option
 from pqlab.tls import stacks
 
 DEFAULT_GROUPS = ["X25519", "ML-KEM-512", "ML-KEM-768", "ML-KEM-1024", "X25519MLKEM768"]
@@ -134,16 +131,6 @@ OPTIONS = (
 )
 
 
-def pick_cpus() -> tuple[int, int] | None:
-    """Two different CPUs this process may use (server, client), or None with fewer: the two
-    run on different cores, as on two machines, so the client waking up on data cannot
-    preempt the server in the middle of its flight."""
-    if not shutil.which("taskset"):
-        return None
-    cpus = sorted(os.sched_getaffinity(0))
-    return (cpus[-1], cpus[0]) if len(cpus) >= 2 else None
-
-
 @dataclass
 class Plan:
     groups: list[catalog.Algorithm]
@@ -155,13 +142,13 @@ class Plan:
     port: int
     profile: object | None  # pqlab.net.profiles.LinkProfile
     shaper: str = "auto"
-    stack: str = stacks.DEFAULT_STACK
+    stack: stacks.Stack = field(default_factory=stacks.get)
     send_root: bool = False
     messages: str = "callback"  # resolved: callback | keylog | both
     initcwnd: int = DEFAULT_INITCWND
     congestion_control: str = "cubic"
     rtt_s: float = 0.0  # configured round trip of the link (0: the bare link)
-    cpus: tuple[int, int] | None = field(default_factory=pick_cpus)
+    cpus: tuple[int, int] | None = field(default_factory=cpuquota.pick_cpu_pair)
     remote: object | None = None  # pqlab.net.remote.RemotePlan: the host pairs
     rounds: int | None = None  # None: auto (AUTO_ROUNDS with several cells, else 1)
     seed: int = field(default_factory=lambda: random.SystemRandom().randrange(2**31))
@@ -219,7 +206,7 @@ class Plan:
             group,
             server_sig,
             ca_sig,
-            stack=self.stack,
+            stack=self.stack.name,
             options=options,
             pair=pair.label if several else None,
         )
@@ -318,7 +305,7 @@ def from_values(values) -> Plan:
         port=port,
         profile=None,
         shaper=values.shaper or "auto",
-        stack=stack.name,
+        stack=stack,
         send_root=bool(values.send_root),
         messages=_message_source(values.messages or "auto", stack),
         rounds=rounds,

@@ -10,13 +10,19 @@ from pathlib import Path
 
 from pqlab import catalog, figures
 from pqlab.errors import UserError
-from pqlab.experiments.handshake import clocks, document000, features, prediction_report, wire_bytes
-from pqlab.experiments.handshake import phases as hp
+from pqlab.experiments.handshake import (
+    clocks,
+    document000,
+    features,
+    prediction_report,
+    wire_bytes,
+)
 from pqlab.experiments.handshake import summary as summary_part
 from pqlab.experiments.handshake.analyse import SIZE_COLUMNS
 from pqlab.experiments.handshake.plan import DEFAULT_GROUPS, DEFAULT_SIGS
 from pqlab.report.section import Section, template
 from pqlab.tls import flight, stacks
+from pqlab.tls import phases as hp
 
 
 def thresholds(model: flight.WriteModel) -> list[tuple[int, str]]:

@@ -28,7 +28,7 @@ from pqlab.experiments.handshake.plan import CELLS, DEFAULT_INITCWND, Plan
 from pqlab.net.shaping import build_hosts
 from pqlab.net.topology import TcpSettings
 from pqlab.progress import CellProgress
-from pqlab.tls import runner, stacks
+from pqlab.tls import runner
 from pqlab.tls.chains import Chain, make_chain
 from pqlab.tls.negotiation import Expected
 from pqlab.workers import Workers
@@ -116,7 +116,7 @@ def _server_chain(store, hosts, plan: Plan, pair, cell) -> Chain:
         store.path / "certs",
         ca_sig,
         server_sig,
-        plan.stack,
+        plan.stack.name,
         send_root=plan.send_root,
         server_address=hosts.server_ip if pair is not None else None,
         chain_bytes=chain_bytes,
@@ -163,9 +163,13 @@ def _prepare(
     if client is not None:
         with store.stages.stage("chains"):
             client_chain = make_chain(
-                store.path / "certs", plan.client_ca or ca_sig, client, plan.stack, purpose="client"
+                store.path / "certs",
+                plan.client_ca or ca_sig,
+                client,
+                plan.stack.name,
+                purpose="client",
             )
-        client_auth, identity = runner.mutual(client_chain, client)
+        client_auth, identity = runner.mutual(client_chain, client, plan.stack)
     return _Live(
         algs=cell,
         chain=chain,
@@ -178,7 +182,7 @@ def _prepare(
         client_auth=client_auth,
         identity=identity,
         model=predicted.cell_model(
-            stacks.get(plan.stack),
+            plan.stack,
             group,
             server_sig,
             chain,
@@ -333,7 +337,7 @@ def _labels(plan: Plan, cell: _Live) -> tuple[dict, dict]:
         "group": group.name,
         "server_sig": server_sig.name,
         "ca_sig": ca_sig.name,
-        "stack": plan.stack,
+        "stack": plan.stack.name,
         "client_sig": client.name if client is not None else "none",
     }
     raw = {
@@ -361,7 +365,7 @@ def _job(hosts, plan: Plan, cell: _Live, host_clocks) -> worker.Job:
         client_records=cell.records[0],
         server_records=cell.records[1],
         expected=cell.expected,
-        stack=stacks.get(plan.stack),
+        stack=plan.stack,
         congestion_control=hosts.tcp.congestion_control,
         initcwnd=hosts.tcp.initcwnd or DEFAULT_INITCWND,
         messages=plan.messages,
@@ -502,7 +506,7 @@ def _params(plan: Plan, cell: _Live, result: worker.Result) -> dict:
         "profile": plan.profile_name,
         "send_root": plan.send_root,
         "chain_bytes": cell.algs[3],
-        "stack": plan.stack,
+        "stack": plan.stack.name,
         "host_pair": clock_row["host_pair"],
         "clock_offset_ns": clock_row["offset_ns"],
         "clock_uncertainty_ns": clock_row["uncertainty_ns"],

@@ -5,22 +5,16 @@ initcwnd, one MSS) and the response sizes, all validated before anything is comp
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from pqlab import catalog, units
 from pqlab.catalog import Algorithm
 from pqlab.errors import UserError
-from pqlab.experiment import (
-    CellId,
-    Cells,
-    Option,
-    client_auth_options,
-    parse_client_auth,
-    parse_stack,
-    stack_option,
-)
+from pqlab.experiment import CellId, Cells, Option
 from pqlab.net import privileges, profiles
-from pqlab.net.shaping import check_shaper, shaper_option
+from pqlab.net.shaping import check_shaper
+from pqlab.options.shaper import shaper_option
+from pqlab.options.tls import client_auth_options, parse_client_auth, parse_stack, stack_option
 from pqlab.tls import stacks, wire
 
 DEFAULT_GROUPS = ["X25519", "X25519MLKEM768"]
@@ -166,7 +160,7 @@ class Plan:
     mss: int
     sizes: list[int]
     send_root: bool = False
-    stack: str = stacks.DEFAULT_STACK
+    stack: stacks.Stack = field(default_factory=stacks.get)
     migration: tuple[Config, Config] | None = None
     calibrate: bool = False
     shaper: str = "auto"
@@ -189,7 +183,7 @@ class Plan:
             config.ca_sig,
             self.chain_label(config, point),
             path.name,
-            stack=self.stack,
+            stack=self.stack.name,
             options=("root",) if self.send_root else (),
         )
 
@@ -329,7 +323,7 @@ def from_values(values) -> Plan:
         mss=mss,
         sizes=sorted(set(sizes)),
         send_root=bool(values.send_root),
-        stack=stack.name,
+        stack=stack,
         migration=migration,
         calibrate=bool(values.calibrate),
         shaper=values.shaper or "auto",

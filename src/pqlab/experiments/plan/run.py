@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pqlab.experiments.plan import calibrate, schema
 from pqlab.experiments.plan.plan import CELLS, MIGRATION_RESPONSE, Config, Plan
 from pqlab.progress import CellProgress
-from pqlab.tls import predict, stacks, wire
+from pqlab.tls import predict, wire
 from pqlab.tls.chains import Chain, make_chain
 
 EXPERIMENT = "plan"
@@ -31,12 +31,12 @@ class Built:
 def build(plan: Plan, config: Config, store) -> Built:
     """The configuration's certificates (made by the one builder, reused in the run's
     certs/) and its ClientHello (the stack's own, `tls hello`)."""
-    stack = stacks.get(plan.stack)
+    stack = plan.stack
     chain = make_chain(
         store.path / "certs",
         config.ca_sig,
         config.server_sig,
-        plan.stack,
+        plan.stack.name,
         send_root=plan.send_root,
         intermediates=config.intermediate_algs,
     )
@@ -46,7 +46,7 @@ def build(plan: Plan, config: Config, store) -> Built:
             store.path / "certs",
             config.client_ca_sig,
             config.client_sig,
-            plan.stack,
+            plan.stack.name,
             purpose="client",
         )
         auth = predict.ClientAuth(
@@ -160,7 +160,7 @@ def _measure_cell(
     cid = str(plan.cell_id(config, point, path))
     labels = {
         "cell_id": cid,
-        "stack": plan.stack,
+        "stack": plan.stack.name,
         "group": config.group.name,
         "server_sig": config.server_sig.name,
         "ca_sig": config.ca_sig.name,
@@ -251,7 +251,7 @@ def migration_row(plan: Plan, path, before: tuple[dict, float], after: tuple[dic
 
     return {
         **_path_row(path, plan.mss),
-        "stack": plan.stack,
+        "stack": plan.stack.name,
         "from": today.label(),
         "to": planned.label(),
         "response_bytes": MIGRATION_RESPONSE,
@@ -281,7 +281,7 @@ def _calibrations(plan: Plan, store) -> dict[str, calibrate.Calibration]:
         r["configuration"]: calibrate.Calibration(
             r["shaper"], r["per_packet_us"] / 1e6, r["cpu_ms"] / 1e3, r["connections"]
         )
-        for r in store.query("SELECT * FROM plan_calibration WHERE stack = ?", [plan.stack])
+        for r in store.query("SELECT * FROM plan_calibration WHERE stack = ?", [plan.stack.name])
     }
     todo = [c for c in plan.configs if c.label() not in stored]
     if todo:
@@ -293,7 +293,7 @@ def _calibrations(plan: Plan, store) -> dict[str, calibrate.Calibration]:
             rows.append(
                 {
                     "configuration": config.label(),
-                    "stack": plan.stack,
+                    "stack": plan.stack.name,
                     "shaper": cal.shaper,
                     "per_packet_us": cal.per_packet_s * 1e6,
                     "cpu_ms": cal.cpu_s * 1e3,
@@ -338,6 +338,6 @@ def _migration(plan: Plan, store) -> None:
             rows.append(migration_row(plan, path, before, after))
     store.con.execute(
         'DELETE FROM plan_migration WHERE "from" = ? AND "to" = ? AND stack = ?',
-        [today.label(), planned.label(), plan.stack],
+        [today.label(), planned.label(), plan.stack.name],
     )
     store.insert_rows("plan_migration", rows)

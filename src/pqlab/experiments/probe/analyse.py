@@ -12,7 +12,6 @@ from pqlab.experiments.probe import chain as chains
 from pqlab.experiments.probe import wire as wires
 from pqlab.experiments.probe.plan import Cell, Plan, is_post_quantum
 from pqlab.tls import keylog as kl
-from pqlab.tls import stacks
 
 # TLS alert descriptions (RFC 8446 6, and the TLS 1.2 ones still sent).
 ALERTS = {
@@ -43,7 +42,6 @@ ALERTS = {
     120: "no_application_protocol",
 }
 PROTOCOL_VERSION = 70
-TLS12 = 0x0303
 # How a connection ended, in the order a configuration's outcome is told.
 OUTCOMES = (
     "accepted",  # handshake completed at once
@@ -163,7 +161,7 @@ def raw_row(
 ) -> dict:
     """One connection's row; `chain`: `server_chain`'s."""
     neg = rec.get("negotiated") or {}
-    st = stacks.get(cell.stack)
+    st = cell.stack
     group_code = neg.get("group_code") or st.code_of_group(neg.get("group"))
     group = next(
         (g for g in cell.config.groups if g.tls_group == group_code), None
@@ -178,7 +176,7 @@ def raw_row(
         "probe": plan.name,
         "target": plan.target.text,
         "address": plan.target.connect,
-        "stack": cell.stack,
+        "stack": cell.stack.name,
         "config": cell.config.name,
         "offered_groups": ",".join(g.name for g in cell.config.groups),
         "key_shares": ",".join(g.name for g in cell.config.shares),
@@ -265,7 +263,7 @@ def message_rows(plan: Plan, cell: Cell, idx: int, rec: dict, w: wires.Wire) -> 
         rows.append(
             {
                 "probe": plan.name,
-                "stack": cell.stack,
+                "stack": cell.stack.name,
                 "config": cell.config.name,
                 "sig": cell.sig_name,
                 "idx": idx,
@@ -290,7 +288,7 @@ def chain_rows(
     return [
         {
             "probe": plan.name,
-            "stack": cell.stack,
+            "stack": cell.stack.name,
             "config": cell.config.name,
             "sig": cell.sig_name,
             "idx": idx,

@@ -16,8 +16,9 @@ from urllib.parse import urlsplit
 from pqlab import catalog, units
 from pqlab.catalog import Algorithm
 from pqlab.errors import UserError
-from pqlab.experiment import CellId, Cells, Option, parse_stacks, stack_option
+from pqlab.experiment import CellId, Cells, Option
 from pqlab.net import privileges
+from pqlab.options.tls import parse_stacks, stack_option
 from pqlab.tls import runner, stacks
 
 NAME = "probe"
@@ -245,7 +246,7 @@ class Cell:
 
     config: Config
     sig: Algorithm | None  # None: the stack's own list
-    stack: str
+    stack: stacks.Stack
 
     @property
     def sig_name(self) -> str:
@@ -267,7 +268,7 @@ class Plan:
     skipped: list[str] = field(default_factory=list)  # default configurations a stack lacks
 
     def cell_id(self, cell: Cell) -> CellId:
-        return CELLS.id(self.name, cell.config.name, cell.sig_name, stack=cell.stack)
+        return CELLS.id(self.name, cell.config.name, cell.sig_name, stack=cell.stack.name)
 
 
 def _configs(values, chosen: list[stacks.Stack]) -> tuple[list[tuple[Config, list[str]]], list]:
@@ -366,9 +367,9 @@ def from_values(values) -> Plan:
     sigs = _sigs(values, chosen)
     cells = [
         Cell(config, sig, st)
-        for st in (s.name for s in chosen)
+        for st in chosen
         for config, where in configs
-        if st in where
+        if st.name in where
         for sig in sigs
     ]
     if not cells:

@@ -79,7 +79,7 @@ def capture_stem(stack: str, config: str, sig: str) -> str:
 
 def measure_cell(plan: Plan, cell: Cell, directory: files.Dir) -> dict:
     """One configuration: its rows and its verdict (not yet stored)."""
-    slug = capture_stem(cell.stack, cell.config.name, cell.sig_name)
+    slug = capture_stem(cell.stack.name, cell.config.name, cell.sig_name)
     for stale in (f"{slug}.pcap", f"{slug}.keys.log"):  # a cell measured again starts afresh
         directory.remove(stale)
     pcap_path = directory.path_of(f"{slug}.pcap")
@@ -116,12 +116,12 @@ def rows_of(plan, cell, records, pcap_path, keylog_path, capture_summary) -> dic
         messages += analyse.message_rows(plan, cell, idx, rec, w)
         if not chain and server_chain[0]:
             chain = analyse.chain_rows(plan, cell, idx, server_chain)
-        kept = analyse.chain_kept_note(rec, captured, cell.stack)
+        kept = analyse.chain_kept_note(rec, captured, cell.stack.name)
         if kept is not None:
             warnings.append(
                 Warning_(
                     Cause.PROBE_CHAIN_KEPT,
-                    f"{plan.name} {cell.config.name} ({cell.stack}), connection {idx}",
+                    f"{plan.name} {cell.config.name} ({cell.stack.name}), connection {idx}",
                     kept,
                 )
             )
@@ -129,7 +129,7 @@ def rows_of(plan, cell, records, pcap_path, keylog_path, capture_summary) -> dic
             warnings.append(
                 Warning_(
                     Cause.PROBE_SOURCES_DISAGREE,
-                    f"{plan.name} {cell.config.name} ({cell.stack}), connection {idx}",
+                    f"{plan.name} {cell.config.name} ({cell.stack.name}), connection {idx}",
                     "the records the client's stack reported differ from the capture's",
                 )
             )
@@ -137,7 +137,7 @@ def rows_of(plan, cell, records, pcap_path, keylog_path, capture_summary) -> dic
         warnings.append(
             Warning_(
                 Cause.PROBE_UNSEEN,
-                f"{plan.name} {cell.config.name} ({cell.stack})",
+                f"{plan.name} {cell.config.name} ({cell.stack.name})",
                 f"not captured ({plan.no_capture_reason})",
             )
         )
@@ -145,7 +145,7 @@ def rows_of(plan, cell, records, pcap_path, keylog_path, capture_summary) -> dic
         warnings.append(
             Warning_(
                 Cause.CAPTURE_DROPS,
-                f"{plan.name} {cell.config.name} ({cell.stack})",
+                f"{plan.name} {cell.config.name} ({cell.stack.name})",
                 f"the kernel dropped {capture_summary['kernel_drops']} packets of the capture",
             )
         )
@@ -174,7 +174,7 @@ def _store(store, plan: Plan, cell: Cell, result: dict) -> None:
                     **label,
                     "probe": plan.name,
                     "target": plan.target.text,
-                    "stack": cell.stack,
+                    "stack": cell.stack.name,
                     "config": cell.config.name,
                     "sig": cell.sig_name,
                     "connections": len(result["raw"]),
@@ -214,7 +214,7 @@ def measure(plan: Plan, store) -> None:
     with CellProgress(NAME, len(plan.cells)) as progress:
         for cell in plan.cells:
             label = cell.config.name + (f" {cell.sig_name}" if cell.sig is not None else "")
-            progress.start(f"{label} ({cell.stack})")
+            progress.start(f"{label} ({cell.stack.name})")
             cid = plan.cell_id(cell)
             if cid in done:
                 stored = store.query(
@@ -225,7 +225,7 @@ def measure(plan: Plan, store) -> None:
                 result = measure_cell(plan, cell, directory)
                 _store(store, plan, cell, result)
                 line = result["verdict"]
-            stack = f" [{cell.stack}]" if len({c.stack for c in plan.cells}) > 1 else ""
+            stack = f" [{cell.stack.name}]" if len({c.stack.name for c in plan.cells}) > 1 else ""
             _say(f"{label:<{width}}{stack}  {line}")
             progress.advance()
     rows = store.query("SELECT * FROM probe_raw WHERE probe = ?", [plan.name])

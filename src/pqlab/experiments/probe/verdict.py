@@ -94,7 +94,7 @@ def _completed(cell: Cell, rows: list[dict], chain_rows: list[dict]) -> str:
     parts = [head, f"{first.get('version')} {first.get('cipher')}", f"signed {sig}"]
     chain = _chain(chain_rows)
     if chain and first.get("chain_from") == "client" and first.get("stack_chain_truncated"):
-        chain += f", the first of a longer chain ({cell.stack} kept no more)"
+        chain += f", the first of a longer chain ({cell.stack.name} kept no more)"
     if chain:
         parts.append(chain)
     parts.append(verified)

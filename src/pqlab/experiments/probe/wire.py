@@ -25,10 +25,10 @@ from pathlib import Path
 
 from pqlab import pcap
 from pqlab.errors import UserError
-from pqlab.experiments.handshake import phases
 from pqlab.experiments.probe.chain import certificate_list
 from pqlab.pcap import ACK, RST, SYN
 from pqlab.tls import keylog as kl
+from pqlab.tls import phases
 from pqlab.tls import records as tls_records
 from pqlab.tls.records import TlsRecord
 
@@ -39,7 +39,6 @@ TLS13 = 0x0304
 # share of a round trip of one round trip, the gap at least half of one.
 RTT_TOLERANCE = 0.25
 MIN_GAP_RTT = 0.5
-MIN_SEGMENTS_BEFORE_STALL = 2
 
 
 @dataclass(frozen=True)

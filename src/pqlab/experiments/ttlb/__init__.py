@@ -13,6 +13,7 @@ document's own numbers), `schema` (database tables), `summary` (its summary line
 from __future__ import annotations
 
 from pqlab import estimate
+from pqlab.estimate import Cost
 from pqlab.experiment import CompareSpec, Experiment
 from pqlab.experiments.ttlb import across as _across
 from pqlab.experiments.ttlb import plan as _plan
@@ -24,12 +25,50 @@ from pqlab.experiments.ttlb import sweep as _sweep
 KEYS = ("profile", "grp", "chain", "chain_bytes_requested", "data_bytes")
 
 
+# This experiment's units of work and their costs (`pqlab.estimate`: the model, its shared
+# units and the runs the costs were measured from).
+COSTS: dict[str, Cost] = {
+    "ttlb.profile": Cost(
+        1.2,
+        "least squares over DEFAULT's ttlb steps and nine small runs (lan, rtt=200ms and "
+        "1mbps-200ms; 1-8 cells, 1-201 connections) of each step's seconds beyond its "
+        "connections and pauses, with ttlb.cell and TTLB_CELL_ROUND_TRIPS",
+    ),
+    "ttlb.cell": Cost(
+        0.08, "ttlb --profile lan, 8 cells against 1: 0.65 s more beyond their connections"
+    ),
+    "ttlb.connection": Cost(
+        0.0007,
+        "ttlb --profile lan -n 200 against -n 10: 0.13 s more beyond the connections' time",
+    ),
+    # What a lost packet costs a connection (its mean TTLB beyond the wire model's, over
+    # the packets it is expected to lose), from DEFAULT's lossy-10pct cells (RTT 200 ms)
+    # and ttlb --profile lossy-5pct-1gbps --sizes 0,200KiB -n 10 (RTT 35 ms):
+    "ttlb.lost_handshake_packet": Cost(
+        0.24,
+        "a handshake packet (retransmitted after a timeout): the three cells of size 0, "
+        "0.58 s beyond the wire model over the 2.45 packets the model expects them to lose",
+    ),
+    "ttlb.lost_response_round_trip": Cost(
+        1.5,
+        "a response segment, in round trips of the link (fast retransmit, a smaller "
+        "window): the two 200 KiB cells, 1.72 round trips at 200 ms, 1.35 at 35 ms",
+    ),
+    "ttlb.export": Cost(1.39, "ttlb: 3.6 s for 51 cells, 1.9 s for 12"),
+    "ttlb.export_cell": Cost(0.0428, "the same two, with ttlb.export"),
+}
+# Beyond its connections, a ttlb cell took about this many of its link's round trips: least
+# squares over the same runs as ttlb.profile (its client's start and last connection's end).
+TTLB_CELL_ROUND_TRIPS = 2.5
+
+
 class Ttlb(Experiment):
     name = "ttlb"
     help = "TTFB and TTLB of TLS 1.3 over emulated links (document 003)"
     description = __doc__.split("\n\n")[0]
     needs_net = True
     options = _plan.OPTIONS
+    costs = COSTS
     cells = _plan.CELLS
     migrations = _schema.MIGRATIONS
     plan_module, run_module, report_module = _plan, _run, _report
@@ -43,7 +82,7 @@ class Ttlb(Experiment):
             "n": plan.n,
             "warmup": plan.warmup,
             "warmup_bytes": plan.warmup_bytes,
-            "stack": plan.stack,
+            "stack": plan.stack.name,
             "host_pairs": plan.remote.labels() if plan.remote is not None else None,
         }
 
@@ -52,7 +91,7 @@ class Ttlb(Experiment):
         connections, each the wire model's time to its last byte over the profile's link,
         the client's pause between connections (fixed by the plan) and the packets the
         link's loss is expected to cost."""
-        work = estimate.Work("", cells=plan.cells)
+        work = estimate.Work(costs=COSTS, size="", cells=plan.cells)
         chains = [(c, b) for c in plan.chains for b in plan.chain_points()]
         work.add("chain", len(chains))
         for alg, _ in chains:
@@ -84,7 +123,7 @@ class Ttlb(Experiment):
             "link_profiles": [p.describe() for p in plan.profiles],
             "profile_warnings": [w for p in plan.profiles for w in p.warnings()],
             "shaper_requested": plan.shaper,
-            "stack": plan.stack,
+            "stack": plan.stack.name,
             "remote": plan.remote.describe() if plan.remote is not None else None,
         }
 
@@ -110,7 +149,7 @@ def _cell_work(work: estimate.Work, plan: _plan.Plan, profile, cell: tuple, size
     work.exact_s += _run.gap_ms(profile) / 1e3 * (each - 1)
     if getattr(profile, "pair", None) is not None:
         return
-    work.exact_s += estimate.TTLB_CELL_ROUND_TRIPS * profile.rtt_s
+    work.exact_s += TTLB_CELL_ROUND_TRIPS * profile.rtt_s
     # The measured connections fetch the cell's size, the warm-ups --warmup-bytes if given.
     if plan.warmup_bytes is None or plan.warmup_bytes == size:
         runs = ((each, size),)

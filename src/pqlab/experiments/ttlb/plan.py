@@ -8,22 +8,21 @@ from dataclasses import dataclass, field
 
 from pqlab import catalog, units
 from pqlab.errors import UserError
-from pqlab.experiment import (
+from pqlab.experiment import CellId, Cells, Option
+from pqlab.net import profiles
+from pqlab.net.profiles import load_profiles
+from pqlab.net.remote import network_profile
+from pqlab.net.shaping import check_shaper
+from pqlab.options import hosts
+from pqlab.options.shaper import shaper_option
+from pqlab.options.tls import (
     SAME_AS_SERVER,
-    CellId,
-    Cells,
-    Option,
     client_auth_options,
     client_cell_option,
     parse_client_auth,
     parse_stack,
     stack_option,
 )
-from pqlab.experiments import hosts
-from pqlab.net import profiles
-from pqlab.net.profiles import load_profiles
-from pqlab.net.remote import network_profile
-from pqlab.net.shaping import check_shaper, shaper_option
 from pqlab.tls import stacks
 
 DEFAULT_PROFILE = "1mbps-200ms"
@@ -115,7 +114,7 @@ class Plan:
     warmup: int
     shaper: str
     warmup_bytes: int | None = None  # None: each warm-up fetches its cell's size
-    stack: str = stacks.DEFAULT_STACK
+    stack: stacks.Stack = field(default_factory=stacks.get)
     remote: object | None = None  # pqlab.net.remote.RemotePlan: one "profile" per pair
     chain_bytes: list[int] | None = None  # None: the algorithms' own chains
     # mutual TLS: client signers (None: no client certificate; SAME_AS_SERVER: the chain's
@@ -140,7 +139,7 @@ class Plan:
     ) -> CellId:
         options = (f"chain{chain_bytes}",) if chain_bytes is not None else ()
         options += client_cell_option(client, self.client_ca)
-        return CELLS.id(profile, group, chain, size, stack=self.stack, options=options)
+        return CELLS.id(profile, group, chain, size, stack=self.stack.name, options=options)
 
 
 def from_values(values) -> Plan:
@@ -196,7 +195,7 @@ def from_values(values) -> Plan:
         warmup=warmup,
         warmup_bytes=warmup_bytes,
         shaper=values.shaper or "auto",
-        stack=stack.name,
+        stack=stack,
         remote=remote,
         chain_bytes=chain_bytes,
     )

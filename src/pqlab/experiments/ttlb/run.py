@@ -11,7 +11,7 @@ from pqlab.experiments.ttlb import analyse, schema
 from pqlab.experiments.ttlb.plan import CELLS, Plan
 from pqlab.net.shaping import build_hosts
 from pqlab.progress import CellProgress
-from pqlab.tls import predict, runner, stacks
+from pqlab.tls import predict, runner
 from pqlab.tls.chains import Chain, make_chain
 from pqlab.tls.negotiation import Expected
 
@@ -31,7 +31,7 @@ def _chains(plan: Plan, store, address: str | None = None) -> dict[tuple, Chain]
                 store.path / "certs",
                 alg,
                 alg,
-                plan.stack,
+                plan.stack.name,
                 send_root=True,
                 server_address=address,
                 chain_bytes=size,
@@ -45,8 +45,8 @@ def _chains(plan: Plan, store, address: str | None = None) -> dict[tuple, Chain]
                 [
                     {
                         "chain": label,
-                        "key_spec": stacks.get(plan.stack).key_spec(alg),
-                        "sigalg": stacks.get(plan.stack).sigalg_name(alg),
+                        "key_spec": plan.stack.key_spec(alg),
+                        "sigalg": plan.stack.sigalg_name(alg),
                         "chain_certs": chain.sent_certs,
                         "chain_der_bytes": chain.sent_der_bytes,
                         "record": json.dumps(chain.record),
@@ -95,9 +95,9 @@ def _mutual(store, plan: Plan, chain_alg, client):
     if client is None:
         return None, None, None
     chain = make_chain(
-        store.path / "certs", plan.client_ca or chain_alg, client, plan.stack, purpose="client"
+        store.path / "certs", plan.client_ca or chain_alg, client, plan.stack.name, purpose="client"
     )
-    auth, identity = runner.mutual(chain, client)
+    auth, identity = runner.mutual(chain, client, plan.stack)
     model = predict.ClientAuth(client, tuple(chain.sent_der), chain.root_name_der_bytes)
     return auth, identity, model
 
@@ -118,7 +118,7 @@ def _run_sizes(store, plan: Plan, hosts, link, profile, cell, port: int, sizes, 
     )
     expected = Expected(group=group, sigalg=chain_alg, client_sigalg=client)
     gap = gap_ms(profile)
-    stack = stacks.get(plan.stack)
+    stack = plan.stack
     # The wire model's view of the cell (no link model for a real network).
     hs, cliffs = None, []
     if getattr(profile, "pair", None) is None:
@@ -175,7 +175,7 @@ def _commit(store, plan: Plan, profile, cell: tuple, cols: dict, model: tuple) -
         "chain_bytes": chain_bytes,
         "data_bytes": size,
         "n": plan.n,
-        "stack": plan.stack,
+        "stack": plan.stack.name,
         "client_sig": client.name if client else "none",
     }
     pair = getattr(profile, "pair", None)
@@ -190,7 +190,7 @@ def _commit(store, plan: Plan, profile, cell: tuple, cols: dict, model: tuple) -
             "ttlb_raw",
             {
                 **cols,
-                "stack": [plan.stack] * n_rows,
+                "stack": [plan.stack.name] * n_rows,
                 "host_pair": [pair.label if pair else None] * n_rows,
                 "cell_id": [cid] * n_rows,
             },

@@ -8,10 +8,10 @@ import sys
 from dataclasses import dataclass
 
 from pqlab import catalog, units
+from pqlab.algorithms import python as pp
 from pqlab.catalog import Algorithm
 from pqlab.errors import UserError
 from pqlab.experiment import CellId, Option
-from pqlab.experiments import primitives_python as pp
 
 # TLS group spellings the catalogue may carry in `openssl` for key agreements, mapped to the
 # EVP algorithm and group the engine expects (see docs/primitives.md, "engine arguments").

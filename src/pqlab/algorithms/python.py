@@ -7,7 +7,7 @@ single call, 1000 runs with the first dropped. This module measures the same way
 and ML-DSA), so a run can put the document's harness next to the engine's C-level timings of
 the same algorithms and show what the interpreter adds.
 
-It runs as its own process (`python -m pqlab.experiments.primitives_python kem|sig ...`,
+It runs as its own process (`python -m pqlab.algorithms.python kem|sig ...`,
 started by `pqlab primitives` like the engine) and speaks the engine's protocol for
 `pqlab-engine kem|sig` (docs/primitives.md): `start`, one `sample` per timed run, `op_done`,
 `checks`, `sizes`, or `error`. The measuring loop is the engine's (engine/src/primitives/
@@ -40,7 +40,7 @@ MESSAGE_LEN = 64
 BATCH = 128
 WARMUP_MAX_NS = 2_000_000_000
 FILL = b"pqlab: a message to sign, one per timed signature. "
-PROGRAM = "pqlab.experiments.primitives_python"
+PROGRAM = "pqlab.algorithms.python"
 PARAM_KEYS = {"curve", "group", "bits", "padding", "digest"}
 
 

@@ -245,11 +245,6 @@ def hello_segments(
     return ch, sh
 
 
-def is_mutual(records: list[TlsRecord] | Messages) -> bool:
-    """Whether the client sent a certificate (mutual TLS)."""
-    return _messages(records).mutual
-
-
 def client_flight(client_conn: Connection, records: list[TlsRecord] | Messages) -> tuple[int, int]:
     """The client's second flight (after the ClientHello: its Certificate and
     CertificateVerify in mutual TLS, and its Finished), in TLS bytes and in the segments of

@@ -20,8 +20,8 @@ from importlib import resources
 from pathlib import Path
 
 from pqlab import catalog
+from pqlab.algorithms.selection import Cell, parse_backends
 from pqlab.errors import CheckError, EngineError, UserError
-from pqlab.experiments.selection import Cell, parse_backends
 from pqlab.report.section import Section
 from pqlab.tls import stacks, wolfssl_tools
 

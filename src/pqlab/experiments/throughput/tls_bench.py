@@ -21,7 +21,7 @@ import platform
 
 from pqlab import catalog
 from pqlab.report.section import Section
-from pqlab.tls import stacks, wolfssl_tools
+from pqlab.tls import wolfssl_tools
 
 DDL = """
 CREATE TABLE IF NOT EXISTS throughput_tls_bench_raw (
@@ -78,8 +78,7 @@ def _rows(stack, suite: str, seconds: int, sizes: dict) -> list[dict]:
 
 def measure(plan, store, cells, done) -> None:
     """tls_bench once per stack that has it and suite of the plan (tls_bench knows it)."""
-    for name in plan.stacks:
-        stack = stacks.get(name)
+    for stack in plan.stacks:
         if not wolfssl_tools.has_tools(stack, "tls_bench"):
             continue
         sizes = (
@@ -88,7 +87,7 @@ def measure(plan, store, cells, done) -> None:
             else {}
         )
         for suite in plan.suites:
-            cid = cells.auxiliary("tls_bench", name, suite)
+            cid = cells.auxiliary("tls_bench", stack.name, suite)
             if suite not in SUITES or cid in done:
                 continue
             rows = [

@@ -1,60 +1,50 @@
-"""Physics checks of an emulated link: does the link do what its profile says?
-
-Over real TCP and UDP between the two namespaces:
-- rtt: the TCP connect time (SYN to SYN-ACK, what TCP sees as its first RTT sample) matches
-  the configured RTT plus the SYN and SYN-ACK serialisation, within 2 % + 0.5 ms (with
-  jitter, the expected median comes from netem's tables);
-- rate: a bulk TCP transfer server -> client takes what serialisation of its bytes on the
-  wire predicts, within 3 % (measured over the last 75 % of the bytes, after slow start);
-- loss: the share of UDP probes lost per direction lies in the 99 % Wilson interval around
-  the measured share;
-- delay: the one-way delay quantiles of the UDP probes (p10..p90) fall inside the band that
-  netem's own algorithm gives for the same send times, drawn from the same tables.
+"""Running the linktest checks over the emulated link: rtt, rate, loss and delay, each
+against what the profile and netem's own algorithm predict.
 """
 
 from __future__ import annotations
 
 import json
 import math
-import sys
-from dataclasses import dataclass
 
 import numpy as np
 
-from pqlab import engine, estimate, figures, units
-from pqlab.errors import CheckError, EngineError, UserError
-from pqlab.experiment import CellId, Cells, Experiment, Option
-from pqlab.net import probes, profiles
-from pqlab.net.profiles import Direction, LinkProfile, load_profiles
-from pqlab.net.shaping import build_hosts, check_shaper, shaper_option
+from pqlab import engine
+from pqlab.errors import EngineError
+from pqlab.experiment import CellId
+from pqlab.experiments.linktest.plan import (
+    CELLS,
+    ETH,
+    NAME,
+    UDP_PROBE_BYTES,
+    Plan,
+    connect_gap_ms,
+    packet_time_ns,
+    rate_bytes,
+    udp_idle_s,
+    udp_interval_us,
+)
+from pqlab.experiments.linktest.schema import META_DDL, RAW_DDL, RESULTS_DDL
+from pqlab.net import probes
+from pqlab.net.profiles import Direction, LinkProfile
+from pqlab.net.shaping import build_hosts
 from pqlab.process import Process
 from pqlab.progress import CellProgress
-from pqlab.report.section import Section
 from pqlab.stats import Cause, Warning_
 
-NAME = "linktest"
-CELLS = Cells(NAME, ("profile", "shaper"))
 QUANTILES = (0.10, 0.25, 0.50, 0.75, 0.90)
-Z99 = 2.5758
-SYN_WIRE = 74  # SYN / SYN-ACK with options (60-byte IP packet) + 14-byte Ethernet header
-ETH = 14
-PORT = 47000
-REPLAYS = 200
 
-RESULTS_DDL = """
-CREATE TABLE IF NOT EXISTS linktest (
-    profile TEXT, shaper TEXT, check_name TEXT, direction TEXT, expected DOUBLE,
-    measured DOUBLE, low DOUBLE, high DOUBLE, unit TEXT, n INTEGER, passed BOOLEAN,
-    note TEXT)
-"""
-RAW_DDL = """
-CREATE TABLE IF NOT EXISTS linktest_raw (
-    profile TEXT, shaper TEXT, probe TEXT, direction TEXT, seq INTEGER, value_ns BIGINT)
-"""
-META_DDL = """
-CREATE TABLE IF NOT EXISTS linktest_profiles (profile TEXT, shaper TEXT, choice TEXT,
-    profile_json JSON, link_json JSON, topology_json JSON)
-"""
+
+Z99 = 2.5758
+
+
+SYN_WIRE = 74  # SYN / SYN-ACK with options (60-byte IP packet) + 14-byte Ethernet header
+
+
+PORT = 47000
+
+
+REPLAYS = 200
 
 
 # --- netem's delay model, in numpy -------------------------------------------------------
@@ -103,10 +93,6 @@ def draw_delays_ns(d: Direction, n: int, rng: np.random.Generator) -> np.ndarray
     x = (sigma % 8192) * t
     x = np.where(x >= 0, x + 4096, x - 4096)
     return np.trunc(x / 8192).astype(np.int64) + (sigma // 8192) * t + mu
-
-
-def packet_time_ns(d: Direction, wire_bytes: int) -> int:
-    return int(wire_bytes * 8 * 1_000_000_000 // int(d.rate_bps)) if d.rate_bps else 0
 
 
 def simulate_one_way_ns(
@@ -180,14 +166,6 @@ def _result(check, direction, expected, measured, low, high, unit, n, note=""):
     }
 
 
-def connect_gap_ms(profile: LinkProfile) -> float:
-    """The pause between two connects of the round-trip check: so that no packet of the
-    previous one is still queued (with jitter and a rate, netem would hold the SYN behind
-    it)."""
-    spread = max(d.delay_s + 4.5 * d.jitter_s for d in (profile.c2s, profile.s2c))
-    return max(5.0, 2e3 * spread + 5) if (profile.c2s.jitter_s or profile.s2c.jitter_s) else 5.0
-
-
 def check_rtt(topo, profile: LinkProfile, count: int, raw: list, seed: int) -> dict:
     port = PORT + 1
     gap_ms = connect_gap_ms(profile)
@@ -248,20 +226,6 @@ def check_rtt(topo, profile: LinkProfile, count: int, raw: list, seed: int) -> d
     )
 
 
-def rate_bytes(profile: LinkProfile, seconds: float) -> int | None:
-    """The bytes the rate check sends, or None when the link has no rate to check or the
-    check does not apply."""
-    d = profile.s2c
-    if not d.rate_bps or any(x.loss_pct or x.jitter_s for x in (profile.c2s, profile.s2c)):
-        # With loss, TCP's recovery leaves the link idle; with jitter and a rate, netem holds
-        # packets behind the longest delay drawn (max(now + delay, last)), stretching the
-        # RTT: serialisation alone predicts neither.
-        return None
-    # Long enough that slow start (about log2(BDP / initcwnd) round trips) is a small part.
-    seconds = max(seconds, 30 * profile.rtt_s)
-    return int(min(max(d.rate_bps / 8 * seconds, 200_000), 200_000_000))
-
-
 def check_rate(topo, profile: LinkProfile, seconds: float, raw: list) -> dict | None:
     d = profile.s2c
     nbytes = rate_bytes(profile, seconds)
@@ -304,19 +268,6 @@ def check_rate(topo, profile: LinkProfile, seconds: float, raw: list) -> dict | 
         f"{wire_bits / 8:.0f} bytes on the wire at {d.rate_bps:g} bit/s; "
         f"sender retransmitted {retrans} segments",
     )
-
-
-UDP_PROBE_BYTES = 100
-
-
-def udp_interval_us(d: Direction) -> int:
-    """The pause between two UDP probes: three probes' time on the wire, at least 0.5 ms."""
-    return max(500, 3 * packet_time_ns(d, UDP_PROBE_BYTES + 28 + ETH) // 1000)
-
-
-def udp_idle_s(d: Direction) -> float:
-    """How long the sink waits for more probes after the last one it received."""
-    return max(1.0, 2 * (d.delay_s + 4.5 * d.jitter_s) + 0.5)
 
 
 def check_udp(
@@ -510,180 +461,3 @@ def _measure_profile(store, plan: Plan, profile: LinkProfile, cell: CellId, prog
                 }
             ],
         )
-
-
-def export(store):
-
-    if not store.has_table("linktest"):
-        return None
-    section = Section(
-        "Link physics checks",
-        "<p>Each emulated link is checked against its profile with real traffic between the "
-        "two namespaces: the TCP connect time against the configured RTT (within 2 % + "
-        "0.5 ms), a bulk TCP transfer against the time serialisation of its bytes on the wire "
-        "predicts (within 3 %), the share of lost UDP probes against the configured loss "
-        "(99 % Wilson interval), and the one-way delay quantiles of the probes against netem's "
-        "own model of the same send times (drawn from the same 4096-entry tables). "
-        "<code>passed</code> says whether the measured value lies in "
-        "<code>[low, high]</code>; a failed check means numbers measured over that link do "
-        "not mean what the profile says.</p>",
-    )
-    csv = store.export_table(
-        "linktest",
-        "SELECT profile, shaper, check_name AS check, direction, expected, "
-        "measured, low, high, unit, n, passed, note FROM linktest ORDER BY profile, shaper, "
-        "check_name, direction",
-    )
-    section.table(csv, "Physics checks per profile and shaper")
-    rows = store.query(
-        "SELECT profile, shaper, direction, value_ns FROM linktest_raw "
-        "WHERE probe = 'udp_one_way' ORDER BY profile, direction, seq"
-    )
-    if rows:
-        import matplotlib.pyplot as plt
-
-        keys = sorted({(r["profile"], r["shaper"], r["direction"]) for r in rows})
-        fig, ax = plt.subplots(figsize=(7, 4))
-        for key in keys:
-            v = np.sort(
-                [
-                    r["value_ns"] / 1e6
-                    for r in rows
-                    if (r["profile"], r["shaper"], r["direction"]) == key
-                ]
-            )
-            ax.plot(v, np.arange(1, len(v) + 1) / len(v), label=" / ".join(key))
-        ax.set_xlabel("one-way delay of UDP probes (ms)")
-        ax.set_ylabel("CDF")
-        ax.legend(fontsize=7)
-        png = figures.save(fig, store, "linktest_delay_cdf")
-        section.figure(png, "One-way delay of the UDP probes per profile and direction")
-    return section
-
-
-# --- the experiment ---------------------------------------------------------------------------
-
-# 120 s plus 30 round trips stays within the probes' 300 s timeout.
-MAX_RATE_SECONDS = 120.0
-
-
-@dataclass
-class Plan:
-    profiles: list[LinkProfile]
-    shaper: str
-    probes: int
-    connects: int
-    rate_seconds: float
-
-
-def _profile_help() -> str:
-
-    return (
-        "link profile: a preset ("
-        + ", ".join(profiles.preset_names())
-        + "), key=value pairs or a .toml file; repeatable"
-    )
-
-
-def from_values(values) -> Plan:
-
-    if not values.profile:
-        raise UserError("--profile is required (a preset, key=value pairs or a .toml file)")
-    profiles = load_profiles(values.profile)
-    probes = units.parse_positive_int(values.probes, "--probes", minimum=20)
-    connects = units.parse_positive_int(values.connects, "--connects", minimum=3)
-    if probes > 1_000_000 or connects > 100_000:
-        raise UserError("--probes is at most 1000000 and --connects at most 100000")
-    rate_seconds = units.parse_seconds(values.rate_seconds, "--rate-seconds", MAX_RATE_SECONDS)
-    check_shaper(values.shaper or "auto")
-    for p in profiles:
-        for text in p.warnings():
-            print(f"warning: {text}", file=sys.stderr)
-    return Plan(profiles, values.shaper or "auto", probes, connects, rate_seconds)
-
-
-class Linktest(Experiment):
-    name = NAME
-    help = "physics checks of an emulated link profile"
-    description = (
-        "Check that an emulated link does what its profile says (RTT seen by TCP, transfer "
-        "time at the configured rate, loss, one-way delay distribution). Needs CAP_NET_ADMIN."
-    )
-    needs_net = True
-    cells = CELLS
-    options = (
-        Option("profile", _profile_help(), metavar="PROFILE", repeat=True),
-        shaper_option("link emulator"),
-        Option(
-            "probes",
-            "UDP probes per direction for loss and delay (20-1000000)",
-            default="1000",
-            metavar="N",
-        ),
-        Option("connects", "TCP connects for the RTT check (3-100000)", default="20", metavar="N"),
-        Option(
-            "rate-seconds",
-            f"length of the bulk transfer for the rate check (above 0, at most "
-            f"{MAX_RATE_SECONDS:g})",
-            default="2.0",
-            metavar="S",
-        ),
-    )
-
-    def metadata(self, plan: Plan) -> dict:
-        return {
-            "link_profiles": [p.describe() for p in plan.profiles],
-            "profile_warnings": [w for p in plan.profiles for w in p.warnings()],
-            "shaper_requested": plan.shaper,
-        }
-
-    def resume_key(self, plan: Plan) -> dict:
-        return {
-            "probes": plan.probes,
-            "connects": plan.connects,
-            "rate_seconds": plan.rate_seconds,
-        }
-
-    def work(self, plan: Plan) -> estimate.Work:
-        """Per profile its topology and its checks, whose times the link fixes: --connects
-        connects a round trip and a pause apart, the rate check's bytes at the link's rate,
-        --probes UDP probes each way at their interval and the sink's wait after them."""
-        work = estimate.Work(
-            f"{estimate.count(len(plan.profiles), 'link')} x {plan.connects} connects, "
-            f"{plan.probes} probes each way",
-            cells=len(plan.profiles),
-        )
-        for profile in plan.profiles:
-            work.add("linktest.profile", 1)
-            work.exact_s += plan.connects * (profile.rtt_s + connect_gap_ms(profile) / 1e3)
-            nbytes = rate_bytes(profile, plan.rate_seconds)
-            if nbytes is not None:
-                work.exact_s += nbytes * 8 / profile.s2c.rate_bps + 3 * profile.rtt_s
-            for d in (profile.c2s, profile.s2c):
-                work.exact_s += plan.probes * udp_interval_us(d) / 1e6 + d.delay_s
-                if d.loss_pct:  # the sink waits for probes that never come
-                    work.exact_s += udp_idle_s(d)
-        return work
-
-    def verdict(self, plan: Plan, store) -> None:
-        """Print every check of this plan's profiles; fail (exit 5) if any failed."""
-        names = [p.name for p in plan.profiles]
-        rows = [
-            r for r in store.query("SELECT * FROM linktest ORDER BY rowid") if r["profile"] in names
-        ]
-        for r in rows:
-            mark = "ok  " if r["passed"] else "FAIL"
-            print(
-                f"{mark} {r['profile']} [{r['shaper']}] {r['check_name']} {r['direction']}: "
-                f"measured {r['measured']:.3f} {r['unit']}, expected {r['expected']:.3f} "
-                f"(accepted {r['low']:.3f}..{r['high']:.3f})",
-                file=sys.stderr,
-            )
-        failed = [r for r in rows if not r["passed"]]
-        if failed:
-            raise CheckError(
-                f"linktest: {len(failed)} of {len(rows)} checks failed; see tables/linktest.csv"
-            )
-
-
-EXPERIMENT = Linktest()

@@ -3,33 +3,33 @@ in practice (DER SubjectPublicKeyInfo, PKCS#8, DER signatures), with observed mi
 the encoding varies (RSA private keys, ECDSA signatures, Falcon signatures).
 
 Both `pqlab sizes` and `pqlab primitives` store the engine's `sizes` records in
-`primitive_sizes` (one row per algorithm, backend and field); `export()` builds
-tables/sizes.csv from all of them.
+`primitive_sizes` (one row per algorithm, backend and field, `store_sizes`); `export()`
+builds tables/sizes.csv from all of them.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-from pqlab import catalog, engine, estimate, figures, units
-from pqlab.errors import EngineError, UserError
-from pqlab.experiment import Cells, Experiment, Option
-from pqlab.experiments.selection import SELECTION_OPTIONS, selection
-from pqlab.progress import CellProgress
+from pqlab import catalog, figures
+from pqlab.errors import UserError
 from pqlab.report.section import Section
 from pqlab.store import RunStore
-
-NAME = "sizes"
-CELLS = Cells(NAME, ("algorithm", "backend"))
 
 SIZES_DDL = """
 CREATE TABLE IF NOT EXISTS primitive_sizes (
     experiment TEXT, algorithm TEXT, backend TEXT, kind TEXT, field TEXT,
     min_bytes BIGINT, max_bytes BIGINT, observed INTEGER, note TEXT)
 """
+
+
 RAW_FIELDS = ("public_key", "secret_key", "ciphertext", "shared_secret", "signature")
+
+
 ENCODED_FIELDS = ("public_key_der", "secret_key_der", "signature_der")
+
+
 LEADING = ["algorithm", "kind", *RAW_FIELDS]
+
+
 COLUMNS = LEADING + [
     "public_key_der_min",
     "public_key_der_max",
@@ -288,103 +288,3 @@ def export(store: RunStore) -> Section | None:
     if png:
         section.figure(png, "Public key and ciphertext/signature sizes per algorithm")
     return section
-
-
-def run_cells(store: RunStore, cells, samples: int, max_seconds: float | None) -> None:
-    """Generate `samples` keys (and as many signatures or encapsulations) per cell, untimed
-    for the purpose of this table (the engine still checks each one), and store the sizes."""
-
-    store.ensure_table(SIZES_DDL)
-    done = CELLS.done(store)
-    todo = [c for c in cells if c.cell_id not in done]
-    with CellProgress("sizes", len(cells)) as progress:
-        progress.advance(len(cells) - len(todo))
-        for cell in todo:
-            progress.start(f"{cell.algorithm.name} ({cell.backend})")
-            args = cell.engine_args() + [
-                "--iterations",
-                str(samples),
-                "--warmup",
-                "0",
-                "--no-samples",
-            ]
-            if max_seconds:
-                args += ["--max-seconds", f"{max_seconds:g}"]
-            try:
-                records = engine.run(args, timeout=(max_seconds or 3600) * 4 + 60)
-                record = next((r for r in records if r["type"] == "sizes"), None)
-            except EngineError as e:
-                raise EngineError(f"{cell.algorithm.name} ({cell.backend}): {e}") from None
-            if record is None:
-                raise EngineError(f"{cell.algorithm.name} ({cell.backend}): no sizes record")
-            with store.cell(NAME, cell.cell_id, {"args": args}):
-                store_sizes(store, NAME, cell, record)
-            progress.advance()
-
-
-# --- the experiment ---------------------------------------------------------------------------
-
-MAX_SAMPLES = 100_000
-
-
-@dataclass
-class Plan:
-    cells: list
-    samples: int
-    max_seconds: float | None
-
-
-def from_values(values) -> Plan:
-    samples = units.parse_positive_int(values.samples, "--samples")
-    if samples > MAX_SAMPLES:
-        raise UserError(f"--samples {values.samples!r}: at most {MAX_SAMPLES}")
-    max_seconds = units.parse_duration(values.max_seconds, "--max-seconds")
-    if max_seconds > 86_400:
-        raise UserError(f"--max-seconds {values.max_seconds!r}: at most 86400 (one day)")
-    cells, _skipped = selection(values)
-    return Plan(cells, samples, max_seconds or None)
-
-
-def measure(plan: Plan, store) -> None:
-    run_cells(store, plan.cells, plan.samples, plan.max_seconds)
-
-
-class Sizes(Experiment):
-    name = NAME
-    help = "key, ciphertext and signature sizes (raw and DER)"
-    description = (
-        "Public key, secret key, ciphertext, shared secret and signature sizes, raw and as "
-        "encoded in practice (DER SPKI, PKCS#8, DER signatures), with observed ranges."
-    )
-    cells = CELLS
-    options = (
-        *SELECTION_OPTIONS,
-        Option(
-            "samples",
-            "keys and signatures generated per algorithm to observe the range of variable "
-            f"encodings (at most {MAX_SAMPLES})",
-            default="32",
-            metavar="N",
-        ),
-        Option(
-            "max-seconds",
-            "time budget per algorithm phase, for slow key generation or signing",
-            default="10",
-            metavar="S",
-        ),
-    )
-
-    def resume_key(self, plan: Plan) -> dict:
-        return {"samples": plan.samples}
-
-    def work(self, plan: Plan) -> estimate.Work:
-        """Per cell one engine run of --samples iterations and no warm-up (the
-        primitives' operations, `estimate.OPERATIONS`), and its own start and rows."""
-        size = f"{estimate.count(len(plan.cells), 'cell')} x {plan.samples} samples"
-        work = estimate.Work(size, cells=len(plan.cells))
-        work.add("sizes.cell", len(plan.cells))
-        estimate.add_engine_runs(work, plan.cells, plan.samples, 0, plan.max_seconds)
-        return work
-
-
-EXPERIMENT = Sizes()
