@@ -8,7 +8,7 @@ import csv
 
 import pytest
 
-from conftest import run_pqlab
+from conftest import query, run_pqlab
 from pqlab import catalog
 from pqlab.experiments.plan import calibrate
 from pqlab.tls import predict, stacks, wire
@@ -386,3 +386,29 @@ def test_a_calibration_is_the_machine_beyond_the_model():
     assert predict.predict(hs, cal.link(ten), timing=cal.timing()).wire.ttfb_s == pytest.approx(
         plain + 2e-3
     )
+
+
+@pytest.mark.net
+def test_calibrate_measures_through_the_emulator_and_adds_what_it_measured(tmp_path):
+    """--calibrate on the userspace emulator: each configuration's calibration is stored
+    and every prediction of it carries exactly that much more than the network's: the
+    handshake's CPU and four crossings of the forwarding time to the server's Finished."""
+    common = ["--groups", "X25519", "--server-sig", "ECDSA-P256", "--send-root"]
+    common += ["--rtt", "10ms", "--sizes", "0", "--no-report"]
+    run_pqlab("plan", *common, "--out", tmp_path / "net", check=True, timeout=300)
+    run_pqlab(
+        "plan", *common, "--calibrate", "--shaper", "userspace", "--out", tmp_path / "cal",
+        check=True, timeout=600,
+    )  # fmt: skip
+    ((shaper, connections, per_packet_us, cpu_ms),) = query(
+        tmp_path / "cal", "SELECT shaper, connections, per_packet_us, cpu_ms FROM plan_calibration"
+    )
+    assert shaper == "userspace" and connections == calibrate.CONNECTIONS
+    # the emulator costs each packet something, and less than a millisecond; the handshake
+    # (X25519, ECDSA-P256) some CPU, and less than the 5 ms link's round trip
+    assert 5 < per_packet_us < 1000 and 0.05 < cpu_ms < 5
+    (net,) = _rows(tmp_path / "net" / "tables" / "plan.csv")[:1]
+    (row,) = _rows(tmp_path / "cal" / "tables" / "plan.csv")[:1]
+    assert float(row["cpu_ms"]) == pytest.approx(cpu_ms)
+    extra = cpu_ms + 4 * per_packet_us / 1e3
+    assert float(row["ttfb_ms_max"]) - float(net["ttfb_ms_max"]) == pytest.approx(extra, abs=1e-6)
