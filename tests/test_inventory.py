@@ -176,7 +176,7 @@ def test_yaml_errors(tmp_path):
 
 
 def test_empty_or_missing_inventory(tmp_path):
-    with pytest.raises(UserError, match="No such file"):
+    with pytest.raises(UserError, match="does not exist"):
         inventory.load(tmp_path / "none.ini")
     (tmp_path / "empty.ini").write_text("# nothing\n[g]\n")
     with pytest.raises(UserError, match="names no hosts"):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from pqlab.errors import UserError
@@ -147,7 +149,7 @@ def test_toml_errors(tmp_path):
     broken.write_text("rtt = \n")
     with pytest.raises(UserError, match="not valid TOML"):
         load_toml(broken)
-    with pytest.raises(UserError, match="cannot read"):
+    with pytest.raises(UserError, match="does not exist"):
         load_toml(tmp_path / "missing.toml")
     with pytest.raises(UserError, match="unique"):
         load_profiles(["lan", "lan"])
@@ -332,22 +334,25 @@ def test_damaged_toml_is_one_line(tmp_path, content, fragment):
 def test_toml_that_is_not_a_readable_file(tmp_path, monkeypatch):
     d = tmp_path / "dir.toml"
     d.mkdir()
-    assert "it is a directory" in _error(load_toml, d)
-    assert "it is a directory" in _error(load_profiles, [str(d)])
-    assert "No such file" in _error(load_toml, tmp_path / "missing.toml")
-    assert "embedded null byte" in _error(load_toml, "bad\x00.toml")
-    assert "not a regular file" in _error(load_toml, "/dev/null")
+    assert "is a directory; give a regular file" in _error(load_toml, d)
+    assert "is a directory; give a regular file" in _error(load_profiles, [str(d)])
+    assert "does not exist" in _error(load_toml, tmp_path / "missing.toml")
+    assert "is not a file name" in _error(load_toml, "bad\x00.toml")
+    assert "is a character device" in _error(load_toml, "/dev/null")
     big = tmp_path / "big.toml"
     big.write_bytes(b"#" * ((1 << 20) + 1))
-    assert "larger than 1024 KiB" in _error(load_toml, big)
+    assert "larger than 1 MiB, the bound of a profile file" in _error(load_toml, big)
     # Unreadable (tests run as root, so simulate the permission error).
     f = tmp_path / "secret.toml"
     f.write_text('rtt = "5ms"\n')
+    real_open = os.open
 
-    def refuse(self, *a, **k):
-        raise PermissionError(13, "Permission denied", str(self))
+    def refuse(path, *a, **k):
+        if str(path) == str(f):
+            raise PermissionError(13, "Permission denied", str(path))
+        return real_open(path, *a, **k)
 
-    monkeypatch.setattr(type(f), "open", refuse)
+    monkeypatch.setattr(os, "open", refuse)
     msg = _error(load_toml, f)
     assert "cannot read profile file" in msg and "secret.toml" in msg
     assert "Permission denied" in msg

@@ -28,10 +28,24 @@ TOOLS = ["serve", "connect", "algorithms", "report", "export", "compare", "docto
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse that reports bad usage as one `error:` line (exit 2), like every other error."""
+    """argparse that reports bad usage as one `error:` line (exit 2), like every other error,
+    and refuses an empty value for any flag or argument (`--server-host ''` would otherwise
+    quietly mean its default): every command's values pass here."""
 
     def error(self, message: str):  # noqa: D102
         self.exit(2, f"error: {message} (see '{self.prog} --help')\n")
+
+    def parse_known_args(self, args=None, namespace=None):  # noqa: D102
+        namespace, extras = super().parse_known_args(args, namespace)
+        for action in self._actions:
+            value = getattr(namespace, action.dest, None)
+            if value is action.default:
+                continue  # not given
+            values = value if isinstance(value, list) else [value]
+            if any(isinstance(v, str) and not v.strip() for v in values):
+                name = max(action.option_strings, key=len, default=None) or action.metavar
+                self.error(f"{name or action.dest} {''!r} is empty; give a value")
+        return namespace, extras
 
 
 def add_run_options(parser: argparse.ArgumentParser) -> None:
@@ -127,10 +141,10 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt as e:
         code = e.exit_code if isinstance(e, Interrupted) else 130
         what = "terminated (SIGTERM)" if code == 143 else "interrupted"
-        print(
-            f"{what}: finished cells are saved; rerun with --resume to complete the run",
-            file=sys.stderr,
-        )
+        run = getattr(e, "saved_run", None)  # set by a run that has finished cells
+        if run is not None:
+            what += f": finished cells are saved in {run}; rerun with --resume to complete the run"
+        print(what, file=sys.stderr)
         return code
     finally:
         for sig, handler in previous.items():

@@ -210,10 +210,10 @@ def _info_file(path: Path) -> Path:
 def _kept_info(path: Path) -> dict | None:
     """The `info` record kept beside the binary, if it was kept for this very file."""
     try:
-        kept = json.loads(_info_file(path).read_text())
+        kept = json.loads(files.read_input(_info_file(path), "engine info", "record"))
         if kept.get("binary") == _identity(path) and kept.get("info", {}).get("type") == "info":
             return kept["info"]
-    except (OSError, ValueError, AttributeError):
+    except (UserError, ValueError, AttributeError):
         pass
     return None
 

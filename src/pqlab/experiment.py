@@ -115,10 +115,14 @@ class Option:
             if any(isinstance(v, list | dict | bool) for v in value):
                 raise UserError(f"{where}: {self.name} = {value!r}: a list of plain values")
             items = [str(v) for v in value]
+            if any(not item.strip() for item in items):
+                raise UserError(f"{where}: {self.name} = {value!r} holds an empty value")
             if self.repeat:
                 return items
             return ",".join(items)
         text = str(value)
+        if not text.strip():
+            raise UserError(f"{where}: {self.name} = {value!r} is empty; give a value")
         if self.choices and text not in self.choices:
             raise UserError(
                 f"{where}: {self.name} = {value!r}; choose from {', '.join(self.choices)}"
@@ -296,6 +300,12 @@ class Experiment:
         """Per-cell parameters that must be the same when `--resume` adds to a run (the
         matrix may grow; -n may not change)."""
         return {}
+
+    def cell_ids(self, plan: Any) -> set[str] | None:
+        """The ids of the cells `plan` measures (as the store keeps them), so that two steps
+        of one run that would share a cell are found before anything runs; None when the
+        experiment does not say (two such steps must then have the same `resume_key`)."""
+        return None
 
     def work(self, plan: Any):
         """The plan's units of work (`pqlab.estimate.Work`), which `pqlab suite --check`

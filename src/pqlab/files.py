@@ -20,6 +20,11 @@ symbolic link. The rules, in one place:
 - A write the file system refuses is one line (`StorageError`, exit 6) naming the file.
 - A TLS key log (`--keylog`) is created new, or appended to only when it is already a key log
   of the user's own (`check_keylog`; the engine applies the same rule, engine/src/secrets.rs).
+
+And every file pqlab reads goes through `read_input` (or `Dir.read_bytes`, inside a directory
+it opened): a regular file only (a FIFO, a device, a directory or a socket is one line, and is
+never waited on: it is opened O_NONBLOCK), read with a bound that depends on what the file is
+(`READ_LIMITS`): a file larger than its bound is one line naming the bound.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ import re
 import secrets
 import shutil
 import stat
+import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
@@ -62,6 +68,23 @@ STORAGE_ERRNOS = {
     errno.EROFS: "give a directory on a writable file system",
     errno.EFBIG: "the file system takes no file that large",
     errno.EIO: "the disk failed: check it",
+}
+
+
+# How much pqlab reads of each kind of file it is given, at most (bytes). Each is a few
+# times the largest such file pqlab or its users make; docs/security.md lists them.
+KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
+READ_LIMITS = {
+    "suite file": 1 * MiB,  # the full suite is 12 KiB
+    "inventory": 4 * MiB,  # some ten thousand hosts with their variables
+    "profile file": 1 * MiB,  # a profile file is a few lines
+    "key log": 256 * MiB,  # about 200 bytes a connection: a million connections
+    "capture": 4 * GiB,  # a kept capture of a large transfer; read in one piece
+    "connection records": 1 * GiB,  # a cell's records are some 15 MB
+    "certificate": 16 * MiB,  # a padded chain of a few hundred kB, PEM
+    "table": 1 * GiB,  # a run's exported tables (CSV), read back by compare and report
+    "figure": 64 * MiB,  # a run's PNG figures, embedded in report.html
+    "record": 1 * MiB,  # a chain's certs.json, the engine's kept info
 }
 
 
@@ -130,6 +153,116 @@ def check_ancestors(path: Path, what: str) -> None:
         if why is not None:
             raise UserError(f"{what} {str(path)!r}: {str(d)!r} {why}; choose a directory of "
                             "your own")  # fmt: skip
+
+
+def _kind(st: os.stat_result) -> str:
+    """What a non-regular file is, for a message."""
+    for test, what in (
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISFIFO, "a FIFO (named pipe)"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISLNK, "a symbolic link"),
+    ):
+        if test(st.st_mode):
+            return what
+    return "not a regular file"
+
+
+def _read_fd(fd: int, shown: str, kind: str, limit: int | None, head: int | None = None) -> bytes:
+    """The content of the open file `fd` (closed here): a regular file of at most `limit`
+    bytes (the bound of `kind`), or one line naming `shown` and why not. `head`: its first
+    `head` bytes, whatever its size."""
+    limit = READ_LIMITS[kind] if limit is None else limit
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise UserError(f"{shown} is {_kind(st)}; give a regular file")
+        if head is not None:
+            return os.read(fd, head)
+        if st.st_size > limit:
+            raise UserError(f"{shown} is larger than {_size(limit)}, the bound of a {kind}")
+        chunks, total = [], 0
+        while True:
+            chunk = os.read(fd, min(1 * MiB, limit + 1 - total))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            total += len(chunk)
+            if total > limit:  # it grew while being read
+                raise UserError(f"{shown} is larger than {_size(limit)}, the bound of a {kind}")
+        return b"".join(chunks)
+    except OSError as e:
+        raise UserError(f"cannot read {shown}: {e.strerror or e}") from None
+    finally:
+        os.close(fd)
+
+
+def _size(n: int) -> str:
+    for unit, name in ((GiB, "GiB"), (MiB, "MiB"), (KiB, "KiB")):
+        if n >= unit and n % unit == 0:
+            return f"{n // unit} {name}"
+    return f"{n} bytes"
+
+
+def read_input(
+    path: str | Path, what: str, kind: str, limit: int | None = None, follow: bool = True,
+    head: int | None = None,
+) -> bytes:  # fmt: skip
+    """The bytes of a file pqlab was given (`what` names it in messages, e.g. "suite file
+    'x.toml'"): a regular file of at most READ_LIMITS[kind] bytes (or `limit`). Opened
+    O_NONBLOCK, so a FIFO is refused rather than waited on; `follow` False refuses a
+    symbolic link at the last component (a file inside a directory others may write).
+    `head`: only the first `head` bytes are wanted (a file header), whatever the size."""
+    text = str(path)
+    if not text or "\0" in text:
+        raise UserError(f"{what} is not a file name")
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (0 if follow else os.O_NOFOLLOW)
+    try:
+        fd = os.open(text, flags)
+    except FileNotFoundError:
+        raise UserError(f"{what} does not exist") from None
+    except OSError as e:
+        if e.errno == errno.ELOOP and not follow:
+            raise UserError(f"{what} is a symbolic link; pqlab reads no link here") from None
+        raise UserError(f"cannot read {what}: {e.strerror or e}") from None
+    if head is not None:
+        return _read_fd(fd, what, kind, limit, head)
+    return _read_fd(fd, what, kind, limit)
+
+
+def read_input_text(
+    path: str | Path, what: str, kind: str, limit: int | None = None, follow: bool = True,
+    encoding: str = "utf-8",
+) -> str:  # fmt: skip
+    """`read_input`, decoded (`encoding`); a byte that is not text is one line naming it
+    and its line."""
+    data = read_input(path, what, kind, limit, follow)
+    try:
+        return data.decode(encoding)
+    except UnicodeDecodeError as e:
+        line = data[: e.start].count(b"\n") + 1
+        raise UserError(
+            f"{what} is not {encoding.upper()} text (byte 0x{data[e.start]:02x} on line {line})"
+        ) from None
+
+
+def parse_toml(text: str, what: str) -> dict:
+    """A TOML document, or one line saying why not (never a traceback, however it nests)."""
+    try:
+        # A byte-order mark is how some editors say UTF-8; TOML itself does not allow one.
+        return tomllib.loads(text.removeprefix("\ufeff"))
+    except tomllib.TOMLDecodeError as e:
+        # The message ends with "(at line L, column C)".
+        raise UserError(f"{what} is not valid TOML: {' '.join(str(e).split())}") from None
+    except RecursionError:
+        raise UserError(f"{what} is not valid TOML: its arrays or tables nest too deeply") from None
+
+
+def read_toml(path: str | Path, what: str, kind: str) -> dict:
+    """The TOML document in the file `path` (`read_input_text`, `parse_toml`)."""
+    return parse_toml(read_input_text(path, what, kind), what)
 
 
 def check_name(name: str, what: str = "a file name") -> str:
@@ -449,16 +582,25 @@ class Dir:
             os.close(fd)
         return self.path_of(name)
 
-    def read_bytes(self, name: str) -> bytes:
-        """The content of the regular file `name` (a link is refused)."""
-        flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
-        fd = os.open(check_name(name), flags, dir_fd=self.fd)
-        with os.fdopen(fd, "rb") as f:
-            return f.read()
+    def read_bytes(self, name: str, kind: str = "record", limit: int | None = None) -> bytes:
+        """The content of the regular file `name`, of at most READ_LIMITS[kind] bytes (a
+        link, a FIFO, anything but a regular file is refused, never followed or waited on)."""
+        shown = str(self.path_of(name))
+        flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+        try:
+            fd = os.open(check_name(name), flags, dir_fd=self.fd)
+        except FileNotFoundError:
+            raise UserError(f"{shown} does not exist") from None
+        except OSError as e:
+            if e.errno == errno.ELOOP:
+                raise UserError(f"{shown} is a symbolic link; pqlab reads no link here") from None
+            raise UserError(f"cannot read {shown}: {e.strerror or e}") from None
+        return _read_fd(fd, shown, kind, limit)
 
-    def copy_into(self, name: str, target: Dir, mode: int) -> None:
-        """Copy the file `name` to `target` (same name), with `mode`."""
-        target.write(name, self.read_bytes(name), mode)
+    def copy_into(self, name: str, target: Dir, mode: int, kind: str = "table") -> None:
+        """Copy the file `name` (a `kind` of file, bounded as such) to `target` (same
+        name), with `mode`."""
+        target.write(name, self.read_bytes(name, kind), mode)
 
 
 def discard(d: Dir, made: bool) -> None:

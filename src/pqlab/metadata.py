@@ -11,13 +11,14 @@ import subprocess
 import sys
 from pathlib import Path
 
-from pqlab import __version__
+from pqlab import __version__, files
+from pqlab.errors import UserError
 
 
 def _read(path: str, default: str = "unavailable") -> str:
     try:
-        return Path(path).read_text().strip()
-    except OSError:
+        return files.read_input_text(path, path, "record").strip()
+    except UserError:
         return default
 
 

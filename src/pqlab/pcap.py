@@ -109,9 +109,14 @@ def _record_offsets(raw: bytes, endian: str) -> list[int]:
     return offsets
 
 
+def _read(path: str | Path) -> bytes:
+    """A capture's bytes: a regular file (not a link) within the bound of a capture."""
+    return files.read_input(path, f"the capture {path}", "capture", follow=False)
+
+
 def read_pcap(path: str | Path) -> tuple[int, list[Frame]]:
     """(linktype, frames) of a classic pcap file; timestamps in nanoseconds."""
-    raw = Path(path).read_bytes()
+    raw = _read(path)
     endian, scale, linktype = _file_header(raw, path)
     rec = struct.Struct(endian + "IIII")
     frames = []
@@ -125,8 +130,7 @@ def read_pcap(path: str | Path) -> tuple[int, list[Frame]]:
 
 def read_snaplen(path: str | Path) -> int:
     """The snaplen recorded in a classic pcap file's header (bytes kept per packet)."""
-    with open(path, "rb") as f:
-        head = f.read(24)
+    head = files.read_input(path, f"the capture {path}", "capture", head=24)
     if len(head) < 24:
         raise UserError(f"{path}: not a pcap file (only {len(head)} bytes)")
     for endian in ("<", ">"):
@@ -299,7 +303,7 @@ def tcp_packets(path: str | Path, keep_payload: bool = False) -> list[TcpPacket]
 
 def _load(path) -> tuple[bytes, int, _Headers | None]:
     """A capture's bytes, linktype and headers (None: no packets)."""
-    raw = Path(path).read_bytes()
+    raw = _read(path)
     endian, scale, linktype = _file_header(raw, path)
     if linktype not in (LINKTYPE_ETHERNET, LINKTYPE_RAW):
         raise UserError(f"pcap linktype {linktype} is not supported (Ethernet or raw IP only)")

@@ -11,6 +11,7 @@ status, and the tables, figures and report are exported once at the end.
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import time
 from dataclasses import dataclass, field
@@ -31,6 +32,7 @@ class Step:
     experiment: Experiment
     plan: Any
     command_line: str | None = None  # what to record (default: this process's argv)
+    label: str | None = None  # how messages name it ("suite x.toml, step 3"; default "step N")
 
 
 @dataclass
@@ -50,6 +52,34 @@ def export(store: RunStore, html: bool = True) -> None:
     store.record_export(time.perf_counter() - started)
 
 
+def check_steps(steps: list[Step], where: str = "") -> None:
+    """Two steps of one experiment in a run either measure different cells, or measure
+    them with the same per-cell options (`resume_key`): a run keeps each cell once, so the
+    second step would otherwise skip the first's cells and measure nothing of what it was
+    asked (20 iterations, then 40). Refused before anything runs, naming both steps."""
+    seen: dict[str, list[tuple[str, dict, set[str] | None]]] = {}
+    for index, step in enumerate(steps, 1):
+        label = step.label or f"step {index}"
+        exp = step.experiment
+        key = exp.resume_key(step.plan)
+        ids = exp.cell_ids(step.plan)
+        for other, other_key, other_ids in seen.get(exp.name, []):
+            if key == other_key:
+                continue
+            shared = None if ids is None or other_ids is None else ids & other_ids
+            if shared is not None and not shared:
+                continue
+            k = next(k for k in sorted(set(key) | set(other_key)) if key.get(k) != other_key.get(k))
+            cell = f" (cell {min(shared)})" if shared else ""
+            raise UserError(
+                f"{where}{other} and {label} both measure {exp.name} cells{cell} with "
+                f"different {k} ({other_key.get(k)!r}, then {key.get(k)!r}): a run measures "
+                "each cell once, with one set of options; give them the same options, or "
+                "run the second into another --out"
+            )
+        seen.setdefault(exp.name, []).append((label, key, ids))
+
+
 def run_steps(
     steps: list[Step],
     out: str | Path | None,
@@ -65,6 +95,7 @@ def run_steps(
     suite) instead of refused (a single command). `keep_going`: a failing step is recorded
     and the next one runs (the suite); otherwise its error propagates after cleanup."""
 
+    check_steps(steps)
     outcome = Outcome(Path(out) if out else default_out(name or steps[0].experiment.name))
     runnable = []
     can_net, why = privileges.can_admin_network()
@@ -111,6 +142,12 @@ def run_steps(
             export(store, html=report)
             outcome.exported = True
         store.close(check=True)  # a final checkpoint that fails fails the run
+    except KeyboardInterrupt as e:
+        # What the interrupted command may say: where finished cells are kept, if any are.
+        with contextlib.suppress(Exception):
+            if store.cells_done_count():
+                e.saved_run = outcome.path  # type: ignore[attr-defined]
+        raise
     finally:
         store.close()
     return outcome

@@ -10,6 +10,13 @@ for as long as the store is open; readers (`report`, `compare`) take a shared lo
 the database read-only, so they never change a run and never race a writer. The database
 records the schema version it was written with; a run of another version is refused with
 one line, as is a `--resume` on another machine or engine build (`check_resume`).
+
+A results database is untrusted input (a colleague's run, a file anyone could have made): it
+is opened with DuckDB's external access off and no extension loaded (`DB_CONFIG`), so nothing
+in it (a view over `read_csv('/etc/shadow')`, a macro) can read or write another file; its
+base tables must have pqlab's columns with pqlab's types and its JSON columns objects
+(`_check_schema`) before anything reads them; and any query that finds a table, a column or a
+value of another shape is one line naming the database (`_Connection`, `RunStore.reading`).
 """
 
 from __future__ import annotations
@@ -42,6 +49,15 @@ LOCK_NAME = ".lock"
 DB_FILES = (DB_NAME, DB_NAME + ".wal")
 
 
+# How every results database is opened: nothing in it may reach a file, the network or an
+# extension (exports write through a connection of their own that sees only Arrow data).
+DB_CONFIG = {
+    "enable_external_access": False,
+    "autoload_known_extensions": False,
+    "autoinstall_known_extensions": False,
+    "lock_configuration": True,
+}
+
 _BASE_SCHEMA = """
 CREATE TABLE IF NOT EXISTS schema_info (version INTEGER);
 CREATE TABLE IF NOT EXISTS invocations (
@@ -53,6 +69,25 @@ CREATE TABLE IF NOT EXISTS cells (
 CREATE TABLE IF NOT EXISTS warnings (
     experiment TEXT, cell_id TEXT, code TEXT, subject TEXT, message TEXT, advice TEXT);
 """
+
+
+def _columns_of(ddl: str) -> dict[str, dict[str, str]]:
+    """table -> column -> DuckDB type of what `ddl` creates (as information_schema says)."""
+    con = duckdb.connect(":memory:", config=DB_CONFIG)
+    try:
+        con.execute(ddl)
+        out: dict[str, dict[str, str]] = {}
+        for table, column, kind in con.execute(
+            "SELECT table_name, column_name, data_type FROM information_schema.columns"
+        ).fetchall():
+            out.setdefault(table, {})[column] = kind
+        return out
+    finally:
+        con.close()
+
+
+# The base tables every run has, as a reader checks them (`RunStore._check_schema`).
+BASE_COLUMNS = _columns_of(_BASE_SCHEMA)
 
 # What must be the same for `--resume` to add cells to a run: (label, path in metadata).
 RESUME_IDENTITY = (
@@ -215,6 +250,25 @@ def _refused(db_path: Path, e: Exception) -> StorageError | None:
     return None
 
 
+# Errors of a query that met a table, a column or a value of another shape than pqlab's:
+# the database was not written by pqlab (or was changed since).
+_FOREIGN = (
+    duckdb.CatalogException, duckdb.BinderException, duckdb.ConversionException,
+    duckdb.InvalidInputException, duckdb.TypeMismatchException, duckdb.PermissionException,
+    duckdb.OutOfRangeException, duckdb.InvalidTypeException, duckdb.NotImplementedException,
+)  # fmt: skip
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return " ".join(text.splitlines()[0].split())[:300] if text else type(e).__name__
+
+
+def foreign(db_path: Path, e: BaseException) -> UserError:
+    """One line for a database that does not hold what pqlab writes."""
+    return UserError(f"{db_path} does not hold what pqlab writes: {_first_line(e)}")
+
+
 def _damaged(db_path: Path, e: Exception) -> UserError:
     refused = _refused(db_path, e)
     if refused is not None:
@@ -242,6 +296,8 @@ class _Connection:
                 raise refused from None
             if isinstance(e, _DAMAGE):
                 raise _damaged(self._db_path, e) from None
+            if isinstance(e, _FOREIGN):
+                raise foreign(self._db_path, e) from None
             raise
 
     def execute(self, *args, **kw):
@@ -257,9 +313,19 @@ class _Connection:
         return getattr(self._con, name)
 
 
+def write_error(path: Path, e: Exception) -> UserError:
+    """One line for a DuckDB write of the file `path` that failed (an export's COPY): what
+    the file system refused, naming the file, never a database."""
+    refused = _refused(path, e)
+    if refused is not None:
+        return refused
+    return StorageError(f"cannot write {files.shown(path)}: {_first_line(e)}")
+
+
 def _connect(db_path: Path, read_only: bool) -> _Connection:
     try:
-        return _Connection(duckdb.connect(str(db_path), read_only=read_only), db_path)
+        con = duckdb.connect(str(db_path), read_only=read_only, config=DB_CONFIG)
+        return _Connection(con, db_path)
     except duckdb.Error as e:
         raise _damaged(db_path, e) from None
 
@@ -379,16 +445,71 @@ class RunStore:
             raise
         return store
 
+    def _check_schema(self) -> None:
+        """The base tables have pqlab's columns with pqlab's types (more columns are
+        allowed: a newer pqlab's), and their JSON columns hold objects; or one line."""
+        have: dict[str, dict[str, str]] = {}
+        for table, column, kind in self.con.execute(
+            "SELECT table_name, column_name, data_type FROM information_schema.columns "
+            "WHERE table_schema = 'main'"
+        ).fetchall():
+            have.setdefault(table, {})[column] = kind
+        for table, columns in BASE_COLUMNS.items():
+            if table not in have:
+                raise UserError(
+                    f"{self.db_path} has no {table} table (not a pqlab run, or a damaged one)"
+                )
+            for column, kind in columns.items():
+                got = have[table].get(column)
+                if got is None:
+                    raise UserError(
+                        f"{self.db_path}: table {table} has no column {column} (not a "
+                        "pqlab run, or a damaged one)"
+                    )
+                if got != kind:
+                    raise UserError(
+                        f"{self.db_path}: {table}.{column} is {got}, not {kind} (not a "
+                        "pqlab run, or a damaged one)"
+                    )
+        for table, column in (("invocations", "metadata"), ("cells", "params")):
+            bad = self.con.execute(
+                f"SELECT count(*) FROM {table} WHERE {column} IS NOT NULL "
+                f"AND json_type({column}) <> 'OBJECT'"
+            ).fetchall()[0][0]
+            if bad:
+                raise UserError(
+                    f"{self.db_path}: {bad} value(s) of {table}.{column} are not JSON objects "
+                    "(not a pqlab run, or a damaged one)"
+                )
+
+    @contextlib.contextmanager
+    def reading(self) -> Iterator[RunStore]:
+        """Around code that reads the run's tables (report, export, compare): a value of
+        another shape than pqlab writes (a number where text was, a JSON list where an
+        object was) is one line naming the database, not a traceback."""
+        try:
+            yield self
+        except (ValueError, TypeError, KeyError, AttributeError, IndexError) as e:
+            raise foreign(self.db_path, e) from None
+
     def _check_version(self, write: bool, any_version: bool = False) -> None:
         try:
             rows = self.con.execute("SELECT version FROM schema_info").fetchall()
         except duckdb.Error as e:
             raise _damaged(self.db_path, e) from None
-        versions = sorted({int(r[0]) for r in rows})
+        except UserError:
+            raise UserError(
+                f"{self.db_path} has no schema_info table (not a pqlab run, or a damaged one)"
+            ) from None
+        try:
+            versions = sorted({int(r[0]) for r in rows})
+        except (TypeError, ValueError):
+            raise UserError(f"{self.db_path} is damaged: schema versions {rows[:3]}") from None
         if len(versions) != 1:
             raise UserError(f"{self.db_path} is damaged: schema versions {versions or 'none'}")
         version = versions[0]
         self.schema_version = version
+        self._check_schema()
         if version == SCHEMA_VERSION:
             return
         if not write and any_version and version in READABLE_VERSIONS:
@@ -575,6 +696,10 @@ class RunStore:
         ).fetchall()
         return {r[0] for r in rows}
 
+    def cells_done_count(self) -> int:
+        """How many cells the run has finished, of every experiment."""
+        return int(self.con.execute("SELECT count(*) FROM cells").fetchall()[0][0])
+
     @contextlib.contextmanager
     def cell(self, experiment: str, cell_id: str, params: dict) -> Iterator[None]:
         """Everything written inside is committed together with the cell's 'done' mark."""
@@ -652,6 +777,22 @@ class RunStore:
                 table = fn()
                 return table.read_all() if hasattr(table, "read_all") else table
         raise RuntimeError("this duckdb has no arrow export")
+
+    @contextlib.contextmanager
+    def arrow_reader(self, sql: str, batch: int = 65536) -> Iterator:
+        """Query result as a stream of Arrow record batches (a table larger than memory),
+        read on a cursor of its own (the store's connection stays free meanwhile)."""
+        cursor = _Connection(self.con.cursor(), self.db_path)
+        try:
+            rel = cursor.sql(sql)
+            for method in ("to_arrow_reader", "fetch_record_batch", "record_batch"):
+                fn = getattr(rel, method, None)
+                if fn is not None:
+                    yield cursor._guard(fn, batch)
+                    return
+            raise RuntimeError("this duckdb has no arrow reader")
+        finally:
+            cursor.close()
 
     def numpy(self, sql: str, params: list | None = None) -> dict:
         """Query result as a dict of numpy arrays (column -> array)."""

@@ -13,16 +13,20 @@ step's plan is built) before anything runs; errors name the file, the step and t
 
 from __future__ import annotations
 
-import tomllib
+import os
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
 from pqlab import experiment as experiments
+from pqlab import files
 from pqlab.errors import UserError
-from pqlab.session import Step
+from pqlab.session import Step, check_steps
 
 BUILT_IN = ("default", "quick", "full")
+# The most steps a suite may have (the full suite has 21): each costs a plan before anything
+# runs, and a start of its own.
+MAX_STEPS = 1000
 TOP_KEYS = ("description", "step")
 
 
@@ -34,19 +38,13 @@ class Suite:
 
 
 def _read_text(path: Path) -> str:
-    try:
-        return path.read_bytes().decode("utf-8")
-    except FileNotFoundError:
+    what = f"suite file {str(path)!r}"
+    if not os.path.lexists(path):
         raise UserError(
-            f"suite file {str(path)!r} does not exist; give a TOML file or one of the "
-            f"built-in suites: {', '.join(BUILT_IN)}"
-        ) from None
-    except IsADirectoryError:
-        raise UserError(f"suite file {str(path)!r} is a directory") from None
-    except UnicodeDecodeError as e:
-        raise UserError(f"suite file {str(path)!r} is not UTF-8 text (byte {e.start})") from None
-    except OSError as e:
-        raise UserError(f"cannot read suite file {str(path)!r}: {e.strerror}") from None
+            f"{what} does not exist; give a TOML file or one of the built-in suites: "
+            f"{', '.join(BUILT_IN)}"
+        )
+    return files.read_input_text(path, what, "suite file")
 
 
 def load(name_or_path: str) -> Suite:
@@ -58,10 +56,7 @@ def load(name_or_path: str) -> Suite:
 
 
 def parse(text: str, where: str) -> Suite:
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as e:
-        raise UserError(f"suite {where}: not valid TOML: {e}") from None
+    data = files.parse_toml(text, f"suite {where}")
     unknown = sorted(set(data) - set(TOP_KEYS))
     if unknown:
         raise UserError(
@@ -73,6 +68,8 @@ def parse(text: str, where: str) -> Suite:
     raw_steps = data.get("step", [])
     if not isinstance(raw_steps, list) or not raw_steps:
         raise UserError(f"suite {where}: no [[step]] tables; each names an experiment")
+    if len(raw_steps) > MAX_STEPS:
+        raise UserError(f"suite {where}: {len(raw_steps)} steps; a suite has at most {MAX_STEPS}")
     steps = []
     for i, table in enumerate(raw_steps, 1):
         here = f"suite {where}, step {i}"
@@ -94,18 +91,39 @@ def parse(text: str, where: str) -> Suite:
 
 
 def plan_steps(suite: Suite, only: list[str] | None = None) -> list[Step]:
-    """Every step's plan, validated (UserError names the step and the key)."""
-    out = []
-    for name, table, where in suite.steps:
+    """Every step's plan, validated (UserError names the step and the key). Two steps
+    that are the same, or that would measure one cell with different options
+    (`session.check_steps`), are refused before anything runs."""
+    chosen = []
+    first: dict[tuple, int] = {}  # a step's experiment and values -> its number
+    for index, (name, table, where) in enumerate(suite.steps, 1):
         if only and name not in only:
             continue
         exp = experiments.get(name)
         values = exp.values_from_suite(table, where)
+        same = (name, repr(sorted(vars(values).items())))
+        if same in first:
+            raise UserError(
+                f"suite {suite.name}: steps {first[same]} and {index} are the same ({name} with "
+                "the same options); a run measures each cell once: remove one"
+            )
+        first[same] = index
+        chosen.append((index, name, exp, values, where))
+    out = []
+    for index, name, exp, values, where in chosen:
         try:
             plan = exp.plan(values)
         except UserError as e:
             raise type(e)(f"{where}: {e}") from None
-        out.append(Step(exp, plan, command_line=f"pqlab suite {suite.name} [{name}]"))
+        out.append(
+            Step(
+                exp,
+                plan,
+                command_line=f"pqlab suite {suite.name} [{name}]",
+                label=f"step {index}",
+            )
+        )
     if not out:
         raise UserError(f"suite {suite.name}: no step left to run")
+    check_steps(out, f"suite {suite.name}: ")
     return out

@@ -101,10 +101,12 @@ def metadata_changes(a: dict, b: dict) -> list[tuple[str, str, str]]:
 
 def _csv_tables(run: Path) -> dict[str, tuple[list[str], int]]:
     """tables/*.csv of a run: name -> (columns, rows)."""
-    out = {}
+    out: dict[str, tuple[list[str], int]] = {}
+    if (run / "tables").is_symlink():
+        return out  # not the run's own: nothing of it is read
     for path in sorted((run / "tables").glob("*.csv")):
-        with open(path, newline="") as f:
-            rows = list(csv.reader(f))
+        text = files.read_input_text(path, str(path), "table", follow=False)
+        rows = list(csv.reader(io.StringIO(text, newline="")))
         out[path.stem] = (rows[0] if rows else [], max(0, len(rows) - 1))
     return out
 
@@ -188,45 +190,51 @@ def compare(
         a.close()
         raise
     try:
-        rows = []
-        specs = [spec for exp in registry() for spec in exp.compare]
-        for spec in specs:
-            sa, sb = (_samples(s, spec) for s in (a, b))
-            for key in sorted(set(sa) & set(sb), key=str):
-                (xa, ra), (xb, rb) = sa[key], sb[key]
-                if spec.exact:
-                    rows.append(_exact_row(spec, key, xa, xb))
-                    continue
-                if len(xa) < 2 or len(xb) < 2:
-                    continue
-                est, lo, hi = stats.bootstrap_ci(xa, xb, level=level, n_boot=1000)
-                # Each run's own drift (its cells' earlier rounds against their later ones):
-                # a change no larger than that may be the machine's.
-                drifts = [stats.drift(xa, ra), stats.drift(xb, rb)]
-                known = [abs(d) for d in drifts if d is not None]
-                significant = lo > 0 or hi < 0
-                drifted = significant and stats.within_drift(est, drifts)
-                rows.append(
-                    {
-                        "experiment": spec.label,
-                        "key": " / ".join(map(str, key)),
-                        "unit": spec.unit,
-                        "median_a": float(np.median(xa)),
-                        "median_b": float(np.median(xb)),
-                        "n_a": len(xa),
-                        "n_b": len(xb),
-                        "change_pct": 100 * est,
-                        "ci_low_pct": 100 * lo,
-                        "ci_high_pct": 100 * hi,
-                        "drift_pct": 100 * max(known) if known else None,
-                        "verdict": _verdict(significant, est, spec.better, threshold, drifted),
-                    }
-                )
-        meta = stack_changes(a, b) + metadata_changes(a.metadata(), b.metadata())
-        return rows, meta, structure_changes(a, b)
+        with a.reading(), b.reading():
+            return _compare(a, b, level, threshold)
     finally:
         a.close()
         b.close()
+
+
+def _compare(a: RunStore, b: RunStore, level: float, threshold: float):
+    """The comparison of two opened runs (see `compare`)."""
+    rows = []
+    specs = [spec for exp in registry() for spec in exp.compare]
+    for spec in specs:
+        sa, sb = (_samples(s, spec) for s in (a, b))
+        for key in sorted(set(sa) & set(sb), key=str):
+            (xa, ra), (xb, rb) = sa[key], sb[key]
+            if spec.exact:
+                rows.append(_exact_row(spec, key, xa, xb))
+                continue
+            if len(xa) < 2 or len(xb) < 2:
+                continue
+            est, lo, hi = stats.bootstrap_ci(xa, xb, level=level, n_boot=1000)
+            # Each run's own drift (its cells' earlier rounds against their later ones):
+            # a change no larger than that may be the machine's.
+            drifts = [stats.drift(xa, ra), stats.drift(xb, rb)]
+            known = [abs(d) for d in drifts if d is not None]
+            significant = lo > 0 or hi < 0
+            drifted = significant and stats.within_drift(est, drifts)
+            rows.append(
+                {
+                    "experiment": spec.label,
+                    "key": " / ".join(map(str, key)),
+                    "unit": spec.unit,
+                    "median_a": float(np.median(xa)),
+                    "median_b": float(np.median(xb)),
+                    "n_a": len(xa),
+                    "n_b": len(xb),
+                    "change_pct": 100 * est,
+                    "ci_low_pct": 100 * lo,
+                    "ci_high_pct": 100 * hi,
+                    "drift_pct": 100 * max(known) if known else None,
+                    "verdict": _verdict(significant, est, spec.better, threshold, drifted),
+                }
+            )
+    meta = stack_changes(a, b) + metadata_changes(a.metadata(), b.metadata())
+    return rows, meta, structure_changes(a, b)
 
 
 def _exact_row(spec: CompareSpec, key: tuple, xa, xb) -> dict:

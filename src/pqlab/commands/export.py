@@ -23,11 +23,15 @@ import sys
 import tempfile
 from pathlib import Path
 
+import duckdb
+import pyarrow as pa
+import pyarrow.parquet as pq
+
 from pqlab import __version__, files
 from pqlab.errors import UserError
 from pqlab.files import Dir
 from pqlab.report.page import export_all
-from pqlab.store import RunStore
+from pqlab.store import RunStore, write_error
 
 # USE_TMP_FILE false: DuckDB writes the file it is given (a new private one, `pqlab.files`)
 # rather than a `tmp_` file of its own beside it.
@@ -81,10 +85,22 @@ def raw_tables(store: RunStore) -> list[str]:
     return [r["table_name"] for r in rows]
 
 
-def _copy(store: RunStore, select: str, into: Dir, name: str, fmt: str) -> None:
-    """DuckDB's COPY of `select` into the new file `name` of `into`."""
-    with into.filled_by_path(name) as dest:
-        store.con.execute(f"COPY ({select}) TO {_sql_path(dest)} {FORMATS[fmt][1]}")
+def _copy(source, into: Dir, name: str, fmt: str) -> None:
+    """`source` (Arrow data: a table or a stream of batches) into the new file `name` of
+    `into`, by DuckDB's COPY on a connection of its own: the run's database, opened with
+    external access off, never sees a path, and this connection sees only the Arrow data."""
+    con = duckdb.connect(":memory:")
+    try:
+        con.register("_pqlab_export", source)
+        with into.filled_by_path(name) as dest:
+            try:
+                con.execute(
+                    f"COPY (SELECT * FROM _pqlab_export) TO {_sql_path(dest)} {FORMATS[fmt][1]}"
+                )
+            except duckdb.Error as e:
+                raise write_error(dest, e) from None
+    finally:
+        con.close()
 
 
 def _describe(store: RunStore, select: str) -> tuple[int, list[str]]:
@@ -113,7 +129,8 @@ def _export_raw(store: RunStore, out: Dir, fmt: str) -> list[dict]:
     entries = []
     for t in raw_tables(store):
         select = f"SELECT * FROM {_q(t)}"
-        _copy(store, select, raw, f"{t}.{ext}", fmt)
+        with store.arrow_reader(select) as source:
+            _copy(source, raw, f"{t}.{ext}", fmt)
         rows, cols = _describe(store, select)
         entries.append(
             {"table": t, "kind": "raw", "file": f"raw/{t}.{ext}", "rows": rows, "columns": cols}
@@ -143,12 +160,14 @@ def _export_derived(store: RunStore, out: Dir, fmt: str) -> list[dict]:
     ):
         for parquet in _derived(store, scratch):
             name = parquet.stem
-            select = f"SELECT * FROM read_parquet({_sql_path(parquet)})"
+            data = pq.read_table(
+                pa.BufferReader(scratch.sub("tables").read_bytes(parquet.name, "table"))
+            )
             if fmt in ("csv", "parquet"):  # the report's own files
                 scratch.sub("tables").copy_into(f"{name}.{ext}", tables, 0o644)
             else:
-                _copy(store, select, tables, f"{name}.{ext}", fmt)
-            rows, cols = _describe(store, select)
+                _copy(data, tables, f"{name}.{ext}", fmt)
+            rows, cols = data.num_rows, data.column_names
             entries.append(
                 {
                     "table": name,
@@ -177,7 +196,8 @@ def export(run_dir: str | Path, fmt: str, to: str | Path | None = None) -> tuple
         made = not out.exists()
         target = Dir.open(out, "--to", create=True, own=True)
         try:
-            entries = _export_raw(store, target, fmt) + _export_derived(store, target, fmt)
+            with store.reading():
+                entries = _export_raw(store, target, fmt) + _export_derived(store, target, fmt)
             manifest = {
                 "run": str(run_dir.resolve()),
                 "format": fmt,

@@ -27,7 +27,8 @@ def run(args) -> int:
             file=sys.stderr,
         )
     try:
-        sections = export_all(store, html=True)
+        with store.reading():
+            sections = export_all(store, html=True)
     finally:
         store.close()
     print(f"report: {store.path / 'report.html'} ({len(sections)} sections)", file=sys.stderr)

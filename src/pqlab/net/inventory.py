@@ -12,6 +12,11 @@ Every host is in `all`. A host's variables merge, lowest priority first: `all`'s
 groups' by depth (a parent group before its children; groups of equal depth by name), then
 its own; the same order Ansible uses. Patterns are one group or host name (`all` included);
 Ansible's pattern operators (`:`, `&`, `!`, wildcards) are not supported.
+
+An inventory may come from anyone; what reading one can cost is bounded: the file's size
+(`pqlab.files.READ_LIMITS`), the hosts it may name (`MAX_HOSTS`, ranges included, checked
+before a range is expanded), and for YAML the depth of its nesting and the values its
+anchors and aliases expand to (`MAX_YAML_DEPTH`, `MAX_YAML_VALUES`; a cycle is refused).
 """
 
 from __future__ import annotations
@@ -21,9 +26,16 @@ import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from pqlab import files
 from pqlab.errors import UserError
 
 _RANGE = re.compile(r"\[(\d+):(\d+)\]")
+# The most hosts an inventory may name: far more than any lab's host pairs.
+MAX_HOSTS = 10_000
+# A YAML inventory nests groups in groups a few levels deep; its values are host names and
+# variables. Anchors and aliases may share values, but not expand them past this.
+MAX_YAML_DEPTH = 64
+MAX_YAML_VALUES = 100_000
 _NAME = re.compile(r"^[A-Za-z0-9_.\-\[\]:]+$")
 
 
@@ -47,6 +59,8 @@ class Inventory:
         return self.groups[name]
 
     def add_host(self, name: str, group: str, variables: dict) -> None:
+        if name not in self.hosts and len(self.hosts) >= MAX_HOSTS:
+            raise UserError(f"{self.path} names more than {MAX_HOSTS} hosts; at most {MAX_HOSTS}")
         self.hosts.setdefault(name, {}).update(variables)
         g = self.group(group)
         if name not in g.hosts:
@@ -136,17 +150,33 @@ def _under_all(inv: Inventory) -> None:
 
 
 def expand_ranges(name: str) -> list[str]:
-    """`web[01:03]` -> web01, web02, web03 (numeric ranges, zero padding kept)."""
+    """`web[01:03]` -> web01, web02, web03 (numeric ranges, zero padding kept); at most
+    MAX_HOSTS names, counted before anything is expanded."""
+    total = 1
+    for lo, hi in _RANGE.findall(name):
+        if len(lo) > 9 or len(hi) > 9 or int(hi) < int(lo):
+            if len(lo) <= 9 and len(hi) <= 9:
+                raise UserError(f"host range {name!r} runs backwards")
+            total = MAX_HOSTS + 1
+        else:
+            total *= int(hi) - int(lo) + 1
+        if total > MAX_HOSTS:
+            raise UserError(
+                f"host range {name!r} makes more than {MAX_HOSTS} hosts; an inventory names "
+                f"at most {MAX_HOSTS}"
+            )
+    return _expand(name)
+
+
+def _expand(name: str) -> list[str]:
     m = _RANGE.search(name)
     if not m:
         return [name]
     a, b = m.group(1), m.group(2)
     width = len(a) if a.startswith("0") else 0
-    if int(b) < int(a):
-        raise UserError(f"host range {name!r} runs backwards")
     out = []
     for i in range(int(a), int(b) + 1):
-        out += expand_ranges(name[: m.start()] + str(i).zfill(width) + name[m.end() :])
+        out += _expand(name[: m.start()] + str(i).zfill(width) + name[m.end() :])
     return out
 
 
@@ -240,13 +270,49 @@ def _yaml_group(inv: Inventory, name: str, body, where: str) -> None:
         _yaml_group(inv, child, cbody, where)
 
 
+def _yaml_error(e: Exception) -> str:
+    """A YAML parser's error in one line: what is wrong, and where."""
+    problem = getattr(e, "problem", None) or getattr(e, "context", None) or str(e)
+    mark = getattr(e, "problem_mark", None) or getattr(e, "context_mark", None)
+    where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
+    return " ".join(str(problem).split()) + where
+
+
+def _check_yaml_size(data, path: str) -> None:
+    """Refuse a document that nests deeper than MAX_YAML_DEPTH, refers to itself, or
+    expands (through aliases) to more than MAX_YAML_VALUES values; before it is walked."""
+    seen = 0
+    todo = [(data, 0, ())]
+    while todo:
+        value, depth, above = todo.pop()
+        seen += 1
+        if seen > MAX_YAML_VALUES:
+            raise UserError(
+                f"{path}: its values (aliases expanded) number more than {MAX_YAML_VALUES}; "
+                "an inventory names hosts, groups and variables"
+            )
+        if isinstance(value, dict | list):
+            if id(value) in above:
+                raise UserError(f"{path}: a YAML alias refers to a value that contains it")
+            if depth >= MAX_YAML_DEPTH:
+                raise UserError(f"{path}: nests deeper than {MAX_YAML_DEPTH} levels")
+            items = list(value.items()) if isinstance(value, dict) else list(enumerate(value))
+            for key, item in items:
+                if not isinstance(key, str | int | float | bool | type(None)):
+                    raise UserError(f"{path}: a mapping key is a {type(key).__name__}")
+                todo.append((item, depth + 1, (*above, id(value))))
+
+
 def parse_yaml(text: str, path: str = "inventory") -> Inventory:
     import yaml
 
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as e:
-        raise UserError(f"{path}: not valid YAML: {e}") from None
+        raise UserError(f"{path}: not valid YAML: {_yaml_error(e)}") from None
+    except RecursionError:
+        raise UserError(f"{path}: not valid YAML: it nests too deeply") from None
+    _check_yaml_size(data, path)
     if not isinstance(data, dict):
         raise UserError(f"{path}: a YAML inventory is a mapping of groups (all: ...)")
     inv = Inventory(path)
@@ -261,10 +327,7 @@ def parse_yaml(text: str, path: str = "inventory") -> Inventory:
 
 def load(path: str | Path) -> Inventory:
     p = Path(path)
-    try:
-        text = p.read_text()
-    except OSError as e:
-        raise UserError(f"--inventory {str(path)!r}: {e.strerror}") from None
+    text = files.read_input_text(p, f"--inventory {str(path)!r}", "inventory")
     if p.suffix in (".yml", ".yaml") or text.lstrip().startswith(("---", "all:")):
         inv = parse_yaml(text, str(path))
     else:

@@ -24,12 +24,11 @@ from __future__ import annotations
 import difflib
 import itertools
 import math
-import stat
-import tomllib
 from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
 
+from pqlab import files
 from pqlab.errors import UserError
 from pqlab.net.topology import TcpSettings
 from pqlab.units import (
@@ -83,8 +82,8 @@ WINDOW_MAX = 1000
 MTU_MIN, MTU_MAX = 576, 9000
 # Names end up in tables, figure titles and terminal output: printable, bounded.
 NAME_MAX = 200
-# A profile file is a few lines; these bound what reading one can cost.
-MAX_FILE_BYTES = 1 << 20
+# A profile file is a few lines (read within files.READ_LIMITS["profile file"]); this bounds
+# what expanding one can cost.
 MAX_GRID_PROFILES = 1000
 
 # Keys that describe one direction of the link, and their aliases.
@@ -589,47 +588,6 @@ def _profile_from_table(table: dict, default_name: str, where: str) -> LinkProfi
     return _build(name, ",".join(spec_parts), layers, where)
 
 
-def _read_toml(path: Path, where: str) -> dict:
-    """The document in `path`, or one line saying why not (never a traceback)."""
-    try:
-        st = path.stat()
-    except (OSError, ValueError) as e:  # ValueError: a NUL byte in the path
-        why = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
-        raise UserError(f"cannot read {where}: {why}") from None
-    if stat.S_ISDIR(st.st_mode):
-        raise UserError(f"cannot read {where}: it is a directory; give a .toml file")
-    if not stat.S_ISREG(st.st_mode):
-        raise UserError(f"cannot read {where}: it is not a regular file; give a .toml file")
-    try:
-        with path.open("rb") as f:
-            data = f.read(MAX_FILE_BYTES + 1)
-    except OSError as e:
-        raise UserError(f"cannot read {where}: {e.strerror or e}") from None
-    if len(data) > MAX_FILE_BYTES:
-        raise UserError(
-            f"{where} is larger than {MAX_FILE_BYTES // 1024} KiB; a profile file is a few lines"
-        )
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        line = data[: e.start].count(b"\n") + 1
-        raise UserError(
-            f"{where} is not UTF-8 text (byte 0x{data[e.start]:02x} on line {line}); "
-            "save it as UTF-8, as TOML requires"
-        ) from None
-    try:
-        # A byte-order mark is how some editors say UTF-8; TOML itself does not allow one.
-        return tomllib.loads(text.removeprefix("\ufeff"))
-    except tomllib.TOMLDecodeError as e:
-        # The message ends with "(at line L, column C)".
-        msg = " ".join(str(e).split())
-        raise UserError(f"{where} is not valid TOML: {msg}") from None
-    except RecursionError:
-        raise UserError(
-            f"{where} is not valid TOML: its arrays or tables nest too deeply"
-        ) from None
-
-
 def _grid_columns(grid: dict, where: str) -> tuple[list[str], list[list]]:
     """[grid] keys and their value lists; `c2s.loss = [...]` (a [grid.c2s] table) too."""
     keys, values = [], []
@@ -663,7 +621,7 @@ def load_toml(path: str | Path) -> list[LinkProfile]:
     and/or a `[grid]` whose list values are combined (cartesian product)."""
     path = Path(path)
     where = f"profile file {show(str(path), limit=300)}"
-    data = _read_toml(path, where)
+    data = files.read_toml(path, where, "profile file")
     out: list[LinkProfile] = []
     entries = data.pop("profile", None)
     grid = data.pop("grid", None)

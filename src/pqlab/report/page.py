@@ -6,9 +6,10 @@ from __future__ import annotations
 import base64
 import csv
 import html
+import io
 from pathlib import Path
 
-from pqlab import figures, stages
+from pqlab import figures, files, stages
 from pqlab.experiment import registry
 from pqlab.report import summary, warnings
 from pqlab.report.section import Section
@@ -45,7 +46,7 @@ MAX_EMBEDDED_CSV = 2 * 1024 * 1024
 def csv_link(csv_path: Path) -> str:
     """The download link of one table's CSV."""
     name = html.escape(csv_path.name)
-    data = csv_path.read_bytes()
+    data = files.read_input(csv_path, str(csv_path), "table", follow=False)
     if len(data) <= MAX_EMBEDDED_CSV:
         href = "data:text/csv;charset=utf-8;base64," + base64.b64encode(data).decode()
         return f"<a class=csv download='{name}' href='{href}'>download CSV</a>"
@@ -56,8 +57,8 @@ def csv_link(csv_path: Path) -> str:
 
 
 def _table_html(csv_path: Path, max_rows: int) -> str:
-    with open(csv_path, newline="") as f:
-        rows = list(csv.reader(f))
+    text = files.read_input_text(csv_path, str(csv_path), "table", follow=False)
+    rows = list(csv.reader(io.StringIO(text, newline="")))
     if not rows:
         return "<p>(empty)</p>"
     head, body = rows[0], rows[1:]
@@ -192,7 +193,7 @@ def _block_html(block) -> str:
         png, caption = block[1], block[2]
         if not png.exists():
             return ""
-        data = base64.b64encode(png.read_bytes()).decode()
+        data = base64.b64encode(files.read_input(png, str(png), "figure", follow=False)).decode()
         return (
             f"<figure><img alt='{html.escape(caption)}' "
             f"src='data:image/png;base64,{data}'><figcaption>"

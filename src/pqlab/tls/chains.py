@@ -71,7 +71,11 @@ class Chain:
     def root_name_der_bytes(self) -> int:
         """DER bytes of the root's Name (what a server lists in a CertificateRequest's
         certificate_authorities when it names the CAs it accepts)."""
-        return subject_der_bytes((self.directory / "root.crt.der").read_bytes())
+        der = files.read_input(
+            self.directory / "root.crt.der", f"{self.directory}/root.crt.der", "certificate",
+            follow=False,
+        )  # fmt: skip
+        return subject_der_bytes(der)
 
     @property
     def padded_to(self) -> int | None:
@@ -87,7 +91,11 @@ class Chain:
             raise ValueError("a padded chain is made with or without its root; make it again")
         with files.Dir.open(self.directory, "certificate directory", private=True) as d:
             if not d.check_file("chain+root.pem"):
-                text = self.chain.read_text().rstrip("\n") + "\n" + self.root.read_text()
+                chain, root = (
+                    files.read_input_text(p, str(p), "certificate", follow=False)
+                    for p in (self.chain, self.root)
+                )
+                text = chain.rstrip("\n") + "\n" + root
                 d.write("chain+root.pem", text)
             combined = d.path_of("chain+root.pem")
         return replace(self, chain=combined, sends_root=True)
@@ -265,7 +273,7 @@ def _publish_root(made: files.Dir, roots: files.Dir, root_name: str) -> None:
     new = roots.fresh_sub(f".{root_name}.", private=True)
     try:
         for file, mode in ROOT_FILES.items():
-            made.copy_into(file, new, mode)
+            made.copy_into(file, new, mode, "certificate")
         roots.rename(new.path.name, root_name)
     finally:
         roots.remove_tree(new.path.name)

@@ -41,7 +41,7 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM, ChaCha20Poly1305
 from cryptography.hazmat.primitives.kdf.hkdf import HKDFExpand
 
-from pqlab import pcap
+from pqlab import files, pcap
 from pqlab.errors import UserError
 from pqlab.tls.records import TlsRecord
 
@@ -185,11 +185,13 @@ def parse_keylog(text: str, path: str = "<key log>") -> KeyLog:
 def read_keylog(path: str | Path) -> KeyLog:
     """Read and parse a key log file (see `parse_keylog`)."""
     try:
-        text = Path(path).read_text(encoding="ascii")
+        data = files.read_input(path, f"the key log {path}", "key log", follow=False)
+    except UserError as e:
+        raise KeyLogError(str(e)) from None
+    try:
+        text = data.decode("ascii")
     except UnicodeDecodeError as e:
         raise KeyLogError(f"{path}: not a key log (non-ASCII byte at {e.start})") from None
-    except OSError as e:
-        raise KeyLogError(f"cannot read the key log {path}: {e.strerror or e}") from None
     return parse_keylog(text, str(path))
 
 

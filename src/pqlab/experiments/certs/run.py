@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 
+from pqlab import files
 from pqlab.catalog import Algorithm
 from pqlab.experiment import CellId
 from pqlab.experiments.certs.plan import CELLS, NAME, Plan
@@ -61,7 +62,12 @@ def _measure_pair(store, cert_dir, plan: Plan, ca: Algorithm, srv: Algorithm, ce
                     "chain_bytes": r["chain_der_bytes"],
                     "chain_tls13_list_bytes": r["chain_tls13_list_bytes"],
                     "root_sha256": hashlib.sha256(
-                        (chain.directory / "root.crt.der").read_bytes()
+                        files.read_input(
+                            chain.directory / "root.crt.der",
+                            f"{chain.directory}/root.crt.der",
+                            "certificate",
+                            follow=False,
+                        )
                     ).hexdigest(),
                     "record": json.dumps(r),
                     "stack": plan.stack.name,

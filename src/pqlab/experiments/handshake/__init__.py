@@ -69,6 +69,9 @@ class Handshake(Experiment):
         ),
     )
 
+    def cell_ids(self, plan: _plan.Plan) -> set[str]:
+        return {str(plan.cell_id(*cell, pair)) for pair in plan.pairs for cell in plan.cells()}
+
     def resume_key(self, plan: _plan.Plan) -> dict:
         return {
             "n": plan.n,

@@ -19,7 +19,7 @@ from pathlib import Path
 import orjson
 import pyarrow as pa
 
-from pqlab import stats
+from pqlab import files, stats
 from pqlab.errors import EngineError
 from pqlab.experiments.handshake import analyse, clocks, predicted
 from pqlab.stages import StageClock
@@ -129,8 +129,10 @@ def warnings(job: Job, rows: list[dict], clock_row: dict) -> list:
 def read_records(path: Path) -> list[dict]:
     """An engine's connection records (`--connection-records`), in order. (orjson: a
     cell's records are some 15 MB of JSON, most of it their message events.)"""
-    with open(path, "rb") as f:
-        return [orjson.loads(line) for line in f if line.strip()]
+    data = files.read_input(
+        path, f"the connection records {path}", "connection records", follow=False
+    )
+    return [orjson.loads(line) for line in data.splitlines() if line.strip()]
 
 
 def records_source(job: Job, server_pcap: Path):

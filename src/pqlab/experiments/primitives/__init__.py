@@ -59,6 +59,9 @@ class Primitives(Experiment):
         ),
     )
 
+    def cell_ids(self, plan: Plan) -> set[str]:
+        return {str(c.cell_id) for c in plan.cells}
+
     def resume_key(self, plan: Plan) -> dict:
         key = {"iterations": plan.iterations, "warmup": plan.warmup, "seconds": plan.seconds}
         if plan.wolfcrypt:

@@ -39,6 +39,9 @@ class Sizes(Experiment):
     costs = COSTS
     plan_module, run_module, report_module = _plan, _run, _report
 
+    def cell_ids(self, plan: Plan) -> set[str]:
+        return {str(c.cell_id) for c in plan.cells}
+
     def resume_key(self, plan: Plan) -> dict:
         return {"samples": plan.samples}
 

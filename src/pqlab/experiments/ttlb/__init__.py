@@ -77,6 +77,17 @@ class Ttlb(Experiment):
         CompareSpec("ttlb", "ttlb_raw", KEYS, "ttlb_ns / 1e6", "ms"),
     )
 
+    def cell_ids(self, plan: _plan.Plan) -> set[str]:
+        return {
+            str(plan.cell_id(profile, g, c, s, b, cl))
+            for profile in plan.profiles
+            for g in plan.groups
+            for c in plan.chains
+            for b in plan.chain_points()
+            for cl in plan.clients_of(c)
+            for s in plan.sizes
+        }
+
     def resume_key(self, plan: _plan.Plan) -> dict:
         return {
             "n": plan.n,
