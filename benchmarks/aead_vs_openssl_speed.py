@@ -21,7 +21,10 @@ block for the Poly1305 key and its powers, the additional data, the final and th
 For those ciphers each round also runs `evp_records.c` (speed's loop, and the same loop with
 a TLS record layer's calls, compiled here against the same libcrypto) and prints what the
 library's per-record work costs (records / stream, ns per record) and what pqlab adds to it
-(fair / records, which must also be within 5 %).
+(fair / records, which must also be within 5 %). Every AEAD also runs `openssl speed -aead
+-evp`: for GCM and CCM speed's record loop with 13 bytes of additional data (fair / speed
+-aead is checked too); ChaCha20-Poly1305 it streams with -aead as well (OpenSSL 3.5 picks
+the loop by the EVP mode), so there it is printed, not compared.
 
 When `perf` can sample here, each cipher's code path is checked too: both sides are
 sampled (cpu-clock) and the libcrypto functions that take at least 5 % of one side's
@@ -54,6 +57,12 @@ from pqlab.experiments.aead.plan import MASKS
 TOLERANCE = 0.05
 # The ciphers `openssl speed -evp` drives per record (its AE loop); it streams the others.
 SPEED_PER_RECORD = {"aes-128-gcm", "aes-256-gcm", "aes-128-ccm", "aes-256-ccm"}
+# The ciphers `openssl speed -aead` accepts (AEADs). With it, speed adds 13 bytes of
+# additional data to its AE loop, but OpenSSL 3.5's speed picks the loop by the cipher's EVP
+# mode (apps/speed.c): GCM and CCM run record by record, ChaCha20-Poly1305 (mode 0) is
+# streamed with -aead as without it, so for it `speed -aead` is printed beside `speed` and
+# not compared as a second reference.
+AEADS = SPEED_PER_RECORD | {"chacha20-poly1305"}
 # A function is on a side's hot path when it takes this share of its user-space samples...
 HOT = 0.05
 # ... and present on the other's when it takes at least this share there.
@@ -85,8 +94,21 @@ def env_with(mask: str | None) -> dict:
     return env
 
 
-def speed_argv(openssl: Path, alg: str, size: int, seconds: int) -> list[str]:
-    return [str(openssl), "speed", "-evp", alg, "-bytes", str(size), "-seconds", str(seconds)]
+def speed_argv(openssl: Path, alg: str, size: int, seconds: int, aead: bool = False) -> list[str]:
+    """`openssl speed -evp ALG`; with `aead`, `-aead` too: speed's TLS-like loop (per
+    record: IV length, tag length, init with key and IV, 13 bytes of additional data,
+    update, final), which its streamed loop leaves out for ChaCha20-Poly1305."""
+    return [
+        str(openssl),
+        "speed",
+        *(["-aead"] if aead else []),
+        "-evp",
+        alg,
+        "-bytes",
+        str(size),
+        "-seconds",
+        str(seconds),
+    ]
 
 
 def parse_speed(out: str, err: str, size: int) -> dict:
@@ -104,7 +126,9 @@ def children_cpu() -> float:
     return r.ru_utime + r.ru_stime
 
 
-def speed_run(openssl: Path, alg: str, size: int, seconds: int, mask: str | None) -> dict:
+def speed_run(
+    openssl: Path, alg: str, size: int, seconds: int, mask: str | None, aead: bool = False
+) -> dict:
     """One `openssl speed -evp ALG -bytes SIZE`: bytes per CPU-second and per second.
 
     The CPU time is the process's user and system time, the clock pqlab's thread CPU time
@@ -117,7 +141,7 @@ def speed_run(openssl: Path, alg: str, size: int, seconds: int, mask: str | None
     over its alarm's `seconds`, what `-elapsed` would print."""
     before = children_cpu()
     p = subprocess.run(
-        speed_argv(openssl, alg, size, seconds),
+        speed_argv(openssl, alg, size, seconds, aead),
         capture_output=True,
         text=True,
         env=env_with(mask),
@@ -261,6 +285,8 @@ def measure_cipher(a, openssl: Path, reference: Path, alg: str, mask_name: str) 
         "fair": lambda: pqlab_run(alg, a.size, a.seconds, mask),
         "speed": lambda: speed_run(openssl, alg, a.size, a.seconds, mask),
     }
+    if alg in AEADS:
+        runs["speed_aead"] = lambda: speed_run(openssl, alg, a.size, a.seconds, mask, aead=True)
     if streamed:
         runs["records"] = lambda: reference_run(reference, alg, a.size, a.seconds, mask, "records")
         runs["stream"] = lambda: reference_run(reference, alg, a.size, a.seconds, mask, "stream")
@@ -279,6 +305,12 @@ def measure_cipher(a, openssl: Path, reference: Path, alg: str, mask_name: str) 
             f"its own figure {s['own'] / 1e6:.1f}); "
             f"fair / speed {f['cpu'] / s['cpu']:.3f} ({f['wall'] / s['wall']:.3f})"
         )
+        if "speed_aead" in got:
+            sa = got["speed_aead"]
+            line += (
+                f"; speed -aead {sa['cpu'] / 1e6:.1f} ({sa['wall'] / 1e6:.1f}), "
+                f"fair / speed -aead {f['cpu'] / sa['cpu']:.3f} ({f['wall'] / sa['wall']:.3f})"
+            )
         if streamed:
             rr, rs = got["records"], got["stream"]
             line += (
@@ -289,6 +321,8 @@ def measure_cipher(a, openssl: Path, reference: Path, alg: str, mask_name: str) 
         print(line, flush=True)
     r = {"alg": alg, "mask": mask_name, "streamed": streamed, "rounds": rounds}
     pairs = [("fair / speed", "fair", "speed")]
+    if alg in AEADS and not streamed:
+        pairs += [("fair / speed -aead", "fair", "speed_aead")]
     if streamed:
         pairs += [("fair / C record loop", "fair", "records")]
     r["paired"] = {
@@ -298,6 +332,11 @@ def measure_cipher(a, openssl: Path, reference: Path, alg: str, mask_name: str) 
         )
         for what, num, den in pairs
     }
+    if streamed and alg in AEADS:
+        # speed -aead over speed: 1 within noise where -aead streams the cipher as well.
+        r["speed_aead_over_speed"] = median(
+            x["speed_aead"]["cpu"] / x["speed"]["cpu"] for x in rounds
+        )
     if streamed:
         r["library_per_record"] = (
             median(x["records"]["cpu"] / x["stream"]["cpu"] for x in rounds),
@@ -309,8 +348,9 @@ def measure_cipher(a, openssl: Path, reference: Path, alg: str, mask_name: str) 
 
 def checks(r: dict) -> list[tuple[str, float, float]]:
     """One cipher's comparisons: (what, CPU-time ratio, wall-clock ratio). fair / speed for
-    every cipher (the target); for the ciphers speed streams also fair / the C record loop,
-    what pqlab adds to the library's own per-record work."""
+    every cipher (the target); for GCM and CCM also fair / speed -aead (speed's record loop
+    with the additional data a TLS record has); for the ciphers speed streams, with -aead
+    too, fair / the C record loop, what pqlab adds to the library's own per-record work."""
     return [(what, *ratios) for what, ratios in r["paired"].items()]
 
 
@@ -515,6 +555,12 @@ def summary(rows: list[dict], size: int) -> list[str]:
             print(
                 f"    the library's own per-record work (C loop records / stream): {ratio:.3f}, "
                 f"{ns:.0f} ns a record, which speed's loop never pays"
+            )
+        if "speed_aead_over_speed" in r:
+            print(
+                f"    openssl speed -aead / speed: {r['speed_aead_over_speed']:.3f} (OpenSSL "
+                "3.5's speed streams this cipher with -aead too: not a record-by-record "
+                "reference; the C record loop is)"
             )
     return failed
 

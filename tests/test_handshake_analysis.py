@@ -229,6 +229,22 @@ def test_export_builds_tables_and_figures_from_the_database(tmp_path):
         assert total == pytest.approx(0.6)
     assert (tables / "handshake_client_processing.csv").exists()
     assert (tables / "handshake_message_sizes.csv").exists()
+    # Tables 10-12 cell by cell: ServerHello (90) + Certificate (2800) is under 4096 bytes,
+    # not shaded; three segments, CertificateVerify in the last.
+    with open(tables / "handshake_client_processing_cells.csv") as f:
+        cells = {r["server_sig"]: r for r in csv.DictReader(f) if r["cell_id"]}
+    assert cells["ML-DSA-44"]["server_hello_certificate_bytes"] == "2890"
+    assert cells["ML-DSA-44"]["shaded_4096_8192"] == "false"
+    assert cells["ML-DSA-44"]["segments_sh_to_cv"] == "3"
+    assert float(cells["ML-DSA-44"]["client_processing_mean_ms"]) > 0
+    # Not the document's cells (no root sent): the note says so, and the document's cells
+    # this run did not measure follow with the command that does.
+    assert "--send-root" in cells["RSA-2048"]["note"]
+    with open(tables / "handshake_client_processing_cells.csv") as f:
+        document = [r for r in csv.DictReader(f) if not r["cell_id"]]
+    assert len(document) == 48 and all("not in this run" in r["note"] for r in document)
+    assert {r["shaded_4096_8192"] for r in ph} == {"false"}
+    assert {r["segments_sh_to_cv"] for r in ph} == {"3"}
     with open(tables / "handshake_server_segments.csv") as f:
         seg = list(csv.reader(f))
     # Table 9's layout, then the stack, the chain sent, its padded size (none) and the client's

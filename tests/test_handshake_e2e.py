@@ -8,6 +8,7 @@ the kept pcap with tcpdump. Nothing is left behind, also after Ctrl-C.
 from __future__ import annotations
 
 import collections
+import csv
 import os
 import re
 import shutil
@@ -21,7 +22,7 @@ import duckdb
 import pytest
 
 from conftest import handshake_cells, netns_list, pqlab_env, query, run_pqlab
-from tls_helpers import tshark_content_types
+from tls_helpers import tshark_content_types, tshark_segments_to_certificate_verify
 
 # TLS record content types (RFC 8446 5.1).
 ALERT, APPLICATION_DATA = 21, 23
@@ -487,9 +488,9 @@ def test_send_root_reproduces_table_9_of_the_document(tmp_path):
         "--warmup",
         "2",
         "--send-root",
+        "--keep-pcap",
         "--port",
         "4472",
-        "--no-report",
         "--out",
         out,
         check=True,
@@ -501,7 +502,34 @@ def test_send_root_reproduces_table_9_of_the_document(tmp_path):
         "max(server_flight_segments), any_value(chain_sent) FROM handshake_raw "
         "GROUP BY ALL"
     ).fetchall()
+    to_cv = con.execute(
+        'SELECT "group", server_sig, ca_sig, client_port, segments_sh_to_cv FROM handshake_raw'
+    ).fetchall()
     con.close()
+    # The segments from ServerHello to CertificateVerify, connection by connection, as
+    # Wireshark's dissector finds CertificateVerify in the decrypted capture.
+    cells = handshake_cells(out)
+    by_cell = collections.defaultdict(dict)
+    for g, s, c, port, n in to_cv:
+        by_cell[(g, s, c)][port] = n
+    for (g, s, c), ours in by_cell.items():
+        pcap_path = out / "pcap" / f"{g}_{s}_{c}.server.pcap"
+        keys = out / "pcap" / f"{g}_{s}_{c}.keys.log"
+        theirs = tshark_segments_to_certificate_verify(pcap_path, keys, cells[(g, s, c)][0])
+        assert {p: theirs[p] for p in ours} == ours
+    # The document's mark beside each cell of tables 10-12, and the document's own values.
+    with open(out / "tables" / "handshake_client_processing_cells.csv") as f:
+        marks = {(r["server_sig"], r["ca_sig"]): r for r in csv.DictReader(f) if r["cell_id"]}
+    for row in marks.values():
+        assert row["document_client_processing_ms"]
+        assert row["shaded_4096_8192"] == (
+            "true" if 4096 <= int(row["server_hello_certificate_bytes"]) < 8192 else "false"
+        )
+    # RSA-2048 under an ML-DSA-44 root: ServerHello + Certificate between two buffers, as in
+    # the document (its 7450 bytes); ML-DSA-44 under its own root: more than two.
+    assert marks[("RSA-2048", "ML-DSA-44")]["shaded_4096_8192"] == "true"
+    assert marks[("RSA-2048", "ML-DSA-44")]["document_shaded_4096_8192"] == "true"
+    assert marks[("ML-DSA-44", "ML-DSA-44")]["shaded_4096_8192"] == "false"
     got = {(s, c): (lo, hi, chain) for s, c, lo, hi, chain in rows}
     table_9 = {
         ("RSA-2048", "RSA-2048"): 2,

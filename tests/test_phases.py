@@ -83,7 +83,7 @@ def client_records(ch: int = 295) -> list[hp.TlsRecord]:
     ]
 
 
-def opening(w: Wire, certificate: int) -> list[hp.TlsRecord]:
+def opening(w: Wire, certificate: int, certificate_verify: int = 264) -> list[hp.TlsRecord]:
     """Both sides' records with a Certificate of `certificate` bytes, and the connection up
     to the ClientHello (SYN at 0, SYN/ACK at 80 us, ACK at 140 us, ClientHello at 200 us)."""
     recs = client_records() + server_records(
@@ -91,7 +91,7 @@ def opening(w: Wire, certificate: int) -> list[hp.TlsRecord]:
             "ServerHello": 90,
             "EncryptedExtensions": 10,
             "Certificate": certificate,
-            "CertificateVerify": 264,
+            "CertificateVerify": certificate_verify,
             "Finished": 36,
         }
     )
@@ -186,6 +186,27 @@ def test_points_and_phases_of_a_small_flight(tmp_path):
     assert f["server_wire_bytes"] == 4 * 40 + 3299
 
 
+def test_segments_to_certificate_verify_leave_finished_out(tmp_path):
+    """Document 000 counts the segments from ServerHello to CertificateVerify (its 10-, 13-
+    and 16-segment cases): a CertificateVerify record ending on a segment's boundary leaves
+    Finished to a segment of its own, which the count leaves out."""
+    w = Wire(3 * 10**18, 40002)
+    # ServerHello + Certificate under 4096 bytes: the flight is one write; CertificateVerify's
+    # record ends the second segment.
+    recs = opening(w, 1297, certificate_verify=1422)
+    cv_end = hp.message_end(recs, "server", "CertificateVerify")
+    fin_end = hp.message_end(recs, "server", "Finished")
+    assert cv_end == 2 * 1448 and fin_end > cv_end
+    w.send(400_000, False, 0, 0, 1448, ack=300)
+    w.send(401_000, False, 0, 1448, 1448, ack=300)
+    w.send(402_000, False, PSH, 2896, fin_end - 2896, ack=300)
+    w.send(600_000, True, PSH, 300, 64, ack=fin_end)
+    c, s = roundtrip(tmp_path, w)
+    f = hp.analyse(c, s, recs).flight
+    assert f["segments"] == 3
+    assert f["segments_through_certificate_verify"] == 2
+
+
 def test_large_flight_split_by_buffer_and_stalled_by_cwnd(tmp_path):
     """ServerHello+Certificate > 14232 bytes: 4096 flushed first, the rest of the
     Certificate needs more than the 10 initial segments, so the 11th waits for an ACK."""
@@ -238,6 +259,11 @@ def test_large_flight_split_by_buffer_and_stalled_by_cwnd(tmp_path):
     assert f["segments"] == len(segs) and f["split_by_write_buffer"]
     assert f["writes_predicted"] == 3
     assert f["flush_offsets_predicted"] == writes
+    # Document 000's count from ServerHello to CertificateVerify: the segments up to the
+    # one carrying CertificateVerify's last byte, Finished's own segment left out.
+    cv_end = hp.message_end(recs, "server", "CertificateVerify")
+    through_cv = next(i + 1 for i, (start, n) in enumerate(segs) if start + n >= cv_end)
+    assert f["segments_through_certificate_verify"] == through_cv == len(segs)
     assert f["short_segment_ends"] == [4096, cert_end]
     assert f["cwnd_stalls"] == 1
     assert f["cwnd_stall_wait_ns"] == 521_000 - 409_000

@@ -8,8 +8,9 @@ import csv
 
 import pytest
 
-from conftest import run_pqlab
+from conftest import query, run_pqlab
 from pqlab import catalog
+from pqlab.experiments.plan import calibrate
 from pqlab.tls import predict, stacks, wire
 
 # Document 000, table 9: TCP segments from ServerHello to Finished, root CA sent; columns
@@ -139,6 +140,8 @@ def test_cliffs_are_where_a_byte_by_byte_search_finds_them():
         (["--groups", "NotAGroup"], "NotAGroup"),
         (["--mss", "100"], "--mss"),
         (["--bandwidth", "1 potato"], "is not a rate"),
+        (["--calibrate", "--client-sig", "ECDSA-P256"], "leave out --client-sig"),
+        (["--calibrate", "--shaper", "carrier-pigeon"], "--shaper"),
     ],
 )
 def test_bad_input_one_line_nothing_created(args, fragment, tmp_path):
@@ -350,3 +353,62 @@ def test_client_sig_list_from_the_command_line(tmp_path):
     assert rows[""]["certificate_request_bytes_max"] == "0"
     assert int(rows["ML-DSA-44"]["certificate_request_bytes_min"]) == 15
     assert int(rows["ML-DSA-44"]["client_flight_bytes_min"]) > 3000  # an ML-DSA-44 chain
+
+
+def test_a_calibration_is_the_machine_beyond_the_model():
+    """Connections over the calibration link (5 ms, no rate): half the median TCP connect
+    beyond the RTT is each packet's forwarding; the median TTFB beyond the model on that
+    link (those crossings included) is the handshake's CPU; the calibrated prediction of
+    the same connection is then the measured median."""
+    hs = predict.Handshake.of(
+        catalog.resolve("X25519", "kem"),
+        catalog.resolve("ECDSA-P256", "sig"),
+        [700, 500],
+        179,
+        stacks.get("openssl"),
+    )
+    cols = {
+        "idx": [0, 1, 2],
+        "tcp_connect_ns": [5_410_000, 5_400_000, 5_390_000],
+        "ttfb_ns": [12_000_000, 12_100_000, 11_900_000],
+    }
+    cal = calibrate.from_connections(hs, cols, "userspace", 0.005)
+    assert cal.per_packet_s == pytest.approx(200e-6)
+    # two round trips, SYN, SYN-ACK, ClientHello, flight: four crossings of 0.2 ms, then
+    # 1.2 ms of CPU
+    assert cal.cpu_s == pytest.approx(12e-3 - 10e-3 - 4 * 200e-6)
+    five = wire.Link.symmetric(0.005)
+    out = predict.predict(hs, cal.link(five), timing=cal.timing()).wire
+    assert out.ttfb_s == pytest.approx(12e-3)
+    # on a 10 ms link the same machine adds the same CPU and the same crossings
+    ten = wire.Link.symmetric(0.01)
+    plain = predict.predict(hs, ten).wire.ttfb_s
+    assert predict.predict(hs, cal.link(ten), timing=cal.timing()).wire.ttfb_s == pytest.approx(
+        plain + 2e-3
+    )
+
+
+@pytest.mark.net
+def test_calibrate_measures_through_the_emulator_and_adds_what_it_measured(tmp_path):
+    """--calibrate on the userspace emulator: each configuration's calibration is stored
+    and every prediction of it carries exactly that much more than the network's: the
+    handshake's CPU and four crossings of the forwarding time to the server's Finished."""
+    common = ["--groups", "X25519", "--server-sig", "ECDSA-P256", "--send-root"]
+    common += ["--rtt", "10ms", "--sizes", "0", "--no-report"]
+    run_pqlab("plan", *common, "--out", tmp_path / "net", check=True, timeout=300)
+    run_pqlab(
+        "plan", *common, "--calibrate", "--shaper", "userspace", "--out", tmp_path / "cal",
+        check=True, timeout=600,
+    )  # fmt: skip
+    ((shaper, connections, per_packet_us, cpu_ms),) = query(
+        tmp_path / "cal", "SELECT shaper, connections, per_packet_us, cpu_ms FROM plan_calibration"
+    )
+    assert shaper == "userspace" and connections == calibrate.CONNECTIONS
+    # the emulator costs each packet something, and less than a millisecond; the handshake
+    # (X25519, ECDSA-P256) some CPU, and less than the 5 ms link's round trip
+    assert 5 < per_packet_us < 1000 and 0.05 < cpu_ms < 5
+    (net,) = _rows(tmp_path / "net" / "tables" / "plan.csv")[:1]
+    (row,) = _rows(tmp_path / "cal" / "tables" / "plan.csv")[:1]
+    assert float(row["cpu_ms"]) == pytest.approx(cpu_ms)
+    extra = cpu_ms + 4 * per_packet_us / 1e3
+    assert float(row["ttfb_ms_max"]) - float(net["ttfb_ms_max"]) == pytest.approx(extra, abs=1e-6)

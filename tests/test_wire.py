@@ -4,6 +4,8 @@ while the window is used, each against a number worked out by hand or read off a
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from pqlab.net.profiles import parse_profile
@@ -95,3 +97,18 @@ def test_cut_is_the_flight_models_segmentation():
     assert flight.segments([4096, 10161, 12677]) == wire.cut([4096, 10161, 12677])
     assert wire.cut([4096]) == [1448, 2896, 4096]
     assert wire.cut([100, 200], mss=1448) == [100, 200]
+
+
+def test_the_forwarding_time_per_packet_is_paid_on_every_crossing():
+    """A link whose forwarding costs each packet 0.2 ms: the TCP connect takes two
+    crossings more, the handshake's serial path (SYN, SYN-ACK, ClientHello, flight) four,
+    and a response of two rounds two more crossings each for its request and its ACKs."""
+    plain = wire.Link.symmetric(0.01)
+    slow = dataclasses.replace(plain, per_packet_s=0.0002)
+    a, b = _conn(plain, [2400]), _conn(slow, [2400])
+    assert b.ttfb_s - a.ttfb_s == pytest.approx(4 * 0.0002)
+    a, b = _conn(plain, [2400], [20_000]), _conn(slow, [2400], [20_000])
+    # the request crosses once, the first round of the response once, its ACKs and the
+    # second round once each
+    assert [s.round for s in b.response][-1] == 2
+    assert b.ttlb_s - a.ttlb_s == pytest.approx(8 * 0.0002)

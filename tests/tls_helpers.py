@@ -174,3 +174,27 @@ def tshark_content_types(pcap: Path, keylog: Path, port: int) -> dict[int, list[
         side, cport = ("server", int(dport)) if int(sport) == port else ("client", int(sport))
         by_port.setdefault(cport, []).extend((side, int(t)) for t in types.split(","))
     return by_port
+
+
+def tshark_segments_to_certificate_verify(pcap: Path, keylog: Path, port: int) -> dict[int, int]:
+    """Per client port, the server's TCP segments with payload from its first (the
+    ServerHello's) through the one completing the record that carries CertificateVerify
+    (handshake type 15), as Wireshark's dissector reassembles and decrypts them with the
+    key log: document 000's count from ServerHello to CertificateVerify."""
+    rows = tshark_fields(
+        pcap,
+        ["tcp.srcport", "tcp.dstport", "tcp.len", "tls.handshake.type"],
+        keylog=keylog,
+        port=port,
+        display_filter=f"tcp.srcport == {port} && tcp.len > 0",
+    )
+    counted: dict[int, int] = {}
+    done: set[int] = set()
+    for _sport, dport, _length, types in rows:
+        cport = int(dport)
+        if cport in done:
+            continue
+        counted[cport] = counted.get(cport, 0) + 1
+        if "15" in types.split(","):
+            done.add(cport)
+    return {p: n for p, n in counted.items() if p in done}

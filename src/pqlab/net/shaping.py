@@ -38,7 +38,6 @@ import threading
 from dataclasses import dataclass
 
 from pqlab.errors import EngineError, UserError
-from pqlab.experiment import Option
 from pqlab.net import uml
 from pqlab.net.profiles import Direction, LinkProfile
 from pqlab.net.remote import RemoteHosts
@@ -53,12 +52,6 @@ SHAPER_CHOICES_HELP = (
     "kernel has it), or uml (the whole command inside a User-Mode Linux guest whose kernel "
     "has netem, where this host can boot one: `pqlab doctor` says)"
 )
-
-
-def shaper_option(what: str = "") -> Option:
-    """The `--shaper` option every experiment over an emulated link shares (`what`: what it
-    shapes, before the choices)."""
-    return Option("shaper", what + SHAPER_CHOICES_HELP, default="auto", choices=SHAPERS)
 
 
 # A veth frame carries a 14-byte Ethernet header that netem's rate counts; a TUN device

@@ -190,6 +190,7 @@ class Messages:
         return {
             "fin_end": fin_end,
             "cert_end": measured.through_certificate,
+            "cv_end": measured.through_certificate_verify,
             "predicted": predicted,
             "document_case": document_case(measured, write_model),
             "cv_stall_predicted": segments_through(
@@ -537,6 +538,10 @@ def server_flight(
     observed = [end for end, n in zip(segs[:-1], seg_sizes[:-1], strict=True) if n < mss]
     return {
         "segments": len(segs),
+        # Document 000's 10-, 13- and 16-segment cases: ServerHello to CertificateVerify.
+        "segments_through_certificate_verify": min(
+            bisect.bisect_left(segs, plan["cv_end"]) + 1, len(segs)
+        ),
         "retransmissions": sum(1 for r in resent if r.ts_ns <= last.ts_ns and r.end > r.start),
         "bytes": fin_end,
         "bytes_through_certificate": plan["cert_end"],

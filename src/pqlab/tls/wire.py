@@ -7,8 +7,10 @@ beside their measurements.
 What it models, as Linux does it (see docs/plan.md for where this is wrong):
 
 - **the link**, one direction at a time, with netem's arithmetic: a packet sent at t
-  arrives at max(t + delay, previous arrival) + (IP bytes + 14) x 8 / rate; no loss, no
-  jitter, no reordering;
+  arrives at max(t + delay, previous arrival) + (IP bytes + 14) x 8 / rate, plus the time
+  the machine's forwarding takes per packet where it is known (`Link.per_packet_s`: a
+  userspace emulator's reads, timers and writes, measured by `pqlab plan --calibrate`); no
+  loss, no jitter, no reordering;
 - **the sender's writes**: every write (its time and the stream offset it ends at; a
   stack's write model, `pqlab.tls.flight.WriteModel`, gives the offsets) is cut into
   segments of MSS bytes and a short tail at once (TCP_NODELAY); data written while an
@@ -65,6 +67,9 @@ class Link:
     mss: int = DEFAULT_MSS
     initcwnd: int = LINUX_INITCWND
     initrwnd: int = LINUX_INITRWND
+    # What forwarding one packet costs the machine beyond the profile's delay, per direction
+    # (seconds): 0 for the profile alone.
+    per_packet_s: float = 0.0
 
     @classmethod
     def from_profile(cls, profile, mss: int | None = None) -> Link:
@@ -106,18 +111,19 @@ class Link:
 class Pipe:
     """One direction of the link with netem's arithmetic (no jitter, no loss)."""
 
-    __slots__ = ("delay", "rate", "last")
+    __slots__ = ("delay", "rate", "last", "per_packet")
 
-    def __init__(self, d: Direction):
+    def __init__(self, d: Direction, per_packet_s: float = 0.0):
         self.delay = d.delay_s
         self.rate = d.rate_bps
+        self.per_packet = per_packet_s
         self.last = float("-inf")
 
     def send(self, t: float, ip_bytes: int) -> float:
         ser = (ip_bytes + ETH) * 8 / self.rate if self.rate else 0.0
         arrival = max(t + self.delay, self.last) + ser
         self.last = arrival
-        return arrival
+        return arrival + self.per_packet
 
 
 @dataclass(slots=True)
@@ -292,7 +298,7 @@ def connection(
     ClientHello's arrival); the client's second flight (Finished, its certificate and
     CertificateVerify in mutual TLS, and the request) when the server's Finished has
     arrived; the response (write times from the request's arrival), if any."""
-    c2s, s2c = Pipe(link.c2s), Pipe(link.s2c)
+    c2s, s2c = Pipe(link.c2s, link.per_packet_s), Pipe(link.s2c, link.per_packet_s)
     t_syn = c2s.send(0.0, SYN_BYTES)
     t_connected = s2c.send(t_syn, SYN_BYTES)
     client = Sender(link.mss, link.initcwnd, c2s, s2c, _Receiver(LINUX_INITRWND))

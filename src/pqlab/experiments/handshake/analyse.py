@@ -117,6 +117,7 @@ def handshake_row(idx: int, cport: int, h: hp.Handshake, crec: dict, srec: dict)
         "sh_to_cert_ns": p["F"] - p["E"],
         "sh_to_fin_ns": p["H"] - p["E"],
         "server_flight_segments": f["segments"],
+        "segments_sh_to_cv": f["segments_through_certificate_verify"],
         "server_flight_bytes": f["bytes"],
         "bytes_through_certificate": f["bytes_through_certificate"],
         "server_flight_retransmissions": f["retransmissions"],

@@ -10,8 +10,9 @@ from pqlab import catalog, cpuquota, units
 from pqlab.errors import UserError
 from pqlab.experiment import CellId, Cells, Option
 from pqlab.net.profiles import load_profiles
-from pqlab.net.shaping import check_shaper, shaper_option
+from pqlab.net.shaping import check_shaper
 from pqlab.options import hosts
+from pqlab.options.shaper import shaper_option
 from pqlab.options.tls import (
     SAME_AS_SERVER,
     client_auth_options,
@@ -125,7 +126,7 @@ OPTIONS = (
         ".toml file naming one profile (default: the bare link)",
         metavar="PROFILE",
     ),
-    shaper_option("link emulator for --profile: "),
+    shaper_option(),
     *hosts.OPTIONS,
 )
 

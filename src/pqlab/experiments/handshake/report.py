@@ -10,7 +10,13 @@ from pathlib import Path
 
 from pqlab import catalog, figures
 from pqlab.errors import UserError
-from pqlab.experiments.handshake import clocks, features, prediction_report, wire_bytes
+from pqlab.experiments.handshake import (
+    clocks,
+    document000,
+    features,
+    prediction_report,
+    wire_bytes,
+)
 from pqlab.experiments.handshake import summary as summary_part
 from pqlab.experiments.handshake.analyse import SIZE_COLUMNS
 from pqlab.experiments.handshake.plan import DEFAULT_GROUPS, DEFAULT_SIGS
@@ -156,6 +162,18 @@ def export(store):
         "Client processing time: ServerHello received to client "
         "Finished sent, mean ms, server signer x CA signer per group (tables 10-12)",
     )
+    cells = document000.rows(store)
+    if cells:
+        section.table(
+            store.export_rows(
+                "handshake_client_processing_cells", cells, list(document000.COLUMNS)
+            ),
+            "Tables 10-12 cell by cell, beside the document's: the client's processing time, "
+            "ServerHello + Certificate bytes and the document's shading (4096 to 8192 bytes: "
+            "the rest of Certificate waits for CertificateVerify), the TCP segments from "
+            "ServerHello to CertificateVerify and through Finished",
+            max_rows=60,
+        )
     if store.has_table("handshake_capture"):
         captures = store.export_table(
             "handshake_captures",
@@ -297,6 +315,24 @@ def _load_table(store) -> Path:
 
 def _phase_table(store) -> Path:
     ms = MS
+    # Figures 17 and 18's mechanism per cell: the document's mark (ServerHello +
+    # Certificate of 4096 to 8192 bytes) and the segments from ServerHello to
+    # CertificateVerify, from the cell's handshakes.
+    marks, join = "", ""
+    if "segments_sh_to_cv" in store.columns("handshake_raw"):
+        marks = (
+            ", any_value(m.server_hello_certificate_bytes) AS server_hello_certificate_bytes, "
+            "any_value(m.server_hello_certificate_bytes) >= "
+            f"{document000.SHADE_LOW} AND any_value(m.server_hello_certificate_bytes) < "
+            f"{document000.SHADE_HIGH} AS shaded_4096_8192, "
+            "any_value(m.segments_sh_to_cv) AS segments_sh_to_cv"
+        )
+        join = (
+            " LEFT JOIN (SELECT cell_id, CAST(median(server_hello_bytes + certificate_bytes) "
+            "AS BIGINT) AS server_hello_certificate_bytes, CAST(mode(segments_sh_to_cv) AS "
+            "INTEGER) AS segments_sh_to_cv FROM handshake_raw GROUP BY cell_id) m "
+            "ON m.cell_id = t.cell_id"
+        )
     return store.export_table(
         "handshake_phases",
         f"""
@@ -304,8 +340,8 @@ def _phase_table(store) -> Path:
           avg(ns) {ms} AS mean_ms, median(ns) {ms} AS median_ms,
           sum(retransmissions) AS retransmissions,
           count(*) FILTER (WHERE retransmissions > 0) AS handshakes_with_retransmissions,
-          t.phase_order, t.family, any_value(t.stack) AS stack, t.cell_id
-        FROM handshake_phase t {ORDER_JOIN}
+          t.phase_order, t.family, any_value(t.stack) AS stack, t.cell_id{marks}
+        FROM handshake_phase t {ORDER_JOIN}{join}
         GROUP BY t.cell_id, t."group", t.server_sig, t.ca_sig, t.view, t.phase, t.phase_order,
           t.family, og.pos, os.pos, oc.pos
         ORDER BY og.pos, os.pos, oc.pos, t.cell_id, t.view, t.phase_order""",

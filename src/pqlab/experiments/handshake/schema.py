@@ -47,7 +47,7 @@ CREATE TABLE IF NOT EXISTS handshake_raw (
     client_connection_ip_bytes BIGINT, server_connection_ip_bytes BIGINT,
     negotiated_client_sigalg TEXT, negotiated_cipher TEXT, client_retransmissions INTEGER,
     client_retransmitted_bytes BIGINT, server_retransmissions INTEGER,
-    server_retransmitted_bytes BIGINT)
+    server_retransmitted_bytes BIGINT, segments_sh_to_cv INTEGER)
 """
 PHASE_DDL = """
 CREATE TABLE IF NOT EXISTS handshake_phase (
@@ -136,6 +136,7 @@ ADDED = {
         ("client_retransmitted_bytes", "BIGINT"),
         ("server_retransmissions", "INTEGER"),
         ("server_retransmitted_bytes", "BIGINT"),
+        ("segments_sh_to_cv", "INTEGER"),
     ],
     "handshake_capture": [("host_pair", "TEXT")],
     "handshake_phase": [

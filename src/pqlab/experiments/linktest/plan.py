@@ -12,7 +12,8 @@ from pqlab.errors import UserError
 from pqlab.experiment import Cells, Option
 from pqlab.net import profiles
 from pqlab.net.profiles import Direction, LinkProfile, load_profiles
-from pqlab.net.shaping import check_shaper, shaper_option
+from pqlab.net.shaping import check_shaper
+from pqlab.options.shaper import shaper_option
 
 NAME = "linktest"
 
@@ -103,7 +104,7 @@ def from_values(values) -> Plan:
 
 OPTIONS = (
     Option("profile", _profile_help(), metavar="PROFILE", repeat=True),
-    shaper_option(),
+    shaper_option("link emulator"),
     Option(
         "probes",
         "UDP probes per direction for loss and delay (20-1000000)",

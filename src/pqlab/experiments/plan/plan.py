@@ -11,7 +11,9 @@ from pqlab import catalog, units
 from pqlab.catalog import Algorithm
 from pqlab.errors import UserError
 from pqlab.experiment import CellId, Cells, Option
-from pqlab.net import profiles
+from pqlab.net import privileges, profiles
+from pqlab.net.shaping import check_shaper
+from pqlab.options.shaper import shaper_option
 from pqlab.options.tls import client_auth_options, parse_client_auth, parse_stack, stack_option
 from pqlab.tls import stacks, wire
 
@@ -110,6 +112,14 @@ OPTIONS = (
         default=DEFAULT_SIZES,
         metavar="LIST",
     ),
+    Option(
+        "calibrate",
+        "add what a measurement on this machine holds beyond the network: each "
+        "configuration's handshake CPU and the link emulator's time per packet, measured "
+        "first through --shaper (needs root)",
+        flag=True,
+    ),
+    shaper_option("with --calibrate, the link emulator to calibrate"),
 )
 
 
@@ -152,6 +162,8 @@ class Plan:
     send_root: bool = False
     stack: stacks.Stack = field(default_factory=stacks.get)
     migration: tuple[Config, Config] | None = None
+    calibrate: bool = False
+    shaper: str = "auto"
 
     def chain_points(self) -> list[int | None]:
         return list(self.chain_bytes) if self.chain_bytes else [None]
@@ -313,7 +325,16 @@ def from_values(values) -> Plan:
         send_root=bool(values.send_root),
         stack=stack,
         migration=migration,
+        calibrate=bool(values.calibrate),
+        shaper=values.shaper or "auto",
     )
+    if plan.calibrate:
+        if any(c.client_sig for c in configs):
+            raise UserError(
+                "--calibrate measures server-authenticated handshakes; leave out --client-sig"
+            )
+        privileges.require_net_admin()
+        check_shaper(plan.shaper)
     for c in configs:
         stacks.require_chains([c.server_sig], [c.ca_sig], stack, plan.send_root)
     if plan.cells > MAX_CELLS:

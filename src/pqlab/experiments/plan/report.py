@@ -34,7 +34,8 @@ def _cells_table(store) -> Path:
           {_range("server_flight_bytes")}, {_range("server_flight_segments")},
           {_range("flight_rounds")}, {_range("round_trips")}, {_range("ttfb_ms")},
           {_range("handshake_bytes")}, min(next_cliff_chain_bytes) AS next_cliff_chain_bytes,
-          min(headroom_bytes) AS headroom_bytes, min(p_no_loss) AS p_no_loss, cell_id
+          min(headroom_bytes) AS headroom_bytes, min(p_no_loss) AS p_no_loss, cell_id,
+          any_value(cpu_ms) AS cpu_ms, any_value(per_packet_us) AS per_packet_us
         FROM plan_cells GROUP BY ALL ORDER BY stack, "group", server_sig, ca_sig,
           intermediates, chain_der_bytes, rtt_ms, bandwidth_bps, loss_pct, initcwnd""",
     )

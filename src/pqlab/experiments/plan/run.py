@@ -8,11 +8,11 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from pqlab.experiments.plan import schema
+from pqlab.experiments.plan import calibrate, schema
 from pqlab.experiments.plan.plan import CELLS, MIGRATION_RESPONSE, Config, Plan
 from pqlab.progress import CellProgress
 from pqlab.tls import predict, wire
-from pqlab.tls.chains import make_chain
+from pqlab.tls.chains import Chain, make_chain
 
 EXPERIMENT = "plan"
 # The server address pqlab's clients connect to: an IP address, so no SNI is sent.
@@ -25,6 +25,7 @@ class Built:
 
     handshake: predict.Handshake
     own_der: tuple[int, ...]
+    chain: Chain
 
 
 def build(plan: Plan, config: Config, store) -> Built:
@@ -54,7 +55,7 @@ def build(plan: Plan, config: Config, store) -> Built:
     hs = predict.of_chain(
         stack, config.group, config.server_sig, chain, SERVER_NAME, client_auth=auth
     )
-    return Built(hs, tuple(chain.sent_der))
+    return Built(hs, tuple(chain.sent_der), chain)
 
 
 def variants(hs: predict.Handshake) -> list[tuple[str, predict.Handshake]]:
@@ -141,8 +142,11 @@ class _Cliffs:
         return self.memo[key]
 
 
-def _measure_cell(store, plan: Plan, config: Config, built: Built, point, path, cliffs) -> None:
-    """One cell's rows, committed together."""
+def _measure_cell(
+    store, plan: Plan, config: Config, built: Built, point, path, cliffs, cal=None
+) -> None:
+    """One cell's rows, committed together; `cal`: the configuration's calibration
+    (`--calibrate`), else the network alone."""
     count = len(built.own_der)
     own = sum(built.own_der)
     base = built.handshake
@@ -150,6 +154,9 @@ def _measure_cell(store, plan: Plan, config: Config, built: Built, point, path, 
         base = base.with_chain(predict.chain_of(point, count))
     total = point if point is not None else own
     link = wire.Link.from_profile(path, plan.mss)
+    timing = predict.NO_CPU
+    if cal is not None:
+        link, timing = cal.link(link), cal.timing()
     cid = str(plan.cell_id(config, point, path))
     labels = {
         "cell_id": cid,
@@ -163,7 +170,7 @@ def _measure_cell(store, plan: Plan, config: Config, built: Built, point, path, 
     }
     rows, ttlb, cliff_rows = [], [], []
     for variant, hs in variants(base):
-        out = predict.predict(hs, link)
+        out = predict.predict(hs, link, timing=timing)
         cliff_list = cliffs.get(hs, link)
         row = {
             **labels,
@@ -178,10 +185,12 @@ def _measure_cell(store, plan: Plan, config: Config, built: Built, point, path, 
             "variant": variant,
             **cell_row(hs, out, cliff_list, total),
             "p_no_loss": _p_no_loss(out, path.s2c.loss_pct),
+            "cpu_ms": cal.cpu_s * 1e3 if cal is not None else None,
+            "per_packet_us": cal.per_packet_s * 1e6 if cal is not None else None,
         }
         rows.append(row)
         for size in plan.sizes:
-            r = predict.predict(hs, link, response_bytes=size)
+            r = predict.predict(hs, link, response_bytes=size, timing=timing)
             resp = r.wire.response
             ttlb.append(
                 {
@@ -264,20 +273,54 @@ def migration_row(plan: Plan, path, before: tuple[dict, float], after: tuple[dic
     }
 
 
+def _calibrations(plan: Plan, store) -> dict[str, calibrate.Calibration]:
+    """Each configuration's calibration (`--calibrate`): the one stored in the run (a
+    resumed run keeps the calibration its first cells were predicted with), else measured
+    now, all through one topology, and stored."""
+    stored = {
+        r["configuration"]: calibrate.Calibration(
+            r["shaper"], r["per_packet_us"] / 1e6, r["cpu_ms"] / 1e3, r["connections"]
+        )
+        for r in store.query("SELECT * FROM plan_calibration WHERE stack = ?", [plan.stack.name])
+    }
+    todo = [c for c in plan.configs if c.label() not in stored]
+    if todo:
+        built = [build(plan, c, store) for c in todo]
+        cals = calibrate.measure(plan.stack, plan.shaper, [(b.handshake, b.chain) for b in built])
+        rows = []
+        for config, cal in zip(todo, cals, strict=True):
+            stored[config.label()] = cal
+            rows.append(
+                {
+                    "configuration": config.label(),
+                    "stack": plan.stack.name,
+                    "shaper": cal.shaper,
+                    "per_packet_us": cal.per_packet_s * 1e6,
+                    "cpu_ms": cal.cpu_s * 1e3,
+                    "connections": cal.connections,
+                    "profile": calibrate.PROFILE,
+                }
+            )
+        store.insert_rows("plan_calibration", rows)
+    return stored
+
+
 def measure(plan: Plan, store) -> None:
     schema.ensure(store)
     done = CELLS.done(store)
     cliffs = _Cliffs()
+    cals = _calibrations(plan, store) if plan.calibrate else {}
     with CellProgress("plan", plan.cells) as progress:
         for config in plan.configs:
             built = None
+            cal = cals.get(config.label())
             for point in plan.chain_points():
                 for path in plan.paths:
                     if plan.cell_id(config, point, path) not in done:
                         label = f"{config.label()} {plan.chain_label(config, point)} {path.name}"
                         progress.start(label)
                         built = built or build(plan, config, store)
-                        _measure_cell(store, plan, config, built, point, path, cliffs)
+                        _measure_cell(store, plan, config, built, point, path, cliffs, cal)
                     progress.advance()
     if plan.migration is not None:
         _migration(plan, store)

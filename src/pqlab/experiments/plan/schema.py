@@ -17,8 +17,19 @@ CREATE TABLE IF NOT EXISTS plan_cells (
     flight_rounds INTEGER, cwnd_stalls INTEGER, round_trips INTEGER, ttfb_ms DOUBLE,
     client_flight_bytes INTEGER, handshake_bytes INTEGER, next_cliff_chain_bytes BIGINT,
     headroom_bytes BIGINT, p_no_loss DOUBLE, write_model TEXT, client_sig TEXT,
-    certificate_request_bytes INTEGER)
+    certificate_request_bytes INTEGER, cpu_ms DOUBLE, per_packet_us DOUBLE)
 """
+# `--calibrate`: per configuration, what was measured on this machine beyond the network.
+CALIBRATION_DDL = """
+CREATE TABLE IF NOT EXISTS plan_calibration (
+    configuration TEXT, stack TEXT, shaper TEXT, per_packet_us DOUBLE, cpu_ms DOUBLE,
+    connections INTEGER, profile TEXT)
+"""
+# Columns added after the table's first release (older runs get them when opened).
+MIGRATIONS = (
+    "ALTER TABLE IF EXISTS plan_cells ADD COLUMN IF NOT EXISTS cpu_ms DOUBLE",
+    "ALTER TABLE IF EXISTS plan_cells ADD COLUMN IF NOT EXISTS per_packet_us DOUBLE",
+)
 TTLB_DDL = """
 CREATE TABLE IF NOT EXISTS plan_ttlb (
     cell_id TEXT, variant TEXT, data_bytes BIGINT, ttlb_ms DOUBLE, response_segments INTEGER,
@@ -44,5 +55,5 @@ CREATE TABLE IF NOT EXISTS plan_migration (
 
 
 def ensure(store) -> None:
-    for ddl in (CELLS_DDL, TTLB_DDL, CLIFFS_DDL, MIGRATION_DDL):
+    for ddl in (CELLS_DDL, TTLB_DDL, CLIFFS_DDL, MIGRATION_DDL, CALIBRATION_DDL):
         store.ensure_table(ddl)

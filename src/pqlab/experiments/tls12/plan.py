@@ -11,8 +11,9 @@ from pqlab.cpuquota import parse_fraction
 from pqlab.errors import UserError
 from pqlab.experiment import CellId, Cells, Option
 from pqlab.net import profiles
-from pqlab.net.shaping import check_shaper, shaper_option
+from pqlab.net.shaping import check_shaper
 from pqlab.options import hosts as remote_hosts
+from pqlab.options.shaper import shaper_option
 from pqlab.tls import stacks
 
 NAME = "tls12"
@@ -217,7 +218,7 @@ OPTIONS = (
         "'pqlab linktest'); default: an unshaped veth link",
         metavar="PROFILE",
     ),
-    shaper_option("link emulator for --profile: "),
+    shaper_option(),
     *remote_hosts.OPTIONS,
 )
 

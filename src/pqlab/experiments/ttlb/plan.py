@@ -12,8 +12,9 @@ from pqlab.experiment import CellId, Cells, Option
 from pqlab.net import profiles
 from pqlab.net.profiles import load_profiles
 from pqlab.net.remote import network_profile
-from pqlab.net.shaping import check_shaper, shaper_option
+from pqlab.net.shaping import check_shaper
 from pqlab.options import hosts
+from pqlab.options.shaper import shaper_option
 from pqlab.options.tls import (
     SAME_AS_SERVER,
     client_auth_options,
@@ -98,7 +99,7 @@ OPTIONS = (
     ),
     *client_auth_options(same=True),
     stack_option(),
-    shaper_option(),
+    shaper_option("link emulator"),
     *hosts.OPTIONS,
 )
 
