@@ -289,7 +289,8 @@ def test_certificates_are_named_by_their_algorithms(tmp_path):
     [
         (["nohost"], "is not HOST:PORT"),
         (["127.0.0.1:443", "--groups", "X25519+NOPE"], "unknown KEM"),
-        (["127.0.0.1:443", "--groups", ""], "names nothing"),
+        (["127.0.0.1:443", "--groups", ""], "is empty"),
+        (["127.0.0.1:443", "--groups", ","], "names nothing"),
         (["127.0.0.1:443", "--sig", "ML-KEM-768"], "is a key exchange"),
         (["127.0.0.1:443", "-n", "0"], "-n '0' must be at least 1"),
         (["127.0.0.1:443", "--timeout", "601"], "--timeout"),
